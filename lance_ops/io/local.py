@@ -1,0 +1,303 @@
+"""Object store over the local file system.
+
+Whole-object writes go to a temporary file in the target directory first, then ``os.replace``
+(put) or ``os.link`` (put-if-absent) publish it, so readers and concurrent committers never see a
+partially written file. Temporary files are named ``.<name>.<random>.tmp``.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+import uuid
+from datetime import datetime, timezone
+from typing import Iterable, Iterator
+
+from lance_ops.errors import (
+    AlreadyExistsError,
+    CorruptFileError,
+    LanceOpsError,
+    ObjectNotFoundError,
+    StorageError,
+)
+from lance_ops.io.base import ObjectInfo, ObjectStore, ObjectWriter
+
+_MAX_READ = 1 << 30  # Linux reads at most ~2 GiB per call; loop in 1 GiB steps
+_NO_HARDLINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
+
+
+@contextlib.contextmanager
+def _mapped_errors(op: str, path: str) -> Iterator[None]:
+    """Turn OS errors into lance_ops storage errors naming the operation and path."""
+    try:
+        yield
+    except LanceOpsError:
+        raise
+    except (FileNotFoundError, NotADirectoryError) as e:
+        raise ObjectNotFoundError(f"{op}: object not found: {path}") from e
+    except OSError as e:
+        raise StorageError(f"{op} {path} failed: {e}") from e
+
+
+def _pread_exact(fd: int, length: int, offset: int) -> bytes:
+    """Read up to ``length`` bytes at ``offset``, looping over short reads; fewer only at EOF."""
+    chunks = []
+    remaining = length
+    while remaining > 0:
+        chunk = os.pread(fd, min(remaining, _MAX_READ), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        remaining -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _temp_path(path: str) -> str:
+    head, name = os.path.split(path)
+    return os.path.join(head, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _info(path: str, st: os.stat_result) -> ObjectInfo:
+    return ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, tz=timezone.utc))
+
+
+class LocalStore(ObjectStore):
+    """Files on a local (or mounted) file system; paths are absolute file paths."""
+
+    scheme = "file"
+
+    def __init__(self, coalesce_gap: int = 4 * 1024) -> None:
+        super().__init__()
+        self.coalesce_gap = coalesce_gap
+
+    def join(self, path: str, *parts: str) -> str:
+        """Join with the OS separator; leading slashes of ``parts`` never escape ``path``."""
+        cleaned = [p.strip("/") for p in parts if p.strip("/")]
+        return os.path.join(path, *cleaned) if cleaned else path
+
+    def uri(self, path: str) -> str:
+        """Local paths are their own URI."""
+        return path
+
+    def __repr__(self) -> str:
+        return "LocalStore()"
+
+    # --- reads -----------------------------------------------------------------------------
+    def size(self, path: str) -> int:
+        with _mapped_errors("size", path):
+            st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise StorageError(f"size: {path} is not a regular file")
+        self.metrics.add(head_requests=1)
+        return st.st_size
+
+    def exists(self, path: str) -> bool:
+        self.metrics.add(head_requests=1)
+        return os.path.isfile(path)
+
+    def read(self, path: str) -> bytes:
+        with _mapped_errors("read", path), open(path, "rb") as f:
+            data = f.read()
+        self.metrics.add(get_requests=1, bytes_read=len(data))
+        return data
+
+    def read_range(self, path: str, start: int, length: int) -> bytes:
+        if start < 0 or length < 0:
+            raise ValueError(f"read_range: start and length must be >= 0, got {start}, {length}")
+        if length == 0:
+            return b""
+        return self._read_spans(path, [(start, start + length)])[0]
+
+    def read_tail(self, path: str, n: int) -> tuple[bytes, int]:
+        if n < 0:
+            raise ValueError(f"read_tail: n must be >= 0, got {n}")
+        with _mapped_errors("read_tail", path):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
+                start = max(0, size - n)
+                data = _pread_exact(fd, size - start, start)
+            finally:
+                os.close(fd)
+        self.metrics.add(get_requests=1, bytes_read=len(data))
+        return data, size
+
+    def _read_spans(self, path: str, spans: list[tuple[int, int]]) -> list[bytes]:
+        out = []
+        with _mapped_errors("read_range", path):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                for start, end in spans:
+                    data = _pread_exact(fd, end - start, start)
+                    self.metrics.add(get_requests=1, bytes_read=len(data))
+                    if len(data) != end - start:
+                        raise CorruptFileError(
+                            path,
+                            f"range {start}..{end} is past the end of the file "
+                            f"({os.fstat(fd).st_size} bytes)",
+                        )
+                    out.append(data)
+            finally:
+                os.close(fd)
+        return out
+
+    # --- writes ----------------------------------------------------------------------------
+    def _write_temp(self, path: str, data: bytes) -> str:
+        """Write ``data`` fully (and fsync it) to a fresh temp file next to ``path``."""
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        tmp = _temp_path(path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        return tmp
+
+    def put(self, path: str, data: bytes) -> None:
+        with _mapped_errors("put", path):
+            tmp = self._write_temp(path, data)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                _unlink_quietly(tmp)
+                raise
+        self.metrics.add(put_requests=1, bytes_written=len(data))
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        with _mapped_errors("put_if_absent", path):
+            tmp = self._write_temp(path, data)
+            try:
+                os.link(tmp, path)  # atomic: fails with EEXIST if anything is at path
+            except FileExistsError as e:
+                raise AlreadyExistsError(f"put_if_absent: {path} already exists") from e
+            except OSError as e:
+                if e.errno not in _NO_HARDLINKS:
+                    raise
+                self._create_exclusive(path, data)
+            finally:
+                _unlink_quietly(tmp)
+        self.metrics.add(put_requests=1, bytes_written=len(data))
+
+    def _create_exclusive(self, path: str, data: bytes) -> None:
+        """Fallback for file systems without hard links: O_EXCL create, then write.
+
+        Still exclusive, but a reader racing the writer may briefly see a short file.
+        """
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError as e:
+            raise AlreadyExistsError(f"put_if_absent: {path} already exists") from e
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            _unlink_quietly(path)
+            raise
+
+    def open_output(self, path: str) -> ObjectWriter:
+        with _mapped_errors("open_output", path):
+            return _LocalWriter(self, path)
+
+    def copy(self, src: str, dst: str) -> None:
+        with _mapped_errors("copy", src):
+            src_file = open(src, "rb")
+        with src_file, _mapped_errors("copy", dst):
+            os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+            tmp = _temp_path(dst)
+            try:
+                with open(tmp, "xb") as out:
+                    shutil.copyfileobj(src_file, out, 1 << 20)
+                    size = out.tell()
+                os.replace(tmp, dst)
+            except BaseException:
+                _unlink_quietly(tmp)
+                raise
+        self.metrics.add(get_requests=1, bytes_read=size, put_requests=1, bytes_written=size)
+
+    # --- listing and deletes ---------------------------------------------------------------
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        if not os.path.isdir(prefix):
+            return
+        for dirpath, dirnames, filenames in os.walk(prefix):
+            self.metrics.add(list_requests=1)
+            dirnames.sort()
+            for name in sorted(filenames):
+                info = self._stat_file(os.path.join(dirpath, name))
+                if info is not None:
+                    yield info
+
+    def list_dir(self, prefix: str) -> Iterator[ObjectInfo]:
+        try:
+            entries = sorted(os.scandir(prefix), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as e:
+            raise StorageError(f"list_dir {prefix} failed: {e}") from e
+        self.metrics.add(list_requests=1)
+        for entry in entries:
+            info = self._stat_file(entry.path)
+            if info is not None:
+                yield info
+
+    @staticmethod
+    def _stat_file(path: str) -> ObjectInfo | None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:  # deleted while we listed
+            return None
+        return _info(path, st) if stat.S_ISREG(st.st_mode) else None
+
+    def delete(self, path: str) -> None:
+        with _mapped_errors("delete", path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        self.metrics.add(delete_requests=1)
+
+    def delete_many(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            self.delete(path)
+
+
+class _LocalWriter(ObjectWriter):
+    """Streams into a temp file next to the target; close() fsyncs and renames it into place."""
+
+    def __init__(self, store: LocalStore, path: str) -> None:
+        super().__init__()
+        self._store = store
+        self._path = path
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self._tmp = _temp_path(path)
+        self._file = open(self._tmp, "xb")
+
+    def _write(self, view: memoryview) -> None:
+        with _mapped_errors("write", self._path):
+            self._file.write(view)
+
+    def _finish(self) -> None:
+        with _mapped_errors("close", self._path):
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            os.replace(self._tmp, self._path)
+        self._store.metrics.add(put_requests=1, bytes_written=self._written)
+
+    def _discard(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()
+        _unlink_quietly(self._tmp)
