@@ -81,3 +81,16 @@ class CommitRetriesExhaustedError(RetryableCommitConflictError):
 
 class CommitOutcomeUnknownError(CommitError):
     """The store failed in a way that leaves it unknown whether the commit landed."""
+
+
+# --- tags --------------------------------------------------------------------------------------
+class TagError(LanceOpsError, ValueError):
+    """A tag name is invalid, or a tag operation cannot be done; the message names the tag."""
+
+
+class TagExistsError(TagError):
+    """A tag of that name already exists."""
+
+
+class TagNotFoundError(TagError, DatasetNotFoundError):
+    """No tag of that name exists."""

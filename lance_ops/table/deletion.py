@@ -1,0 +1,201 @@
+"""Deletion files: ``_deletions/{fragment_id}-{read_version}-{id}.{arrow|bin}``.
+
+A deletion file lists the *physical* row offsets of a fragment that are deleted.
+
+* ``.arrow`` (``DeletionFile.ARROW_ARRAY``): Arrow IPC file format, one non-nullable ``uint32``
+  column named ``row_id``, one record batch, ZSTD body compression. Used for small vectors.
+* ``.bin`` (``DeletionFile.BITMAP``): a 32-bit Roaring bitmap in the portable serialisation.
+
+Kind selection follows upstream: a new vector of 5000 or more offsets is a bitmap; a vector that
+was an Arrow array switches to a bitmap once it holds more than 5000; once a bitmap, always a
+bitmap. Every new file holds the full (cumulative) set of deleted offsets of the fragment.
+"""
+from __future__ import annotations
+
+import array
+import secrets
+from typing import Union
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+from pyroaring import BitMap
+
+from lance_ops._proto import table_pb2
+from lance_ops.errors import CorruptFileError
+from lance_ops.table import naming
+
+ARROW_ARRAY = table_pb2.DeletionFile.ARROW_ARRAY
+BITMAP = table_pb2.DeletionFile.BITMAP
+#: vectors of at least this many offsets are written as bitmaps
+BITMAP_THRESHOLD = 5000
+
+DELETION_SCHEMA = pa.schema([pa.field("row_id", pa.uint32(), nullable=False)])
+
+Offsets = Union[np.ndarray, BitMap]
+
+
+# --- conversions -----------------------------------------------------------------------------
+def to_offsets(values) -> np.ndarray:
+    """Sorted, unique ``uint32`` offsets from an array-like, a BitMap or None."""
+    if values is None:
+        return np.empty(0, dtype=np.uint32)
+    if isinstance(values, BitMap):
+        return np.frombuffer(values.to_array(), dtype=np.uint32).copy()
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        values = values.to_numpy(zero_copy_only=False)
+    arr = np.asarray(values)
+    if arr.size == 0:
+        return np.empty(0, dtype=np.uint32)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"deletion offsets must be integers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "i" and arr.min() < 0:
+        raise ValueError("deletion offsets must be >= 0")
+    if arr.max() > 0xFFFFFFFF:
+        raise ValueError("deletion offsets must fit in 32 bits (they are row offsets)")
+    return np.unique(arr.astype(np.uint32, copy=False).ravel())
+
+
+def _bitmap_of(offsets: np.ndarray) -> BitMap:
+    # optimize=False: no run containers, so the portable form uses the plain cookie (0x303A)
+    return BitMap(array.array("I", offsets.astype(np.uint32, copy=False).tobytes()), optimize=False)
+
+
+def to_bitmap(values) -> BitMap:
+    """A pyroaring BitMap of the offsets."""
+    if isinstance(values, BitMap):
+        return values
+    return _bitmap_of(to_offsets(values))
+
+
+def merge_deletions(existing, new) -> np.ndarray:
+    """Union of two offset collections (arrays, BitMaps or None) as sorted unique ``uint32``."""
+    a = to_offsets(existing)
+    b = to_offsets(new)
+    if a.size == 0:
+        return b
+    if b.size == 0:
+        return a
+    return np.union1d(a, b).astype(np.uint32, copy=False)
+
+
+def choose_kind(count: int, previous_kind: int | None = None) -> int:
+    """``ARROW_ARRAY`` or ``BITMAP`` for a vector of ``count`` offsets (see module doc)."""
+    if previous_kind == BITMAP:
+        return BITMAP
+    if previous_kind is None:
+        return BITMAP if count >= BITMAP_THRESHOLD else ARROW_ARRAY
+    return BITMAP if count > BITMAP_THRESHOLD else ARROW_ARRAY
+
+
+# --- encoding --------------------------------------------------------------------------------
+def encode_arrow_deletions(offsets) -> bytes:
+    """Arrow IPC file bytes of the offsets (ZSTD compressed body, one batch)."""
+    arr = pa.array(to_offsets(offsets), type=pa.uint32())
+    batch = pa.record_batch([arr], schema=DELETION_SCHEMA)
+    sink = pa.BufferOutputStream()
+    options = ipc.IpcWriteOptions(compression="zstd")
+    with ipc.new_file(sink, DELETION_SCHEMA, options=options) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def encode_bitmap_deletions(offsets) -> bytes:
+    """Portable 32-bit Roaring serialisation of the offsets (no run containers)."""
+    return _bitmap_of(to_offsets(offsets)).serialize()
+
+
+def decode_arrow_deletions(data: bytes, path: str = "<deletion file>") -> np.ndarray:
+    try:
+        reader = ipc.open_file(pa.BufferReader(data))
+        table = reader.read_all()
+    except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
+        raise CorruptFileError(path, f"not a readable Arrow IPC file: {e}") from e
+    if table.num_columns != 1:
+        raise CorruptFileError(
+            path, f"deletion file must have exactly one column, found {table.schema}"
+        )
+    col = table.column(0)
+    if not (pa.types.is_uint32(col.type) or pa.types.is_int32(col.type)):
+        raise CorruptFileError(path, f"deletion offsets must be uint32, found {col.type}")
+    if col.null_count:
+        raise CorruptFileError(path, "deletion offsets contain nulls")
+    values = col.to_numpy()
+    if values.dtype.kind == "i" and values.size and values.min() < 0:
+        raise CorruptFileError(path, "deletion offsets contain negative values")
+    return np.unique(values.astype(np.uint32, copy=False))
+
+
+def decode_bitmap_deletions(data: bytes, path: str = "<deletion file>") -> BitMap:
+    try:
+        return BitMap.deserialize(bytes(data))
+    except Exception as e:  # pyroaring raises ValueError / MemoryError on garbage
+        raise CorruptFileError(path, f"not a portable Roaring bitmap: {e}") from e
+
+
+# --- files -----------------------------------------------------------------------------------
+def deletion_file_path(store, base: str, fragment_id: int, deletion_file) -> str:
+    return store.join(base, naming.deletion_file_path(fragment_id, deletion_file))
+
+
+def read_deletion_file(store, base: str, fragment_id: int, deletion_file) -> Offsets:
+    """The deleted offsets of a fragment: sorted ``uint32`` numpy array (``.arrow``) or BitMap.
+
+    ``deletion_file`` None gives an empty array.
+    """
+    if deletion_file is None:
+        return np.empty(0, dtype=np.uint32)
+    path = deletion_file_path(store, base, fragment_id, deletion_file)
+    data = store.read(path)
+    if deletion_file.file_type == BITMAP:
+        return decode_bitmap_deletions(data, path)
+    if deletion_file.file_type == ARROW_ARRAY:
+        return decode_arrow_deletions(data, path)
+    raise CorruptFileError(path, f"unknown deletion file type {deletion_file.file_type}")
+
+
+def read_deletion_offsets(store, base: str, fragment_id: int, deletion_file) -> np.ndarray:
+    """Like :func:`read_deletion_file` but always a sorted ``uint32`` numpy array."""
+    return to_offsets(read_deletion_file(store, base, fragment_id, deletion_file))
+
+
+def _previous_kind(previous) -> int | None:
+    if previous is None:
+        return None
+    if isinstance(previous, table_pb2.DeletionFile):
+        return previous.file_type
+    return int(previous)
+
+
+def write_deletion_file(
+    store,
+    base: str,
+    fragment_id: int,
+    read_version: int,
+    offsets,
+    previous=None,
+    *,
+    file_id: int | None = None,
+) -> table_pb2.DeletionFile | None:
+    """Write a deletion file holding ``offsets`` and return its ``DeletionFile`` proto.
+
+    ``offsets`` is the complete set of deleted offsets of the fragment (merge with the old set
+    first, see :func:`merge_deletions`). ``previous`` is the fragment's current
+    ``DeletionFile`` (or its ``file_type``), None for a fragment without deletions; it only
+    steers the arrow/bitmap choice. Returns None (and writes nothing) if ``offsets`` is empty.
+    """
+    values = to_offsets(offsets)
+    if values.size == 0:
+        return None
+    kind = choose_kind(int(values.size), _previous_kind(previous))
+    if file_id is None:
+        file_id = secrets.randbits(64)
+    proto = table_pb2.DeletionFile(
+        file_type=kind,
+        read_version=int(read_version),
+        id=int(file_id),
+        num_deleted_rows=int(values.size),
+    )
+    data = encode_bitmap_deletions(values) if kind == BITMAP else encode_arrow_deletions(values)
+    store.put(deletion_file_path(store, base, fragment_id, proto), data)
+    return proto

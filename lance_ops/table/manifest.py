@@ -1,0 +1,317 @@
+"""Manifest files: ``_versions/*.manifest``.
+
+Byte layout (all integers little endian)::
+
+    [u32 len | IndexSection]      optional; Manifest.index_section = offset of the u32
+    [u32 len | Transaction]       optional inline transaction; Manifest.transaction_section
+                                  (field 23, as pylance 14 writes it) = offset of the u32
+    [u32 len | Manifest]
+    [i64 manifest_pos | i16 0 | i16 2 | "LANC"]                       16-byte footer
+
+Nothing may sit between the Manifest message and the footer: a reader checks that the length
+prefix equals ``file_size - manifest_pos - 4 - 16``. Older writers stored the inline transaction
+offset in field 21 (``transaction_section_v1``); both are accepted on read.
+
+Protobuf maps are serialised in a deterministic key order, and, like upstream's prost
+encoder, a map entry's key or value equal to its default (e.g. an empty string) is left out.
+Upstream writes map entries in hash order, so a manifest whose maps hold more than one entry is
+reproduced semantically (same content and size), not byte for byte; everything else re-encodes to
+identical bytes.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from lance_ops._proto import table_pb2, transaction_pb2
+from lance_ops.errors import CorruptFileError
+
+MAGIC = b"LANC"
+MAJOR_VERSION = 0
+MINOR_VERSION = 2
+FOOTER_SIZE = 16
+#: bytes fetched by the first (tail) read of a manifest
+PREFETCH_SIZE = 64 * 1024
+
+_FOOTER = struct.Struct("<qhh4s")
+_U32 = struct.Struct("<I")
+
+
+@dataclass
+class ManifestFile:
+    """A decoded manifest file."""
+
+    manifest: table_pb2.Manifest
+    transaction: transaction_pb2.Transaction | None = None
+    index_section: table_pb2.IndexSection | None = None
+    #: where it was read from ("" when decoded from memory)
+    path: str = ""
+    #: total file size in bytes
+    size: int = 0
+
+    @property
+    def version(self) -> int:
+        return self.manifest.version
+
+
+# --- serialisation matching upstream (prost) ---------------------------------------------------
+# Python protobuf always writes both the key and the value of a map entry; upstream (prost) leaves
+# out a key or value that equals its default (an empty string, 0, an empty message). A second
+# pass over the wire bytes drops those, recursing only into message types that contain maps, so
+# map-free parts (fragments, data files) are copied as they are.
+_HAS_MAP: dict[str, bool] = {}
+
+
+def _has_map(desc) -> bool:
+    name = desc.full_name
+    cached = _HAS_MAP.get(name)
+    if cached is not None:
+        return cached
+    _HAS_MAP[name] = False  # cycle guard
+    found = False
+    for field in desc.fields:
+        sub = field.message_type
+        if sub is None:
+            continue
+        if sub.GetOptions().map_entry or _has_map(sub):
+            found = True
+            break
+    _HAS_MAP[name] = found
+    return found
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _records(data: bytes):
+    """``(field_number, wire_type, key_end, value_start, value_end)`` of each top-level record."""
+    pos, n = 0, len(data)
+    while pos < n:
+        key, key_end = _read_varint(data, pos)
+        wire = key & 7
+        if wire == 0:
+            _, end = _read_varint(data, key_end)
+            start = key_end
+        elif wire == 1:
+            start, end = key_end, key_end + 8
+        elif wire == 5:
+            start, end = key_end, key_end + 4
+        elif wire == 2:
+            length, start = _read_varint(data, key_end)
+            end = start + length
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        yield key >> 3, wire, pos, key_end, start, end
+        pos = end
+
+
+def _fix_map_entry(body: bytes, entry_desc) -> bytes:
+    out = bytearray()
+    for number, wire, rec_start, key_end, start, end in _records(body):
+        field = entry_desc.fields_by_number.get(number)
+        value = body[start:end]
+        if field is not None and field.message_type is not None and _has_map(field.message_type):
+            value = _fix_message(value, field.message_type)
+        if wire == 0 and value == b"\x00":
+            continue
+        if wire == 2 and not value:
+            continue
+        if wire in (1, 5) and not any(value):
+            continue
+        out += body[rec_start:key_end]
+        if wire == 2:
+            out += _varint(len(value))
+        out += value
+    return bytes(out)
+
+
+def _fix_message(data: bytes, desc) -> bytes:
+    if not _has_map(desc):
+        return data
+    out = bytearray()
+    for number, wire, rec_start, key_end, start, end in _records(data):
+        field = desc.fields_by_number.get(number) if wire == 2 else None
+        sub = field.message_type if field is not None else None
+        if sub is not None and (sub.GetOptions().map_entry or _has_map(sub)):
+            body = data[start:end]
+            fixed = _fix_map_entry(body, sub) if sub.GetOptions().map_entry else _fix_message(body, sub)
+            if fixed != body:
+                out += data[rec_start:key_end]
+                out += _varint(len(fixed))
+                out += fixed
+                continue
+        out += data[rec_start:end]
+    return bytes(out)
+
+
+def serialize_like_upstream(message) -> bytes:
+    """Protobuf bytes as upstream Lance writes them (default map keys/values left out).
+
+    Only the order of map entries can still differ from an upstream file: upstream writes them
+    in hash order.
+    """
+    return _fix_message(message.SerializeToString(deterministic=True), message.DESCRIPTOR)
+
+
+_serialize = serialize_like_upstream
+
+
+def encode_manifest(
+    manifest: table_pb2.Manifest,
+    transaction: transaction_pb2.Transaction | None = None,
+    index_section: table_pb2.IndexSection | None = None,
+) -> bytes:
+    """The bytes of a manifest file holding ``manifest`` (+ optional sections).
+
+    ``manifest`` is not modified: a copy gets ``index_section`` / ``transaction_section`` set to
+    the offsets of the sections written (and cleared when a section is absent; the legacy field
+    21 is always cleared).
+    """
+    m = table_pb2.Manifest()
+    m.CopyFrom(manifest)
+    parts: list[bytes] = []
+    pos = 0
+
+    if index_section is not None:
+        blob = _serialize(index_section)
+        m.index_section = pos
+        parts += [_U32.pack(len(blob)), blob]
+        pos += 4 + len(blob)
+    else:
+        m.ClearField("index_section")
+
+    m.ClearField("transaction_section_v1")
+    if transaction is not None:
+        blob = _serialize(transaction)
+        m.transaction_section = pos
+        parts += [_U32.pack(len(blob)), blob]
+        pos += 4 + len(blob)
+    else:
+        m.ClearField("transaction_section")
+
+    blob = _serialize(m)
+    if len(blob) > 0xFFFFFFFF:
+        raise ValueError("manifest larger than 4 GiB cannot be written")
+    manifest_pos = pos
+    parts += [_U32.pack(len(blob)), blob, _FOOTER.pack(manifest_pos, MAJOR_VERSION, MINOR_VERSION, MAGIC)]
+    return b"".join(parts)
+
+
+def _read_section(data: bytes, offset: int, end: int, path: str, what: str) -> bytes:
+    if offset < 0 or offset + 4 > end:
+        raise CorruptFileError(path, f"{what} offset {offset} is outside the file (size {len(data)})")
+    (length,) = _U32.unpack_from(data, offset)
+    if offset + 4 + length > end:
+        raise CorruptFileError(
+            path,
+            f"{what} at offset {offset} claims {length} bytes, running past the manifest "
+            f"(which starts at {end})",
+        )
+    return data[offset + 4 : offset + 4 + length]
+
+
+def _parse(message, blob: bytes, path: str, what: str):
+    try:
+        message.ParseFromString(blob)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise CorruptFileError(path, f"{what} protobuf does not decode: {e}") from e
+    return message
+
+
+def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
+    """Decode a whole manifest file; CorruptFileError naming ``path`` on any damage."""
+    data = bytes(data)
+    size = len(data)
+    if size < FOOTER_SIZE + 4:
+        raise CorruptFileError(path, f"truncated manifest: {size} bytes is smaller than the footer")
+    manifest_pos, major, minor, magic = _FOOTER.unpack_from(data, size - FOOTER_SIZE)
+    if magic != MAGIC:
+        raise CorruptFileError(path, f"bad magic {magic!r} (expected {MAGIC!r}); not a manifest")
+    if major < 0 or minor < 0:
+        raise CorruptFileError(path, f"bad manifest format version {major}.{minor}")
+    body_end = size - FOOTER_SIZE
+    if manifest_pos < 0 or manifest_pos + 4 > body_end:
+        raise CorruptFileError(
+            path, f"manifest position {manifest_pos} is outside the file (size {size}); truncated?"
+        )
+    (length,) = _U32.unpack_from(data, manifest_pos)
+    expected = body_end - manifest_pos - 4
+    if length != expected:
+        raise CorruptFileError(
+            path,
+            f"manifest length mismatch: prefix says {length} bytes, but {expected} bytes lie "
+            "between it and the footer",
+        )
+    manifest = _parse(
+        table_pb2.Manifest(), data[manifest_pos + 4 : body_end], path, "Manifest"
+    )
+
+    index_section = None
+    if manifest.HasField("index_section"):
+        blob = _read_section(data, manifest.index_section, manifest_pos, path, "index section")
+        index_section = _parse(table_pb2.IndexSection(), blob, path, "IndexSection")
+
+    transaction = None
+    if manifest.HasField("transaction_section"):
+        txn_pos = manifest.transaction_section
+    elif manifest.HasField("transaction_section_v1"):
+        txn_pos = manifest.transaction_section_v1
+    else:
+        txn_pos = None
+    if txn_pos is not None:
+        blob = _read_section(data, txn_pos, manifest_pos, path, "inline transaction")
+        transaction = _parse(transaction_pb2.Transaction(), blob, path, "Transaction")
+
+    return ManifestFile(manifest, transaction, index_section, path, size)
+
+
+def read_manifest(store, path: str) -> ManifestFile:
+    """Read and decode the manifest at ``path``: one 64 KiB tail read, then the rest if needed."""
+    tail, size = store.read_tail(path, PREFETCH_SIZE)
+    if size > len(tail):
+        head = store.read_range(path, 0, size - len(tail))
+        data = head + tail
+    else:
+        data = tail
+    return decode_manifest(data, path)
+
+
+def write_manifest(
+    store,
+    path: str,
+    manifest: table_pb2.Manifest,
+    transaction: transaction_pb2.Transaction | None = None,
+    index_section: table_pb2.IndexSection | None = None,
+    *,
+    if_absent: bool = True,
+) -> int:
+    """Encode and store a manifest; returns its size in bytes.
+
+    With ``if_absent`` (the default, as commits need) the write is a put-if-absent and raises
+    :class:`~lance_ops.errors.AlreadyExistsError` when another writer got there first.
+    """
+    data = encode_manifest(manifest, transaction, index_section)
+    if if_absent:
+        store.put_if_absent(path, data)
+    else:
+        store.put(path, data)
+    return len(data)

@@ -1,0 +1,277 @@
+"""Names of the files that make up a Lance table, and version discovery by listing.
+
+Layout of a dataset directory (all paths relative to the dataset root)::
+
+    data/{random}.lance                                   data files
+    _versions/{version}.manifest                          V1 manifest naming
+    _versions/{u64::MAX - version:020}.manifest           V2 manifest naming (default in 14.x)
+    _versions/d{version}.manifest                         detached versions (ignored here)
+    _versions/latest_version_hint.json                    optional hint, {"version":N}
+    _transactions/{read_version}-{uuid}.txn               raw Transaction protobuf
+    _deletions/{fragment_id}-{read_version}-{id}.arrow|.bin
+    _refs/tags/{name}.json                                tags
+
+V2 names sort in *descending* version order, so on a lexically listed store the first V2 name is
+the latest version. A directory must use a single scheme; a mixture is refused.
+"""
+from __future__ import annotations
+
+import enum
+import json
+import re
+import uuid as _uuid
+from datetime import datetime
+from typing import Iterable, NamedTuple
+
+from lance_ops.errors import UnsupportedError
+
+U64_MAX = (1 << 64) - 1
+#: versions with this bit set are "detached" (not part of the main history)
+DETACHED_VERSION_MASK = 1 << 63
+
+DATA_DIR = "data"
+VERSIONS_DIR = "_versions"
+TRANSACTIONS_DIR = "_transactions"
+DELETIONS_DIR = "_deletions"
+INDICES_DIR = "_indices"
+TAGS_DIR = "_refs/tags"
+VERSION_HINT_NAME = "latest_version_hint.json"
+MANIFEST_SUFFIX = ".manifest"
+
+_V2_STEM_LEN = 20
+_V2_NAME_LEN = _V2_STEM_LEN + len(MANIFEST_SUFFIX)  # 29
+
+
+class NamingScheme(str, enum.Enum):
+    """How manifest files of a dataset are named."""
+
+    V1 = "V1"  # _versions/{version}.manifest
+    V2 = "V2"  # _versions/{u64::MAX - version:020}.manifest
+
+
+class ManifestLocation(NamedTuple):
+    """One committed version found by listing ``_versions/``."""
+
+    version: int
+    path: str
+    scheme: NamingScheme
+    size: int
+    last_modified: datetime
+
+
+# --- manifests -------------------------------------------------------------------------------
+def _check_version(version: int) -> int:
+    version = int(version)
+    if version < 0 or version > U64_MAX:
+        raise ValueError(f"version must be in [0, 2**64), got {version}")
+    return version
+
+
+def manifest_name(version: int, v2: bool) -> str:
+    """File name (no directory) of the manifest of ``version`` under the given scheme."""
+    version = _check_version(version)
+    if v2:
+        return f"{U64_MAX - version:020d}{MANIFEST_SUFFIX}"
+    return f"{version}{MANIFEST_SUFFIX}"
+
+
+def manifest_path(version: int, v2: bool) -> str:
+    """``_versions/<name>``: the manifest path relative to the dataset root."""
+    return f"{VERSIONS_DIR}/{manifest_name(version, v2)}"
+
+
+def _basename(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def parse_manifest_name(name: str) -> tuple[int, NamingScheme] | None:
+    """``(version, scheme)`` for a committed manifest file name, else None.
+
+    Accepts a bare name or a path (only the last component is looked at). Detached manifests
+    (``d{v}.manifest``), temporary files (``.tmp*``), staged external-store copies
+    (``{v}.manifest-{uuid}``), the version hint and anything else return None.
+    """
+    name = _basename(name)
+    if not name.endswith(MANIFEST_SUFFIX):
+        return None
+    stem = name[: -len(MANIFEST_SUFFIX)]
+    if not stem or not stem.isascii() or not stem.isdigit():
+        return None
+    value = int(stem)
+    if len(name) == _V2_NAME_LEN:
+        if value > U64_MAX:
+            return None
+        return U64_MAX - value, NamingScheme.V2
+    if len(stem) > 1 and stem[0] == "0":  # V1 names never carry leading zeros
+        return None
+    if value > U64_MAX:
+        return None
+    return value, NamingScheme.V1
+
+
+def _scheme_of(entries: Iterable[ManifestLocation], where: str) -> NamingScheme | None:
+    schemes = {e.scheme for e in entries}
+    if len(schemes) > 1:
+        raise UnsupportedError(
+            f"{where}: mixed V1 and V2 manifest naming in one _versions directory; "
+            "migrate the dataset to a single naming scheme first"
+        )
+    return next(iter(schemes), None)
+
+
+def list_versions(store, base: str) -> list[ManifestLocation]:
+    """Every committed manifest under ``base/_versions``, sorted by version (ascending).
+
+    Both schemes are returned as found; use :func:`detect_scheme` to refuse mixtures.
+    """
+    out: list[ManifestLocation] = []
+    for info in store.list_dir(store.join(base, VERSIONS_DIR)):
+        parsed = parse_manifest_name(info.path)
+        if parsed is None:
+            continue
+        version, scheme = parsed
+        out.append(ManifestLocation(version, info.path, scheme, info.size, info.last_modified))
+    out.sort(key=lambda e: (e.version, e.scheme.value))
+    return out
+
+
+def detect_scheme(store, base: str) -> NamingScheme | None:
+    """The naming scheme used by the dataset at ``base`` (None if it has no manifests).
+
+    Raises :class:`~lance_ops.errors.UnsupportedError` ("mixed V1 and V2 manifest naming") if
+    both schemes are present.
+    """
+    return _scheme_of(list_versions(store, base), store.join(base, VERSIONS_DIR))
+
+
+def latest_version(store, base: str) -> ManifestLocation | None:
+    """The newest committed manifest, or None if there is none.
+
+    For V2 this is the lexically first name; listing once and taking the maximum is the same
+    thing and also catches a mixed directory (which is refused).
+    """
+    entries = list_versions(store, base)
+    _scheme_of(entries, store.join(base, VERSIONS_DIR))
+    return entries[-1] if entries else None
+
+
+def find_version(store, base: str, version: int) -> ManifestLocation | None:
+    """The manifest of ``version`` (None if that version does not exist)."""
+    version = _check_version(version)
+    for entry in list_versions(store, base):
+        if entry.version == version:
+            return entry
+    return None
+
+
+# --- version hint ----------------------------------------------------------------------------
+def version_hint_path(store, base: str) -> str:
+    return store.join(base, VERSIONS_DIR, VERSION_HINT_NAME)
+
+
+def write_version_hint(store, base: str, version: int) -> bool:
+    """Write ``_versions/latest_version_hint.json`` (``{"version":N}``) on local stores.
+
+    pylance 14 writes the hint only for local datasets; on object stores nothing is written and
+    False is returned. The hint is an optimisation only: readers must not trust it blindly.
+    """
+    if getattr(store, "scheme", "") != "file":
+        return False
+    payload = json.dumps({"version": _check_version(version)}, separators=(",", ":"))
+    store.put(version_hint_path(store, base), payload.encode())
+    return True
+
+
+def read_version_hint(store, base: str) -> int | None:
+    """The version recorded in the hint file, or None if absent or unreadable."""
+    path = version_hint_path(store, base)
+    try:
+        data = store.read(path)
+        value = json.loads(data)["version"]
+    except Exception:  # a missing or garbled hint is simply ignored
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= U64_MAX:
+        return value
+    return None
+
+
+# --- data, transaction and deletion files ----------------------------------------------------
+def new_data_file_name(uuid_bytes: bytes | None = None) -> str:
+    """A fresh data file name: 24 binary digits + 26 hex digits of a random UUID + ``.lance``.
+
+    The first three UUID bytes are written as a 24-bit binary number (spreading names over
+    object-store key prefixes), the remaining 13 bytes as lowercase hex.
+    """
+    raw = _uuid.uuid4().bytes if uuid_bytes is None else bytes(uuid_bytes)
+    if len(raw) != 16:
+        raise ValueError("uuid_bytes must be 16 bytes")
+    return f"{int.from_bytes(raw[:3], 'big'):024b}{raw[3:].hex()}.lance"
+
+
+_DATA_NAME_RE = re.compile(r"^[01]{24}[0-9a-f]{26}\.lance$")
+
+
+def is_generated_data_file_name(name: str) -> bool:
+    """Whether ``name`` has the shape of :func:`new_data_file_name` output."""
+    return bool(_DATA_NAME_RE.match(_basename(name)))
+
+
+def new_transaction_uuid() -> str:
+    """A hyphenated random UUID as used in Transaction.uuid and transaction file names."""
+    return str(_uuid.uuid4())
+
+
+def transaction_file_name(read_version: int, uuid: str) -> str:
+    """``{read_version}-{uuid}.txn`` (relative to ``_transactions/``)."""
+    return f"{_check_version(read_version)}-{uuid}.txn"
+
+
+_TXN_NAME_RE = re.compile(r"^(\d+)-(.+)\.txn$")
+
+
+def parse_transaction_file_name(name: str) -> tuple[int, str] | None:
+    """``(read_version, uuid)`` of a transaction file name, else None."""
+    m = _TXN_NAME_RE.match(_basename(name))
+    if not m:
+        return None
+    return int(m.group(1)), m.group(2)
+
+
+DELETION_EXTENSIONS = {0: "arrow", 1: "bin"}  # DeletionFile.ARROW_ARRAY, DeletionFile.BITMAP
+
+
+def deletion_file_name(fragment_id: int, read_version: int, id: int, file_type: int | str) -> str:
+    """``{fragment_id}-{read_version}-{id}.{arrow|bin}``.
+
+    ``file_type`` is a ``DeletionFile.DeletionFileType`` value (0 arrow, 1 bitmap) or the
+    extension itself.
+    """
+    if isinstance(file_type, str):
+        ext = file_type.lstrip(".")
+        if ext not in ("arrow", "bin"):
+            raise ValueError(f"unknown deletion file extension {file_type!r}")
+    else:
+        try:
+            ext = DELETION_EXTENSIONS[int(file_type)]
+        except KeyError:
+            raise ValueError(f"unknown deletion file type {file_type!r}") from None
+    return f"{int(fragment_id)}-{int(read_version)}-{int(id)}.{ext}"
+
+
+def deletion_file_path(fragment_id: int, deletion_file) -> str:
+    """``_deletions/<name>`` for a ``DeletionFile`` proto of fragment ``fragment_id``."""
+    name = deletion_file_name(
+        fragment_id, deletion_file.read_version, deletion_file.id, deletion_file.file_type
+    )
+    return f"{DELETIONS_DIR}/{name}"
+
+
+_DEL_NAME_RE = re.compile(r"^(\d+)-(\d+)-(\d+)\.(arrow|bin)$")
+
+
+def parse_deletion_file_name(name: str) -> tuple[int, int, int, int] | None:
+    """``(fragment_id, read_version, id, file_type)`` of a deletion file name, else None."""
+    m = _DEL_NAME_RE.match(_basename(name))
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3)), 0 if m.group(4) == "arrow" else 1
