@@ -1,0 +1,365 @@
+"""``LanceDataset``: one version of a Lance dataset, with scans, takes, deletes, tags and history.
+
+The API mirrors pylance's ``lance.LanceDataset`` so users can switch. A dataset object is a
+snapshot: writes return a new object for the new version (``delete`` updates this one in place,
+as pylance does).
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from functools import cached_property
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from lance_ops._proto import table_pb2, transaction_pb2
+from lance_ops.errors import DatasetNotFoundError, LanceOpsError, RetryableCommitConflictError
+from lance_ops.io import open_store
+from lance_ops.schema import from_lance_fields
+from lance_ops.table import deletion, feature_flags, naming, tags as tags_mod
+from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
+from lance_ops.table.filters import compile_filter
+from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.manifest import ManifestFile, read_manifest
+
+ROW_ID = "_rowid"
+ROW_ADDR = "_rowaddr"
+
+
+def open_manifest(store, base: str, version: int | str | None, uri: str) -> ManifestFile:
+    """The ManifestFile of ``version`` (int, tag name, or None for the latest)."""
+    if isinstance(version, str):
+        version = tags_mod.resolve_tag_version(store, base, version)
+    if version is None:
+        loc = naming.latest_version(store, base)
+        if loc is None:
+            raise DatasetNotFoundError(f"Dataset at path {uri} was not found: no versions under _versions/")
+    else:
+        loc = naming.find_version(store, base, int(version))
+        if loc is None:
+            raise DatasetNotFoundError(f"{uri}: version {version} does not exist")
+    mf = read_manifest(store, loc.path)
+    feature_flags.check_reader_flags(mf.manifest.reader_feature_flags, store.uri(loc.path))
+    return mf
+
+
+class Tags:
+    """``ds.tags``: create, delete, update and list tags (``_refs/tags/*.json``)."""
+
+    def __init__(self, dataset: "LanceDataset"):
+        self._ds = dataset
+
+    def create(self, tag: str, version: int) -> None:
+        tags_mod.create_tag(self._ds._store, self._ds._base, tag, version)
+
+    def delete(self, tag: str) -> None:
+        tags_mod.delete_tag(self._ds._store, self._ds._base, tag)
+
+    def update(self, tag: str, version: int) -> None:
+        tags_mod.update_tag(self._ds._store, self._ds._base, tag, version)
+
+    def list(self) -> dict[str, dict]:
+        return tags_mod.list_tags(self._ds._store, self._ds._base)
+
+
+class LanceDataset:
+    """A Lance dataset at one version."""
+
+    def __init__(self, uri: str, version: int | str | None = None, storage_options: dict | None = None,
+                 *, _manifest_file: ManifestFile | None = None, _store=None):
+        self.uri = str(uri)
+        self.storage_options = dict(storage_options or {})
+        if _store is None:
+            self._store, self._base = open_store(self.uri, self.storage_options)
+        else:
+            self._store, self._base = _store
+        self._manifest_file = _manifest_file or open_manifest(self._store, self._base, version, self.uri)
+
+    # --- metadata ----------------------------------------------------------------------------
+    @property
+    def manifest(self) -> table_pb2.Manifest:
+        return self._manifest_file.manifest
+
+    @property
+    def version(self) -> int:
+        return self.manifest.version
+
+    @property
+    def latest_version(self) -> int:
+        loc = naming.latest_version(self._store, self._base)
+        return loc.version if loc else self.version
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        return from_lance_fields(self.manifest.fields, dict(self.manifest.schema_metadata))
+
+    @cached_property
+    def _top_field_ids(self) -> dict[str, int]:
+        return {f.name: f.id for f in self.manifest.fields if f.parent_id < 0}
+
+    @cached_property
+    def _descendants(self) -> dict[int, set[int]]:
+        children: dict[int, list[int]] = {}
+        for f in self.manifest.fields:
+            children.setdefault(f.parent_id, []).append(f.id)
+
+        def collect(fid: int) -> set[int]:
+            out = {fid}
+            for c in children.get(fid, []):
+                out |= collect(c)
+            return out
+
+        return {fid: collect(fid) for fid in self._top_field_ids.values()}
+
+    @property
+    def data_storage_version(self) -> str:
+        return self.manifest.data_format.version or "2.0"
+
+    @property
+    def has_stable_row_ids(self) -> bool:
+        return bool(self.manifest.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS)
+
+    @property
+    def tags(self) -> Tags:
+        return Tags(self)
+
+    @property
+    def transaction(self) -> transaction_pb2.Transaction | None:
+        from lance_ops.table.transaction_file import load_transaction
+
+        return load_transaction(self._store, self._base, self._manifest_file)
+
+    def versions(self) -> list[dict]:
+        """Every version with its timestamp and summary metadata (as pylance)."""
+        out = []
+        for loc in naming.list_versions(self._store, self._base):
+            m = read_manifest(self._store, loc.path).manifest
+            out.append({
+                "version": m.version,
+                "timestamp": datetime.fromtimestamp(m.timestamp.ToNanoseconds() / 1e9, tz=timezone.utc).replace(tzinfo=None),
+                "metadata": summary(m),
+            })
+        return out
+
+    def checkout_version(self, version: int | str) -> "LanceDataset":
+        return LanceDataset(self.uri, version, self.storage_options, _store=(self._store, self._base))
+
+    def _reopen_latest(self) -> "LanceDataset":
+        return LanceDataset(self.uri, None, self.storage_options, _store=(self._store, self._base))
+
+    def get_fragments(self) -> list[LanceFragment]:
+        return [LanceFragment(self, f) for f in self.manifest.fragments]
+
+    def get_fragment(self, fragment_id: int) -> LanceFragment | None:
+        for f in self.manifest.fragments:
+            if f.id == fragment_id:
+                return LanceFragment(self, f)
+        return None
+
+    def __repr__(self) -> str:
+        return f"LanceDataset(uri={self.uri!r}, version={self.version}, fragments={len(self.manifest.fragments)})"
+
+    # --- scanning ------------------------------------------------------------------------------
+    def _resolve_columns(self, columns: Sequence[str] | None) -> list[str]:
+        if columns is None:
+            return [f.name for f in self.schema]
+        if isinstance(columns, str):
+            columns = [columns]
+        unknown = [c for c in columns if c not in self._top_field_ids and c not in (ROW_ID, ROW_ADDR)]
+        if unknown:
+            raise LanceOpsError(
+                f"{self.uri}: unknown column(s) {unknown}; the dataset has {list(self._top_field_ids)}"
+            )
+        return list(columns)
+
+    def _scan_fragment(self, frag: LanceFragment, out_columns: list[str], filt, with_row_id: bool,
+                       with_row_address: bool, offsets: np.ndarray | None = None) -> pa.Table:
+        data_cols = [c for c in out_columns if c in self._top_field_ids]
+        if filt is not None:
+            data_cols += [c for c in filt.columns if c in self._top_field_ids and c not in data_cols]
+        fields = [self.schema.field(c) for c in data_cols]
+        table = frag.read(fields, [self._top_field_ids[c] for c in data_cols], offsets)
+        if offsets is None:
+            mask = frag.live_mask()
+            phys = None
+        else:
+            mask, phys = None, offsets
+        need_id = with_row_id or ROW_ID in out_columns or (filt is not None and ROW_ID in filt.columns)
+        need_addr = with_row_address or ROW_ADDR in out_columns or (filt is not None and ROW_ADDR in filt.columns)
+        if need_id:
+            table = table.append_column(pa.field(ROW_ID, pa.uint64()), pa.array(frag.row_ids(phys), pa.uint64()))
+        if need_addr:
+            table = table.append_column(pa.field(ROW_ADDR, pa.uint64()), pa.array(frag.row_addresses(phys), pa.uint64()))
+        if mask is not None:
+            table = table.filter(pa.array(mask))
+        if filt is not None:
+            table = table.filter(filt.expression)
+        wanted = [c for c in out_columns if c not in (ROW_ID, ROW_ADDR)]
+        if with_row_id or ROW_ID in out_columns:
+            wanted.append(ROW_ID)
+        if with_row_address or ROW_ADDR in out_columns:
+            wanted.append(ROW_ADDR)
+        return table.select(wanted)
+
+    def _output_schema(self, out_columns, with_row_id, with_row_address) -> pa.Schema:
+        fields = [self.schema.field(c) for c in out_columns if c in self._top_field_ids]
+        if with_row_id or ROW_ID in out_columns:
+            fields.append(pa.field(ROW_ID, pa.uint64()))
+        if with_row_address or ROW_ADDR in out_columns:
+            fields.append(pa.field(ROW_ADDR, pa.uint64()))
+        return pa.schema(fields, metadata=self.schema.metadata)
+
+    def _fragment_tables(self, columns, filter, with_row_id, with_row_address, fragment_ids=None) -> Iterator[pa.Table]:
+        out_columns = self._resolve_columns(columns)
+        filt = compile_filter(filter, self.schema)
+        if filt is not None and filt.constant is False:
+            return
+        if filt is not None and filt.constant is True:
+            filt = None
+        for frag in self.get_fragments():
+            if fragment_ids is not None and frag.fragment_id not in fragment_ids:
+                continue
+            yield self._scan_fragment(frag, out_columns, filt, with_row_id, with_row_address)
+
+    def to_batches(self, columns: Sequence[str] | None = None, filter=None, *, with_row_id: bool = False,
+                   with_row_address: bool = False, batch_size: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Stream the matching rows fragment by fragment (memory bounded by one fragment's columns)."""
+        for table in self._fragment_tables(columns, filter, with_row_id, with_row_address):
+            yield from table.to_batches(max_chunksize=batch_size)
+
+    def to_table(self, columns: Sequence[str] | None = None, filter=None, limit: int | None = None,
+                 offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False) -> pa.Table:
+        out_columns = self._resolve_columns(columns)
+        schema = self._output_schema(out_columns, with_row_id, with_row_address)
+        tables = [t.replace_schema_metadata(schema.metadata) for t in
+                  self._fragment_tables(out_columns, filter, with_row_id, with_row_address)]
+        result = pa.concat_tables(tables) if tables else schema.empty_table()
+        if offset or limit is not None:
+            result = result.slice(offset or 0, limit)
+        return result.combine_chunks() if result.num_rows else result
+
+    def count_rows(self, filter=None, *, fragment_ids: Sequence[int] | None = None) -> int:
+        filt = compile_filter(filter, self.schema)
+        frags = [f for f in self.get_fragments() if fragment_ids is None or f.fragment_id in fragment_ids]
+        if filt is None or filt.constant is True:
+            return sum(f.count_rows() for f in frags)
+        if filt.constant is False:
+            return 0
+        cols = [c for c in filt.columns if c in self._top_field_ids][:1]
+        return sum(t.num_rows for t in self._fragment_tables(cols, filter, False, False, {f.fragment_id for f in frags}))
+
+    # --- takes -----------------------------------------------------------------------------------
+    def take(self, indices, columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows at positions ``indices`` among the live rows, in the order given (duplicates allowed)."""
+        idx = np.asarray(indices.to_numpy() if isinstance(indices, pa.Array) else indices, dtype=np.int64)
+        frags = self.get_fragments()
+        live = np.array([f.count_rows() for f in frags], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(live)])
+        total = int(starts[-1])
+        if idx.size and (idx.min() < 0 or idx.max() >= total):
+            bad = int(idx[(idx < 0) | (idx >= total)][0])
+            raise IndexError(f"{self.uri}: index {bad} out of range for {total} rows")
+        which = np.searchsorted(starts, idx, side="right") - 1
+        return self._take_physical(frags, which, lambda f, pos: f.live_offsets()[pos] if f.num_deletions else pos.astype(np.uint64),
+                                   idx - starts[which], columns)
+
+    def _take_physical(self, frags, which, to_offsets, positions, columns) -> pa.Table:
+        out_columns = self._resolve_columns(columns)
+        schema = self._output_schema(out_columns, False, False)
+        if positions.size == 0:
+            return schema.empty_table()
+        order = np.argsort(which, kind="stable")
+        pieces, placed = [], []
+        for frag_pos in np.unique(which):
+            sel = order[which[order] == frag_pos]
+            frag = frags[int(frag_pos)]
+            offs = np.asarray(to_offsets(frag, positions[sel]), dtype=np.uint64)
+            pieces.append(self._scan_fragment(frag, out_columns, None, False, False, offs).replace_schema_metadata(schema.metadata))
+            placed.append(sel)
+        table = pa.concat_tables(pieces)
+        inverse = np.empty(positions.size, dtype=np.int64)
+        inverse[np.concatenate(placed)] = np.arange(positions.size)
+        return table.take(pa.array(inverse)).combine_chunks()
+
+    def take_by_row_id(self, row_ids, columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows by ``_rowid`` (stable ids if enabled, else row addresses), in the order given."""
+        ids = np.asarray(row_ids.to_numpy() if isinstance(row_ids, pa.Array) else row_ids, dtype=np.uint64)
+        frags = self.get_fragments()
+        from lance_ops.table.rowid_lookup import locate_row_ids
+
+        which, offsets = locate_row_ids(self, frags, ids)
+        return self._take_physical(frags, which, lambda f, pos: pos, offsets, columns)
+
+    # --- writes ------------------------------------------------------------------------------------
+    def _commit(self, txn: transaction_pb2.Transaction, ctx: CommitContext | None = None,
+                options: CommitOptions | None = None) -> ManifestFile:
+        txn.read_version = self.version
+        return commit_transaction(self._store, self._base, txn, ctx or CommitContext(self._manifest_file),
+                                  options or CommitOptions(data_storage_version=self.data_storage_version))
+
+    def _adopt(self, mf: ManifestFile) -> None:
+        self._manifest_file = mf
+        for attr in ("schema", "_top_field_ids", "_descendants"):
+            self.__dict__.pop(attr, None)
+
+    def delete(self, predicate, *, conflict_retries: int = 10, transaction_properties: dict | None = None) -> dict:
+        """Delete the rows matching ``predicate``; returns ``{"num_deleted_rows": n}``."""
+        from lance_ops.table.delete import plan_delete
+
+        ds = self
+        for attempt in range(conflict_retries + 1):
+            txn, ctx, count = plan_delete(ds, predicate)
+            if transaction_properties:
+                txn.transaction_properties.update(transaction_properties)
+            try:
+                mf = ds._commit(txn, ctx)
+            except RetryableCommitConflictError:
+                if attempt == conflict_retries:
+                    raise
+                ds = ds._reopen_latest()
+                continue
+            self._adopt(mf)
+            return {"num_deleted_rows": count}
+        raise AssertionError("unreachable")
+
+    def restore(self) -> "LanceDataset":
+        """Make this (older) version the latest, as a new version."""
+        txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid())
+        txn.restore.version = self.version
+        latest = self._reopen_latest()
+        mf = latest._commit(txn)
+        self._adopt(mf)
+        return self
+
+    # --- maintenance (implemented in lance_ops.maintenance) -------------------------------------
+    @property
+    def optimize(self):
+        from lance_ops.maintenance.compaction import DatasetOptimizer
+
+        return DatasetOptimizer(self)
+
+    def cleanup_old_versions(self, older_than=None, retain_versions=None, *, delete_unverified: bool = False,
+                             error_if_tagged_old_versions: bool = True, dry_run: bool = False):
+        from lance_ops.maintenance.cleanup import cleanup_old_versions
+
+        return cleanup_old_versions(self, older_than, retain_versions, delete_unverified=delete_unverified,
+                                    error_if_tagged_old_versions=error_if_tagged_old_versions, dry_run=dry_run)
+
+
+def summary(m: table_pb2.Manifest) -> dict[str, str]:
+    """The per-version summary pylance reports in ``versions()[i]["metadata"]``."""
+    files = sum(len(f.files) for f in m.fragments)
+    del_files = sum(1 for f in m.fragments if f.HasField("deletion_file"))
+    phys = sum(f.physical_rows for f in m.fragments)
+    deleted = sum(f.deletion_file.num_deleted_rows for f in m.fragments if f.HasField("deletion_file"))
+    size = sum(df.file_size_bytes for f in m.fragments for df in f.files)
+    return {
+        "total_data_file_rows": str(phys),
+        "total_data_files": str(files),
+        "total_deletion_file_rows": str(deleted),
+        "total_deletion_files": str(del_files),
+        "total_files_size": str(size),
+        "total_fragments": str(len(m.fragments)),
+        "total_rows": str(phys - deleted),
+    }

@@ -1,0 +1,145 @@
+"""Reading one fragment: its data files, deletion vector and row ids.
+
+A fragment's columns may be spread over several data files (after ``add_columns``/``merge``): each
+``DataFile`` lists the field ids it stores. Columns no file stores read as nulls. Deleted rows keep
+their physical slot (row addresses are physical), so readers work on physical offsets and drop
+deleted ones at the end.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from lance_ops._proto import table_pb2
+from lance_ops.file.reader import LanceFileReader
+from lance_ops.table import addresses, deletion, naming, rowids
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lance_ops.table.dataset import LanceDataset
+
+
+class LanceFragment:
+    """One fragment of a dataset version (mirrors ``lance.LanceFragment`` where it matters)."""
+
+    def __init__(self, dataset: "LanceDataset", proto: table_pb2.DataFragment):
+        self._dataset = dataset
+        self.metadata = proto
+        self._readers: dict[int, LanceFileReader] = {}
+
+    # --- identity and counts ---------------------------------------------------------------
+    @property
+    def fragment_id(self) -> int:
+        return self.metadata.id
+
+    @property
+    def physical_rows(self) -> int:
+        return self.metadata.physical_rows
+
+    @property
+    def num_deletions(self) -> int:
+        return self.metadata.deletion_file.num_deleted_rows if self.metadata.HasField("deletion_file") else 0
+
+    def count_rows(self, filter=None) -> int:
+        if filter is None:
+            return self.physical_rows - self.num_deletions
+        return self._dataset.count_rows(filter, fragment_ids=[self.fragment_id])
+
+    def data_files(self) -> list[table_pb2.DataFile]:
+        return list(self.metadata.files)
+
+    def __repr__(self) -> str:
+        return f"LanceFragment(id={self.fragment_id}, physical_rows={self.physical_rows}, deleted={self.num_deletions})"
+
+    # --- deletions and row ids -------------------------------------------------------------
+    @cached_property
+    def deleted_offsets(self) -> np.ndarray:
+        """Sorted uint32 physical offsets of deleted rows."""
+        df = self.metadata.deletion_file if self.metadata.HasField("deletion_file") else None
+        return deletion.read_deletion_offsets(self._dataset._store, self._dataset._base, self.fragment_id, df)
+
+    def live_mask(self) -> np.ndarray | None:
+        """Boolean mask over physical rows (None when nothing is deleted)."""
+        if not self.num_deletions:
+            return None
+        mask = np.ones(self.physical_rows, dtype=bool)
+        mask[self.deleted_offsets] = False
+        return mask
+
+    def live_offsets(self) -> np.ndarray:
+        mask = self.live_mask()
+        if mask is None:
+            return np.arange(self.physical_rows, dtype=np.uint64)
+        return np.flatnonzero(mask).astype(np.uint64)
+
+    def row_addresses(self, offsets: np.ndarray | None = None) -> np.ndarray:
+        offs = np.arange(self.physical_rows, dtype=np.uint64) if offsets is None else offsets.astype(np.uint64)
+        return addresses.row_addresses(np.full(offs.size, self.fragment_id, dtype=np.uint64), offs)
+
+    @cached_property
+    def stable_row_ids(self) -> np.ndarray | None:
+        """Per physical row stable ids, None when the dataset has none."""
+        return rowids.read_fragment_row_ids(self._dataset._store, self._dataset._base, self.metadata)
+
+    def row_ids(self, offsets: np.ndarray | None = None) -> np.ndarray:
+        """``_rowid`` values: stable ids when enabled, else row addresses."""
+        ids = self.stable_row_ids
+        if ids is None:
+            return self.row_addresses(offsets)
+        return ids if offsets is None else ids[offsets.astype(np.int64)]
+
+    # --- data ------------------------------------------------------------------------------
+    def _reader(self, file_index: int) -> LanceFileReader:
+        reader = self._readers.get(file_index)
+        if reader is None:
+            df = self.metadata.files[file_index]
+            ds = self._dataset
+            path = ds._store.join(ds._base, naming.DATA_DIR, df.path)
+            reader = LanceFileReader(path, store=ds._store)
+            self._readers[file_index] = reader
+        return reader
+
+    def _locate(self, field_ids: Sequence[int]) -> dict[int, tuple[int, str]]:
+        """top-level field id -> (data file index, column name inside that file)."""
+        wanted = set(field_ids)
+        descendants = self._dataset._descendants
+        found: dict[int, tuple[int, str]] = {}
+        for i, df in enumerate(self.metadata.files):
+            stored = set(df.fields)
+            hits = [fid for fid in wanted if fid not in found and descendants.get(fid, {fid}) & stored]
+            if not hits:
+                continue
+            name_of = {f.id: f.name for f in self._reader(i).lance_fields if f.parent_id < 0}
+            for fid in hits:
+                if fid in name_of:
+                    found[fid] = (i, name_of[fid])
+        return found
+
+    def read(self, fields: Sequence[pa.Field], field_ids: Sequence[int], offsets: np.ndarray | None = None) -> pa.Table:
+        """Physical rows (all, or ``offsets`` in that order) of the given top-level fields."""
+        n = self.physical_rows if offsets is None else len(offsets)
+        located = self._locate(field_ids)
+        by_file: dict[int, list[tuple[int, str]]] = {}
+        for fid, (file_index, name) in located.items():
+            by_file.setdefault(file_index, []).append((fid, name))
+        columns: dict[int, pa.ChunkedArray] = {}
+        for file_index, entries in by_file.items():
+            reader = self._reader(file_index)
+            names = [name for _, name in entries]
+            if offsets is None:
+                table = reader.read_all(columns=names)
+            else:
+                table = reader.take_rows(offsets, columns=names)
+            for fid, name in entries:
+                columns[fid] = table.column(name)
+        arrays = []
+        for field, fid in zip(fields, field_ids):
+            col = columns.get(fid)
+            if col is None:
+                col = pa.chunked_array([pa.nulls(n, field.type)], field.type)
+            elif col.type != field.type:
+                col = col.cast(field.type)
+            arrays.append(col)
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))

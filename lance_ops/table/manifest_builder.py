@@ -1,0 +1,216 @@
+"""Apply a transaction to the previous manifest, giving the manifest of the next version.
+
+This is pure bookkeeping (no I/O, except that a Restore is handed the manifest it restores): it
+assigns fragment ids from the ``max_fragment_id`` high-water mark, hands out stable row ids from
+``next_row_id``, records version sequences, and recomputes feature flags, as upstream does when
+it builds a manifest. It is run again on every commit retry, on top of the newest manifest.
+"""
+from __future__ import annotations
+
+import time
+
+from lance_ops import __version__
+from lance_ops._proto import table_pb2, transaction_pb2
+from lance_ops.errors import RetryableCommitConflictError, UnsupportedError
+from lance_ops.table import feature_flags, rowids
+
+WRITER_LIBRARY = "lance-ops"
+
+
+def _next_fragment_id(manifest: table_pb2.Manifest | None) -> int:
+    if manifest is None:
+        return 0
+    high = manifest.max_fragment_id if manifest.HasField("max_fragment_id") else -1
+    ids = [f.id for f in manifest.fragments]
+    return max([high, *ids]) + 1 if (ids or high >= 0) else 0
+
+
+def _assign_row_ids(fragment: table_pb2.DataFragment, next_row_id: int, version: int) -> int:
+    """Give a new fragment ids ``next_row_id..`` and version sequences; returns the new counter."""
+    n = fragment.physical_rows
+    if fragment.WhichOneof("row_id_sequence") is None:
+        fragment.inline_row_ids = rowids.RowIdSequence.from_range(next_row_id, next_row_id + n).to_bytes()
+        next_row_id += n
+    if fragment.WhichOneof("created_at_version_sequence") is None:
+        fragment.inline_created_at_versions = rowids.uniform_version_sequence(n, version)
+    if fragment.WhichOneof("last_updated_at_version_sequence") is None:
+        fragment.inline_last_updated_at_versions = rowids.uniform_version_sequence(n, version)
+    return next_row_id
+
+
+def _add_new_fragments(
+    out: table_pb2.Manifest, fragments, start_id: int, stable: bool, version: int
+) -> int:
+    """Append copies of ``fragments`` with ids from ``start_id``; returns the next free id."""
+    next_id = start_id
+    for frag in fragments:
+        new = out.fragments.add()
+        new.CopyFrom(frag)
+        new.id = next_id
+        next_id += 1
+        if stable:
+            out.next_row_id = _assign_row_ids(new, out.next_row_id, version)
+    return next_id
+
+
+def _replace_groups(out: table_pb2.Manifest, groups, next_id: int, stable: bool, version: int) -> int:
+    """Rewrite: each group's old fragments are replaced, in place, by its new fragments."""
+    position_of = {f.id: i for i, f in enumerate(out.fragments)}
+    replacement: dict[int, list[table_pb2.DataFragment]] = {}
+    removed: set[int] = set()
+    for group in groups:
+        old_ids = [f.id for f in group.old_fragments]
+        missing = [i for i in old_ids if i not in position_of]
+        if missing:
+            raise RetryableCommitConflictError(
+                f"compaction rewrote fragments {missing} that no longer exist in the dataset"
+            )
+        first = min(old_ids, key=position_of.__getitem__)
+        news = []
+        for frag in group.new_fragments:
+            copy = table_pb2.DataFragment()
+            copy.CopyFrom(frag)
+            # Reserved ids are always > 0 (a dataset being compacted already has fragment 0),
+            # so id 0 means "unassigned".
+            if copy.id == 0:
+                copy.id = next_id
+                next_id += 1
+            news.append(copy)
+        replacement[first] = news
+        removed.update(old_ids)
+    kept = []
+    for frag in out.fragments:
+        if frag.id in replacement:
+            kept.extend(replacement[frag.id])
+        elif frag.id not in removed:
+            kept.append(frag)
+    del out.fragments[:]
+    out.fragments.extend(kept)
+    return next_id
+
+
+def _apply_update_map(target, update: transaction_pb2.Transaction.UpdateMap) -> None:
+    if update.replace:
+        target.clear()
+    for entry in update.update_entries:
+        if entry.HasField("value"):
+            target[entry.key] = entry.value
+        else:
+            target.pop(entry.key, None)
+
+
+def build_manifest(
+    previous: table_pb2.Manifest | None,
+    transaction: transaction_pb2.Transaction,
+    *,
+    version: int,
+    transaction_file: str,
+    data_storage_version: str = "2.0",
+    enable_stable_row_ids: bool = False,
+    restored: table_pb2.Manifest | None = None,
+) -> table_pb2.Manifest:
+    """The manifest for ``version`` after applying ``transaction`` on top of ``previous``.
+
+    ``previous`` is None for a new dataset. ``restored`` is the manifest a Restore brings back.
+    ``enable_stable_row_ids`` only matters when the dataset is created (it cannot be turned on later).
+    """
+    op = transaction.WhichOneof("operation")
+    out = table_pb2.Manifest()
+    if op == "restore":
+        if restored is None:
+            raise ValueError("a Restore needs the manifest of the version it restores")
+        out.CopyFrom(restored)
+        if previous is not None:
+            out.max_fragment_id = max(_next_fragment_id(previous), _next_fragment_id(restored)) - 1
+            out.next_row_id = max(previous.next_row_id, restored.next_row_id)
+    elif previous is not None:
+        out.CopyFrom(previous)
+    stable = bool(
+        (previous is not None and previous.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS)
+        or (previous is None and enable_stable_row_ids)
+    )
+    next_id = _next_fragment_id(out if previous is not None else None)
+
+    if op == "append":
+        next_id = _add_new_fragments(out, transaction.append.fragments, next_id, stable, version)
+    elif op == "overwrite":
+        ow = transaction.overwrite
+        del out.fragments[:]
+        del out.fields[:]
+        out.fields.extend(ow.schema)
+        out.schema_metadata.clear()
+        out.schema_metadata.update(ow.schema_metadata)
+        for k, v in ow.config_upsert_values.items():
+            out.config[k] = v
+        # Overwrite starts fragment ids again from 0 (upstream behaviour).
+        next_id = _add_new_fragments(out, ow.fragments, 0, stable, version)
+    elif op == "delete":
+        d = transaction.delete
+        updated = {f.id: f for f in d.updated_fragments}
+        gone = set(d.deleted_fragment_ids)
+        kept = [updated.get(f.id, f) for f in out.fragments if f.id not in gone]
+        del out.fragments[:]
+        out.fragments.extend(kept)
+    elif op == "rewrite":
+        groups = list(transaction.rewrite.groups)
+        if not groups and transaction.rewrite.old_fragments:
+            legacy = transaction_pb2.Transaction.RewriteGroup()
+            legacy.old_fragments.extend(transaction.rewrite.old_fragments)
+            legacy.new_fragments.extend(transaction.rewrite.new_fragments)
+            groups = [legacy]
+        next_id = _replace_groups(out, groups, next_id, stable, version)
+    elif op == "reserve_fragments":
+        next_id += transaction.reserve_fragments.num_fragments
+    elif op == "merge":
+        m = transaction.merge
+        del out.fragments[:]
+        out.fragments.extend(m.fragments)
+        del out.fields[:]
+        out.fields.extend(m.schema)
+        out.schema_metadata.clear()
+        out.schema_metadata.update(m.schema_metadata)
+    elif op == "project":
+        del out.fields[:]
+        out.fields.extend(transaction.project.schema)
+    elif op == "update_config":
+        uc = transaction.update_config
+        for k, v in uc.upsert_values.items():
+            out.config[k] = v
+        for k in uc.delete_keys:
+            out.config.pop(k, None)
+        if uc.HasField("config_updates"):
+            _apply_update_map(out.config, uc.config_updates)
+        if uc.HasField("table_metadata_updates"):
+            _apply_update_map(out.table_metadata, uc.table_metadata_updates)
+        if uc.HasField("schema_metadata_updates"):
+            updates = transaction_pb2.Transaction.UpdateMap()
+            updates.CopyFrom(uc.schema_metadata_updates)
+            current = {k: v.decode(errors="replace") for k, v in out.schema_metadata.items()}
+            _apply_update_map(current, updates)
+            out.schema_metadata.clear()
+            out.schema_metadata.update({k: v.encode() for k, v in current.items()})
+    elif op == "restore":
+        pass
+    else:
+        raise UnsupportedError(f"lance-ops cannot commit a {op!r} transaction")
+
+    out.version = version
+    out.timestamp.FromNanoseconds(time.time_ns())
+    out.transaction_file = transaction_file
+    out.tag = ""
+    out.writer_version.Clear()
+    out.writer_version.library = WRITER_LIBRARY
+    out.writer_version.version = __version__
+    if not out.HasField("data_format") or not out.data_format.version:
+        out.data_format.file_format = "lance"
+        out.data_format.version = data_storage_version
+    if out.fragments or out.HasField("max_fragment_id") or next_id > 0:
+        high = max([next_id - 1, *(f.id for f in out.fragments)])
+        if high >= 0:
+            out.max_fragment_id = high
+    out.ClearField("index_section")
+    out.ClearField("transaction_section")
+    out.ClearField("transaction_section_v1")
+    out.version_aux_data = 0
+    feature_flags.apply_flags(out, stable_row_ids=stable)
+    return out
