@@ -58,6 +58,7 @@ class S3Store(ObjectStore):
     ) -> None:
         super().__init__()
         self.bucket = bucket
+        self.storage_options = dict(storage_options or {})
         self.ddb_table_name = ddb_table_name
         self.coalesce_gap = coalesce_gap
         self.part_size = part_size

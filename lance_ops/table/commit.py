@@ -26,7 +26,7 @@ from lance_ops.errors import (
     StorageError,
 )
 from lance_ops.table import conflicts, deletion, naming
-from lance_ops.table.manifest import ManifestFile, read_manifest, write_manifest
+from lance_ops.table.manifest import ManifestFile, encode_manifest, read_manifest, write_manifest
 from lance_ops.table.manifest_builder import build_manifest
 from lance_ops.table.transaction_file import load_transaction, write_transaction_file
 
@@ -151,6 +151,17 @@ def _published(store, path: str, txn_uuid: str) -> ManifestFile | None:
     return mf if mf.transaction is not None and mf.transaction.uuid == txn_uuid else None
 
 
+def _publish(store, base, version, path, manifest, txn, v2: bool) -> int:
+    """Write the manifest so that exactly one writer can own ``version``."""
+    if getattr(store, "ddb_table_name", None):
+        from lance_ops.table import external_store
+
+        data = encode_manifest(manifest, txn)
+        external_store.commit(store, base, version, data, v2)
+        return len(data)
+    return write_manifest(store, path, manifest, txn)
+
+
 def find_idempotent_commit(store, base, key: str, *, latest: int | None = None, lookback: int = 1000) -> ManifestFile | None:
     """The version whose transaction carries idempotency ``key``, searching the newest ``lookback`` versions."""
     if latest is None:
@@ -222,7 +233,7 @@ def commit_transaction(
         )
         path = store.join(base, naming.manifest_path(version, v2))
         try:
-            size = write_manifest(store, path, manifest, txn)
+            size = _publish(store, base, version, path, manifest, txn, v2)
         except AlreadyExistsError:
             mine = _published(store, path, txn.uuid)
             if mine is not None:  # a retried request of ours landed

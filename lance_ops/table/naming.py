@@ -20,10 +20,10 @@ import enum
 import json
 import re
 import uuid as _uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Iterable, NamedTuple
 
-from lance_ops.errors import UnsupportedError
+from lance_ops.errors import ObjectNotFoundError, UnsupportedError
 
 U64_MAX = (1 << 64) - 1
 #: versions with this bit set are "detached" (not part of the main history)
@@ -148,19 +148,39 @@ def latest_version(store, base: str) -> ManifestLocation | None:
     """The newest committed manifest, or None if there is none.
 
     For V2 this is the lexically first name; listing once and taking the maximum is the same
-    thing and also catches a mixed directory (which is refused).
+    thing and also catches a mixed directory (which is refused). With a DynamoDB external
+    manifest store (``s3+ddb://``) the table is consulted too, finishing half-done commits.
     """
     entries = list_versions(store, base)
-    _scheme_of(entries, store.join(base, VERSIONS_DIR))
-    return entries[-1] if entries else None
+    scheme = _scheme_of(entries, store.join(base, VERSIONS_DIR))
+    latest = entries[-1] if entries else None
+    if getattr(store, "ddb_table_name", None):
+        from lance_ops.table import external_store
+
+        return external_store.latest_location(store, base, latest, scheme != NamingScheme.V1)
+    return latest
 
 
 def find_version(store, base: str, version: int) -> ManifestLocation | None:
-    """The manifest of ``version`` (None if that version does not exist)."""
+    """The manifest of ``version`` (None if that version does not exist).
+
+    Probes the two possible names directly (one HEAD each) instead of listing ``_versions/``.
+    """
     version = _check_version(version)
-    for entry in list_versions(store, base):
-        if entry.version == version:
-            return entry
+    if getattr(store, "ddb_table_name", None):
+        from lance_ops.table import external_store
+
+        found = external_store.find_location(store, base, version, detect_scheme(store, base) != NamingScheme.V1)
+        if found is not None:
+            return found
+    for v2 in (True, False):
+        path = store.join(base, manifest_path(version, v2))
+        try:
+            size = store.size(path)
+        except ObjectNotFoundError:
+            continue
+        scheme = NamingScheme.V2 if v2 else NamingScheme.V1
+        return ManifestLocation(version, path, scheme, size, datetime.now(timezone.utc))
     return None
 
 
