@@ -120,7 +120,7 @@ def parse_logical_type(text: str, children: Sequence[pa.Field] = ()) -> pa.DataT
 
 
 def _encoding_for(dt: pa.DataType) -> int:
-    if pa.types.is_struct(dt):
+    if pa.types.is_struct(dt) or pa.types.is_null(dt):  # upstream leaves both without an encoding
         return file_pb2.NONE
     if pa.types.is_dictionary(dt):
         return file_pb2.DICTIONARY

@@ -54,3 +54,17 @@ def delete_worker(uri, storage_options, predicate, name, barrier, results, libra
 
         kind = "conflict" if isinstance(exc, CommitError) else "error"
         results.put((name, kind, None, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+def crash_before_publish(uri, storage_options, start, count):
+    """Write data files and the transaction file, then die before the manifest is published."""
+    import os
+
+    import lance_ops
+    from lance_ops.table import commit
+
+    def die(*args, **kwargs):
+        os._exit(17)
+
+    commit._publish = die
+    lance_ops.write_dataset(rows(start, count, "crasher"), uri, mode="append", storage_options=storage_options)

@@ -1,0 +1,303 @@
+"""Field encoders of the Lance 2.0 writer: which columns a field gets and when pages are cut.
+
+A schema field maps to columns in pre-order, as upstream 2.0 does:
+
+* single-column ("leaf") fields: fixed-width types, booleans, null, binary/utf8 (and large),
+  fixed_size_list of fixed-width items, Arrow dictionaries of those;
+* struct: a header column (one ``SimpleStruct`` page without buffers, written at the end)
+  followed by the columns of its children;
+* list / large_list: an offsets column followed by the columns of the item field.
+
+Every column accumulates incoming arrays (zero-copy references, compacted only when a small view
+would pin a much larger parent) until their size exceeds the column's cache budget, then encodes and emits a page; a single oversized array is split into
+``ceil(size / max_page_bytes)`` equal-row pages. An offsets page of a list always ends together
+with a page of every column below it (a page of items never spans two offsets pages).
+
+Sizes are measured on the *logical slice* (``pa.Array.nbytes``), not on the shared buffers
+behind it, so slices of one big table still make pages of about the cache size.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+
+from lance_ops._proto import encodings_v2_0_pb2 as pb
+from lance_ops.encoding import encode_v2_0 as enc
+from lance_ops.encoding.buffers import Chunk
+from lance_ops.errors import SchemaMismatchError, UnsupportedTypeError
+
+PACKED_LEGACY_META_KEY = b"packed"
+PACKED_META_KEY = b"lance-encoding:packed"
+BLOB_META_KEY = b"lance-encoding:blob"
+
+
+@dataclass
+class EncodedPage:
+    """One page ready to be written: its column, row count, buffers and encoding."""
+
+    column_index: int
+    num_rows: int
+    buffers: list[list[Chunk]]
+    encoding: pb.ArrayEncoding
+
+
+class _Queue:
+    """Arrays waiting to become a page; ``insert`` returns them all once the budget is exceeded."""
+
+    __slots__ = ("cache_bytes", "arrays", "size")
+
+    def __init__(self, cache_bytes: int) -> None:
+        self.cache_bytes = cache_bytes
+        self.arrays: list = []
+        self.size = 0
+
+    def insert(self, item, size: int) -> list | None:
+        self.arrays.append(item)
+        self.size += size
+        if self.size > self.cache_bytes:
+            return self.take()
+        return None
+
+    def take(self) -> list | None:
+        if not self.arrays:
+            return None
+        out, self.arrays, self.size = self.arrays, [], 0
+        return out
+
+
+# An array kept in a queue is copied when the memory it keeps alive exceeds its own size by this much.
+_PIN_SLACK = 1 << 20
+
+
+def _pinned_bytes(array: pa.Array) -> int:
+    """Memory kept alive by ``array``'s buffers (whole parent allocations, each counted once)."""
+    seen: dict[int, int] = {}
+    for buf in array.buffers():
+        if buf is None:
+            continue
+        owner = buf.parent if buf.parent is not None else buf
+        seen[owner.address] = max(seen.get(owner.address, 0), owner.size)
+    return sum(seen.values())
+
+
+def compact(array: pa.Array, size: int) -> pa.Array:
+    """``array`` itself, or a compact copy if it is a small view of much larger buffers.
+
+    Upstream deep-copies every queued array for the same reason: a slice of a big table, or one
+    column of a batch read from IPC (all columns share one body buffer), would otherwise keep
+    the whole parent in memory until the page is flushed.
+    """
+    if _pinned_bytes(array) > 2 * size + _PIN_SLACK:
+        return pa.concat_arrays([array])
+    return array
+
+
+class FieldEncoder:
+    """Base class: ``maybe_encode`` per batch, ``flush`` at the end, ``finish`` for final pages."""
+
+    def maybe_encode(self, array: pa.Array) -> list[EncodedPage]:
+        raise NotImplementedError
+
+    def flush(self) -> list[EncodedPage]:
+        raise NotImplementedError
+
+    def finish(self) -> list[EncodedPage]:
+        return []
+
+    def columns(self) -> Iterator[int]:
+        raise NotImplementedError
+
+
+class LeafEncoder(FieldEncoder):
+    """A field stored in exactly one column (Lance's "primitive" field encoder)."""
+
+    def __init__(self, field: pa.Field, column_index: int, cache_bytes: int, max_page_bytes: int) -> None:
+        self.field = field
+        self.column_index = column_index
+        self.max_page_bytes = max_page_bytes
+        self.compression = enc.compression_from_metadata(field.metadata)
+        self.queue = _Queue(cache_bytes)
+
+    def columns(self) -> Iterator[int]:
+        yield self.column_index
+
+    def maybe_encode(self, array: pa.Array) -> list[EncodedPage]:
+        size = array.nbytes
+        ready = self.queue.insert(array, size)
+        if ready:
+            return self._encode(ready)
+        self.queue.arrays[-1] = compact(array, size)  # kept for a while: do not pin a big parent
+        return []
+
+    def flush(self) -> list[EncodedPage]:
+        ready = self.queue.take()
+        return self._encode(ready) if ready else []
+
+    def _encode(self, arrays: list[pa.Array]) -> list[EncodedPage]:
+        if len(arrays) == 1:
+            array = arrays[0]
+            parts = min(math.ceil(array.nbytes / self.max_page_bytes), len(array))
+            if parts > 1:
+                rows = math.ceil(len(array) / parts)
+                return [self._page(array.slice(start, rows)) for start in range(0, len(array), rows)]
+            return [self._page(array)]
+        return [self._page(enc.concat_page_arrays(arrays))]
+
+    def _page(self, array: pa.Array) -> EncodedPage:
+        out = enc.encode_leaf_page(array, self.compression)
+        return EncodedPage(self.column_index, out.num_rows, out.buffers, out.encoding)
+
+
+class StructEncoder(FieldEncoder):
+    """Header column (a single SimpleStruct page written by ``finish``) plus the children's columns."""
+
+    def __init__(self, column_index: int, children: list[FieldEncoder]) -> None:
+        self.column_index = column_index
+        self.children = children
+        self.num_rows = 0
+
+    def columns(self) -> Iterator[int]:
+        yield self.column_index
+        for child in self.children:
+            yield from child.columns()
+
+    def maybe_encode(self, array: pa.StructArray) -> list[EncodedPage]:
+        self.num_rows += len(array)
+        pages: list[EncodedPage] = []
+        for i, child in enumerate(self.children):
+            pages.extend(child.maybe_encode(array.field(i)))  # field() applies the struct's offset
+        return pages
+
+    def flush(self) -> list[EncodedPage]:
+        pages: list[EncodedPage] = []
+        for child in self.children:
+            pages.extend(child.flush())
+        return pages
+
+    def finish(self) -> list[EncodedPage]:
+        pages = [EncodedPage(self.column_index, self.num_rows, [], enc.simple_struct())]
+        for child in self.children:
+            pages.extend(child.finish())
+        return pages
+
+
+class ListEncoder(FieldEncoder):
+    """Offsets column plus the item field's columns."""
+
+    def __init__(self, column_index: int, items: FieldEncoder, cache_bytes: int) -> None:
+        self.column_index = column_index
+        self.items = items
+        self.queue = _Queue(cache_bytes)
+
+    def columns(self) -> Iterator[int]:
+        yield self.column_index
+        yield from self.items.columns()
+
+    @staticmethod
+    def _offsets_sizes(array: pa.Array) -> tuple[int, int]:
+        width = 8 if pa.types.is_large_list(array.type) else 4
+        validity = (len(array) + 7) // 8 if array.buffers()[0] is not None else 0
+        return (len(array) + 1) * width, validity
+
+    def maybe_encode(self, array: pa.Array) -> list[EncodedPage]:
+        offsets = array.offsets  # the slice's len+1 offsets (not rebased)
+        start, end = offsets[0].as_py(), offsets[-1].as_py()
+        item_array = array.values.slice(start, end - start)
+        # The offsets and the validity both count towards the budget, as upstream does.
+        offsets_size, validity_size = self._offsets_sizes(array)
+        ready = self.queue.insert(enc.list_offsets_piece(array), offsets_size + validity_size)
+        pages = self._encode(ready) if ready else []
+        item_pages = self.items.maybe_encode(item_array)
+        if ready:
+            # an items page must never span two offsets pages: close every column below
+            item_pages.extend(self.items.flush())
+        return pages + item_pages
+
+    def flush(self) -> list[EncodedPage]:
+        ready = self.queue.take()
+        pages = self._encode(ready) if ready else []
+        return pages + self.items.flush()
+
+    def finish(self) -> list[EncodedPage]:
+        return self.items.finish()
+
+    def _encode(self, arrays: list[pa.Array]) -> list[EncodedPage]:
+        page = enc.PageBuilder()
+        encoding, rows = enc.encode_list_offsets(arrays, page)
+        return [EncodedPage(self.column_index, rows, page.buffers, encoding)]
+
+
+def _packed(field: pa.Field) -> bool:
+    md = field.metadata or {}
+    if PACKED_LEGACY_META_KEY in md:
+        return md[PACKED_LEGACY_META_KEY].lower() == b"true"
+    return PACKED_META_KEY in md
+
+
+def check_writable(field: pa.Field, path: str = "") -> None:
+    """Raise UnsupportedTypeError if the 2.0 writer cannot store ``field`` (checked before writing)."""
+    name = f"{path}.{field.name}" if path else field.name
+    dt = field.type
+    md = field.metadata or {}
+    if BLOB_META_KEY in md:
+        raise UnsupportedTypeError(f"field {name!r}: blob columns (lance-encoding:blob) are not supported")
+    if pa.types.is_struct(dt):
+        if _packed(field):
+            raise UnsupportedTypeError(f"field {name!r}: packed struct encoding is not supported by this writer")
+        for i in range(dt.num_fields):
+            check_writable(dt.field(i), name)
+        return
+    if pa.types.is_list(dt) or pa.types.is_large_list(dt):
+        check_writable(dt.value_field, name)
+        return
+    if not enc.leaf_page_encoder_supported(dt):
+        raise UnsupportedTypeError(f"field {name!r}: Arrow type {dt} cannot be written in Lance file version 2.0")
+
+
+def build_encoder(field: pa.Field, next_column: list[int], cache_bytes: int, max_page_bytes: int) -> FieldEncoder:
+    """The encoder tree of ``field``; ``next_column`` is a one-element counter of column indices."""
+    dt = field.type
+    column = next_column[0]
+    next_column[0] += 1
+    if pa.types.is_struct(dt):
+        children = [build_encoder(dt.field(i), next_column, cache_bytes, max_page_bytes) for i in range(dt.num_fields)]
+        return StructEncoder(column, children)
+    if pa.types.is_list(dt) or pa.types.is_large_list(dt):
+        items = build_encoder(dt.value_field, next_column, cache_bytes, max_page_bytes)
+        return ListEncoder(column, items, cache_bytes)
+    return LeafEncoder(field, column, cache_bytes, max_page_bytes)
+
+
+def check_values(array: pa.Array, field: pa.Field, path: str = "") -> None:
+    """Refuse data the 2.0 format cannot hold: null struct values and nulls in non-null fields."""
+    name = f"{path}.{field.name}" if path else field.name
+    dt = field.type
+    if pa.types.is_struct(dt):
+        nulls = array.null_count
+        if nulls:
+            raise UnsupportedTypeError(
+                f"The struct field `{name}` contains {nulls} null value(s), but Lance file version 2.0 "
+                "does not encode struct validity; use file version 2.1 or later")
+        for i in range(dt.num_fields):
+            check_values(array.field(i), dt.field(i), name)
+        return
+    if not field.nullable and array.null_count:
+        raise SchemaMismatchError(
+            f"The field `{name}` contained null values even though the field is marked non-null in the schema")
+    if pa.types.is_list(dt) or pa.types.is_large_list(dt):
+        if _needs_value_check(dt.value_field):
+            offsets = array.offsets
+            start, end = offsets[0].as_py(), offsets[-1].as_py()
+            check_values(array.values.slice(start, end - start), dt.value_field, name)
+
+
+def _needs_value_check(field: pa.Field) -> bool:
+    dt = field.type
+    if pa.types.is_struct(dt) or not field.nullable:
+        return True
+    if pa.types.is_list(dt) or pa.types.is_large_list(dt):
+        return _needs_value_check(dt.value_field)
+    return False

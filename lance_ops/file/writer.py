@@ -1,0 +1,367 @@
+"""Streaming writer of Lance v2 data files (file format 2.0), byte-compatible with upstream Lance.
+
+    with LanceFileWriter("s3://bucket/data/x.lance", storage_options=opts) as w:
+        for batch in batches:
+            w.write_batch(batch)
+    # the file appears when the ``with`` block ends (aborted if it raised)
+
+Layout written (see ``lance_ops.file.format``): page buffers, each padded with 0x48 to a 64-byte
+boundary, in the order pages are produced (per batch, column order); global buffers added with
+:meth:`LanceFileWriter.add_global_buffer` (padded, in-stream); then global buffer 0 = the
+``lance.file.FileDescriptor`` (schema + row count, unpadded); one ``ColumnMetadata`` per column;
+the column metadata offset table; the global buffer offset table; the 40-byte footer.
+
+Memory is bounded by the per-column page accumulation: page buffers go to the output sink as
+soon as a page is encoded.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import pyarrow as pa
+from google.protobuf import any_pb2
+
+from lance_ops._proto import encodings_v2_0_pb2 as enc_pb
+from lance_ops._proto import file2_pb2, file_pb2
+from lance_ops.encoding.buffers import chunk_size
+from lance_ops.encoding.fields_v2_0 import EncodedPage, FieldEncoder, build_encoder, check_values, check_writable
+from lance_ops.errors import SchemaMismatchError, UnsupportedError
+from lance_ops.file.format import (
+    ARRAY_ENCODING_URL,
+    COLUMN_ENCODING_URL,
+    FOOTER_VERSIONS,
+    PAD_BYTE,
+    PAGE_ALIGNMENT,
+    Footer,
+    padding_for,
+)
+from lance_ops.schema import to_lance_fields
+
+DEFAULT_CACHE_BYTES_PER_COLUMN = 8 * 1024 * 1024
+DEFAULT_MAX_PAGE_BYTES = 32 * 1024 * 1024
+MAX_PAGE_BYTES_ENV = "LANCE_FILE_WRITER_MAX_PAGE_BYTES"
+_PADDING = PAD_BYTE * PAGE_ALIGNMENT
+SUPPORTED_VERSIONS = ("2.0",)
+
+
+@dataclass(frozen=True)
+class WrittenPage:
+    """Where one page of one column landed in the file."""
+
+    column_index: int
+    row_start: int  # first row (first item for columns below a list) of the page in its column
+    num_rows: int
+    buffers: tuple[tuple[int, int], ...]  # (offset, size) of each page buffer
+    encoding: enc_pb.ArrayEncoding = field(compare=False, repr=False)
+
+
+def _any_bytes(type_url: str, message) -> bytes:
+    return any_pb2.Any(type_url=type_url, value=message.SerializeToString()).SerializeToString()
+
+
+def _direct_encoding(type_url: str, message) -> file2_pb2.Encoding:
+    encoding = file2_pb2.Encoding()
+    encoding.direct.encoding = _any_bytes(type_url, message)
+    return encoding
+
+
+def _column_encoding_bytes() -> bytes:
+    column_encoding = enc_pb.ColumnEncoding()
+    column_encoding.values.SetInParent()
+    return _any_bytes(COLUMN_ENCODING_URL, column_encoding)
+
+
+_COLUMN_ENCODING = _column_encoding_bytes()
+
+
+def _max_page_bytes(value: int | None) -> int:
+    if value is not None:
+        return int(value)
+    env = os.environ.get(MAX_PAGE_BYTES_ENV)
+    if env:
+        try:
+            return int(env)
+        except ValueError:
+            pass
+    return DEFAULT_MAX_PAGE_BYTES
+
+
+class LanceFileWriter:
+    """Write one Lance data file; mirrors ``lance.file.LanceFileWriter``.
+
+    ``schema`` may be omitted: it is then taken from the first batch. ``data_cache_bytes`` is the
+    accumulation budget shared by the top-level fields (upstream semantics: when given it is
+    divided by the number of top-level fields; when None each column gets 8 MiB).
+    ``max_page_bytes`` (default 32 MiB, or ``LANCE_FILE_WRITER_MAX_PAGE_BYTES``) caps the size of
+    a page cut from one oversized array. ``lance_fields`` (internal, for datasets) are the Lance
+    field protos to store instead of ``to_lance_fields(schema)`` (pre-assigned field ids).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        schema: pa.Schema | None = None,
+        *,
+        version: str = "2.0",
+        storage_options: Mapping[str, Any] | None = None,
+        data_cache_bytes: int | None = None,
+        max_page_bytes: int | None = None,
+        lance_fields: Sequence[file_pb2.Field] | None = None,
+    ) -> None:
+        version = str(version)
+        if version not in SUPPORTED_VERSIONS:
+            raise UnsupportedError(
+                f"Lance file version {version!r} cannot be written yet (supported: {', '.join(SUPPORTED_VERSIONS)})")
+        self.version = version
+        self.path = os.fspath(path) if isinstance(path, os.PathLike) else path
+        self._storage_options = storage_options
+        self._data_cache_bytes = data_cache_bytes
+        self._max_page_bytes = _max_page_bytes(max_page_bytes)
+        self._given_lance_fields = list(lance_fields) if lance_fields is not None else None
+        self._schema: pa.Schema | None = None
+        self._lance_fields: list[file_pb2.Field] = []
+        self._encoders: list[FieldEncoder] = []
+        self._columns: list[file2_pb2.ColumnMetadata] = []
+        self._pages: list[list[WrittenPage]] = []
+        self._column_rows: list[int] = []
+        self._schema_metadata: dict[str, bytes] = {}
+        self._global_buffers: list[tuple[int, int]] = []
+        self._rows = 0
+        self._store = None
+        self._sink = None
+        self._closed = False
+        if schema is not None:
+            self._initialize(schema)
+
+    # --- set-up --------------------------------------------------------------------------------
+    def _initialize(self, schema: pa.Schema) -> None:
+        """Validate the schema and build one encoder per top-level field (no bytes written)."""
+        if len(schema) == 0:
+            raise SchemaMismatchError("cannot write a Lance file with no columns")
+        lance_fields = to_lance_fields(schema)  # raises UnsupportedTypeError for map, union, views...
+        for f in schema:
+            check_writable(f)
+        if self._given_lance_fields is not None:
+            if len(self._given_lance_fields) != len(lance_fields):
+                raise SchemaMismatchError(
+                    f"lance_fields has {len(self._given_lance_fields)} fields but the schema flattens to "
+                    f"{len(lance_fields)}")
+            lance_fields = self._given_lance_fields
+        if self._data_cache_bytes is not None:
+            cache = max(1, int(self._data_cache_bytes) // len(schema))
+        else:
+            cache = DEFAULT_CACHE_BYTES_PER_COLUMN
+        counter = [0]
+        self._encoders = [build_encoder(f, counter, cache, self._max_page_bytes) for f in schema]
+        num_columns = counter[0]
+        self._schema = schema
+        self._lance_fields = lance_fields
+        self._columns = [file2_pb2.ColumnMetadata() for _ in range(num_columns)]
+        self._pages = [[] for _ in range(num_columns)]
+        self._column_rows = [0] * num_columns
+        for key, value in (schema.metadata or {}).items():
+            self._schema_metadata[key.decode() if isinstance(key, bytes) else key] = (
+                value if isinstance(value, bytes) else str(value).encode())
+
+    def _open_sink(self):
+        if self._sink is None:
+            from lance_ops.io import open_store
+
+            self._store, inner = open_store(self.path, self._storage_options)
+            self._sink = self._store.open_output(inner)
+        return self._sink
+
+    # --- public API ----------------------------------------------------------------------------
+    @property
+    def schema(self) -> pa.Schema | None:
+        return self._schema
+
+    @property
+    def num_columns(self) -> int:
+        return len(self._columns)
+
+    @property
+    def lance_fields(self) -> list[file_pb2.Field]:
+        """The Lance fields stored in the file (pre-order, one column each in 2.0)."""
+        return list(self._lance_fields)
+
+    @property
+    def pages(self) -> list[list[WrittenPage]]:
+        """Per column, the pages written so far (complete after :meth:`close`)."""
+        return [list(p) for p in self._pages]
+
+    @property
+    def rows_written(self) -> int:
+        return self._rows
+
+    def tell(self) -> int:
+        """Bytes written to the output so far."""
+        return self._sink.tell() if self._sink is not None else 0
+
+    def write_batch(self, data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> None:
+        """Append a RecordBatch or a Table (or an iterable of batches)."""
+        self._check_open()
+        if isinstance(data, pa.Table):
+            batches: Iterable[pa.RecordBatch] = data.to_batches()
+            if self._schema is None:
+                self._initialize(data.schema)
+        elif isinstance(data, pa.RecordBatch):
+            batches = [data]
+        elif isinstance(data, pa.RecordBatchReader):
+            batches = data
+        else:
+            batches = data
+        for batch in batches:
+            self._write_one(batch)
+
+    def add_schema_metadata(self, key: str, value: str | bytes) -> None:
+        """Add (or replace) a schema metadata entry; applied when the file is closed."""
+        self._check_open()
+        self._schema_metadata[key] = value if isinstance(value, bytes) else str(value).encode()
+
+    def add_global_buffer(self, data: bytes) -> int:
+        """Write an extra global buffer now; returns its index (the first one is 1)."""
+        self._check_open()
+        sink = self._open_sink()
+        position = sink.tell()
+        view = memoryview(data).cast("B")
+        sink.write(view)
+        pad = padding_for(len(view))
+        if pad:
+            sink.write(_PADDING[:pad])
+        self._global_buffers.append((position, len(view)))
+        return len(self._global_buffers)
+
+    def close(self) -> int:
+        """Flush the remaining pages, write metadata and footer, publish the file; returns rows."""
+        if self._closed:
+            return self._rows
+        if self._schema is None:
+            raise SchemaMismatchError(
+                "no schema was given and no data was written: the file's schema is unknown")
+        try:
+            for encoder in self._encoders:
+                self._write_pages(encoder.flush())
+            for encoder in self._encoders:
+                self._write_pages(encoder.finish())
+            self._write_tail()
+            self._sink.close()
+        except BaseException:
+            self.abort()
+            raise
+        self._closed = True
+        return self._rows
+
+    def abort(self) -> None:
+        """Discard everything written; nothing appears at ``path``."""
+        self._closed = True
+        if self._sink is not None:
+            self._sink.abort()
+
+    def __enter__(self) -> "LanceFileWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    # --- internals -----------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the LanceFileWriter is closed")
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Return ``batch`` with the writer's column order; SchemaMismatchError if it does not fit."""
+        schema = self._schema
+        if batch.schema.equals(schema, check_metadata=False):
+            return batch
+        names = batch.schema.names
+        expected = schema.names
+        problems = []
+        missing = [n for n in expected if n not in names]
+        extra = [n for n in names if n not in expected]
+        if missing:
+            problems.append(f"missing fields {missing}")
+        if extra:
+            problems.append(f"unexpected fields {extra}")
+        if len(set(names)) != len(names):
+            problems.append("duplicate field names")
+        if not problems:
+            for f in schema:
+                got = batch.schema.field(f.name).type
+                if not got.equals(f.type):
+                    problems.append(f"field {f.name!r} has type {got}, expected {f.type}")
+        if problems:
+            raise SchemaMismatchError("batch does not match the file schema: " + "; ".join(problems))
+        # Same names and types: differences are order or top-level nullability/metadata.
+        return pa.RecordBatch.from_arrays([batch.column(n) for n in expected], schema=schema)
+
+    def _write_one(self, batch: pa.RecordBatch) -> None:
+        if self._schema is None:
+            self._initialize(batch.schema)
+        batch = self._conform(batch)
+        for array, f in zip(batch.columns, self._schema):
+            check_values(array, f)  # before anything of this batch is encoded
+        n = batch.num_rows
+        if n == 0:
+            return
+        if n > 2**32:
+            raise ValueError("cannot write Lance files with more than 2^32 rows in one batch")
+        for encoder, array in zip(self._encoders, batch.columns):
+            self._write_pages(encoder.maybe_encode(array))
+        self._rows += n
+
+    def _write_pages(self, pages: list[EncodedPage]) -> None:
+        if not pages:
+            return
+        sink = self._open_sink()
+        for page in pages:
+            locations = []
+            for chunks in page.buffers:
+                position = sink.tell()
+                size = 0
+                for chunk in chunks:
+                    size += chunk_size(chunk)
+                    sink.write(chunk)
+                pad = padding_for(size)
+                if pad:
+                    sink.write(_PADDING[:pad])
+                locations.append((position, size))
+            column = page.column_index
+            proto = self._columns[column].pages.add()
+            proto.buffer_offsets.extend(p for p, _ in locations)
+            proto.buffer_sizes.extend(s for _, s in locations)
+            proto.length = page.num_rows
+            proto.encoding.CopyFrom(_direct_encoding(ARRAY_ENCODING_URL, page.encoding))
+            self._pages[column].append(
+                WrittenPage(column, self._column_rows[column], page.num_rows, tuple(locations), page.encoding))
+            self._column_rows[column] += page.num_rows
+
+    def _write_tail(self) -> None:
+        sink = self._open_sink()
+        descriptor = file_pb2.FileDescriptor(length=self._rows)
+        descriptor.schema.fields.extend(self._lance_fields)
+        for key, value in self._schema_metadata.items():
+            descriptor.schema.metadata[key] = value
+        descriptor_bytes = descriptor.SerializeToString()
+        gbo = [(sink.tell(), len(descriptor_bytes))] + self._global_buffers
+        sink.write(descriptor_bytes)
+
+        column_meta_start = sink.tell()
+        cmo = []
+        for column in self._columns:
+            column.encoding.direct.encoding = _COLUMN_ENCODING
+            data = column.SerializeToString()
+            cmo.append((sink.tell(), len(data)))
+            sink.write(data)
+        cmo_table_start = sink.tell()
+        sink.write(b"".join(struct.pack("<QQ", p, s) for p, s in cmo))
+        gbo_table_start = sink.tell()
+        sink.write(b"".join(struct.pack("<QQ", p, s) for p, s in gbo))
+        major, minor = FOOTER_VERSIONS[self.version]
+        sink.write(Footer(column_meta_start, cmo_table_start, gbo_table_start, len(gbo), len(cmo), major, minor).pack())
