@@ -1,0 +1,77 @@
+"""How much maintenance a dataset needs: the numbers behind ``lance-ops inspect`` and the sensors.
+
+Everything comes from manifests (no data file is read), so it is cheap enough to poll from an
+Airflow sensor or trigger.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
+
+from lance_ops.table import naming, tags as tags_mod
+
+
+@dataclass
+class DatasetHealth:
+    uri: str
+    version: int
+    num_versions: int
+    fragments: int
+    data_files: int
+    rows: int
+    physical_rows: int
+    deleted_rows: int
+    deleted_ratio: float
+    small_fragments: int
+    fragments_over_deletion_threshold: int
+    versions_awaiting_cleanup: int
+    bytes: int
+    data_storage_version: str
+    stable_row_ids: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def dataset_health(
+    ds,
+    *,
+    target_rows_per_fragment: int = 1024 * 1024,
+    materialize_deletions_threshold: float = 0.1,
+    cleanup_older_than: timedelta = timedelta(days=14),
+) -> DatasetHealth:
+    """Summary of ``ds`` (its checked-out version) and of its version history."""
+    m = ds.manifest
+    physical = sum(f.physical_rows for f in m.fragments)
+    deleted = sum(f.deletion_file.num_deleted_rows for f in m.fragments if f.HasField("deletion_file"))
+    small = sum(1 for f in m.fragments if f.physical_rows < target_rows_per_fragment)
+    over = sum(
+        1 for f in m.fragments
+        if f.physical_rows and f.HasField("deletion_file")
+        and f.deletion_file.num_deleted_rows / f.physical_rows > materialize_deletions_threshold
+    )
+    locations = naming.list_versions(ds._store, ds._base)
+    tagged = set(tags_mod.tagged_versions(ds._store, ds._base))
+    cutoff = datetime.now(timezone.utc) - cleanup_older_than
+    latest = max((loc.version for loc in locations), default=ds.version)
+    awaiting = sum(
+        1 for loc in locations
+        if loc.version != latest and loc.version not in tagged and loc.last_modified < cutoff
+    )
+    return DatasetHealth(
+        uri=ds.uri,
+        version=ds.version,
+        num_versions=len(locations),
+        fragments=len(m.fragments),
+        data_files=sum(len(f.files) for f in m.fragments),
+        rows=physical - deleted,
+        physical_rows=physical,
+        deleted_rows=deleted,
+        deleted_ratio=(deleted / physical) if physical else 0.0,
+        small_fragments=small,
+        fragments_over_deletion_threshold=over,
+        versions_awaiting_cleanup=awaiting,
+        bytes=sum(df.file_size_bytes for f in m.fragments for df in f.files),
+        data_storage_version=ds.data_storage_version,
+        stable_row_ids=ds.has_stable_row_ids,
+    )
