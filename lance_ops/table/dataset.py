@@ -6,7 +6,7 @@ as pylance does).
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Iterator, Sequence
 
@@ -137,7 +137,7 @@ class LanceDataset:
             m = read_manifest(self._store, loc.path).manifest
             out.append({
                 "version": m.version,
-                "timestamp": datetime.fromtimestamp(m.timestamp.ToNanoseconds() / 1e9, tz=timezone.utc).replace(tzinfo=None),
+                "timestamp": _local_timestamp(m),
                 "metadata": summary(m),
             })
         return out
@@ -195,19 +195,15 @@ class LanceDataset:
             table = table.filter(pa.array(mask))
         if filt is not None:
             table = table.filter(filt.expression)
-        wanted = [c for c in out_columns if c not in (ROW_ID, ROW_ADDR)]
-        if with_row_id or ROW_ID in out_columns:
-            wanted.append(ROW_ID)
-        if with_row_address or ROW_ADDR in out_columns:
-            wanted.append(ROW_ADDR)
-        return table.select(wanted)
+        names = _output_names(out_columns, with_row_id, with_row_address)
+        if not names:  # Table.select([]) would drop the row count
+            return table.drop_columns(table.column_names)
+        return table.select(names)
 
     def _output_schema(self, out_columns, with_row_id, with_row_address) -> pa.Schema:
-        fields = [self.schema.field(c) for c in out_columns if c in self._top_field_ids]
-        if with_row_id or ROW_ID in out_columns:
-            fields.append(pa.field(ROW_ID, pa.uint64()))
-        if with_row_address or ROW_ADDR in out_columns:
-            fields.append(pa.field(ROW_ADDR, pa.uint64()))
+        special = {ROW_ID: pa.field(ROW_ID, pa.uint64()), ROW_ADDR: pa.field(ROW_ADDR, pa.uint64())}
+        fields = [special[c] if c in special else self.schema.field(c)
+                  for c in _output_names(out_columns, with_row_id, with_row_address)]
         return pa.schema(fields, metadata=self.schema.metadata)
 
     def _fragment_tables(self, columns, filter, with_row_id, with_row_address, fragment_ids=None) -> Iterator[pa.Table]:
@@ -217,24 +213,39 @@ class LanceDataset:
             return
         if filt is not None and filt.constant is True:
             filt = None
+        # lance_ops statistics hook: skip fragments / pages whose page statistics rule the filter out
+        from lance_ops.maintenance.statistics import scan_offsets
+
         for frag in self.get_fragments():
             if fragment_ids is not None and frag.fragment_id not in fragment_ids:
                 continue
-            yield self._scan_fragment(frag, out_columns, filt, with_row_id, with_row_address)
+            offsets = scan_offsets(self, frag, filt)
+            if offsets is not None and offsets.size == 0:
+                continue
+            yield self._scan_fragment(frag, out_columns, filt, with_row_id, with_row_address, offsets)
 
     def to_batches(self, columns: Sequence[str] | None = None, filter=None, *, with_row_id: bool = False,
                    with_row_address: bool = False, batch_size: int | None = None) -> Iterator[pa.RecordBatch]:
         """Stream the matching rows fragment by fragment (memory bounded by one fragment's columns)."""
+        metadata = self.schema.metadata
         for table in self._fragment_tables(columns, filter, with_row_id, with_row_address):
+            if table.num_columns:
+                table = table.replace_schema_metadata(metadata)
             yield from table.to_batches(max_chunksize=batch_size)
 
     def to_table(self, columns: Sequence[str] | None = None, filter=None, limit: int | None = None,
                  offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False) -> pa.Table:
         out_columns = self._resolve_columns(columns)
         schema = self._output_schema(out_columns, with_row_id, with_row_address)
-        tables = [t.replace_schema_metadata(schema.metadata) for t in
-                  self._fragment_tables(out_columns, filter, with_row_id, with_row_address)]
-        result = pa.concat_tables(tables) if tables else schema.empty_table()
+        tables = list(self._fragment_tables(out_columns, filter, with_row_id, with_row_address))
+        if len(schema) == 0:
+            # no columns: only the row count matters (concat_tables and replace_schema_metadata
+            # would both reset it to 0 on column-less tables)
+            rows = sum(t.num_rows for t in tables)
+            result = pa.table({"_": pa.nulls(rows)}).drop_columns(["_"])
+        else:
+            tables = [t.replace_schema_metadata(schema.metadata) for t in tables]
+            result = pa.concat_tables(tables) if tables else schema.empty_table()
         if offset or limit is not None:
             result = result.slice(offset or 0, limit)
         return result.combine_chunks() if result.num_rows else result
@@ -269,6 +280,8 @@ class LanceDataset:
         schema = self._output_schema(out_columns, False, False)
         if positions.size == 0:
             return schema.empty_table()
+        if len(schema) == 0:  # nothing to read; concat_tables would lose the row count
+            return pa.table({"_": pa.nulls(int(positions.size))}).drop_columns(["_"])
         order = np.argsort(which, kind="stable")
         pieces, placed = [], []
         for frag_pos in np.unique(which):
@@ -283,18 +296,25 @@ class LanceDataset:
         return table.take(pa.array(inverse)).combine_chunks()
 
     def take_by_row_id(self, row_ids, columns: Sequence[str] | None = None) -> pa.Table:
-        """Rows by ``_rowid`` (stable ids if enabled, else row addresses), in the order given."""
+        """Rows by ``_rowid`` (stable ids if enabled, else row addresses), in the order given.
+
+        As pylance: ids of deleted rows (and, with stable row ids, ids that do not exist) are
+        skipped; a row address pointing outside every fragment of this version raises KeyError.
+        """
         ids = np.asarray(row_ids.to_numpy() if isinstance(row_ids, pa.Array) else row_ids, dtype=np.uint64)
         frags = self.get_fragments()
         from lance_ops.table.rowid_lookup import locate_row_ids
 
         which, offsets = locate_row_ids(self, frags, ids)
-        return self._take_physical(frags, which, lambda f, pos: pos, offsets, columns)
+        live = which >= 0
+        return self._take_physical(frags, which[live], lambda f, pos: pos, offsets[live], columns)
 
     # --- writes ------------------------------------------------------------------------------------
     def _commit(self, txn: transaction_pb2.Transaction, ctx: CommitContext | None = None,
                 options: CommitOptions | None = None) -> ManifestFile:
         txn.read_version = self.version
+        # refuse, before committing, to write into a dataset with writer features we do not know
+        feature_flags.check_writer_flags(self.manifest.writer_feature_flags, self.uri)
         return commit_transaction(self._store, self._base, txn, ctx or CommitContext(self._manifest_file),
                                   options or CommitOptions(data_storage_version=self.data_storage_version))
 
@@ -309,6 +329,7 @@ class LanceDataset:
 
         ds = self
         for attempt in range(conflict_retries + 1):
+            feature_flags.check_writer_flags(ds.manifest.writer_feature_flags, ds.uri)
             txn, ctx, count = plan_delete(ds, predicate)
             if transaction_properties:
                 txn.transaction_properties.update(transaction_properties)
@@ -345,6 +366,28 @@ class LanceDataset:
 
         return cleanup_old_versions(self, older_than, retain_versions, delete_unverified=delete_unverified,
                                     error_if_tagged_old_versions=error_if_tagged_old_versions, dry_run=dry_run)
+
+
+def _output_names(out_columns, with_row_id: bool, with_row_address: bool) -> list[str]:
+    """Result column names: the requested ones in the order given (``_rowid``/``_rowaddr`` may be
+    among them), then ``_rowid`` and ``_rowaddr`` when asked for by flag and not already listed."""
+    names = list(out_columns)
+    if with_row_id and ROW_ID not in names:
+        names.append(ROW_ID)
+    if with_row_address and ROW_ADDR not in names:
+        names.append(ROW_ADDR)
+    return names
+
+
+def _local_timestamp(m: table_pb2.Manifest) -> datetime:
+    """The commit time as pylance reports it: a naive local datetime.
+
+    pylance gets the time as integer nanoseconds and splits it into whole seconds and
+    microseconds in float arithmetic, so the microseconds can be off by one from the exact
+    value; the same arithmetic is done here so that both libraries report equal timestamps.
+    """
+    ns = float(m.timestamp.ToNanoseconds())
+    return datetime.fromtimestamp(ns // 1e9) + timedelta(microseconds=(ns % 1e9) // 1e3)
 
 
 def summary(m: table_pb2.Manifest) -> dict[str, str]:

@@ -32,7 +32,8 @@ def plan_delete(dataset, predicate) -> tuple[transaction_pb2.Transaction, Commit
     """Transaction, commit context (affected rows, for rebases) and number of rows deleted."""
     filt = compile_filter(predicate, dataset.schema)
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=dataset.version)
-    txn.delete.predicate = filt.sql if filt is not None else str(predicate)
+    # the predicate is recorded as the caller wrote it (as pylance does); expressions as SQL
+    txn.delete.predicate = predicate if isinstance(predicate, str) or filt is None else filt.sql
     ctx = CommitContext(dataset._manifest_file)
     count = 0
     if filt is None or filt.constant is False:

@@ -97,7 +97,17 @@ class LanceFragment:
             df = self.metadata.files[file_index]
             ds = self._dataset
             path = ds._store.join(ds._base, naming.DATA_DIR, df.path)
-            reader = LanceFileReader(path, store=ds._store)
+            # --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/file/reader_legacy.py) ---
+            if _is_legacy_file(df, ds.manifest):
+                from lance_ops.file.reader_legacy import LegacyFileReader
+
+                reader = LegacyFileReader(
+                    path, store=ds._store, schema_fields=ds.manifest.fields, field_ids=list(df.fields),
+                    dictionaries=ds._manifest_file.path, schema_metadata=dict(ds.manifest.schema_metadata),
+                )
+            else:
+                reader = LanceFileReader(path, store=ds._store)
+            # --- end legacy dispatch ---
             self._readers[file_index] = reader
         return reader
 
@@ -142,4 +152,21 @@ class LanceFragment:
             elif col.type != field.type:
                 col = col.cast(field.type)
             arrays.append(col)
+        if not arrays:  # no columns asked for (e.g. only _rowid): keep the row count
+            return _empty_columns(n)
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _empty_columns(num_rows: int) -> pa.Table:
+    """A table with ``num_rows`` rows and no columns."""
+    return pa.table({"_": pa.nulls(num_rows)}).drop_columns(["_"])
+
+
+# --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/file/reader_legacy.py) ---------------
+def _is_legacy_file(df: table_pb2.DataFile, manifest: table_pb2.Manifest) -> bool:
+    """A v0.1 data file: DataFile version 0.1/0.2, or (0, 0) in a manifest whose format is legacy."""
+    if df.file_major_version != 0:
+        return False
+    if df.file_minor_version in (1, 2):
+        return True
+    return df.file_minor_version == 0 and manifest.data_format.version in ("", "0.1", "legacy")

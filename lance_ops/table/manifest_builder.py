@@ -142,8 +142,13 @@ def build_manifest(
         out.schema_metadata.update(ow.schema_metadata)
         for k, v in ow.config_upsert_values.items():
             out.config[k] = v
-        # Overwrite starts fragment ids again from 0 (upstream behaviour).
-        next_id = _add_new_fragments(out, ow.fragments, 0, stable, version)
+        # The new fragments are written in the requested storage version, which may differ
+        # from the overwritten dataset's (an explicit data_storage_version on overwrite).
+        out.data_format.file_format = "lance"
+        out.data_format.version = data_storage_version
+        # Fragment ids continue from the high-water mark (pylance 14 does not restart at 0 on
+        # an Overwrite of an existing dataset; a new dataset starts at 0).
+        next_id = _add_new_fragments(out, ow.fragments, next_id, stable, version)
     elif op == "delete":
         d = transaction.delete
         updated = {f.id: f for f in d.updated_fragments}
