@@ -2,4 +2,5 @@
 pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.helm",
+    "tests.fixtures.airflow",
 ]

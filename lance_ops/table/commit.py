@@ -25,7 +25,7 @@ from lance_ops.errors import (
     RetryableCommitConflictError,
     StorageError,
 )
-from lance_ops.table import conflicts, deletion, naming
+from lance_ops.table import conflicts, deletion, feature_flags, naming
 from lance_ops.table.manifest import ManifestFile, encode_manifest, read_manifest, write_manifest
 from lance_ops.table.manifest_builder import build_manifest
 from lance_ops.table.transaction_file import load_transaction, write_transaction_file
@@ -119,6 +119,8 @@ def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None
         if loc is None:
             raise CommitOutcomeUnknownError(f"{store.uri(base)}: version {version} vanished while committing")
         theirs_file = read_manifest(store, loc.path)
+        # Never rebuild on top of a version whose writer features we do not understand.
+        feature_flags.check_writer_flags(theirs_file.manifest.writer_feature_flags, store.uri(loc.path))
         theirs = load_transaction(store, base, theirs_file)
         their_deleted = (
             _deleted_between(store, base, current, theirs)
@@ -203,6 +205,8 @@ def commit_transaction(
     scheme = naming.detect_scheme(store, base)
     v2 = options.enable_v2_manifest_paths if scheme is None else scheme == naming.NamingScheme.V2
     current = ctx.read
+    if current is not None:
+        feature_flags.check_writer_flags(current.manifest.writer_feature_flags, store.uri(current.path or base))
     restored = None
     if txn.WhichOneof("operation") == "restore":
         loc = naming.find_version(store, base, txn.restore.version)
