@@ -153,15 +153,25 @@ def _published(store, path: str, txn_uuid: str) -> ManifestFile | None:
     return mf if mf.transaction is not None and mf.transaction.uuid == txn_uuid else None
 
 
-def _publish(store, base, version, path, manifest, txn, v2: bool) -> int:
+def _publish(store, base, version, path, manifest, txn, v2: bool, index_section=None) -> int:
     """Write the manifest so that exactly one writer can own ``version``."""
     if getattr(store, "ddb_table_name", None):
         from lance_ops.table import external_store
 
-        data = encode_manifest(manifest, txn)
+        data = encode_manifest(manifest, txn, index_section)
         external_store.commit(store, base, version, data, v2)
         return len(data)
-    return write_manifest(store, path, manifest, txn)
+    return write_manifest(store, path, manifest, txn, index_section)
+
+
+def _carried_indices(txn, current: ManifestFile | None, restored: ManifestFile | None):
+    """The index section the new version keeps: indices survive every op but Overwrite/Restore."""
+    op = txn.WhichOneof("operation")
+    if op == "overwrite":
+        return None
+    if op == "restore":
+        return restored.index_section if restored is not None else None
+    return current.index_section if current is not None else None
 
 
 def find_idempotent_commit(store, base, key: str, *, latest: int | None = None, lookback: int = 1000) -> ManifestFile | None:
@@ -207,12 +217,13 @@ def commit_transaction(
     current = ctx.read
     if current is not None:
         feature_flags.check_writer_flags(current.manifest.writer_feature_flags, store.uri(current.path or base))
-    restored = None
+    restored = restored_file = None
     if txn.WhichOneof("operation") == "restore":
         loc = naming.find_version(store, base, txn.restore.version)
         if loc is None:
             raise DatasetNotFoundError(f"{store.uri(base)}: version {txn.restore.version} does not exist")
-        restored = read_manifest(store, loc.path).manifest
+        restored_file = read_manifest(store, loc.path)
+        restored = restored_file.manifest
 
     for attempt in range(options.max_retries + 1):
         latest = naming.latest_version(store, base)
@@ -237,7 +248,8 @@ def commit_transaction(
         )
         path = store.join(base, naming.manifest_path(version, v2))
         try:
-            size = _publish(store, base, version, path, manifest, txn, v2)
+            index_section = _carried_indices(txn, current, restored_file)
+            size = _publish(store, base, version, path, manifest, txn, v2, index_section)
         except AlreadyExistsError:
             mine = _published(store, path, txn.uuid)
             if mine is not None:  # a retried request of ours landed
@@ -258,7 +270,7 @@ def commit_transaction(
                 naming.write_version_hint(store, base, version)
             except (StorageError, OSError):
                 pass  # the hint is an optimisation only
-        return ManifestFile(manifest, txn, None, path, size)
+        return ManifestFile(manifest, txn, index_section, path, size)
     raise CommitRetriesExhaustedError(
         f"{store.uri(base)}: lost the commit race {options.max_retries + 1} times; giving up"
     )

@@ -144,6 +144,8 @@ def check(
     overlap = mine_touched & other_touched
 
     if mine == "rewrite":
+        if other == "create_index":
+            return Outcome(Verdict.RETRYABLE, f"{label}: an index was created over the fragments being rewritten")
         if other == "merge":
             return Outcome(Verdict.RETRYABLE, f"{label}: the fragments were merged concurrently")
         if other in ("delete", "update", "rewrite", "data_replacement") and overlap:

@@ -107,7 +107,7 @@ def encode_bitmap_deletions(offsets) -> bytes:
 
 def decode_arrow_deletions(data: bytes, path: str = "<deletion file>") -> np.ndarray:
     try:
-        reader = ipc.open_file(pa.BufferReader(data))
+        reader = ipc.open_file(pa.BufferReader(data), options=ipc.IpcReadOptions(use_threads=False))
         table = reader.read_all()
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
         raise CorruptFileError(path, f"not a readable Arrow IPC file: {e}") from e

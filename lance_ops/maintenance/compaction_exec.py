@@ -1,0 +1,501 @@
+"""Compaction execution and commit: rewrite a task's fragments, then publish one Rewrite.
+
+Execution streams: the task's fragments are read one at a time (every column, physical rows;
+the next fragment is read ahead in a background thread while the current one is written, which
+hides store latency), their deleted rows dropped, and the rows cut into new fragments of exactly
+the sizes the plan fixed; memory is bounded by two source fragments plus the file writer's
+buffers, never by the task. New fragments carry id 0 and are written with the dataset's own
+storage version (a version lance_ops cannot write is refused before anything is written). The
+dataset is opened at the task's read version, whose fragments must be the task's byte for byte.
+
+Row ids
+  * With stable row ids, each new fragment carries the row ids of the rows it received: the old
+    fragments' ``RowIdSequence`` s with deleted rows masked out, concatenated and sliced to the
+    new sizes. The created-at / last-updated-at version sequences are carried over the same way
+    (missing ones count as version 1, last-updated defaulting to created-at, as upstream), so
+    ``take_by_row_id`` and ``_rowid`` give the same rows before and after.
+  * Without stable row ids a row id is the row address, which changes. Upstream reserves the
+    new fragment ids with a separate ReserveFragments commit so that it can remap indices from
+    old to new addresses. lance_ops writes no indices (and refuses datasets that have some), so
+    nothing needs remapping: the new fragments get their ids when the Rewrite manifest is built
+    (from ``max_fragment_id + 1``) and no ReserveFragments version is written.
+
+Commit: one ``Rewrite`` transaction with one ``RewriteGroup`` per task (old fragments exactly as
+they were at the read version, new fragments with id 0), committed against the plan's read
+version. The commit loop checks every version committed since: an Append never conflicts (the
+appended fragments are kept); a Delete, Update or another Rewrite that touched one of the
+rewritten fragments makes the commit raise :class:`RetryableCommitConflictError` and leaves the
+dataset unchanged (the new data files are then orphans for cleanup — :func:`discard_results`
+removes them when the caller knows they will never be committed).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from lance_ops._proto import table_pb2, transaction_pb2
+from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
+from lance_ops.table import deletion, naming, rowids, versions
+from lance_ops.table.commit import (
+    IDEMPOTENCY_KEY,
+    CommitContext,
+    CommitOptions,
+    commit_transaction,
+    find_idempotent_commit,
+)
+from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.manifest import read_manifest
+from lance_ops.table.write import write_fragments
+
+from lance_ops.maintenance.compaction_plan import (
+    CompactionTask,
+    _b64,
+    _from_b64,
+    check_no_indices,
+    same_fragment,
+)
+
+log = logging.getLogger(__name__)
+
+RESULT_FORMAT = "lance_ops.compaction_result/1"
+#: transaction property holding the compaction metrics (so an idempotent replay can report them)
+METRICS_PROPERTY = "lance_ops.compaction.metrics"
+OPERATION_PROPERTY = "lance_ops.operation"
+IDEMPOTENCY_LOOKBACK = 100
+
+METRIC_KEYS = (
+    "fragments_removed", "fragments_added", "files_removed", "files_added",
+    "rows_read", "rows_written", "bytes_read", "bytes_written",
+)
+
+
+def zero_metrics() -> dict[str, int]:
+    return {k: 0 for k in METRIC_KEYS}
+
+
+# --- results -----------------------------------------------------------------------------------
+@dataclass
+class RewriteResult:
+    """What one executed task wrote: to be committed by :func:`commit_compaction`."""
+
+    read_version: int
+    original_fragments: list[table_pb2.DataFragment]
+    new_fragments: list[table_pb2.DataFragment]
+    metrics: dict[str, Any] = field(default_factory=zero_metrics)
+    kind: str = "compact"
+
+    @property
+    def original_fragment_ids(self) -> list[int]:
+        return [f.id for f in self.original_fragments]
+
+    @property
+    def new_data_files(self) -> list[str]:
+        """Paths (relative to ``data/``) of the data files this result wrote."""
+        return [df.path for f in self.new_fragments for df in f.files]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": RESULT_FORMAT,
+            "kind": self.kind,
+            "read_version": self.read_version,
+            "original_fragment_ids": self.original_fragment_ids,
+            "original_fragments": [_b64(f) for f in self.original_fragments],
+            "new_fragments": [_b64(f) for f in self.new_fragments],
+            "metrics": dict(self.metrics),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], where: str = "<rewrite result>") -> "RewriteResult":
+        try:
+            if raw.get("format") != RESULT_FORMAT:
+                raise ValueError(f"format is {raw.get('format')!r}, expected {RESULT_FORMAT!r}")
+            return cls(
+                read_version=int(raw["read_version"]),
+                original_fragments=[_from_b64(table_pb2.DataFragment, t) for t in raw["original_fragments"]],
+                new_fragments=[_from_b64(table_pb2.DataFragment, t) for t in raw["new_fragments"]],
+                metrics={k: int(v) for k, v in raw.get("metrics", {}).items()},
+                kind=str(raw.get("kind", "compact")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LanceOpsError(f"{where}: not a valid rewrite result: {exc}") from exc
+
+    @classmethod
+    def from_json(cls, text: str | bytes, where: str = "<rewrite result>") -> "RewriteResult":
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise LanceOpsError(f"{where}: not a valid rewrite result: {exc}") from exc
+        return cls.from_dict(raw, where)
+
+    def __reduce__(self):
+        return (RewriteResult.from_json, (self.to_json(),))
+
+
+# --- reading the source fragments ----------------------------------------------------------------
+def _live_tables(task: CompactionTask, view, schema: pa.Schema,
+                 top_ids: list[int], stats: dict[str, int], prefetch: int = 1) -> Iterator[pa.Table]:
+    """Each source fragment's live rows, in order.
+
+    The next ``prefetch`` fragments are read in a background thread while the current one is
+    being written, so memory holds at most ``prefetch + 1`` source fragments.
+    """
+    expected = task.live_rows or [None] * len(task.fragments)
+
+    def load(proto: table_pb2.DataFragment, expected_live: int | None) -> pa.Table:
+        frag = LanceFragment(view, proto)
+        table = frag.read(list(schema), top_ids)
+        mask = frag.live_mask()
+        if mask is not None:
+            table = table.filter(pa.array(mask))
+        if expected_live is not None and table.num_rows != expected_live:
+            raise LanceOpsError(
+                f"fragment {proto.id}: read {table.num_rows} live rows but the plan counted "
+                f"{expected_live}; its deletion file or metadata is inconsistent"
+            )
+        stats["rows_read"] += table.num_rows
+        stats["bytes_read"] += sum(df.file_size_bytes for df in proto.files)
+        return table
+
+    jobs = iter(list(zip(task.fragments, expected)))
+    if prefetch <= 0:
+        for proto, n in jobs:
+            yield load(proto, n)
+        return
+    with ThreadPoolExecutor(max_workers=min(prefetch, 2), thread_name_prefix="lance-ops-compact-read") as pool:
+        pending: deque = deque()
+        try:
+            for proto, n in itertools.islice(jobs, prefetch + 1):
+                pending.append(pool.submit(load, proto, n))
+            while pending:
+                table = pending.popleft().result()
+                nxt = next(jobs, None)
+                if nxt is not None:
+                    pending.append(pool.submit(load, *nxt))
+                yield table
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+
+class _RowSource:
+    """Hands out batches totalling exactly ``n`` rows from a stream of tables."""
+
+    def __init__(self, tables: Iterator[pa.Table]):
+        self._tables = tables
+        self._pending: list[pa.RecordBatch] = []
+
+    def _refill(self) -> bool:
+        for table in self._tables:
+            batches = [b for b in table.to_batches() if b.num_rows]
+            if batches:
+                self._pending.extend(batches)
+                return True
+        return False
+
+    def take(self, n: int) -> Iterator[pa.RecordBatch]:
+        left = n
+        while left > 0:
+            if not self._pending and not self._refill():
+                raise LanceOpsError(f"the source fragments ran out of rows ({left} of {n} missing)")
+            batch = self._pending.pop(0)
+            if batch.num_rows > left:
+                self._pending.insert(0, batch.slice(left))
+                batch = batch.slice(0, left)
+            left -= batch.num_rows
+            yield batch
+
+    def exhausted(self) -> bool:
+        return not self._pending and not self._refill()
+
+
+# --- row ids and version sequences ----------------------------------------------------------------
+def _row_id_sequence(store, base: str, frag: table_pb2.DataFragment) -> rowids.RowIdSequence:
+    which = frag.WhichOneof("row_id_sequence")
+    where = f"fragment {frag.id} row ids"
+    if which == "inline_row_ids":
+        seq = rowids.RowIdSequence.from_bytes(frag.inline_row_ids, where)
+    elif which == "external_row_ids":
+        ext = frag.external_row_ids
+        path = store.join(base, ext.path)
+        seq = rowids.RowIdSequence.from_bytes(store.read_range(path, ext.offset, ext.size), store.uri(path))
+    else:
+        raise LanceOpsError(f"{where}: the dataset uses stable row ids but fragment {frag.id} has none")
+    if len(seq) != frag.physical_rows:
+        raise LanceOpsError(f"{where}: {len(seq)} row ids for {frag.physical_rows} physical rows")
+    return seq
+
+
+def _version_arrays(store, base: str, frag: table_pb2.DataFragment) -> tuple[np.ndarray, np.ndarray]:
+    n = frag.physical_rows
+    created = rowids.read_fragment_versions(store, base, frag, "created")
+    if created is None:
+        created = np.ones(n, dtype=np.uint64)
+    updated = rowids.read_fragment_versions(store, base, frag, "updated")
+    if updated is None:
+        updated = created
+    if created.size != n or updated.size != n:
+        raise LanceOpsError(f"fragment {frag.id}: version sequences do not cover its {n} physical rows")
+    return created, updated
+
+
+def _carry_row_ids(task: CompactionTask, store, base: str, new_fragments: list[table_pb2.DataFragment]) -> None:
+    """Give the new fragments the row ids and version sequences of the rows they received."""
+    sequences, created, updated = [], [], []
+    for proto in task.fragments:
+        seq = _row_id_sequence(store, base, proto)
+        c, u = _version_arrays(store, base, proto)
+        if proto.HasField("deletion_file"):
+            dead = deletion.read_deletion_offsets(store, base, proto.id, proto.deletion_file)
+            seq = seq.mask(dead)
+            keep = np.ones(proto.physical_rows, dtype=bool)
+            keep[dead.astype(np.int64)] = False
+            c, u = c[keep], u[keep]
+        sequences.append(seq)
+        created.append(c)
+        updated.append(u)
+    sizes = [f.physical_rows for f in new_fragments]
+    chunks = rowids.RowIdSequence.rechunk(sequences, sizes)
+    all_created = np.concatenate(created) if created else np.empty(0, np.uint64)
+    all_updated = np.concatenate(updated) if updated else np.empty(0, np.uint64)
+    start = 0
+    for frag, seq, size in zip(new_fragments, chunks, sizes):
+        frag.inline_row_ids = seq.to_bytes()
+        frag.inline_created_at_versions = rowids.encode_version_sequence(all_created[start:start + size])
+        frag.inline_last_updated_at_versions = rowids.encode_version_sequence(all_updated[start:start + size])
+        start += size
+
+
+# --- execution -----------------------------------------------------------------------------------
+def _delete_data_files(store, base: str, paths: Sequence[str]) -> None:
+    """Remove uncommitted data files we wrote (and their statistics sidecars), best effort."""
+    try:
+        from lance_ops.maintenance.statistics import stats_path
+    except ImportError:  # pragma: no cover - statistics are optional
+        stats_path = None
+    for path in paths:
+        targets = [store.join(base, naming.DATA_DIR, path)]
+        if stats_path is not None:
+            targets.append(stats_path(store, base, path))
+        for target in targets:
+            try:
+                if target is targets[0] or store.exists(target):
+                    store.delete(target)
+            except Exception:  # noqa: BLE001 - best effort; cleanup_old_versions removes orphans later
+                log.warning("could not remove orphan file %s", store.uri(target), exc_info=True)
+
+
+def _open_read_version(task: CompactionTask, store, base: str):
+    """The dataset at the task's read version; its fragments must be the task's, byte for byte."""
+    from lance_ops.errors import DatasetNotFoundError
+    from lance_ops.table.dataset import LanceDataset
+
+    uri = store.uri(base)
+    try:
+        ds = LanceDataset(uri, task.read_version, _store=(store, base))
+    except DatasetNotFoundError as exc:
+        raise LanceOpsError(
+            f"{uri}: the compaction task was planned at version {task.read_version}, which no longer "
+            "exists (cleaned up?); re-plan the compaction"
+        ) from exc
+    current = {f.id: f for f in ds.manifest.fragments}
+    for frag in task.fragments:
+        if frag.id not in current or not same_fragment(current[frag.id], frag):
+            raise LanceOpsError(
+                f"{uri}: fragment {frag.id} of the compaction task differs from version "
+                f"{task.read_version}'s; the task does not belong to this dataset"
+            )
+    if list(ds.manifest.fields) != list(task.fields):
+        raise LanceOpsError(f"{uri}: the task's schema differs from version {task.read_version}'s")
+    return ds
+
+
+def execute_task(task: CompactionTask, store, base: str, *, storage_options=None) -> RewriteResult:
+    """Rewrite ``task``'s fragments into new data files; returns the (uncommitted) result."""
+    where = store.uri(base)
+    version = versions.normalize(task.data_storage_version)
+    versions.require_writable(version, where)
+    if task.kind not in ("compact", "materialize"):
+        raise LanceOpsError(f"{where}: unknown compaction task kind {task.kind!r}")
+    if sum(task.output_rows) != sum(task.live_rows or task.output_rows):
+        raise LanceOpsError(f"{where}: task output sizes do not add up to its live rows")
+    view = _open_read_version(task, store, base)
+    schema = view.schema
+    top_ids = [view._top_field_ids[f.name] for f in schema]
+    stats = {"rows_read": 0, "bytes_read": 0}
+    source = _RowSource(_live_tables(task, view, schema, top_ids, stats))
+    new_fragments: list[table_pb2.DataFragment] = []
+    try:
+        for size in task.output_rows:
+            reader = pa.RecordBatchReader.from_batches(schema, source.take(size))
+            written = write_fragments(reader, store, base, list(task.fields), storage_options=storage_options,
+                                      max_rows_per_file=size, version=version)
+            if len(written) != 1 or written[0].physical_rows != size:
+                raise LanceOpsError(f"{where}: expected one new fragment of {size} rows, wrote "
+                                    f"{[f.physical_rows for f in written]}")
+            new_fragments.extend(written)
+        if not source.exhausted():
+            raise LanceOpsError(f"{where}: the source fragments hold more live rows than the plan counted")
+        if task.stable_row_ids:
+            _carry_row_ids(task, store, base, new_fragments)
+    except BaseException:
+        _delete_data_files(store, base, [df.path for f in new_fragments for df in f.files])
+        raise
+    metrics = {
+        "fragments_removed": len(task.fragments),
+        "fragments_added": len(new_fragments),
+        "files_removed": sum(len(f.files) + f.HasField("deletion_file") for f in task.fragments),
+        "files_added": sum(len(f.files) for f in new_fragments),
+        "rows_read": stats["rows_read"],
+        "rows_written": sum(f.physical_rows for f in new_fragments),
+        "bytes_read": stats["bytes_read"],
+        "bytes_written": sum(df.file_size_bytes for f in new_fragments for df in f.files),
+    }
+    originals = []
+    for f in task.fragments:
+        copy = table_pb2.DataFragment()
+        copy.CopyFrom(f)
+        originals.append(copy)
+    return RewriteResult(task.read_version, originals, new_fragments, metrics, task.kind)
+
+
+def discard_results(uri_or_store, results: Sequence[RewriteResult], *, storage_options=None, base=None) -> int:
+    """Delete the data files of results that will never be committed; returns how many.
+
+    Only call this when the results are known not to be part of any committed version (e.g.
+    after a RetryableCommitConflictError from their own commit). Otherwise leave them to
+    ``cleanup_old_versions``.
+    """
+    if isinstance(uri_or_store, str):
+        from lance_ops.io import open_store
+
+        store, base = open_store(uri_or_store, storage_options)
+    else:
+        store = uri_or_store
+    paths = [p for r in results for p in r.new_data_files]
+    _delete_data_files(store, base, paths)
+    return len(paths)
+
+
+# --- commit --------------------------------------------------------------------------------------
+def _open(ds_or_uri, storage_options):
+    from lance_ops.table.dataset import LanceDataset
+
+    if isinstance(ds_or_uri, LanceDataset):
+        return ds_or_uri
+    return LanceDataset(str(ds_or_uri), None, storage_options)
+
+
+def sum_metrics(results: Sequence[RewriteResult]) -> dict[str, int]:
+    out = zero_metrics()
+    for r in results:
+        for k in METRIC_KEYS:
+            out[k] += int(r.metrics.get(k, 0))
+    return out
+
+
+def replayed_metrics(manifest_file) -> dict[str, Any]:
+    """Metrics recorded by an earlier commit with the same idempotency key."""
+    txn = manifest_file.transaction
+    raw = txn.transaction_properties.get(METRICS_PROPERTY) if txn is not None else None
+    out: dict[str, Any] = zero_metrics()
+    if raw:
+        try:
+            out.update({k: int(v) for k, v in json.loads(raw).items() if k in METRIC_KEYS})
+        except ValueError:
+            pass
+    out["version"] = manifest_file.version
+    out["already_committed"] = True
+    return out
+
+
+def commit_compaction(ds_or_uri, results: Sequence[RewriteResult], *, storage_options=None,
+                      idempotency_key: str | None = None, max_retries: int | None = None,
+                      _return_manifest: bool = False):
+    """Commit executed tasks as one Rewrite version; returns the metrics (with ``version``).
+
+    Results may be a subset of a plan's tasks (failed tasks are simply left out). The commit is
+    checked against every version since the plan's read version: concurrent appends are kept,
+    a concurrent change to a rewritten fragment raises RetryableCommitConflictError (nothing is
+    committed; re-plan). With ``idempotency_key``, a key already committed returns that earlier
+    version's metrics (``already_committed: True``) and commits nothing.
+    """
+    t0 = time.perf_counter()
+    ds = _open(ds_or_uri, storage_options)
+    store, base = ds._store, ds._base
+    results = [r for r in results if r.original_fragments]
+    metrics: dict[str, Any] = sum_metrics(results)
+    if idempotency_key:
+        earlier = find_idempotent_commit(store, base, idempotency_key, lookback=IDEMPOTENCY_LOOKBACK)
+        if earlier is not None:
+            log.info("compaction key %s already committed as version %d", idempotency_key, earlier.version)
+            out = replayed_metrics(earlier)
+            out["seconds"] = time.perf_counter() - t0
+            return (out, earlier) if _return_manifest else out
+    if not results:
+        metrics.update(version=None, seconds=time.perf_counter() - t0)
+        return (metrics, None) if _return_manifest else metrics
+
+    from lance_ops.table.dataset import open_manifest
+    from lance_ops.errors import DatasetNotFoundError
+
+    read_version = min(r.read_version for r in results)
+    try:
+        read_mf = ds._manifest_file if ds.version == read_version else open_manifest(store, base, read_version, ds.uri)
+    except DatasetNotFoundError as exc:
+        raise RetryableCommitConflictError(
+            f"{ds.uri}: the compaction was planned at version {read_version}, which no longer exists "
+            "(cleaned up); re-plan the compaction"
+        ) from exc
+    check_no_indices(read_mf, ds.uri)
+    latest_loc = naming.latest_version(store, base)
+    if latest_loc is not None and latest_loc.version != read_mf.version:
+        check_no_indices(read_manifest(store, latest_loc.path), ds.uri)
+
+    at_read = {f.id: f for f in read_mf.manifest.fragments}
+    seen: set[int] = set()
+    for r in results:
+        for old in r.original_fragments:
+            if old.id in seen:
+                raise LanceOpsError(f"{ds.uri}: fragment {old.id} is rewritten by two results")
+            seen.add(old.id)
+            current = at_read.get(old.id)
+            if current is None or not same_fragment(current, old):
+                raise RetryableCommitConflictError(
+                    f"{ds.uri}: fragment {old.id} at version {read_version} is not the one the "
+                    "compaction task rewrote (results from different plans?); re-plan the compaction"
+                )
+        for new in r.new_fragments:
+            if new.id != 0:
+                raise LanceOpsError(f"{ds.uri}: new fragments must carry id 0 (got {new.id})")
+
+    txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=read_version)
+    for r in results:
+        group = txn.rewrite.groups.add()
+        group.old_fragments.extend(r.original_fragments)
+        group.new_fragments.extend(r.new_fragments)
+    txn.transaction_properties[OPERATION_PROPERTY] = "compaction"
+    txn.transaction_properties[METRICS_PROPERTY] = json.dumps(sum_metrics(results), sort_keys=True)
+    if idempotency_key:
+        txn.transaction_properties[IDEMPOTENCY_KEY] = idempotency_key
+    options = CommitOptions(data_storage_version=read_mf.manifest.data_format.version or "2.0")
+    if max_retries is not None:
+        options.max_retries = max_retries
+    mf = commit_transaction(store, base, txn, CommitContext(read_mf), options)
+    if idempotency_key and mf.transaction is not None and mf.transaction.uuid != txn.uuid:
+        out = replayed_metrics(mf)
+        out["seconds"] = time.perf_counter() - t0
+        return (out, mf) if _return_manifest else out
+    metrics.update(version=mf.version, seconds=time.perf_counter() - t0)
+    return (metrics, mf) if _return_manifest else metrics
