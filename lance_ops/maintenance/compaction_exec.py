@@ -281,7 +281,7 @@ def _carry_row_ids(task: CompactionTask, store, base: str, new_fragments: list[t
 def _delete_data_files(store, base: str, paths: Sequence[str]) -> None:
     """Remove uncommitted data files we wrote (and their statistics sidecars), best effort."""
     try:
-        from lance_ops.maintenance.statistics import stats_path
+        from lance_ops.table.statistics import stats_path
     except ImportError:  # pragma: no cover - statistics are optional
         stats_path = None
     for path in paths:

@@ -214,7 +214,7 @@ class LanceDataset:
         if filt is not None and filt.constant is True:
             filt = None
         # lance_ops statistics hook: skip fragments / pages whose page statistics rule the filter out
-        from lance_ops.maintenance.statistics import scan_offsets
+        from lance_ops.table.statistics import scan_offsets
 
         for frag in self.get_fragments():
             if fragment_ids is not None and frag.fragment_id not in fragment_ids:

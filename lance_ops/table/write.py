@@ -114,7 +114,7 @@ class FragmentWriter:
         self._writer = LanceFileWriter(path, self._schema, version=self._version,
                                        storage_options=self._options, lance_fields=self._lance_fields)
         # lance_ops statistics hook: closing the writer also writes _stats/<stem>.stats.lance
-        from lance_ops.maintenance.statistics import track_statistics
+        from lance_ops.table.statistics import track_statistics
 
         self._writer = track_statistics(self._writer, self._store, self._base, self._name, self._options)
 

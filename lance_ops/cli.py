@@ -1,0 +1,564 @@
+"""``lance-ops``: inspect and maintain Lance datasets from the command line.
+
+    lance-ops inspect s3://bkt/events.lance -s region=eu-west-1
+    lance-ops append /data/events.lance new.parquet
+    lance-ops delete /data/events.lance "ts < TIMESTAMP '2024-01-01'" --dry-run
+    lance-ops compact /data/events.lance --target-rows-per-fragment 1000000
+    lance-ops materialize-deletions /data/events.lance --threshold 0.2
+    lance-ops rebuild-stats /data/events.lance
+    lance-ops refresh-rowid-index /data/events.lance
+    lance-ops cleanup /data/events.lance --older-than 7d --json
+
+Every subcommand takes ``--storage-option KEY=VALUE`` (repeatable, pylance's option names),
+``--json`` (one JSON document on stdout, nothing else), ``--debug`` (tracebacks, debug logs) and
+``--no-progress``. Commands that rewrite or delete data take ``--dry-run``.
+
+Exit codes: 0 success; 2 a lance_ops error or bad usage ("error: ..." on stderr, one line);
+3 the dataset (or version/tag) does not exist; 1 an unexpected error; 130 interrupted.
+Progress bars go to stderr, only when it is a terminal and ``--json`` is not given.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import time
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any, Callable, Iterator, Sequence
+
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1
+EXIT_ERROR = 2
+EXIT_NOT_FOUND = 3
+EXIT_INTERRUPTED = 130
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_UNITS = {
+    "": 1, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
+    "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
+    "h": 3600, "hr": 3600, "hrs": 3600, "hour": 3600, "hours": 3600,
+    "d": 86400, "day": 86400, "days": 86400,
+    "w": 604800, "week": 604800, "weeks": 604800,
+}
+
+
+class UsageError(Exception):
+    """Bad command-line input discovered after parsing (exit 2)."""
+
+
+def parse_duration(text: str) -> timedelta:
+    """``7d``, ``12h``, ``30m``, ``45s``, ``2w``, ``1.5h`` or a number of seconds (``0``)."""
+    m = _DURATION_RE.match(str(text))
+    if m is None or m.group(2).lower() not in _UNITS:
+        raise UsageError(f"cannot parse duration {text!r}: use e.g. 7d, 12h, 30m, 45s or 0")
+    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def parse_storage_options(items: Sequence[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--storage-option expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+# --- output ------------------------------------------------------------------------------------
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "to_dict"):
+        return _jsonable(value.to_dict())
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    try:  # numpy scalars
+        return value.item()
+    except AttributeError:
+        return str(value)
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "-"
+        return ", ".join(_format_value(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_format_value(v)}" for k, v in value.items())
+    if value is None:
+        return "-"
+    return str(value)
+
+
+def _print_result(result: Any, as_json: bool, out=None) -> None:
+    out = out or sys.stdout
+    data = _jsonable(result)
+    if as_json:
+        out.write(json.dumps(data, indent=2) + "\n")
+        return
+    if isinstance(data, dict):
+        width = max((len(k) for k in data), default=0)
+        for key, value in data.items():
+            if isinstance(value, list) and value and isinstance(value[0], dict):
+                out.write(f"{key}:\n")
+                for item in value:
+                    out.write("  " + _format_value(item) + "\n")
+            else:
+                out.write(f"{key.ljust(width)}  {_format_value(value)}\n")
+    else:
+        out.write(f"{_format_value(data)}\n")
+
+
+class Progress:
+    """A one-line progress bar on stderr (no-op unless enabled)."""
+
+    def __init__(self, label: str, enabled: bool, stream=None):
+        self.label = label
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self._last = 0.0
+        self._shown = False
+
+    def __call__(self, done: int, total: int | None = None) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        final = total is not None and done >= total
+        if not final and now - self._last < 0.1:
+            return
+        self._last = now
+        if total:
+            width = 30
+            filled = int(width * min(done, total) / total)
+            text = f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
+        else:
+            text = f"\r{self.label} {done}"
+        self.stream.write(text)
+        self.stream.flush()
+        self._shown = True
+
+    def close(self) -> None:
+        if self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._shown = False
+
+
+def _progress(args, label: str) -> Progress:
+    enabled = (not getattr(args, "json", False) and not getattr(args, "no_progress", False)
+               and hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
+    return Progress(label, enabled)
+
+
+# --- helpers ------------------------------------------------------------------------------------
+def _open(args, version=None):
+    from lance_ops.table.dataset import LanceDataset
+
+    return LanceDataset(args.uri, version, args.storage_options)
+
+
+def _read_input(path: str, fmt: str, schema=None) -> tuple[Any, int | None]:
+    """A RecordBatchReader over a Parquet / CSV / Arrow IPC file, and its row count if known."""
+    import pyarrow as pa
+
+    if not os.path.exists(path):
+        raise UsageError(f"input file {path} does not exist")
+    if fmt == "auto":
+        ext = os.path.splitext(path)[1].lower()
+        fmt = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".ipc": "arrow",
+               ".feather": "arrow", ".arrows": "arrow"}.get(ext)
+        if fmt is None:
+            raise UsageError(f"cannot tell the format of {path} from its extension; pass --format")
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(path)
+            return pa.RecordBatchReader.from_batches(pf.schema_arrow, pf.iter_batches(batch_size=64 * 1024)), \
+                pf.metadata.num_rows
+        if fmt == "csv":
+            import pyarrow.csv as pcsv
+
+            convert = pcsv.ConvertOptions(column_types={f.name: f.type for f in schema} if schema else None)
+            return pcsv.open_csv(path, convert_options=convert), None
+        if fmt == "arrow":
+            try:
+                f = pa.ipc.open_file(path)
+                return pa.RecordBatchReader.from_batches(
+                    f.schema, (f.get_batch(i) for i in range(f.num_record_batches))), None
+            except pa.ArrowInvalid:
+                return pa.ipc.open_stream(path), None
+    except (pa.ArrowException, OSError) as exc:
+        raise UsageError(f"cannot read {path} as {fmt}: {exc}") from exc
+    raise UsageError(f"unknown input format {fmt!r}")
+
+
+def _conform(reader, schema, progress: Callable[[int, int | None], None], total: int | None):
+    """Batches of ``reader`` cast to ``schema`` (by column name), counting rows for the progress bar."""
+    import pyarrow as pa
+
+    from lance_ops.errors import SchemaMismatchError
+
+    target = schema or reader.schema
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        rows = 0
+        for batch in reader:
+            if schema is not None and batch.schema != schema:
+                missing = [n for n in schema.names if n not in batch.schema.names]
+                extra = [n for n in batch.schema.names if n not in schema.names]
+                if missing or extra:
+                    raise SchemaMismatchError(
+                        f"input columns do not match the dataset: missing {missing}, not in the dataset {extra}")
+                try:
+                    batch = pa.Table.from_batches([batch]).select(schema.names).cast(schema).combine_chunks() \
+                        .to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], schema=schema)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                    raise SchemaMismatchError(f"input does not fit the dataset schema: {exc}") from exc
+            rows += batch.num_rows
+            progress(rows, total)
+            yield batch
+
+    return pa.RecordBatchReader.from_batches(target, batches())
+
+
+# --- commands -------------------------------------------------------------------------------------
+def cmd_inspect(args) -> dict:
+    from lance_ops.maintenance.health import dataset_health
+    from lance_ops.maintenance.statistics import statistics_coverage
+
+    ds = _open(args, args.version)
+    health = dataset_health(ds, target_rows_per_fragment=args.target_rows_per_fragment,
+                            materialize_deletions_threshold=args.deletion_threshold).to_dict()
+    health["latest_version"] = ds.latest_version
+    cov = statistics_coverage(ds)
+    health["statistics_coverage"] = f"{cov['with_stats']}/{cov['data_files']}"
+    health["data_files_with_statistics"] = cov["with_stats"]
+    if args.versions:
+        health["versions"] = [
+            {"version": v["version"], "timestamp": v["timestamp"], "rows": int(v["metadata"]["total_rows"]),
+             "fragments": int(v["metadata"]["total_fragments"])}
+            for v in ds.versions()
+        ]
+    return health
+
+
+def cmd_append(args) -> dict:
+    from lance_ops.errors import DatasetNotFoundError
+    from lance_ops.table.dataset import LanceDataset
+    from lance_ops.table.write import write_dataset
+
+    try:
+        current = LanceDataset(args.uri, None, args.storage_options)
+    except DatasetNotFoundError:
+        if not args.create:
+            raise DatasetNotFoundError(f"Dataset at path {args.uri} was not found (pass --create to create it)")
+        current = None
+    schema = current.schema if current is not None else None
+    progress = _progress(args, "appending rows")
+    reader, total = _read_input(args.file, args.format, schema)
+    try:
+        data = _conform(reader, schema, progress, total)
+        kwargs: dict[str, Any] = {"storage_options": args.storage_options}
+        if args.max_rows_per_file:
+            kwargs["max_rows_per_file"] = args.max_rows_per_file
+        if args.idempotency_key:
+            kwargs["idempotency_key"] = args.idempotency_key
+        if current is None and args.enable_stable_row_ids:
+            kwargs["enable_stable_row_ids"] = True
+        before = current.version if current is not None else 0
+        rows_before = current.count_rows() if current is not None else 0
+        ds = write_dataset(data, args.uri, mode="append" if current is not None else "create", **kwargs)
+    finally:
+        progress.close()
+    rows = ds.count_rows()
+    unchanged = ds.version == before
+    return {"version": ds.version, "created": current is None, "rows_added": 0 if unchanged else rows - rows_before,
+            "rows": rows, "already_committed": unchanged}
+
+
+def cmd_delete(args) -> dict:
+    ds = _open(args)
+    if args.dry_run:
+        return {"num_deleted_rows": ds.count_rows(args.predicate), "dry_run": True, "version": ds.version}
+    kwargs = {}
+    if args.idempotency_key:
+        from lance_ops.table.commit import IDEMPOTENCY_KEY, find_idempotent_commit
+
+        earlier = find_idempotent_commit(ds._store, ds._base, args.idempotency_key, latest=ds.version, lookback=100)
+        if earlier is not None:
+            return {"num_deleted_rows": 0, "version": earlier.version, "already_committed": True}
+        kwargs["transaction_properties"] = {IDEMPOTENCY_KEY: args.idempotency_key}
+    result = dict(ds.delete(args.predicate, **kwargs))
+    result["version"] = ds.version
+    return result
+
+
+def _compaction():
+    try:
+        from lance_ops.maintenance import compaction
+    except ImportError as exc:
+        from lance_ops.errors import UnsupportedError
+
+        raise UnsupportedError(f"compaction is not available in this installation: {exc}") from exc
+    return compaction
+
+
+def cmd_compact(args) -> dict:
+    compaction = _compaction()
+    ds = _open(args)
+    kwargs: dict[str, Any] = {"dry_run": args.dry_run}
+    for name in ("target_rows_per_fragment", "max_rows_per_file", "materialize_deletions_threshold",
+                 "max_source_fragments", "num_threads", "idempotency_key"):
+        value = getattr(args, name)
+        if value is not None:
+            kwargs[name] = value
+    if args.no_materialize_deletions:
+        kwargs["materialize_deletions"] = False
+    return dict(compaction.compact_files(ds, **kwargs), dry_run=args.dry_run)
+
+
+def cmd_materialize(args) -> dict:
+    compaction = _compaction()
+    ds = _open(args)
+    kwargs: dict[str, Any] = {"dry_run": args.dry_run}
+    for name in ("max_rows_per_file", "max_source_fragments", "num_threads", "idempotency_key"):
+        value = getattr(args, name)
+        if value is not None:
+            kwargs[name] = value
+    return dict(compaction.materialize_deletions(ds, args.threshold, **kwargs), dry_run=args.dry_run)
+
+
+def cmd_rebuild_stats(args) -> dict:
+    from lance_ops.maintenance.statistics import rebuild_statistics, statistics_coverage
+
+    ds = _open(args)
+    progress = _progress(args, "statistics")
+    try:
+        result = rebuild_statistics(ds, args.fragment or None, args.force, dry_run=args.dry_run, progress=progress)
+    finally:
+        progress.close()
+    cov = statistics_coverage(ds)
+    result["coverage"] = f"{cov['with_stats']}/{cov['data_files']}"
+    if not args.json and not args.list_files:
+        result["files"] = len(result["files"])
+    return result
+
+
+def cmd_refresh_rowid_index(args) -> dict:
+    from lance_ops.maintenance.rowid_index import refresh_row_id_index
+
+    ds = _open(args)
+    progress = _progress(args, "row-id index")
+    try:
+        return refresh_row_id_index(ds, idempotency_key=args.idempotency_key, progress=progress)
+    finally:
+        progress.close()
+
+
+def cmd_cleanup(args) -> dict:
+    ds = _open(args)
+    older_than = parse_duration(args.older_than) if args.older_than is not None else None
+    stats = ds.cleanup_old_versions(older_than, args.retain_versions, delete_unverified=args.delete_unverified,
+                                    error_if_tagged_old_versions=not args.no_error_if_tagged, dry_run=args.dry_run)
+    out = _jsonable(stats)
+    if isinstance(out, dict):
+        out["dry_run"] = args.dry_run
+    return out
+
+
+# --- parser -------------------------------------------------------------------------------------
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _version_arg(text: str) -> int | str:
+    return int(text) if text.isdigit() else text
+
+
+def _common(default_suppress: bool) -> argparse.ArgumentParser:
+    d = argparse.SUPPRESS if default_suppress else None
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("common options")
+    g.add_argument("-s", "--storage-option", dest="storage_option", action="append", metavar="KEY=VALUE",
+                   default=d, help="object store option (repeatable), e.g. region=eu-west-1")
+    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS if default_suppress else False,
+                   help="print the result as JSON")
+    g.add_argument("--debug", action="store_true", default=argparse.SUPPRESS if default_suppress else False,
+                   help="show tracebacks and debug logs")
+    g.add_argument("--no-progress", action="store_true",
+                   default=argparse.SUPPRESS if default_suppress else False, help="never show progress bars")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from lance_ops import __version__
+
+    common = _common(default_suppress=True)
+    parser = argparse.ArgumentParser(
+        prog="lance-ops", parents=[common],
+        description="Inspect and maintain Lance datasets (local paths or s3:// URIs).",
+        epilog="exit codes: 0 ok, 2 error or bad usage, 3 dataset not found, 1 unexpected error")
+    parser.add_argument("--version", action="version", version=f"lance-ops {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, func, help_text: str, dry_run: bool = False) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        p.add_argument("uri", help="dataset URI (path or s3://bucket/path)")
+        if dry_run:
+            p.add_argument("--dry-run", action="store_true", help="report what would change, change nothing")
+        p.set_defaults(func=func)
+        return p
+
+    p = add("inspect", cmd_inspect, "show versions, fragments, rows, deletions, statistics coverage and size")
+    p.add_argument("--version", dest="version", type=_version_arg, default=None, metavar="V",
+                   help="version number or tag (default: latest)")
+    p.add_argument("--target-rows-per-fragment", type=_positive_int, default=1024 * 1024,
+                   help="fragments below this many rows count as small (default 1048576)")
+    p.add_argument("--deletion-threshold", type=_ratio, default=0.1,
+                   help="deleted ratio above which a fragment needs materialization (default 0.1)")
+    p.add_argument("--versions", action="store_true", help="also list every version")
+
+    p = add("append", cmd_append, "append rows from a Parquet, CSV or Arrow IPC file")
+    p.add_argument("file", help="input file")
+    p.add_argument("--format", choices=["auto", "parquet", "csv", "arrow"], default="auto")
+    p.add_argument("--create", action="store_true", help="create the dataset if it does not exist")
+    p.add_argument("--enable-stable-row-ids", action="store_true", help="with --create: use stable row ids")
+    p.add_argument("--max-rows-per-file", type=_positive_int, default=None)
+    p.add_argument("--idempotency-key", default=None, help="a retry with the same key appends nothing")
+
+    p = add("delete", cmd_delete, "delete the rows matching a SQL predicate", dry_run=True)
+    p.add_argument("predicate", help="SQL predicate, e.g. \"id < 100 AND name IS NULL\"")
+    p.add_argument("--idempotency-key", default=None)
+
+    p = add("compact", cmd_compact, "merge small fragments and materialize deletions", dry_run=True)
+    p.add_argument("--target-rows-per-fragment", type=_positive_int, default=None)
+    p.add_argument("--max-rows-per-file", type=_positive_int, default=None)
+    p.add_argument("--materialize-deletions-threshold", type=_ratio, default=None)
+    p.add_argument("--no-materialize-deletions", action="store_true")
+    p.add_argument("--max-source-fragments", type=_positive_int, default=None)
+    p.add_argument("--num-threads", type=_positive_int, default=None)
+    p.add_argument("--idempotency-key", default=None)
+
+    p = add("materialize-deletions", cmd_materialize,
+            "rewrite fragments whose deleted ratio exceeds a threshold", dry_run=True)
+    p.add_argument("--threshold", type=_ratio, default=0.1, help="deleted ratio (default 0.1; 0 = every deletion)")
+    p.add_argument("--max-rows-per-file", type=_positive_int, default=None)
+    p.add_argument("--max-source-fragments", type=_positive_int, default=None)
+    p.add_argument("--num-threads", type=_positive_int, default=None)
+    p.add_argument("--idempotency-key", default=None)
+
+    p = add("rebuild-stats", cmd_rebuild_stats, "write page statistics for data files that have none",
+            dry_run=True)
+    p.add_argument("--fragment", type=_non_negative_int, action="append", metavar="ID",
+                   help="only this fragment (repeatable)")
+    p.add_argument("--force", action="store_true", help="recompute statistics that already exist")
+    p.add_argument("--list-files", action="store_true", help="list the statistics files in text output")
+
+    p = add("refresh-rowid-index", cmd_refresh_rowid_index,
+            "build or update the persisted row-id index of the latest version")
+    p.add_argument("--idempotency-key", default=None)
+
+    p = add("cleanup", cmd_cleanup, "delete old versions and the files only they use", dry_run=True)
+    p.add_argument("--older-than", default=None, metavar="AGE",
+                   help="remove versions older than this (7d, 12h, 30m, 0); default 14d unless "
+                        "--retain-versions is given")
+    p.add_argument("--retain-versions", type=_positive_int, default=None, metavar="N",
+                   help="always keep the newest N versions")
+    p.add_argument("--delete-unverified", action="store_true",
+                   help="also delete unreferenced files younger than 7 days (only safe without concurrent writers)")
+    p.add_argument("--no-error-if-tagged", action="store_true",
+                   help="skip tagged old versions instead of failing")
+    return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return text or type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (the console script exits with it)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors (argparse printed the message)
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+    for name, default in (("json", False), ("debug", False), ("no_progress", False), ("storage_option", None)):
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    if args.debug:
+        logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
+
+    from lance_ops.errors import DatasetNotFoundError, LanceOpsError
+
+    try:
+        args.storage_options = parse_storage_options(args.storage_option)
+        result = args.func(args)
+        _print_result(result, args.json)
+        return EXIT_OK
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return EXIT_INTERRUPTED
+    except DatasetNotFoundError as exc:
+        if args.debug:
+            raise
+        sys.stderr.write(f"error: {_one_line(exc)}\n")
+        return EXIT_NOT_FOUND
+    except (LanceOpsError, UsageError, ValueError, KeyError, IndexError) as exc:
+        # KeyError/IndexError/ValueError: bad ids, indexes or arguments reported by the library
+        if args.debug:
+            raise
+        sys.stderr.write(f"error: {_one_line(exc)}\n")
+        return EXIT_ERROR
+    except Exception as exc:  # noqa: BLE001 - the CLI promises no tracebacks without --debug
+        if args.debug:
+            raise
+        sys.stderr.write(f"error: {type(exc).__name__}: {_one_line(exc)} (run with --debug for details)\n")
+        return EXIT_UNEXPECTED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
