@@ -1,11 +1,9 @@
-"""The ``.lance`` data file container: footer, offset tables, column metadata, reader and writer."""
+"""The ``.lance`` data file container: footer, offset tables, column metadata, readers and writer.
+
+``LanceFileReader`` opens files of every version (2.0, 2.1/2.2, legacy v0.1); ``LanceFileWriter``
+writes 2.0 files.
+"""
+from lance_ops.file.dispatch import LanceFileReader, open_file_reader
 from lance_ops.file.writer import LanceFileWriter, WrittenPage
 
-__all__ = ["LanceFileWriter", "WrittenPage"]
-
-try:  # the reader is developed separately; expose it once it exists
-    from lance_ops.file.reader import LanceFileReader  # noqa: F401
-except ImportError:  # pragma: no cover - only while reader.py is missing or incomplete
-    pass
-else:
-    __all__.append("LanceFileReader")
+__all__ = ["LanceFileReader", "LanceFileWriter", "WrittenPage", "open_file_reader"]

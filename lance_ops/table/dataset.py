@@ -25,6 +25,9 @@ from lance_ops.table.manifest import ManifestFile, read_manifest
 
 ROW_ID = "_rowid"
 ROW_ADDR = "_rowaddr"
+_POSITION = "__lance_ops_position"
+#: read the other columns only for matching rows when at most this fraction of rows match
+_LATE_MATERIALIZE_FRACTION = 0.25
 
 
 def open_manifest(store, base: str, version: int | str | None, uri: str) -> ManifestFile:
@@ -173,29 +176,61 @@ class LanceDataset:
             )
         return list(columns)
 
+    def _read_rows(self, frag: LanceFragment, columns: list[str], offsets: np.ndarray | None,
+                   add_id: bool, add_addr: bool) -> tuple[pa.Table, np.ndarray]:
+        """Live rows of ``columns`` (all, or the physical ``offsets``), plus their physical offsets.
+
+        ``offsets`` given by the caller are already free of deleted rows.
+        """
+        fields = [self.schema.field(c) for c in columns]
+        table = frag.read(fields, [self._top_field_ids[c] for c in columns], offsets)
+        if offsets is None:
+            phys = np.arange(frag.physical_rows, dtype=np.uint64)
+            mask = frag.live_mask()
+            if mask is not None:
+                table = table.filter(pa.array(mask))
+                phys = phys[mask]
+        else:
+            phys = np.asarray(offsets, dtype=np.uint64)
+        if add_id:
+            table = table.append_column(pa.field(ROW_ID, pa.uint64()), pa.array(frag.row_ids(phys), pa.uint64()))
+        if add_addr:
+            table = table.append_column(pa.field(ROW_ADDR, pa.uint64()),
+                                        pa.array(frag.row_addresses(phys), pa.uint64()))
+        return table, phys
+
     def _scan_fragment(self, frag: LanceFragment, out_columns: list[str], filt, with_row_id: bool,
                        with_row_address: bool, offsets: np.ndarray | None = None) -> pa.Table:
-        data_cols = [c for c in out_columns if c in self._top_field_ids]
-        if filt is not None:
-            data_cols += [c for c in filt.columns if c in self._top_field_ids and c not in data_cols]
-        fields = [self.schema.field(c) for c in data_cols]
-        table = frag.read(fields, [self._top_field_ids[c] for c in data_cols], offsets)
-        if offsets is None:
-            mask = frag.live_mask()
-            phys = None
-        else:
-            mask, phys = None, offsets
-        need_id = with_row_id or ROW_ID in out_columns or (filt is not None and ROW_ID in filt.columns)
-        need_addr = with_row_address or ROW_ADDR in out_columns or (filt is not None and ROW_ADDR in filt.columns)
-        if need_id:
-            table = table.append_column(pa.field(ROW_ID, pa.uint64()), pa.array(frag.row_ids(phys), pa.uint64()))
-        if need_addr:
-            table = table.append_column(pa.field(ROW_ADDR, pa.uint64()), pa.array(frag.row_addresses(phys), pa.uint64()))
-        if mask is not None:
-            table = table.filter(pa.array(mask))
-        if filt is not None:
-            table = table.filter(filt.expression)
+        """Matching rows of one fragment.
+
+        With a filter, the filter's columns are read first; the other output columns are then read
+        only for the matching rows ("late materialisation") when few rows match, which is what
+        makes selective scans cheap.
+        """
         names = _output_names(out_columns, with_row_id, with_row_address)
+        want_id, want_addr = ROW_ID in names, ROW_ADDR in names
+        data_cols = [c for c in out_columns if c in self._top_field_ids]
+        if filt is None:
+            table, _ = self._read_rows(frag, data_cols, offsets, want_id, want_addr)
+        else:
+            filter_cols = [c for c in filt.columns if c in self._top_field_ids]
+            rest = [c for c in data_cols if c not in filter_cols]
+            probe, phys = self._read_rows(frag, filter_cols, offsets, want_id or ROW_ID in filt.columns,
+                                          want_addr or ROW_ADDR in filt.columns)
+            scanned = probe.num_rows
+            probe = probe.append_column(_POSITION, pa.array(np.arange(scanned, dtype=np.int64)))
+            probe = probe.filter(filt.expression)
+            if rest:
+                positions = probe.column(_POSITION).to_numpy()
+                if positions.size <= _LATE_MATERIALIZE_FRACTION * scanned:
+                    extra = frag.read([self.schema.field(c) for c in rest],
+                                      [self._top_field_ids[c] for c in rest], phys[positions])
+                else:
+                    full, _ = self._read_rows(frag, rest, offsets, False, False)
+                    extra = full.take(pa.array(positions))
+                for c in rest:
+                    probe = probe.append_column(self.schema.field(c), extra.column(c))
+            table = probe
         if not names:  # Table.select([]) would drop the row count
             return table.drop_columns(table.column_names)
         return table.select(names)

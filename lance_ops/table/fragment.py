@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import table_pb2
+from lance_ops.file.dispatch import open_file_reader
 from lance_ops.file.reader import LanceFileReader
 from lance_ops.table import addresses, deletion, naming, rowids
 
@@ -106,7 +107,7 @@ class LanceFragment:
                     dictionaries=ds._manifest_file.path, schema_metadata=dict(ds.manifest.schema_metadata),
                 )
             else:
-                reader = LanceFileReader(path, store=ds._store)
+                reader = open_file_reader(path, store=ds._store)
             # --- end legacy dispatch ---
             self._readers[file_index] = reader
         return reader

@@ -1,0 +1,79 @@
+"""FSST decompression (the symbol-table format of Lance's FSST implementation).
+
+Symbol table (2,312 bytes when exported in full; only the used prefix matters):
+``u64 info`` (little-endian: bits 0..7 number of symbols, bit 24 "encoder switch" -- when clear
+the payload is stored uncompressed, bits 32..63 a magic), then ``n`` little-endian u64 symbols
+(the symbol's bytes, first byte in the lowest bits), then ``n`` u8 symbol lengths (1..8).
+
+Compressed strings: each byte is a code; code ``c < 255`` expands to symbol ``c`` and code 255
+(escape) means "the next byte is a literal". Strings are compressed independently, so the
+decoder works on the concatenated bytes and maps the offsets afterwards.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+ESCAPE = 255
+_MAGIC_MASK = 0xFFFFFFFF00000000
+
+
+class FsstTable:
+    def __init__(self, table: bytes):
+        if len(table) < 8:
+            raise ValueError(f"FSST symbol table is {len(table)} bytes, too short")
+        info = int.from_bytes(table[:8], "little")
+        self.enabled = bool(info & (1 << 24))
+        n = info & 0xFF
+        if len(table) < 8 + 9 * n:
+            raise ValueError(f"FSST symbol table of {len(table)} bytes cannot hold {n} symbols")
+        syms = np.frombuffer(table, dtype="<u8", count=n, offset=8)
+        lens = np.frombuffer(table, dtype=np.uint8, count=n, offset=8 + 8 * n).astype(np.int64)
+        if n and (lens.min() < 1 or lens.max() > 8):
+            raise ValueError("FSST symbol length out of range")
+        # 256 x 8 byte matrix of symbol bytes; code 255 is the escape
+        self.sym_bytes = np.zeros((256, 8), dtype=np.uint8)
+        self.sym_bytes[:n] = syms.astype("<u8").view(np.uint8).reshape(n, 8)
+        self.sym_lens = np.zeros(256, dtype=np.int64)
+        self.sym_lens[:n] = lens
+        self.n = n
+
+    def decode(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Decode concatenated compressed strings; returns (new int64 offsets, bytes)."""
+        data = np.asarray(data, dtype=np.uint8)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if not self.enabled:
+            return offsets - offsets[0], data[offsets[0]:offsets[-1]].copy()
+        data = data[offsets[0]:offsets[-1]]
+        base = offsets - offsets[0]
+        n = len(data)
+        if n == 0:
+            return base, data.copy()
+        is_ff = data == ESCAPE
+        # within each run of 0xFF bytes the escapes are at even positions of the run, literals at odd
+        literal = np.zeros(n, dtype=bool)
+        if is_ff.any():
+            idx = np.arange(n)
+            run_start = np.empty(n, dtype=bool)
+            run_start[0] = is_ff[0]
+            run_start[1:] = is_ff[1:] & ~is_ff[:-1]
+            start_pos = np.maximum.accumulate(np.where(run_start, idx, 0))
+            pos_in_run = idx - start_pos
+            escape = is_ff & (pos_in_run % 2 == 0)
+            literal[1:] = escape[:-1]
+        else:
+            escape = is_ff
+        code = ~(escape | literal)
+        if code.any() and int(data[code].max()) >= self.n:
+            raise ValueError("FSST code refers to a symbol that is not in the table")
+        out_len = np.where(code, self.sym_lens[data], 0)
+        out_len[literal] = 1
+        ends = np.cumsum(out_len)
+        total = int(ends[-1])
+        starts = ends - out_len
+        src = np.repeat(np.arange(n), out_len)
+        k = np.arange(total) - starts[src]
+        out = self.sym_bytes[data[src], np.minimum(k, 7)]
+        lit_out = literal[src]
+        out[lit_out] = data[src[lit_out]]
+        cum = np.concatenate([[0], ends])
+        return cum[base], out

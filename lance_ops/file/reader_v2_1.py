@@ -1,0 +1,465 @@
+"""Reader for Lance v2 data files of file format version 2.1 and later (2.1, 2.2, 2.3).
+
+2.1+ files store one column per *leaf* field (struct and list fields have no column of their
+own: their validity and offsets live in the repetition/definition levels of every leaf below
+them). Every page is an ``Any(/lance.encodings21.PageLayout)`` whose ``priority`` is its first row.
+
+Reads go in at most two coalesced I/O rounds per call: first the per-page metadata that has not
+been loaded yet (mini-block chunk tables, dictionaries, repetition indexes), then the data --
+for ``read_range`` / ``take_rows`` only the mini-block chunks or full-zip rows that hold the
+requested rows. Page layouts and compressive encodings are decoded in
+:mod:`lance_ops.encoding.decode_v2_1`.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf import any_pb2
+from google.protobuf.message import DecodeError
+
+from lance_ops._proto import encodings_v2_1_pb2 as pb
+from lance_ops._proto import file2_pb2, file_pb2
+from lance_ops.encoding import decode_v2_1 as dec
+from lance_ops.encoding import v21_repdef as rd
+from lance_ops.encoding.v21_compressive import EncodingCorrupt, EncodingUnsupported
+from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError, UnsupportedTypeError
+from lance_ops.file.format import FOOTER_SIZE, PAGE_LAYOUT_URL, Footer, version_from_footer
+from lance_ops.schema import FieldNode, field_tree, from_lance_fields
+
+__all__ = ["LanceFileReaderV21", "SUPPORTED_VERSIONS"]
+
+SUPPORTED_VERSIONS = ("2.1", "2.2", "2.3")
+TAIL_READ_BYTES = 64 * 1024
+
+
+def _is_packed(node: FieldNode) -> bool:
+    md = node.proto.metadata
+    for key in ("packed", "lance-encoding:packed"):
+        if key in md and bytes(md[key]).strip().lower() in (b"true", b"1", b"yes", b"on"):
+            return True
+    return False
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+@dataclass
+class _Leaf:
+    column: int
+    node: FieldNode
+    path: str
+    canon: rd.Canonical
+    ctx: dec.PageCtx
+
+
+class LanceFileReaderV21:
+    """Read a Lance 2.1 / 2.2 / 2.3 data file from a local path or an object store URI.
+
+    Same surface as the 2.0 :class:`~lance_ops.file.reader.LanceFileReader`.
+    """
+
+    def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *, store=None):
+        if store is None:
+            from lance_ops.io import open_store
+
+            store, path = open_store(path, storage_options)
+        self._store = store
+        self._path = path
+        self._uri = store.uri(path) if hasattr(store, "uri") else str(path)
+        self._pages: dict[int, list] = {}
+        self._guard(self._open)
+
+    # --- public properties ---------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        return self._uri
+
+    @property
+    def store(self):
+        return self._store
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    @property
+    def num_rows(self) -> int:
+        return self._num_rows
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    @property
+    def lance_fields(self) -> list[file_pb2.Field]:
+        return list(self._descriptor.schema.fields)
+
+    @property
+    def num_columns(self) -> int:
+        return self._footer.num_columns
+
+    @property
+    def num_global_buffers(self) -> int:
+        return self._footer.num_global_buffers
+
+    def read_global_buffer(self, index: int) -> bytes:
+        if not 0 <= index < len(self._gbo):
+            raise IndexError(f"{self._uri}: global buffer {index} out of range (file has {len(self._gbo)})")
+        if index == 0:
+            return self._gb0_bytes
+        pos, size = self._gbo[index]
+        return self._guard(lambda: bytes(self._store.read_range(self._path, pos, size)))
+
+    def column_layouts(self, column_index: int) -> list[str]:
+        """A short description of each page of a column (layout and encodings)."""
+        pages = self._guard(lambda: self._column_pages(column_index))
+        return [dec.layout_name(p._page_layout) for p in pages]
+
+    # --- reads ---------------------------------------------------------------------------
+    def read_all(self, columns: Optional[Sequence[str]] = None) -> pa.Table:
+        n = self._num_rows
+        return self._read(columns, [(0, n)] if n else [], None)
+
+    def read_range(self, start: int, num_rows: int, columns: Optional[Sequence[str]] = None) -> pa.Table:
+        start, num_rows = int(start), int(num_rows)
+        if start < 0 or num_rows < 0 or start + num_rows > self._num_rows:
+            raise IndexError(
+                f"{self._uri}: cannot read rows {start}..{start + num_rows} of a file with {self._num_rows} rows")
+        return self._read(columns, [(start, start + num_rows)] if num_rows else [], None)
+
+    def take_rows(self, indices: Iterable[int] | np.ndarray | pa.Array, columns: Optional[Sequence[str]] = None) -> pa.Table:
+        if isinstance(indices, (pa.Array, pa.ChunkedArray)):
+            idx = np.asarray(indices.to_numpy(zero_copy_only=False))
+        else:
+            idx = np.asarray(indices)
+        if idx.size == 0:
+            idx = idx.astype(np.int64)
+        if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
+            raise TypeError(f"{self._uri}: take_rows needs a 1-d sequence of integers, got {idx.dtype} of shape {idx.shape}")
+        idx = idx.astype(np.int64, copy=False)
+        if idx.size and (idx.min() < 0 or idx.max() >= self._num_rows):
+            bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
+            raise IndexError(f"{self._uri}: row index {bad} out of range for a file with {self._num_rows} rows")
+        if idx.size > 1 and np.all(idx[1:] > idx[:-1]):
+            uniq, inverse = idx, None
+        else:
+            uniq, inverse = np.unique(idx, return_inverse=True)
+            inverse = inverse.reshape(-1)
+        # merge consecutive rows into ranges
+        if len(uniq):
+            brk = np.flatnonzero(np.diff(uniq) != 1) + 1
+            starts = np.concatenate([[0], brk])
+            ends = np.concatenate([brk, [len(uniq)]])
+            ranges = [(int(uniq[s]), int(uniq[e - 1]) + 1) for s, e in zip(starts, ends)]
+        else:
+            ranges = []
+        return self._read(columns, ranges, inverse)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def __repr__(self) -> str:
+        return f"LanceFileReaderV21({self._uri!r}, version={self._version}, rows={self._num_rows})"
+
+    # --- errors --------------------------------------------------------------------------
+    def _guard(self, fn):
+        try:
+            return fn()
+        except LanceOpsError:
+            raise
+        except EncodingUnsupported as exc:
+            raise UnsupportedError(f"{self._uri}: {exc}") from exc
+        except (EncodingCorrupt, DecodeError, struct.error, IndexError, KeyError, ValueError, TypeError,
+                OverflowError, ZeroDivisionError, MemoryError, pa.ArrowException, OSError,
+                RecursionError, AssertionError) as exc:
+            raise CorruptFileError(self._uri, f"cannot decode file: {type(exc).__name__}: {exc}") from exc
+
+    def _corrupt(self, problem: str) -> CorruptFileError:
+        return CorruptFileError(self._uri, problem)
+
+    # --- opening -------------------------------------------------------------------------
+    def _open(self) -> None:
+        tail, size = self._store.read_tail(self._path, TAIL_READ_BYTES)
+        self._file_size = size
+        footer = Footer.unpack(tail, size, self._uri)
+        self._footer = footer
+        self._version = version_from_footer(footer.major, footer.minor, self._uri)
+        if self._version not in SUPPORTED_VERSIONS:
+            raise UnsupportedError(f"{self._uri}: Lance file version {self._version} is not read by the 2.1+ reader")
+        tail = bytes(tail)
+        region_start = size - len(tail)
+        gbo_end = footer.gbo_table_start + 16 * footer.num_global_buffers
+        need_start = footer.column_meta_start
+        if footer.gbo_table_start < region_start:
+            extra = self._store.read_range(self._path, footer.gbo_table_start, gbo_end - footer.gbo_table_start)
+            gbo_raw = bytes(extra)
+        else:
+            gbo_raw = tail[footer.gbo_table_start - region_start: gbo_end - region_start]
+        gbo = np.frombuffer(gbo_raw, dtype="<u8").reshape(-1, 2).astype(np.int64)
+        body_end = size - FOOTER_SIZE
+        if np.any(gbo[:, 0] + gbo[:, 1] > body_end):
+            raise self._corrupt("a global buffer lies beyond the end of the file")
+        self._gbo = [(int(p), int(s)) for p, s in gbo]
+        gb0_pos, gb0_size = self._gbo[0]
+        need_start = min(need_start, gb0_pos) if footer.column_meta_start - gb0_pos <= (1 << 20) else need_start
+        if need_start < region_start:
+            head = bytes(self._store.read_range(self._path, need_start, region_start - need_start))
+            tail = head + tail
+            region_start = need_start
+
+        def take(pos: int, length: int) -> bytes:
+            off = pos - region_start
+            if off < 0 or off + length > len(tail):
+                raise self._corrupt(f"metadata range {pos}..{pos + length} is outside the file")
+            return tail[off:off + length]
+
+        if gb0_pos >= region_start:
+            self._gb0_bytes = take(gb0_pos, gb0_size)
+        else:
+            self._gb0_bytes = bytes(self._store.read_range(self._path, gb0_pos, gb0_size))
+        descriptor = file_pb2.FileDescriptor()
+        try:
+            descriptor.ParseFromString(self._gb0_bytes)
+        except DecodeError as exc:
+            raise self._corrupt(f"global buffer 0 (FileDescriptor) does not decode: {exc}") from None
+        self._descriptor = descriptor
+        self._num_rows = int(descriptor.length)
+        try:
+            self._schema = from_lance_fields(descriptor.schema.fields, dict(descriptor.schema.metadata))
+            self._tree = field_tree(descriptor.schema.fields)
+        except CorruptFileError as exc:
+            raise self._corrupt(f"schema: {exc.problem}") from None
+        except UnsupportedTypeError as exc:
+            raise UnsupportedTypeError(f"{self._uri}: {exc}") from None
+        cmo = np.frombuffer(take(footer.cmo_table_start, 16 * footer.num_columns), dtype="<u8").reshape(-1, 2).astype(np.int64)
+        self._column_meta: list[file2_pb2.ColumnMetadata] = []
+        for i, (pos, length) in enumerate(cmo.tolist()):
+            meta = file2_pb2.ColumnMetadata()
+            try:
+                meta.ParseFromString(take(pos, length))
+            except DecodeError as exc:
+                raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
+            self._column_meta.append(meta)
+        # leaves -> columns
+        self._leaves: dict[int, _Leaf] = {}
+        self._leaf_ids: dict[int, list[int]] = {}
+        counter = [0]
+
+        def walk(node: FieldNode, prefix: str, kinds: list[str]) -> list[int]:
+            path = f"{prefix}{node.proto.name}"
+            t = node.arrow.type
+            if pa.types.is_struct(t) and not _is_packed(node) and node.children:
+                ids: list[int] = []
+                for c in node.children:
+                    ids.extend(walk(c, path + ".", kinds + [rd.ITEM]))
+            elif _is_list(t) and node.children:
+                ids = walk(node.children[0], path + ".", kinds + [rd.LIST])
+            else:
+                col = counter[0]
+                counter[0] += 1
+                canon = rd.Canonical(tuple(reversed(kinds + [rd.ITEM])))
+                self._leaves[node.id] = _Leaf(col, node, path, canon, self._ctx_for(t, canon))
+                ids = [node.id]
+            self._leaf_ids[node.id] = ids
+            return ids
+
+        for top in self._tree:
+            walk(top, "", [])
+        if counter[0] != footer.num_columns:
+            raise self._corrupt(f"schema has {counter[0]} leaf fields but the file has {footer.num_columns} columns")
+        self._by_column = {leaf.column: leaf for leaf in self._leaves.values()}
+
+    @staticmethod
+    def _ctx_for(t: pa.DataType, canon: rd.Canonical) -> dec.PageCtx:
+        vt = t.value_type if pa.types.is_dictionary(t) else t
+        if (pa.types.is_string(vt) or pa.types.is_binary(vt) or pa.types.is_large_string(vt)
+                or pa.types.is_large_binary(vt)):
+            return dec.PageCtx(canon, "var", 0)
+        if pa.types.is_boolean(vt):
+            return dec.PageCtx(canon, "bool", 0)
+        ipv = 1
+        inner = vt
+        while pa.types.is_fixed_size_list(inner):
+            ipv *= inner.list_size
+            inner = inner.value_type
+        if pa.types.is_boolean(inner):
+            return dec.PageCtx(canon, "bool", 0, ipv)
+        try:
+            bw = inner.bit_width
+        except ValueError:
+            bw = 0
+        if pa.types.is_struct(inner):
+            try:
+                bw = sum(f.type.bit_width for f in inner)
+            except ValueError:  # variable packed struct (2.2): rows are variable width
+                return dec.PageCtx(canon, "var", 0)
+        return dec.PageCtx(canon, "fixed", (bw // 8) * ipv, ipv)
+
+    def _column_pages(self, column: int) -> list:
+        if column in self._pages:
+            return self._pages[column]
+        leaf = self._by_column[column]
+        meta = self._column_meta[column]
+        pages = []
+        first = 0
+        for i, p in enumerate(meta.pages):
+            enc = p.encoding
+            if enc.WhichOneof("location") != "direct":
+                raise UnsupportedError(f"{self._uri}: column {column} ({leaf.path}) page {i}: "
+                                       f"{enc.WhichOneof('location')} page encodings are not supported")
+            anym = any_pb2.Any()
+            anym.ParseFromString(enc.direct.encoding)
+            if anym.type_url != PAGE_LAYOUT_URL:
+                raise UnsupportedError(f"{self._uri}: column {column} ({leaf.path}) page {i}: "
+                                       f"encoding {anym.type_url!r} is not a 2.1+ page layout")
+            layout = pb.PageLayout()
+            layout.ParseFromString(anym.value)
+            page = self._make_page(layout, p, first, leaf, column, i)
+            page._page_layout = layout
+            page._leaf = leaf
+            pages.append(page)
+            first += int(p.length)
+        if first != self._num_rows and meta.pages:
+            raise self._corrupt(f"column {column} ({leaf.path}) pages hold {first} rows, file has {self._num_rows}")
+        self._pages[column] = pages
+        return pages
+
+    def _make_page(self, layout: pb.PageLayout, p, first: int, leaf: _Leaf, column: int, index: int):
+        which = layout.WhichOneof("layout")
+        args = (list(p.buffer_offsets), list(p.buffer_sizes), int(p.length), first, leaf.ctx, self._version)
+        try:
+            if which == "mini_block_layout":
+                return dec.MiniBlockPage(layout.mini_block_layout, *args)
+            if which == "full_zip_layout":
+                return dec.FullZipPage(layout.full_zip_layout, *args)
+            if which == "all_null_layout":
+                return dec.ConstantPage(layout.all_null_layout, *args)
+            if which == "blob_layout":
+                return dec.BlobPage(layout.blob_layout, *args, fetch=self._fetch)
+            raise EncodingUnsupported(f"page layout {dec.layout_name(layout)}")
+        except EncodingUnsupported as exc:
+            raise UnsupportedError(f"{self._uri}: column {column} ({leaf.path}) page {index}: "
+                                   f"unsupported encoding: {exc}") from None
+        except (EncodingCorrupt, ValueError) as exc:
+            raise self._corrupt(f"column {column} ({leaf.path}) page {index}: {exc}") from None
+
+    # --- the read path -------------------------------------------------------------------
+    def _select(self, columns: Optional[Sequence[str]]) -> list[FieldNode]:
+        if columns is None:
+            return list(self._tree)
+        by_name = {n.proto.name: n for n in self._tree}
+        out = []
+        for c in columns:
+            if c not in by_name:
+                raise KeyError(f"{self._uri}: no column named {c!r} (file has {sorted(by_name)})")
+            out.append(by_name[c])
+        return out
+
+    def _read(self, columns, ranges: list[tuple[int, int]], inverse) -> pa.Table:
+        nodes = self._select(columns)
+        try:
+            return self._guard(lambda: self._read_inner(nodes, ranges, inverse))
+        except KeyError:
+            raise
+
+    def _read_inner(self, nodes: list[FieldNode], ranges, inverse) -> pa.Table:
+        leaf_ids = [i for n in nodes for i in self._leaf_ids[n.id]]
+        # which pages, which page-relative row ranges
+        work = []  # (leaf id, page, page ranges)
+        for lid in leaf_ids:
+            leaf = self._leaves[lid]
+            for page in self._column_pages(leaf.column):
+                a0, b0 = page.first_row, page.first_row + page.num_rows
+                rr = [(max(a, a0) - a0, min(b, b0) - a0) for a, b in ranges if a < b0 and b > a0]
+                if rr:
+                    work.append((lid, page, rr))
+        # round 1: page metadata
+        init_pages = [w[1] for w in work if not w[1].ready]
+        seen = set()
+        init_pages = [p for p in init_pages if not (id(p) in seen or seen.add(id(p)))]
+        reqs, owners = [], []
+        for p in init_pages:
+            rr = self._wrap(p, p.init_ranges)
+            reqs.extend(rr)
+            owners.append(len(rr))
+        datas = self._fetch(reqs)
+        pos = 0
+        for p, k in zip(init_pages, owners):
+            self._wrap(p, lambda: p.init(datas[pos:pos + k]))
+            pos += k
+        # round 2: data
+        reqs, plans = [], []
+        for lid, page, rr in work:
+            r, fn = self._wrap(page, lambda: page.plan(rr))
+            plans.append((lid, page, fn, len(r)))
+            reqs.extend(r)
+        datas = self._fetch(reqs)
+        pos = 0
+        per_leaf: dict[int, list] = {lid: [] for lid in leaf_ids}
+        for lid, page, fn, k in plans:
+            per_leaf[lid].append(self._wrap(page, lambda: fn(datas[pos:pos + k])))
+            pos += k
+        nsel = sum(b - a for a, b in ranges)
+        states = {}
+        for lid in leaf_ids:
+            leaf = self._leaves[lid]
+            parts = per_leaf[lid]
+            if parts:
+                d = dec.Decoded.concat(parts)
+            else:
+                d = dec.Decoded(rd.Levels(None, None, 0),
+                                dec.placeholder_vals(leaf.ctx.value_kind, leaf.ctx.value_width, 0, leaf.ctx.items_per_value), 0)
+            if d.num_rows != nsel:
+                raise self._corrupt(f"column {leaf.column} ({leaf.path}) produced {d.num_rows} rows, expected {nsel}")
+            states[lid] = dec.LeafState(d.levels, d.values, leaf.canon, np.arange(d.levels.n, dtype=np.int64),
+                                        leaf.canon.max_rep, len(leaf.canon.kinds) - 1)
+        arrays = []
+        for n in nodes:
+            try:
+                arr = dec.build_array(n, states, lambda node: self._leaf_ids[node.id])
+            except EncodingUnsupported as exc:
+                raise UnsupportedError(f"{self._uri}: field {n.proto.name!r}: {exc}") from None
+            except EncodingCorrupt as exc:
+                raise self._corrupt(f"field {n.proto.name!r}: {exc}") from None
+            if len(arr) != nsel:
+                raise self._corrupt(f"field {n.proto.name!r} assembled {len(arr)} rows, expected {nsel}")
+            arrays.append(arr)
+        schema = pa.schema([self._schema.field(n.proto.name) for n in nodes], metadata=self._schema.metadata)
+        table = pa.Table.from_arrays(arrays, schema=schema)
+        if inverse is not None:
+            table = table.take(pa.array(inverse))
+        return table
+
+    def _wrap(self, page, fn):
+        leaf = self._by_column_of_page(page)
+        try:
+            return fn()
+        except EncodingUnsupported as exc:
+            raise UnsupportedError(f"{self._uri}: column {leaf.column} ({leaf.path}): unsupported encoding: {exc}") from None
+        except LanceOpsError:
+            raise
+        except (EncodingCorrupt, struct.error, IndexError, ValueError, TypeError, OverflowError,
+                pa.ArrowException, DecodeError, AssertionError) as exc:
+            raise self._corrupt(f"column {leaf.column} ({leaf.path}) page at row {page.first_row}: "
+                                f"{type(exc).__name__}: {exc}") from None
+
+    @staticmethod
+    def _by_column_of_page(page) -> _Leaf:
+        return page._leaf
+
+    def _fetch(self, reqs) -> list[bytes]:
+        if not reqs:
+            return []
+        body_end = self._file_size - FOOTER_SIZE
+        for pos, size in reqs:
+            if pos < 0 or size < 0 or pos + size > body_end:
+                raise self._corrupt(f"data range {pos}..{pos + size} lies outside the file")
+        return self._store.read_ranges(self._path, reqs)
