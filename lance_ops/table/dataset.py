@@ -26,6 +26,7 @@ from lance_ops.table.manifest import ManifestFile, read_manifest
 ROW_ID = "_rowid"
 ROW_ADDR = "_rowaddr"
 _POSITION = "__lance_ops_position"
+_DELETED_ROWS = "lance_ops.num_deleted_rows"
 #: read the other columns only for matching rows when at most this fraction of rows match
 _LATE_MATERIALIZE_FRACTION = 0.25
 
@@ -358,16 +359,31 @@ class LanceDataset:
         for attr in ("schema", "_top_field_ids", "_descendants"):
             self.__dict__.pop(attr, None)
 
-    def delete(self, predicate, *, conflict_retries: int = 10, transaction_properties: dict | None = None) -> dict:
-        """Delete the rows matching ``predicate``; returns ``{"num_deleted_rows": n}``."""
+    def delete(self, predicate, *, conflict_retries: int = 10, transaction_properties: dict | None = None,
+               idempotency_key: str | None = None) -> dict:
+        """Delete the rows matching ``predicate``; returns ``{"num_deleted_rows": n}``.
+
+        With ``idempotency_key``, a delete already committed under that key (e.g. by an Airflow
+        try that failed after committing) is not applied again: the earlier result is returned.
+        """
+        from lance_ops.table.commit import IDEMPOTENCY_KEY, find_idempotent_commit
         from lance_ops.table.delete import plan_delete
 
+        if idempotency_key:
+            earlier = find_idempotent_commit(self._store, self._base, idempotency_key, lookback=100)
+            if earlier is not None:
+                self._adopt(earlier)
+                return {"num_deleted_rows": int(earlier.transaction.transaction_properties.get(_DELETED_ROWS, 0))
+                        if earlier.transaction is not None else 0}
         ds = self
         for attempt in range(conflict_retries + 1):
             feature_flags.check_writer_flags(ds.manifest.writer_feature_flags, ds.uri)
             txn, ctx, count = plan_delete(ds, predicate)
             if transaction_properties:
                 txn.transaction_properties.update(transaction_properties)
+            if idempotency_key:
+                txn.transaction_properties[IDEMPOTENCY_KEY] = idempotency_key
+                txn.transaction_properties[_DELETED_ROWS] = str(count)
             try:
                 mf = ds._commit(txn, ctx)
             except RetryableCommitConflictError:

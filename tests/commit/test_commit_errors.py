@@ -131,3 +131,12 @@ def test_concurrent_appends_rebase_fragment_and_row_ids(tmp_path):
     assert theirs["_rowid"].to_pylist() == ours["_rowid"].to_pylist()
     assert theirs["id"].to_pylist() == ours["id"].to_pylist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert final.take_by_row_id([9, 0, 6])["id"].to_pylist() == [9, 0, 6]
+
+
+def test_delete_with_idempotency_key_applies_once(ds):
+    first = ds.delete("id < 3", idempotency_key="dag.run1.delete")
+    again = lance_ops.dataset(ds.uri).delete("id < 3 OR id = 9", idempotency_key="dag.run1.delete")
+    assert first == again == {"num_deleted_rows": 3}
+    final = lance_ops.dataset(ds.uri)
+    assert final.version == 2
+    assert final.to_table()["id"].to_pylist() == list(range(3, 10))
