@@ -1,0 +1,436 @@
+"""``LanceDataSource``: Lance datasets as a PySpark 4 Python data source (format name ``"lance"``).
+
+    from lance_ops.spark import LanceDataSource, register
+    register(spark)                    # or spark.dataSource.register(LanceDataSource)
+    df.write.format("lance").mode("append").save("/lake/events.lance")
+    spark.read.format("lance").load("/lake/events.lance").where("id > 10").select("id", "name")
+
+Options (all optional):
+
+==============================  ===========================================================
+``storage_option.<key>``        a Lance storage option, e.g. ``storage_option.aws_region``,
+                                ``storage_option.endpoint``, ``storage_option.aws_access_key_id``
+``version``                     read: the version (number or tag) to read; default latest
+``rows_per_partition``          read: split fragments into Spark partitions of at most this
+                                many physical rows (default 1048576: one partition per fragment)
+``pushFilters``                 read: ``true``/``false``; push Spark filters into the scan. Spark
+                                refuses a reader that pushes filters unless the session has
+                                ``spark.sql.python.filterPushdown.enabled=true``, so the default
+                                is ``true`` only when registered with :func:`register` (which
+                                sets that conf) and ``false`` for ``LanceDataSource`` itself
+``max_rows_per_file``           write: rows per data file / fragment (default 1048576)
+``data_storage_version``        write: file format of a new dataset (default 2.0)
+``idempotency_key``             write: recorded with the commit; a write whose key was already
+                                committed writes and commits nothing
+==============================  ===========================================================
+
+Column pruning: Python data sources are given the full schema, so read a subset of columns
+by passing it: ``spark.read.format("lance").schema("id long, name string").load(uri)`` reads
+only those columns from storage.
+
+Write protocol (as lance-spark's ``LanceBatchWrite``): ``writer()`` runs on the driver and pins
+the read version and the field ids; every task writes fragments (data files only) and returns
+their metadata; the driver's ``commit()`` builds one Append/Overwrite transaction and commits it
+once. ``abort()`` commits nothing: files of failed, retried or speculative attempts stay as
+orphans for ``cleanup_old_versions(delete_unverified=True)``.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    EqualNullSafe,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+    StringContains,
+    StringEndsWith,
+    StringStartsWith,
+    WriterCommitMessage,
+)
+
+from lance_ops.spark._common import (
+    arrow_to_spark_schema,
+    check_spark_append,
+    latest_manifest,
+    spark_to_arrow_schema,
+    storage_options_from,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROWS_PER_PARTITION = 1024 * 1024
+READ_BATCH_ROWS = 64 * 1024
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+__all__ = ["LanceDataSource", "LanceInputPartition", "LanceCommitMessage", "register", "spark_filter_to_expression"]
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _uri_of(options: Mapping[str, str]) -> str:
+    uri = options.get("path")
+    if not uri:
+        raise ValueError("the lance data source needs a dataset URI: .load(uri) / .save(uri) or .option('path', uri)")
+    return uri
+
+
+class LanceDataSource(DataSource):
+    """Read and write Lance datasets from Spark (``format("lance")``)."""
+
+    #: whether readers push filters by default (see the module docs)
+    push_filters_default = False
+
+    @classmethod
+    def name(cls) -> str:
+        return "lance"
+
+    def _storage_options(self) -> dict[str, str]:
+        return storage_options_from(dict(self.options))
+
+    def _open(self, version=None):
+        from lance_ops.table.dataset import LanceDataset
+
+        if version is None:
+            version = self.options.get("version")
+        if isinstance(version, str) and version.isdigit():
+            version = int(version)
+        return LanceDataset(_uri_of(self.options), version, self._storage_options())
+
+    def schema(self):
+        return arrow_to_spark_schema(self._open().schema)
+
+    def reader(self, schema) -> DataSourceReader:
+        ds = self._open()
+        push = self.options.get("pushFilters")
+        push = self.push_filters_default if push is None else _truthy(push)
+        rows = int(self.options.get("rows_per_partition") or DEFAULT_ROWS_PER_PARTITION)
+        cls = LanceFilteringReader if push else LanceReader
+        return cls(ds.uri, self._storage_options(), ds.version, ds.schema, schema, rows)
+
+    def writer(self, schema, overwrite: bool) -> "LanceWriter":
+        return LanceWriter(_uri_of(self.options), self._storage_options(), schema, overwrite, dict(self.options))
+
+
+class _PushdownLanceDataSource(LanceDataSource):
+    """What :func:`register` registers: pushes filters by default (it also enables the conf)."""
+
+    push_filters_default = True
+
+
+def register(spark, *, push_filters: bool = True) -> None:
+    """Register the ``lance`` format on ``spark`` (and, by default, enable Python filter pushdown)."""
+    if push_filters:
+        spark.conf.set(PUSHDOWN_CONF, "true")
+        spark.dataSource.register(_PushdownLanceDataSource)
+    else:
+        spark.dataSource.register(LanceDataSource)
+
+
+# --- reading -----------------------------------------------------------------------------------------
+@dataclass
+class LanceInputPartition(InputPartition):
+    """Physical rows ``[start, end)`` of one fragment (``fragment_id == -1``: an empty dataset)."""
+
+    fragment_id: int
+    start: int
+    end: int
+
+
+class LanceReader(DataSourceReader):
+    """Reads one pinned version, one or more partitions per fragment, only the requested columns."""
+
+    def __init__(self, uri: str, storage_options: dict, version: int, dataset_schema: pa.Schema,
+                 spark_schema, rows_per_partition: int):
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.uri = uri
+        self.storage_options = storage_options
+        self.version = version
+        self.rows_per_partition = max(1, int(rows_per_partition))
+        names = set(dataset_schema.names)
+        unknown = [f.name for f in spark_schema.fields if f.name not in names]
+        if unknown:
+            raise ValueError(f"{uri}: column(s) {unknown} are not in the dataset; it has {dataset_schema.names}")
+        self.columns = [f.name for f in spark_schema.fields]
+        self.dataset_schema = dataset_schema
+        self.output_schema = to_arrow_schema(spark_schema, timezone="UTC")
+        #: Spark filters pushed into the scan (AND-ed)
+        self.filters: list = []
+
+    def _dataset(self):
+        from lance_ops.table.dataset import LanceDataset
+
+        return LanceDataset(self.uri, self.version, self.storage_options)
+
+    def partitions(self):
+        ds = self._dataset()
+        parts = []
+        for frag in ds.get_fragments():
+            n = frag.physical_rows
+            if n == 0 or frag.count_rows() == 0:
+                continue
+            for start in range(0, n, self.rows_per_partition):
+                parts.append(LanceInputPartition(frag.fragment_id, start, min(n, start + self.rows_per_partition)))
+        return parts or [LanceInputPartition(-1, 0, 0)]
+
+    def _expression(self):
+        exprs = [spark_filter_to_expression(f, self.dataset_schema) for f in self.filters]
+        exprs = [e for e in exprs if e is not None]
+        if not exprs:
+            return None
+        out = exprs[0]
+        for e in exprs[1:]:
+            out = out & e
+        return out
+
+    def read(self, partition: LanceInputPartition) -> Iterator[pa.RecordBatch]:
+        if partition.fragment_id < 0:
+            return
+        from lance_ops.table.filters import compile_filter
+
+        ds = self._dataset()
+        frag = ds.get_fragment(partition.fragment_id)
+        if frag is None:
+            raise RuntimeError(f"{self.uri}: fragment {partition.fragment_id} is not in version {self.version}")
+        expr = self._expression()
+        filt = compile_filter(expr, ds.schema) if expr is not None else None
+        if filt is not None and filt.constant is True:
+            filt = None
+        if filt is not None and filt.constant is False:
+            return
+        offsets = None
+        if partition.start > 0 or partition.end < frag.physical_rows:
+            live = frag.live_offsets()
+            offsets = live[(live >= partition.start) & (live < partition.end)]
+            if offsets.size == 0:
+                return
+        columns = self.columns or [ds.schema.names[0]]
+        table = ds._scan_fragment(frag, columns, filt, False, False, offsets)
+        if not self.columns:
+            table = table.select([])
+        table = _cast_table(table, self.output_schema)
+        yield from table.to_batches(max_chunksize=READ_BATCH_ROWS)
+
+
+class LanceFilteringReader(LanceReader):
+    """A LanceReader that also takes Spark's pushed filters (needs the pushdown conf enabled)."""
+
+    def pushFilters(self, filters):
+        for f in filters:
+            try:
+                expr = spark_filter_to_expression(f, self.dataset_schema)
+            except Exception:  # noqa: BLE001 - anything we cannot translate stays with Spark
+                expr = None
+            if expr is None:
+                yield f
+            else:
+                self.filters.append(f)
+
+
+def _cast_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    if table.schema.equals(schema, check_metadata=False):
+        return table
+    arrays = []
+    for f in schema:
+        col = table.column(f.name)
+        arrays.append(col if col.type == f.type else col.cast(f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# --- filters -----------------------------------------------------------------------------------------
+def _pushable_type(t: pa.DataType) -> bool:
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_date(t)
+            or pa.types.is_decimal(t))
+
+
+def _scalar(value: Any, t: pa.DataType) -> pa.Scalar:
+    s = pa.scalar(value, type=t)  # raises when the literal does not fit the column type
+    if value is not None and not _is_nan(value) and s.as_py() != value:
+        raise ValueError(f"literal {value!r} does not survive conversion to {t}")
+    return s
+
+
+def spark_filter_to_expression(f, schema: pa.Schema) -> pc.Expression | None:
+    """A pyarrow expression with SQL semantics for Spark filter ``f``, or None if not pushable.
+
+    Comparisons use Kleene logic (NULL propagates, so a row whose predicate is NULL is dropped, as
+    in SQL) and Spark's float ordering (NaN = NaN, NaN above every number); only top-level columns of integer, floating, boolean, string, date and decimal types
+    are pushed. Everything else is returned to Spark, which evaluates it after the scan.
+    """
+    if isinstance(f, Not):
+        inner = spark_filter_to_expression(f.child, schema)
+        return None if inner is None else ~inner
+    attr = getattr(f, "attribute", None)
+    if attr is None or len(attr) != 1 or attr[0] not in schema.names:
+        return None
+    t = schema.field(attr[0]).type
+    col = pc.field(attr[0])
+    if isinstance(f, IsNull):
+        return col.is_null()
+    if isinstance(f, IsNotNull):
+        return col.is_valid()
+    if not _pushable_type(t):
+        return None
+    if isinstance(f, (StringStartsWith, StringEndsWith, StringContains)):
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t)) or not isinstance(f.value, str):
+            return None
+        fn = {StringStartsWith: pc.starts_with, StringEndsWith: pc.ends_with,
+              StringContains: pc.match_substring}[type(f)]
+        return fn(col, pattern=f.value)
+    if isinstance(f, In):
+        values = list(f.value)
+        if pa.types.is_floating(t) and any(_is_nan(v) for v in values):
+            return None
+        scalars = [_scalar(v, t) for v in values if v is not None]
+        null_bool = pa.scalar(None, pa.bool_())
+        expr = pc.if_else(col.is_null(), null_bool, pc.is_in(col, value_set=pa.array([s.as_py() for s in scalars], t)))
+        if any(v is None for v in values):  # x IN (..., NULL): TRUE if found, else NULL
+            expr = pc.if_else(expr, pa.scalar(True), null_bool)
+        return expr
+    if isinstance(f, EqualNullSafe):
+        if f.value is None:
+            return col.is_null()
+        return pc.and_kleene(col.is_valid(), _compare(EqualTo, col, f.value, t))
+    if type(f) in _COMPARISONS:
+        if f.value is None:
+            return None
+        return _compare(type(f), col, f.value, t)
+    return None
+
+
+_COMPARISONS = {EqualTo: "__eq__", GreaterThan: "__gt__", GreaterThanOrEqual: "__ge__",
+                LessThan: "__lt__", LessThanOrEqual: "__le__"}
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _compare(kind, col: pc.Expression, value: Any, t: pa.DataType) -> pc.Expression:
+    """``col <op> value`` with Spark's semantics; for floats NaN equals NaN and sorts above all."""
+    if not pa.types.is_floating(t):
+        return getattr(col, _COMPARISONS[kind])(_scalar(value, t))
+    nan = pc.is_nan(col)  # NULL for NULL: comparisons stay NULL on NULL input
+    if _is_nan(value):
+        return {EqualTo: nan, GreaterThan: col > pa.scalar(value, t),  # FALSE, NULL on NULL
+                GreaterThanOrEqual: nan, LessThan: pc.invert(nan),
+                LessThanOrEqual: pc.or_kleene(nan, pc.invert(nan))}[kind]
+    plain = getattr(col, _COMPARISONS[kind])(_scalar(value, t))  # FALSE for a NaN column value
+    if kind in (GreaterThan, GreaterThanOrEqual):
+        return pc.or_kleene(plain, nan)
+    return plain
+
+
+# --- writing -----------------------------------------------------------------------------------------
+@dataclass
+class LanceCommitMessage(WriterCommitMessage):
+    """What one write task produced: its fragments (base64 DataFragment protos)."""
+
+    partition: int
+    attempt: int
+    num_rows: int
+    fragments: list[str] = field(default_factory=list)
+
+
+class LanceWriter(DataSourceArrowWriter):
+    """Driver: pins read version and field ids; tasks: write fragments; driver: commit once."""
+
+    def __init__(self, uri: str, storage_options: dict, spark_schema, overwrite: bool, options: Mapping[str, str]):
+        from lance_ops.io import open_store
+        from lance_ops.maintenance.staged_commit import fields_to_b64
+        from lance_ops.schema import from_lance_fields, to_lance_fields
+        from lance_ops.table import versions
+        from lance_ops.table.commit import find_idempotent_commit
+        from lance_ops.table.staging import sanitize_key
+
+        self.uri = uri
+        self.storage_options = storage_options
+        self.overwrite = overwrite
+        self.max_rows_per_file = int(options.get("max_rows_per_file") or 1024 * 1024)
+        raw_key = options.get("idempotency_key")
+        self.key = sanitize_key(raw_key) if raw_key else f"spark-write-{uuid.uuid4().hex}"
+        store, base = open_store(uri, storage_options)
+        current = latest_manifest(store, base, uri)
+        self.read_version = current.version if current is not None else 0
+        self.already_committed = bool(
+            raw_key and current is not None
+            and find_idempotent_commit(store, base, self.key, latest=current.version, lookback=1000) is not None
+        )
+        data_schema = spark_to_arrow_schema(spark_schema)
+        self.appending = current is not None and not overwrite
+        if self.appending:
+            manifest = current.manifest
+            fields = list(manifest.fields)
+            check_spark_append(from_lance_fields(fields, dict(manifest.schema_metadata)), data_schema, uri)
+            self.version = versions.normalize(manifest.data_format.version or None)
+            self.schema_metadata = {k: v.decode("utf-8", "surrogateescape") for k, v in manifest.schema_metadata.items()}
+        else:
+            fields = to_lance_fields(data_schema)
+            default = (current.manifest.data_format.version or None) if current is not None else None
+            self.version = versions.normalize(options.get("data_storage_version") or default)
+            self.schema_metadata = {}
+        versions.require_writable(self.version, uri)
+        self.fields_b64 = fields_to_b64(fields)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LanceCommitMessage:
+        from lance_ops.spark._tasks import _maybe_fail_first_attempt, _task_context, write_partition
+        from lance_ops.table.staging import fragment_to_b64
+
+        ctx = _task_context()
+        partition = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        if self.already_committed:
+            for _ in iterator:  # drain; this write was committed before
+                pass
+            return LanceCommitMessage(partition, attempt, 0, [])
+        fragments = write_partition(
+            iterator, uri=self.uri, storage_options=self.storage_options, fields_b64=self.fields_b64,
+            schema_metadata=self.schema_metadata, max_rows_per_file=self.max_rows_per_file,
+            data_storage_version=self.version,
+        )
+        _maybe_fail_first_attempt(ctx)
+        return LanceCommitMessage(partition, attempt, sum(f.physical_rows for f in fragments),
+                                  [fragment_to_b64(f) for f in fragments])
+
+    def commit(self, messages) -> None:
+        from lance_ops.maintenance.staged_commit import commit_result
+        from lance_ops.table.staging import StagedResult, fragment_from_b64
+
+        if self.already_committed:
+            log.info("%s: write %s was already committed; nothing to do", self.uri, self.key)
+            return
+        msgs = sorted((m for m in messages if m is not None), key=lambda m: m.partition)
+        fragments = [fragment_from_b64(b) for m in msgs for b in m.fragments]
+        result = StagedResult(
+            key=self.key, operation="append" if self.appending else "overwrite",
+            read_version=self.read_version, fragments=fragments, schema_fields=self.fields_b64,
+            schema_metadata=self.schema_metadata, data_storage_version=self.version,
+            metrics={"num_rows": sum(m.num_rows for m in msgs), "num_fragments": len(fragments)},
+        )
+        out = commit_result(self.uri, result, storage_options=self.storage_options)
+        log.info("%s: committed version %d (%s)", self.uri, out["version"], out["metrics"])
+
+    def abort(self, messages) -> None:
+        written = sum(len(m.fragments) for m in messages if m is not None)
+        log.warning("%s: write aborted; %d fragment(s) written by finished tasks stay as orphan files "
+                    "(cleanup_old_versions(delete_unverified=True) removes them)", self.uri, written)

@@ -1,0 +1,193 @@
+"""The ``lance`` Python data source: write/read round trips, projection, pushed filters, retries.
+
+JVM tests share the session-scoped ``spark`` fixture; the filter translation tests need no JVM.
+"""
+from __future__ import annotations
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import lance_ops
+from tests.spark._support import data_files, fail_first_attempts, make_rows, referenced_files
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql.datasource import (  # noqa: E402
+    EqualNullSafe,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+    StringStartsWith,
+)
+
+from lance_ops.spark.datasource import spark_filter_to_expression  # noqa: E402
+
+
+def optimized_plan(df) -> str:
+    return df._jdf.queryExecution().optimizedPlan().toString()
+
+
+def sorted_table(t: pa.Table) -> pa.Table:
+    return t.sort_by("id")
+
+
+# --- filter translation (no JVM) ----------------------------------------------------------------
+FILTER_DATA = pa.table({"a": pa.array([1, 2, None, 4], pa.int64()), "s": pa.array(["ab", None, "b", "abc"])})
+
+
+def apply(f) -> list:
+    expr = spark_filter_to_expression(f, FILTER_DATA.schema)
+    assert expr is not None
+    return FILTER_DATA.filter(expr)["a"].to_pylist()
+
+
+@pytest.mark.parametrize("f, expected", [
+    (EqualTo(("a",), 2), [2]),
+    (Not(EqualTo(("a",), 2)), [1, 4]),  # NULL <> 2 is NULL: dropped, as in SQL
+    (GreaterThan(("a",), 1), [2, 4]),
+    (LessThanOrEqual(("a",), 2), [1, 2]),
+    (In(("a",), (1, 4)), [1, 4]),
+    (Not(In(("a",), (1, 4))), [2]),
+    (Not(In(("a",), (1, None))), []),  # NOT IN with a NULL in the list is never TRUE
+    (EqualNullSafe(("a",), None), [None]),
+    (Not(EqualNullSafe(("a",), 2)), [1, None, 4]),
+    (IsNull(("s",)), [2]),
+    (StringStartsWith(("s",), "ab"), [1, 4]),
+    (Not(StringStartsWith(("s",), "ab")), [None]),
+])
+def test_spark_filters_have_sql_semantics(f, expected):
+    assert apply(f) == expected
+
+
+FLOATS = pa.table({"i": [0, 1, 2, 3], "x": pa.array([1.0, float("nan"), None, -2.0])})
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("f, expected", [
+    (GreaterThan(("x",), 0.0), [0, 1]),  # NaN sorts above every number in Spark
+    (Not(GreaterThan(("x",), 0.0)), [3]),
+    (LessThanOrEqual(("x",), 1.0), [0, 3]),
+    (EqualTo(("x",), NAN), [1]),  # NaN = NaN in Spark
+    (Not(EqualTo(("x",), NAN)), [0, 3]),
+    (GreaterThan(("x",), NAN), []),
+    (Not(GreaterThan(("x",), NAN)), [0, 1, 3]),
+    (LessThan(("x",), NAN), [0, 3]),
+    (LessThanOrEqual(("x",), NAN), [0, 1, 3]),
+    (GreaterThanOrEqual(("x",), NAN), [1]),
+    (EqualNullSafe(("x",), NAN), [1]),
+])
+def test_float_filters_follow_spark_nan_ordering(f, expected):
+    expr = spark_filter_to_expression(f, FLOATS.schema)
+    assert FLOATS.filter(expr)["i"].to_pylist() == expected
+
+
+def test_unpushable_filters_are_left_to_spark():
+    schema = pa.schema([("a", pa.int64()), ("t", pa.timestamp("us", "UTC")), ("st", pa.struct([("x", pa.int32())]))])
+    assert spark_filter_to_expression(EqualTo(("t",), 1), schema) is None
+    assert spark_filter_to_expression(EqualTo(("st", "x"), 1), schema) is None
+    assert spark_filter_to_expression(EqualTo(("missing",), 1), schema) is None
+    assert spark_filter_to_expression(StringStartsWith(("a",), "1"), schema) is None
+
+
+# --- with Spark ---------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_write_then_read_with_projection_and_pushed_filter(spark, tmp_path):
+    uri = str(tmp_path / "ds.lance")
+    source = make_rows(0, 60_000)
+    df = spark.createDataFrame(source).repartition(3)
+    df.write.format("lance").mode("overwrite").option("max_rows_per_file", 15_000).save(uri)
+
+    ds = lance.dataset(uri)  # pylance reads what the data source wrote
+    assert ds.version == 1 and ds.count_rows() == 60_000
+    assert sorted_table(ds.to_table()).equals(source)
+    assert all(f.count_rows() <= 15_000 for f in ds.get_fragments())
+
+    whole = spark.read.format("lance").load(uri)
+    assert whole.schema.simpleString() == (
+        "struct<id:bigint,value:double,small:int,name:string,flag:boolean,day:date,ts:timestamp>")
+    back = pa.Table.from_pandas(whole.toPandas(), preserve_index=False)
+    assert sorted(back["id"].to_pylist()) == list(range(60_000))
+
+    # projection through the reader's schema + filters Spark pushes into the scan
+    q = (spark.read.format("lance").schema("id long, name string, small int").load(uri)
+         .where("id >= 1000 AND name = 'name-7' AND small <= 40000"))
+    plan = optimized_plan(q)
+    assert "Filter" not in plan, plan  # every predicate was pushed down
+    rows = sorted((r.id, r.name) for r in q.collect())
+    mask = pc.and_(pc.greater_equal(source["id"], 1000), pc.equal(source["name"], "name-7"))
+    expected = source.filter(mask)
+    assert rows == list(zip(expected["id"].to_pylist(), expected["name"].to_pylist()))
+    assert len(rows) > 0
+
+    # a predicate Spark cannot push stays in Spark and is still applied
+    odd = spark.read.format("lance").load(uri).where("id % 7 = 3 AND id < 100")
+    assert "Filter" in optimized_plan(odd)
+    assert sorted(r.id for r in odd.select("id").collect()) == [i for i in range(100) if i % 7 == 3]
+
+
+@pytest.mark.slow
+def test_read_partitions_split_fragments_and_skip_deleted_rows(spark, tmp_path):
+    uri = str(tmp_path / "ds.lance")
+    lance_ops.write_dataset(make_rows(0, 50_000), uri, max_rows_per_file=20_000)  # 20k, 20k, 10k
+    lance_ops.dataset(uri).delete("id % 5 = 0 OR (id >= 40000 AND id < 45000)")
+    df = spark.read.format("lance").option("rows_per_partition", 7_000).load(uri)
+    assert df.rdd.getNumPartitions() == 3 + 3 + 2
+    ids = sorted(r.id for r in df.select("id").collect())
+    expected = lance.dataset(uri).to_table(columns=["id"])["id"].to_pylist()
+    assert ids == sorted(expected)
+    assert len(ids) == 50_000 - 10_000 - 4_000
+    # a pinned old version
+    old = spark.read.format("lance").option("version", 1).load(uri)
+    assert old.count() == 50_000
+
+
+@pytest.mark.slow
+def test_append_to_a_pylance_dataset_and_schema_errors(spark, tmp_path):
+    uri = str(tmp_path / "ds.lance")
+    lance.write_dataset(make_rows(0, 1_000), uri, data_storage_version="2.0")
+    spark.createDataFrame(make_rows(1_000, 3_000)).write.format("lance").mode("append").save(uri)
+    ds = lance.dataset(uri)
+    assert ds.version == 2
+    assert sorted_table(ds.to_table()).equals(make_rows(0, 3_000))
+
+    bad = spark.createDataFrame(make_rows(0, 10).drop(["flag"]).append_column("extra", pa.array(range(10))))
+    with pytest.raises(Exception, match=r"missing fields \['flag'\].*not in the dataset \['extra'\]"):
+        bad.write.format("lance").mode("append").save(uri)
+    assert lance.dataset(uri).version == 2
+
+
+@pytest.mark.slow
+def test_write_retried_tasks_never_duplicate_rows(spark, tmp_path):
+    uri = str(tmp_path / "ds.lance")
+    df = spark.createDataFrame(make_rows(0, 30_000)).repartition(3)
+    with fail_first_attempts(spark):
+        df.write.format("lance").mode("overwrite").option("idempotency_key", "dsw-1").save(uri)
+    ds = lance.dataset(uri)
+    assert ds.version == 1 and ds.count_rows() == 30_000
+    assert sorted(ds.to_table(columns=["id"])["id"].to_pylist()) == list(range(30_000))
+    orphans = data_files(uri) - referenced_files(uri)
+    assert len(orphans) == 3  # one per failed first attempt, never committed
+
+    # the same idempotency key again: nothing written, nothing committed
+    before = data_files(uri)
+    df.write.format("lance").mode("append").option("idempotency_key", "dsw-1").save(uri)
+    assert lance.dataset(uri).version == 1 and data_files(uri) == before
+
+
+@pytest.mark.slow
+def test_s3_round_trip_with_storage_options(spark, moto_server, s3_bucket):
+    uri = f"{s3_bucket}/ds.lance"
+    opts = {f"storage_option.{k}": v for k, v in moto_server.storage_options.items()}
+    source = make_rows(0, 5_000)
+    spark.createDataFrame(source).repartition(2).write.format("lance").mode("append").options(**opts).save(uri)
+    ds = lance.dataset(uri, storage_options=moto_server.storage_options)
+    assert ds.count_rows() == 5_000
+    back = spark.read.format("lance").options(**opts).load(uri).where("id < 10").select("id").collect()
+    assert sorted(r.id for r in back) == list(range(10))

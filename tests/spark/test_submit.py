@@ -1,0 +1,97 @@
+"""Real ``spark-submit --master local[2,2]`` runs of the jobs (each costs one JVM start, ~10 s).
+
+Four job runs plus one ``--help`` (which exits before any SparkContext exists): ingest 1M rows
+into a new dataset; append 1M rows to a pylance-made dataset while every first task attempt
+fails; compaction from a plan file; and a job that fails and must leave the dataset untouched.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import lance
+import pyarrow as pa
+import pytest
+
+import lance_ops
+from lance_ops.maintenance.compaction import CompactionOptions, compact_files, plan_compaction
+from lance_ops.spark._tasks import FAIL_FIRST_ATTEMPT
+from tests.spark._support import data_files, have_spark, make_rows, referenced_files, spark_submit, summary_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not have_spark(), reason="pyspark and a JVM are needed")]
+
+
+def check(proc):
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}"
+    return summary_of(proc)
+
+
+def test_spark_submit_help():
+    proc = spark_submit("ingest.py", ["--help"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--stage-only" in proc.stdout and "--idempotency-key" in proc.stdout and "--partitions" in proc.stdout
+
+
+def test_ingest_1m_rows_into_a_new_dataset(tmp_path, parquet_inputs):
+    path, table = parquet_inputs["a"]
+    uri = str(tmp_path / "new.lance")
+    summary = check(spark_submit("ingest.py", ["--format", "parquet", "--path", path, "--uri", uri,
+                                               "--mode", "create", "--idempotency-key", "ingest-new-1"]))
+    assert summary["version"] == 1 and summary["rows"] == 1_000_000 and summary["committed"]
+    assert summary["staged_key"] == "ingest-new-1" and summary["already_committed"] is False
+    ds = lance.dataset(uri)  # pylance reads it exactly as the source
+    assert ds.count_rows() == 1_000_000
+    assert ds.to_table().sort_by("id").equals(table)
+    assert lance_ops.dataset(uri).to_table().sort_by("id").equals(table)
+    assert len(ds.get_fragments()) == summary["fragments"]
+
+
+def test_ingest_1m_rows_into_an_existing_dataset(tmp_path, parquet_inputs):
+    path_a, table_a = parquet_inputs["a"]
+    path_b, table_b = parquet_inputs["b"]
+    uri = str(tmp_path / "existing.lance")
+    lance.write_dataset(table_a, uri, data_storage_version="2.0")  # made by pylance
+    summary = check(spark_submit(
+        "ingest.py", ["--path", path_b, "--uri", uri, "--mode", "append", "--max-rows-per-file", "400000"],
+        env={FAIL_FIRST_ATTEMPT: "1"},  # every task's first attempt fails after writing its files
+    ))
+    assert summary["version"] == 2 and summary["rows"] == 1_000_000
+    assert summary["retried_tasks"] == summary["tasks"] >= 2
+    ds = lance.dataset(uri)
+    assert ds.version == 2 and ds.count_rows() == 2_000_000
+    assert ds.to_table().sort_by("id").equals(pa.concat_tables([table_a, table_b]))
+    assert [f.count_rows() for f in ds.get_fragments()][0] == 1_000_000  # pylance's fragment, untouched
+    assert all(f.count_rows() <= 400_000 for f in ds.get_fragments()[1:])
+    assert len(data_files(uri) - referenced_files(uri)) >= summary["tasks"]  # failed attempts: orphans only
+
+
+def test_compact_from_a_plan_file_matches_compact_files(tmp_path):
+    local, distributed = str(tmp_path / "local.lance"), str(tmp_path / "spark.lance")
+    lance_ops.write_dataset(make_rows(0, 40 * 5_000), local, max_rows_per_file=5_000)
+    lance_ops.dataset(local).delete("id % 13 = 0 OR (id >= 50000 AND id < 51000)")
+    shutil.copytree(local, distributed)
+    plan = plan_compaction(lance_ops.dataset(distributed), CompactionOptions(target_rows_per_fragment=30_000))
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(plan.to_json())
+    compact_files(lance_ops.dataset(local), target_rows_per_fragment=30_000)
+
+    summary = check(spark_submit("compact.py", ["--uri", distributed, "--plan-file", str(plan_file),
+                                                "--idempotency-key", "compact-plan-1"]))
+    assert summary["committed"] and summary["tasks"] == plan.num_tasks and summary["version"] == 3
+    a, b = lance_ops.dataset(local), lance_ops.dataset(distributed)
+    assert len(a.get_fragments()) < 40
+    assert [f.count_rows() for f in b.get_fragments()] == [f.count_rows() for f in a.get_fragments()]
+    assert lance.dataset(distributed).to_table().equals(lance.dataset(local).to_table())
+    assert os.path.exists(os.path.join(distributed, "_staging", "compact-plan-1.json"))
+
+
+def test_failed_job_leaves_the_dataset_at_its_previous_version(tmp_path):
+    uri = str(tmp_path / "ds.lance")
+    lance_ops.write_dataset(make_rows(0, 1000), uri)
+    proc = spark_submit("ingest.py", ["--path", str(tmp_path / "does-not-exist"), "--uri", uri,
+                                      "--mode", "overwrite"])
+    assert proc.returncode != 0
+    assert "PATH_NOT_FOUND" in proc.stderr or "does-not-exist" in proc.stderr
+    ds = lance.dataset(uri)
+    assert ds.version == 1 and ds.count_rows() == 1000
+    assert not os.path.exists(os.path.join(uri, "_staging"))
