@@ -331,7 +331,11 @@ def cmd_compact(args) -> dict:
             kwargs[name] = value
     if args.no_materialize_deletions:
         kwargs["materialize_deletions"] = False
-    return dict(compaction.compact_files(ds, **kwargs), dry_run=args.dry_run)
+    progress = _progress(args, "compacting (tasks)")
+    try:
+        return dict(compaction.compact_files(ds, progress=progress, **kwargs), dry_run=args.dry_run)
+    finally:
+        progress.close()
 
 
 def cmd_materialize(args) -> dict:
@@ -342,7 +346,12 @@ def cmd_materialize(args) -> dict:
         value = getattr(args, name)
         if value is not None:
             kwargs[name] = value
-    return dict(compaction.materialize_deletions(ds, args.threshold, **kwargs), dry_run=args.dry_run)
+    progress = _progress(args, "materializing deletions (fragments)")
+    try:
+        return dict(compaction.materialize_deletions(ds, args.threshold, progress=progress, **kwargs),
+                    dry_run=args.dry_run)
+    finally:
+        progress.close()
 
 
 def cmd_rebuild_stats(args) -> dict:
@@ -373,10 +382,17 @@ def cmd_refresh_rowid_index(args) -> dict:
 
 
 def cmd_cleanup(args) -> dict:
+    from lance_ops.maintenance.cleanup import cleanup_old_versions
+
     ds = _open(args)
     older_than = parse_duration(args.older_than) if args.older_than is not None else None
-    stats = ds.cleanup_old_versions(older_than, args.retain_versions, delete_unverified=args.delete_unverified,
-                                    error_if_tagged_old_versions=not args.no_error_if_tagged, dry_run=args.dry_run)
+    progress = _progress(args, "cleanup (files deleted)")
+    try:
+        stats = cleanup_old_versions(ds, older_than, args.retain_versions, delete_unverified=args.delete_unverified,
+                                     error_if_tagged_old_versions=not args.no_error_if_tagged, dry_run=args.dry_run,
+                                     progress=progress)
+    finally:
+        progress.close()
     out = _jsonable(stats)
     if isinstance(out, dict):
         out["dry_run"] = args.dry_run

@@ -75,7 +75,7 @@ import uuid as _uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 from urllib.parse import unquote
 
 from google.protobuf.message import DecodeError
@@ -540,8 +540,11 @@ _AREAS = (
 
 
 # --- deleting ---------------------------------------------------------------------------------
-def _delete(store, files: list[_File]) -> tuple[list[_File], list[_File]]:
-    """Delete in batches; ``(deleted, failed)``. A failed batch is retried path by path."""
+def _delete(store, files: list[_File], tick=None) -> tuple[list[_File], list[_File]]:
+    """Delete in batches; ``(deleted, failed)``. A failed batch is retried path by path.
+
+    ``tick(n)`` (optional) is told how many paths were handled after each batch.
+    """
     done: list[_File] = []
     failed: list[_File] = []
     for i in range(0, len(files), DELETE_BATCH_SIZE):
@@ -549,6 +552,8 @@ def _delete(store, files: list[_File]) -> tuple[list[_File], list[_File]]:
         try:
             store.delete_many([f.path for f in batch])
             done.extend(batch)
+            if tick is not None:
+                tick(len(batch))
             continue
         except Exception:  # noqa: BLE001 - find out which ones failed
             pass
@@ -558,6 +563,8 @@ def _delete(store, files: list[_File]) -> tuple[list[_File], list[_File]]:
                 done.append(f)
             except Exception:  # noqa: BLE001 - counted in failed_deletes, never raised
                 failed.append(f)
+        if tick is not None:
+            tick(len(batch))
     return done, failed
 
 
@@ -591,6 +598,7 @@ def cleanup_old_versions(
     delete_unverified: bool = False,
     error_if_tagged_old_versions: bool = True,
     dry_run: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> CleanupStats:
     """Delete old versions of ``ds`` and every file that only they referenced.
 
@@ -607,6 +615,8 @@ def cleanup_old_versions(
             are silently kept.
         dry_run: plan only; the returned stats count what would be removed and ``planned``
             lists the store paths that would be deleted.
+        progress: optional ``progress(done, total)``, called as the planned deletes (manifests
+            and files) are carried out; not called by a dry run or when nothing is deleted.
 
     Returns:
         :class:`CleanupStats`. Failed deletes are counted in ``failed_deletes``, not raised.
@@ -666,8 +676,17 @@ def cleanup_old_versions(
         stats.planned = [f.path for f, _ in manifest_files] + [c.file.path for c in candidates]
         return stats
 
+    # progress: over every planned delete (files dropped in step 2 count as done at once)
+    total = len(manifest_files) + len(candidates)
+    handled = [0]
+
+    def tick(n: int) -> None:
+        handled[0] += n
+        if progress is not None:
+            progress(min(handled[0], total), total)
+
     # 1. manifests first (see the module docstring): a version disappears as a whole
-    done, failed = _delete(store, [f for f, _ in manifest_files])
+    done, failed = _delete(store, [f for f, _ in manifest_files], tick if total else None)
     stats.failed_deletes += len(failed)
     failed_paths = {f.path for f in failed}
     still_there = {v for f, v in manifest_files if f.path in failed_paths}
@@ -682,10 +701,12 @@ def cleanup_old_versions(
     kept.update(_protected(store, base)[0])
     planner = _Planner(kept, removed, removed_versions, latest, young_after)
     files = [c for c in candidates if planner.classify(c.file) is not None]
+    if total and len(files) < len(candidates):
+        tick(len(candidates) - len(files))
 
     # 3. the files
     kind_of = {c.file.path: c.kind for c in files}
-    done, failed = _delete(store, [c.file for c in files])
+    done, failed = _delete(store, [c.file for c in files], tick if total else None)
     stats.failed_deletes += len(failed)
     _tally(stats, [(kind_of[f.path], f) for f in done])
     return stats

@@ -75,10 +75,16 @@ def _task_key(task: CompactionTask) -> bytes:
     return fragments_key(task.fragments) + repr((task.kind, task.output_rows)).encode()
 
 
-def _execute_all(tasks: Sequence[CompactionTask], ds, num_threads: int | None) -> list[RewriteResult]:
-    """Execute ``tasks`` (in threads when asked); on any failure remove what was written."""
+def _execute_all(tasks: Sequence[CompactionTask], ds, num_threads: int | None,
+                 progress: Callable[[int, int], None] | None = None, offset: int = 0,
+                 total: int | None = None) -> list[RewriteResult]:
+    """Execute ``tasks`` (in threads when asked); on any failure remove what was written.
+
+    ``progress(done, total)`` is called from this (the calling) thread after each task.
+    """
     store, base, options = ds._store, ds._base, ds.storage_options or None
     done: list[RewriteResult | None] = [None] * len(tasks)
+    total = len(tasks) + offset if total is None else total
 
     def run(i: int) -> None:
         done[i] = execute_task(tasks[i], store, base, storage_options=options)
@@ -88,10 +94,14 @@ def _execute_all(tasks: Sequence[CompactionTask], ds, num_threads: int | None) -
         if workers == 1:
             for i in range(len(tasks)):
                 run(i)
+                if progress is not None:
+                    progress(offset + i + 1, total)
         else:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lance-ops-compact") as pool:
-                for fut in [pool.submit(run, i) for i in range(len(tasks))]:
+                for n, fut in enumerate([pool.submit(run, i) for i in range(len(tasks))], 1):
                     fut.result()
+                    if progress is not None:
+                        progress(offset + n, total)
     except BaseException:
         discard_results(store, [r for r in done if r is not None], base=base)
         raise
@@ -99,7 +109,8 @@ def _execute_all(tasks: Sequence[CompactionTask], ds, num_threads: int | None) -
 
 
 def _run(ds, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempotency_key: str | None,
-         conflict_retries: int, num_threads: int | None):
+         conflict_retries: int, num_threads: int | None,
+         progress: Callable[[int, int], None] | None = None):
     """Plan, execute and commit with conflict retries; returns ``(metrics, manifest_file or None)``."""
     t0 = time.perf_counter()
     if idempotency_key and not dry_run:
@@ -129,8 +140,11 @@ def _run(ds, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempot
         if cached:  # results of tasks the new plan no longer has: never to be committed
             discard_results(ds._store, list(cached.values()), base=ds._base)
             cached = {}
+        if progress is not None and plan.tasks:
+            progress(len(plan.tasks) - len(to_run), len(plan.tasks))  # reused results count as done
         try:
-            executed = _execute_all([t for _, t in to_run], current, num_threads)
+            executed = _execute_all([t for _, t in to_run], current, num_threads, progress,
+                                    offset=len(plan.tasks) - len(to_run), total=len(plan.tasks))
         except BaseException:
             discard_results(ds._store, [r for r in results if r is not None], base=ds._base)
             raise
@@ -168,10 +182,13 @@ def compact_files(ds, *, target_rows_per_fragment: int | None = 1024 * 1024, max
                   max_source_fragments: int | None = None, dry_run: bool = False,
                   idempotency_key: str | None = None, conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
                   num_threads: int | None = None, max_rows_per_group: int | None = None,
-                  batch_size: int | None = None, defer_index_remap: bool | None = None) -> dict[str, Any]:
+                  batch_size: int | None = None, defer_index_remap: bool | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Compact ``ds`` (plan on its checked-out version, execute, commit); returns the metrics.
 
-    ``num_threads`` executes that many tasks at once (default 1). Arguments left ``None`` take
+    ``num_threads`` executes that many tasks at once (default 1). ``progress(done, total)``
+    (optional) is called with the number of executed tasks of the current plan (again from 0
+    of a new plan after a conflict retry). Arguments left ``None`` take
     upstream's defaults, as in pylance. pylance's ``max_rows_per_group`` and ``batch_size`` are
     accepted and ignored (our 2.0 writer sizes pages itself; execution streams per fragment);
     ``defer_index_remap=True`` is refused (we write no indices, see the module docstring). See
@@ -183,7 +200,7 @@ def compact_files(ds, *, target_rows_per_fragment: int | None = 1024 * 1024, max
                           max_source_fragments=max_source_fragments, dry_run=dry_run,
                           idempotency_key=idempotency_key, conflict_retries=conflict_retries,
                           num_threads=num_threads, max_rows_per_group=max_rows_per_group,
-                          batch_size=batch_size, defer_index_remap=defer_index_remap)
+                          batch_size=batch_size, defer_index_remap=defer_index_remap, progress=progress)
     return metrics
 
 
@@ -193,7 +210,7 @@ _DEFAULTS = {"target_rows_per_fragment": 1024 * 1024, "materialize_deletions": T
 
 def _compact(ds, *, dry_run=False, idempotency_key=None, conflict_retries=DEFAULT_CONFLICT_RETRIES,
              num_threads=None, max_rows_per_group=None, batch_size=None, defer_index_remap=None,
-             **option_kwargs):
+             progress=None, **option_kwargs):
     if defer_index_remap:
         raise UnsupportedError("defer_index_remap needs a fragment-reuse index; lance_ops writes no indices")
     for name, default in _DEFAULTS.items():
@@ -201,32 +218,35 @@ def _compact(ds, *, dry_run=False, idempotency_key=None, conflict_retries=DEFAUL
             option_kwargs[name] = default
     options = CompactionOptions(**option_kwargs)
     return _run(ds, lambda d: plan_compaction(d, options), dry_run=dry_run, idempotency_key=idempotency_key,
-                conflict_retries=conflict_retries, num_threads=num_threads)
+                conflict_retries=conflict_retries, num_threads=num_threads, progress=progress)
 
 
 def materialize_deletions(ds, threshold: float = 0.1, *, dry_run: bool = False, idempotency_key: str | None = None,
                           max_rows_per_file: int | None = None, max_source_fragments: int | None = None,
                           conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
-                          num_threads: int | None = None) -> dict[str, Any]:
+                          num_threads: int | None = None,
+                          progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Rewrite every fragment whose deleted ratio exceeds ``threshold``, whatever its size.
 
     Each such fragment becomes one new fragment without its deleted rows (fragments are not
     merged), and its deletion file is dropped. ``threshold=0`` purges every deletion file.
+    ``progress(done, total)`` as in :func:`compact_files`.
     """
     metrics, _ = _materialize(ds, threshold, dry_run=dry_run, idempotency_key=idempotency_key,
                               max_rows_per_file=max_rows_per_file, max_source_fragments=max_source_fragments,
-                              conflict_retries=conflict_retries, num_threads=num_threads)
+                              conflict_retries=conflict_retries, num_threads=num_threads, progress=progress)
     return metrics
 
 
 def _materialize(ds, threshold=0.1, *, dry_run=False, idempotency_key=None, max_rows_per_file=None,
-                 max_source_fragments=None, conflict_retries=DEFAULT_CONFLICT_RETRIES, num_threads=None):
+                 max_source_fragments=None, conflict_retries=DEFAULT_CONFLICT_RETRIES, num_threads=None,
+                 progress=None):
     def planner(d):
         return plan_materialization(d, threshold, max_rows_per_file=max_rows_per_file,
                                     max_source_fragments=max_source_fragments)
 
     return _run(ds, planner, dry_run=dry_run, idempotency_key=idempotency_key,
-                conflict_retries=conflict_retries, num_threads=num_threads)
+                conflict_retries=conflict_retries, num_threads=num_threads, progress=progress)
 
 
 class DatasetOptimizer:

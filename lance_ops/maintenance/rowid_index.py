@@ -5,7 +5,7 @@ moves it, so ``take_by_row_id`` must find where each id lives now. Without an in
 decoding every fragment's row-id sequence and sorting them all, per call. The index persists that
 sorted mapping:
 
-    _rowid_index/<version>-<uuid>.lance
+    _rowid_index/<version>-<uuid>[-k<digest of the idempotency key>].lance
 
 a Lance 2.0 file (written with our LanceFileWriter, ignored by pylance) with the *live* rows of
 ``version``, sorted by row id:
@@ -180,7 +180,7 @@ def _write_index(ds, version: int, coverage: dict[int, dict], row_ids, frag_ids,
     meta = {"format": FORMAT, "version": int(version), "idempotency_key": idempotency_key,
             "rows": int(row_ids.size), "fragments": [coverage[k] for k in sorted(coverage)]}
     schema = SCHEMA.with_metadata({_META: json.dumps(meta, sort_keys=True).encode()})
-    name = f"{int(version)}-{_uuid.uuid4().hex}.lance"
+    name = f"{int(version)}-{_uuid.uuid4().hex}{_key_suffix(idempotency_key)}"
     path = ds._store.join(_dir(ds._store, ds._base), name)
     with LanceFileWriter(ds._store.uri(path), schema, storage_options=ds.storage_options) as w:
         for start in range(0, int(row_ids.size), _WRITE_ROWS):
@@ -191,6 +191,29 @@ def _write_index(ds, version: int, coverage: dict[int, dict], row_ids, frag_ids,
                 pa.array(offsets[start:end], pa.uint32()),
             ], schema=schema))
     return path
+
+
+def _key_suffix(idempotency_key: str | None) -> str:
+    """File-name tail recording the idempotency key (a digest), so a retry finds it by listing."""
+    if not idempotency_key:
+        return ".lance"
+    return f"-k{hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]}.lance"
+
+
+def _find_keyed(store, base: str, listing, idempotency_key: str) -> dict | None:
+    """Metadata and path of the index written under ``idempotency_key``, if any survives."""
+    suffix = _key_suffix(idempotency_key)
+    for version, path, _ in listing:
+        if not path.endswith(suffix):
+            continue
+        try:
+            meta = _read_meta(_open(store, path))
+        except (LanceOpsError, ObjectNotFoundError, pa.ArrowException, ValueError, KeyError) as exc:
+            log.warning("ignoring unreadable row-id index %s: %s", store.uri(path), exc)
+            continue
+        if meta.get("idempotency_key") == idempotency_key:
+            return {"meta": meta, "path": path}
+    return None
 
 
 # --- building -------------------------------------------------------------------------------------
@@ -213,7 +236,8 @@ def refresh_row_id_index(ds, *, idempotency_key: str | None = None,
     ``reused``/``rebuilt`` count fragments whose entries were copied from the previous index or
     decoded afresh. ``up_to_date`` is True (and nothing is written) when an index of the latest
     version already covers it - e.g. an Airflow retry; ``idempotency_key`` is recorded in the
-    index so such a retry can be recognised.
+    index (metadata and file name): a later call with the same key, even after the dataset moved
+    on, returns that index's result with ``already_committed: True`` and writes nothing.
     """
     latest = ds if ds.version == ds.latest_version else ds._reopen_latest()
     if not latest.has_stable_row_ids:
@@ -224,6 +248,15 @@ def refresh_row_id_index(ds, *, idempotency_key: str | None = None,
     listing = list_indices(store, base)
     result = {"version": latest.version, "fragments": len(frags), "reused": 0, "rebuilt": 0,
               "rows": 0, "up_to_date": False, "path": None, "idempotency_key": idempotency_key}
+    if idempotency_key:
+        earlier = _find_keyed(store, base, listing, idempotency_key)
+        if earlier is not None:
+            meta = earlier["meta"]
+            covered = _coverage_from_meta(meta)
+            result.update(version=int(meta["version"]), fragments=len(covered), rows=int(meta.get("rows", 0)),
+                          path=store.uri(earlier["path"]), already_committed=True,
+                          up_to_date=int(meta["version"]) == latest.version and covered == coverage)
+            return result
     previous: RowIdIndex | None = None
     for version, path, _ in listing:
         if version > latest.version:

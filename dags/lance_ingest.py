@@ -1,0 +1,146 @@
+"""
+### lance_ingest: files -> Lance dataset with Spark, committed once
+
+`ingest.spark_stage` (spark-submit `lance_ops/spark/ingest.py --stage-only`: executors write the
+fragments, the driver stages them under the dataset's `_staging/`) -> `ingest.commit` (one small
+task commits the staged result; an Airflow retry finds its earlier commit by the run's
+idempotency key and commits nothing new).
+
+    airflow dags test lance_ingest -c '{"dataset_uri": "/data/events.lance", "source_path": "/raw/day=1"}'
+
+**Asset.** `dataset_uri` is a run-time Param, so the asset another DAG can be scheduled on must be
+fixed when the file is parsed: the commit task emits an event for
+`Asset(name="lance_ingest", uri=$LANCE_OPS_INGEST_ASSET_URI or "lance://ingest")`, whose extra
+`{"uri", "version", "operation", "metrics", "lance_conn_id"}` names the dataset and the version
+the run committed. (It also emits an event for the dataset's own asset, `file:///...` or
+`s3://...`, through the `lance_ops_datasets` AssetAlias.) One ingestion DAG feeding several
+datasets therefore shares one schedulable asset; deploy a copy of this file with another asset URI
+per dataset if downstream DAGs must wait for one dataset only.
+
+### lance_ingest_downstream: scheduled on that asset
+
+Reads the triggering event (or the latest event of the asset on a manual run), waits with a
+deferrable `LanceNewVersionSensor` until that version is visible, then reads the dataset *as of*
+the event's version and reports its rows and fragments.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+try:  # the deployment tree (operators/, sensors/) lives next to dags/
+    import operators  # noqa: F401
+except ImportError:  # pragma: no cover - when only dags/ is on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from airflow.sdk import DAG, Asset, Param, task
+
+from operators import lance_ingest_group
+from sensors import LanceNewVersionSensor
+
+INGEST_ASSET = Asset(name="lance_ingest", uri=os.environ.get("LANCE_OPS_INGEST_ASSET_URI", "lance://ingest"))
+
+with DAG(
+    dag_id="lance_ingest",
+    description="Spark ingestion into a Lance dataset with an exactly-once commit step",
+    schedule=None,
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    render_template_as_native_obj=True,
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
+    tags=["lance", "ingest", "spark"],
+    doc_md=__doc__,
+    params={
+        "dataset_uri": Param(os.environ.get("LANCE_OPS_DATASET_URI", ""), type="string", minLength=1,
+                             description="target dataset path or URI"),
+        "lance_conn_id": Param(os.environ.get("LANCE_OPS_CONN_ID") or None, type=["null", "string"]),
+        "source_path": Param(os.environ.get("LANCE_OPS_SOURCE_PATH", ""), type="string", minLength=1,
+                             description="input files (a file or directory Spark can read)"),
+        "source_format": Param("parquet", enum=["parquet", "csv", "json", "orc"]),
+        "mode": Param("append", enum=["append", "overwrite", "create"]),
+        "partitions": Param(None, type=["null", "integer"], minimum=1,
+                            description="repartition the input into this many Spark tasks"),
+        "max_rows_per_file": Param(None, type=["null", "integer"], minimum=1),
+    },
+) as ingest_dag:
+    lance_ingest_group(
+        "ingest",
+        dataset_uri="{{ params.dataset_uri }}",
+        lance_conn_id="{{ params.lance_conn_id }}",
+        source_path="{{ params.source_path }}",
+        source_format="{{ params.source_format }}",
+        mode="{{ params.mode }}",
+        partitions="{{ params.partitions }}",
+        max_rows_per_file="{{ params.max_rows_per_file }}",
+        spark_conf={"spark.ui.enabled": "false"},
+        outlets=[INGEST_ASSET],
+    )
+
+
+with DAG(
+    dag_id="lance_ingest_downstream",
+    description="Runs after each lance_ingest commit: checks the committed version",
+    schedule=[INGEST_ASSET],
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    render_template_as_native_obj=True,
+    tags=["lance", "ingest"],
+    doc_md=__doc__,
+    params={
+        "dataset_uri": Param("", type="string", description="override the dataset named by the asset event"),
+        "lance_conn_id": Param(None, type=["null", "string"]),
+    },
+) as downstream_dag:
+
+    @task(inlets=[INGEST_ASSET])
+    def ingest_event(**context) -> dict:
+        """The asset event this run is about: the triggering one, else the asset's latest."""
+        event = None
+        for events in (context.get("triggering_asset_events") or {}).values():
+            if events:
+                event = events[-1]
+        if event is None:
+            events = context["inlet_events"][INGEST_ASSET]
+            event = events[-1] if len(events) else None
+        extra = dict(event.extra or {}) if event is not None else {}
+        params = context["params"]
+        uri = params.get("dataset_uri") or extra.get("uri")
+        if not uri:
+            raise ValueError("no lance_ingest asset event to check and no dataset_uri given")
+        return {
+            "uri": uri,
+            "version": extra.get("version"),
+            "lance_conn_id": params.get("lance_conn_id") or extra.get("lance_conn_id"),
+            "metrics": extra.get("metrics", {}),
+        }
+
+    @task
+    def check_version(info: dict, observed: dict) -> dict:
+        """Read the dataset as of the event's version and summarise it."""
+        from operators.hooks import LanceHook
+
+        hook = LanceHook(info.get("lance_conn_id"))
+        version = info.get("version") or observed["version"]
+        ds = hook.open_dataset(info["uri"], version=version)
+        latest = hook.open_dataset(info["uri"])
+        out = {"uri": info["uri"], "version": ds.version, "latest_version": latest.version,
+               "rows": ds.count_rows(), "fragments": len(ds.get_fragments()),
+               "ingested_rows": info.get("metrics", {}).get("num_rows")}
+        if ds.version != version:
+            raise ValueError(f"expected version {version}, read {ds.version}")
+        return out
+
+    info = ingest_event()
+    observed = LanceNewVersionSensor(
+        task_id="version_visible",
+        dataset_uri="{{ ti.xcom_pull(task_ids='ingest_event')['uri'] }}",
+        lance_conn_id="{{ ti.xcom_pull(task_ids='ingest_event')['lance_conn_id'] }}",
+        baseline_version="{{ (ti.xcom_pull(task_ids='ingest_event')['version'] or 1) - 1 }}",
+        deferrable=True,
+        poke_interval=5,
+        timeout=300,
+    )
+    info >> observed
+    check_version(info, observed.output)

@@ -1,0 +1,127 @@
+"""
+### lance_maintenance: keep a Lance dataset healthy (daily)
+
+`maintenance_needed` (deferrable sensor, soft_fail) -> `compaction` (bin-packs small fragments;
+plan in-process, small plans compact right there, big ones go to Spark and a commit task) ->
+`materialize_deletions` (rewrites fragments whose deleted-row ratio exceeds the threshold, whatever
+their size) -> `rebuild_statistics` -> `refresh_row_id_index` -> `cleanup`.
+
+A healthy dataset skips the whole run: the sensor checks once and, if no threshold is reached
+within `sensor_timeout_seconds` (default 0: check once), skips, and everything after it is
+skipped too. Every step is idempotent per run (commits carry the run's idempotency key), so
+retries and re-runs never commit twice.
+
+Run it on any dataset:
+
+    airflow dags test lance_maintenance -c '{"dataset_uri": "/data/events.lance"}'
+    airflow dags test lance_maintenance -c '{"dataset_uri": "s3://lake/events.lance", "lance_conn_id": "lance_s3"}'
+
+The scheduled run uses the `dataset_uri` default, taken from `$LANCE_OPS_DATASET_URI` (and
+`$LANCE_OPS_CONN_ID`) when the DAG file is parsed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+try:  # the deployment tree (operators/, sensors/) lives next to dags/
+    import operators  # noqa: F401
+except ImportError:  # pragma: no cover - when only dags/ is on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from airflow.sdk import DAG, Param
+
+from operators import (
+    LanceCleanupOperator,
+    LanceMaterializeDeletionsOperator,
+    LanceRebuildStatisticsOperator,
+    LanceRefreshRowIdIndexOperator,
+    lance_compaction_group,
+)
+from sensors import LanceMaintenanceNeededSensor
+
+URI = "{{ params.dataset_uri }}"
+CONN = "{{ params.lance_conn_id }}"
+
+with DAG(
+    dag_id="lance_maintenance",
+    description="Compaction, deletion materialization, statistics, row-id index and cleanup of a Lance dataset",
+    schedule="@daily",
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    render_template_as_native_obj=True,
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=1)},
+    tags=["lance", "maintenance"],
+    doc_md=__doc__,
+    params={
+        "dataset_uri": Param(os.environ.get("LANCE_OPS_DATASET_URI", ""), type="string",
+                             description="dataset path or URI (relative: under the connection's base_uri)"),
+        "lance_conn_id": Param(os.environ.get("LANCE_OPS_CONN_ID") or None, type=["null", "string"],
+                               description="Airflow connection with S3 credentials; empty for local paths"),
+        "target_rows_per_fragment": Param(1024 * 1024, type="integer", minimum=1),
+        "small_fragments_threshold": Param(10, type=["null", "integer"], minimum=1,
+                                           description="this many small fragments need compaction"),
+        "deleted_ratio_threshold": Param(0.1, type=["null", "number"], minimum=0, maximum=1,
+                                         description="this deleted-row ratio needs maintenance"),
+        "versions_to_clean_threshold": Param(20, type=["null", "integer"], minimum=1,
+                                             description="this many old versions need cleanup"),
+        "materialize_deletions_threshold": Param(0.1, type="number", minimum=0, maximum=1),
+        "spark_threshold_rows": Param(5_000_000, type=["null", "integer"], minimum=0,
+                                      description="compactions rewriting more rows run on Spark"),
+        "cleanup_older_than_seconds": Param(14 * 24 * 3600, type="number", minimum=0),
+        "retain_versions": Param(None, type=["null", "integer"], minimum=1),
+        "delete_unverified": Param(False, type="boolean",
+                                   description="also delete young unreferenced files (no concurrent writers!)"),
+        "dry_run": Param(False, type="boolean", description="report what would be rewritten/deleted only"),
+        "sensor_timeout_seconds": Param(0, type="number", minimum=0,
+                                        description="how long to wait (deferred) for maintenance to be needed"),
+    },
+) as dag:
+    needed = LanceMaintenanceNeededSensor(
+        task_id="maintenance_needed",
+        dataset_uri=URI,
+        lance_conn_id=CONN,
+        target_rows_per_fragment="{{ params.target_rows_per_fragment }}",
+        small_fragments_threshold="{{ params.small_fragments_threshold }}",
+        deleted_ratio_threshold="{{ params.deleted_ratio_threshold }}",
+        versions_to_clean_threshold="{{ params.versions_to_clean_threshold }}",
+        materialize_deletions_threshold="{{ params.materialize_deletions_threshold }}",
+        cleanup_older_than_seconds="{{ params.cleanup_older_than_seconds }}",
+        wait_timeout="{{ params.sensor_timeout_seconds }}",
+        deferrable=True,
+        soft_fail=True,
+        poke_interval=60,
+        timeout=0,
+        retries=0,
+    )
+    compaction = lance_compaction_group(
+        "compaction",
+        dataset_uri=URI,
+        lance_conn_id=CONN,
+        target_rows_per_fragment="{{ params.target_rows_per_fragment }}",
+        materialize_deletions=False,  # the next step purges deletions of fragments compaction leaves alone
+        dry_run="{{ params.dry_run }}",
+        spark_threshold_rows="{{ params.spark_threshold_rows }}",
+    )
+    materialize = LanceMaterializeDeletionsOperator(
+        task_id="materialize_deletions",
+        dataset_uri=URI,
+        lance_conn_id=CONN,
+        threshold="{{ params.materialize_deletions_threshold }}",
+        dry_run="{{ params.dry_run }}",
+    )
+    statistics = LanceRebuildStatisticsOperator(task_id="rebuild_statistics", dataset_uri=URI, lance_conn_id=CONN)
+    rowid_index = LanceRefreshRowIdIndexOperator(task_id="refresh_row_id_index", dataset_uri=URI, lance_conn_id=CONN)
+    cleanup = LanceCleanupOperator(
+        task_id="cleanup",
+        dataset_uri=URI,
+        lance_conn_id=CONN,
+        older_than_seconds="{{ params.cleanup_older_than_seconds }}",
+        retain_versions="{{ params.retain_versions }}",
+        delete_unverified="{{ params.delete_unverified }}",
+        dry_run="{{ params.dry_run }}",
+    )
+    needed >> compaction >> materialize >> statistics >> rowid_index >> cleanup

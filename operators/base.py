@@ -1,0 +1,308 @@
+"""What every Lance operator shares: idempotency keys, asset events, lineage, value coercion.
+
+Airflow 3 rules kept here: ``__init__`` only stores arguments (no I/O, no lance_ops import), all
+work happens in ``execute``, every constructor argument is a plain JSON-able value so the operator
+survives DAG serialization, and the dataset URI / connection id are templated.
+
+Idempotency: a task's commits carry the key ``airflow:<dag_id>:<run_id>:<scope>:<map_index>``
+(``scope`` is the task id, or the task-group id when a Spark task and a commit task share one
+staged result). ``try_number`` is deliberately not part of it: a retried or cleared task finds
+the version its earlier try committed and commits nothing new.
+
+Asset events: an operator whose dataset URI is known when the DAG is parsed puts
+``Asset(<uri>)`` in its ``outlets``; one with a templated URI (the usual case: ``{{
+params.dataset_uri }}``) puts ``AssetAlias("lance_ops_datasets")`` there and, at run time, adds an
+event for ``Asset(<resolved uri>)`` through the alias. Every event carries ``extra = {"uri",
+"version", "operation", "metrics"}``. Alias events are only added when the dataset changed (not on
+dry runs or no-ops), so asset-scheduled DAGs are not woken up for nothing; static ``Asset`` outlets
+always get an event from Airflow, with ``extra["changed"]`` telling the two apart.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterable, Mapping
+
+from airflow.sdk import Asset, AssetAlias, BaseOperator
+
+from operators.hooks import LanceHook, is_absolute_uri, normalize_conn_id
+
+#: the alias through which operators with templated dataset URIs emit their asset events
+LANCE_ASSET_ALIAS = "lance_ops_datasets"
+
+#: how many recent versions a retry searches for its own earlier commit
+IDEMPOTENCY_LOOKBACK = 100
+
+
+# -- small value helpers (templated fields arrive as strings unless the DAG renders native objects)
+def as_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value is None:
+        return False
+    if isinstance(value, (int, float)):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on", "y"):
+        return True
+    if text in ("0", "false", "no", "off", "n", "", "none", "null"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def as_optional_int(value: Any) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"not an integer: {value!r}")
+    return int(float(value)) if isinstance(value, str) and "." in value else int(value)
+
+
+def as_optional_float(value: Any) -> float | None:
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
+        return None
+    return float(value)
+
+
+def as_int(value: Any, name: str) -> int:
+    out = as_optional_int(value)
+    if out is None:
+        raise ValueError(f"{name} is required")
+    return out
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON round trip (datetimes, numpy numbers ... become strings/numbers) for XCom and extras."""
+    return json.loads(json.dumps(value, default=_json_default))
+
+
+#: lists longer than this in a result (plans, file lists) are cut, so XComs and asset extras stay small
+MAX_LIST_ITEMS = 50
+
+
+def trim_lists(value: Any, limit: int = MAX_LIST_ITEMS) -> Any:
+    """``value`` with every list cut to ``limit`` items (a final string says how many were left out)."""
+    if isinstance(value, dict):
+        return {k: trim_lists(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        head = [trim_lists(v, limit) for v in value[:limit]]
+        if len(value) > limit:
+            head.append(f"... {len(value) - limit} more")
+        return head
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if hasattr(value, "total_seconds"):
+        return value.total_seconds()
+    return str(value)
+
+
+# -- idempotency --------------------------------------------------------------------------------
+def idempotency_key(context: Mapping[str, Any], scope: str | None = None) -> str:
+    """The commit key of this task instance: dag_id, run_id, task (or group) id, map_index."""
+    from lance_ops.table.staging import sanitize_key
+
+    ti = context["ti"]
+    map_index = getattr(ti, "map_index", -1)
+    if map_index is None:
+        map_index = -1
+    raw = f"airflow:{ti.dag_id}:{ti.run_id}:{scope or ti.task_id}:{map_index}"
+    return sanitize_key(raw)
+
+
+def find_committed(ds, key: str):
+    """The ManifestFile an earlier try committed with ``key`` (None if there is none)."""
+    from lance_ops.table.commit import find_idempotent_commit
+
+    return find_idempotent_commit(ds._store, ds._base, key, lookback=IDEMPOTENCY_LOOKBACK)
+
+
+# -- assets and lineage ---------------------------------------------------------------------------
+def dataset_asset_uri(uri: str) -> str:
+    """The Airflow asset URI of a dataset: ``file:///abs/path`` locally, the URI itself on S3."""
+    text = str(uri)
+    if text.lower().startswith("file:"):
+        return text
+    if "://" in text:
+        return text.rstrip("/")
+    return "file://" + os.path.abspath(text)
+
+
+def openlineage_names(uri: str) -> tuple[str, str]:
+    """OpenLineage (namespace, name) per the naming spec: ``file`` + path, ``s3://bucket`` + key."""
+    text = str(uri)
+    if "://" in text and not text.lower().startswith("file:"):
+        scheme, rest = text.split("://", 1)
+        scheme = "s3" if scheme.lower() in ("s3", "s3a", "s3+ddb") else scheme.lower()
+        bucket, _, key = rest.partition("/")
+        return f"{scheme}://{bucket}", key.split("?", 1)[0].strip("/")
+    path = text[len("file://"):] if text.lower().startswith("file://") else text
+    return "file", os.path.abspath(path)
+
+
+def _static_uri(dataset_uri: Any, lance_conn_id: Any) -> str | None:
+    """The dataset URI when it is known at parse time (no template, absolute), else None."""
+    if not isinstance(dataset_uri, str) or "{{" in dataset_uri or "{%" in dataset_uri:
+        return None
+    if not is_absolute_uri(dataset_uri):
+        return None
+    if isinstance(lance_conn_id, str) and "{{" in lance_conn_id:
+        return None
+    return dataset_asset_uri(dataset_uri)
+
+
+class LanceBaseOperator(BaseOperator):
+    """Base for operators acting on one Lance dataset (``dataset_uri`` via ``lance_conn_id``).
+
+    :param dataset_uri: dataset path or URI; relative names are resolved under the connection's
+        ``base_uri``. (templated)
+    :param lance_conn_id: Airflow connection with the storage credentials; None for local
+        datasets. (templated)
+    :param emit_asset_event: emit an Asset event for the dataset (see module docs).
+    :param idempotency_scope: the part of the idempotency key naming the step (default: task id).
+    """
+
+    template_fields: tuple[str, ...] = ("dataset_uri", "lance_conn_id")
+    ui_color = "#d7ecff"
+    #: name of the operation, used in results and asset extras
+    operation = "lance"
+    #: whether the dataset is also an input (lineage)
+    reads_dataset = True
+
+    def __init__(
+        self,
+        *,
+        dataset_uri: str,
+        lance_conn_id: str | None = None,
+        emit_asset_event: bool = True,
+        idempotency_scope: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        outlets = list(kwargs.pop("outlets", None) or [])
+        if emit_asset_event:
+            static = _static_uri(dataset_uri, lance_conn_id)
+            if static is not None:
+                if not any(isinstance(o, Asset) and o.uri == static for o in outlets):
+                    outlets.append(Asset(uri=static))
+            elif not any(isinstance(o, AssetAlias) and o.name == LANCE_ASSET_ALIAS for o in outlets):
+                outlets.append(AssetAlias(name=LANCE_ASSET_ALIAS))
+        super().__init__(outlets=outlets, **kwargs)
+        self.dataset_uri = dataset_uri
+        self.lance_conn_id = lance_conn_id
+        self.emit_asset_event = emit_asset_event
+        self.idempotency_scope = idempotency_scope
+        self._resolved_uri: str | None = None
+        self._cancelled = False
+
+    # -- helpers for subclasses -----------------------------------------------------------------
+    def resolve(self) -> tuple[str, dict[str, str]]:
+        hook = LanceHook(normalize_conn_id(self.lance_conn_id))
+        uri, options = hook.resolve(self.dataset_uri)
+        self._resolved_uri = uri
+        return uri, options
+
+    def open_dataset(self, uri: str, options: Mapping[str, str]):
+        import lance_ops
+
+        return lance_ops.dataset(uri, storage_options=dict(options))
+
+    def key(self, context: Mapping[str, Any]) -> str:
+        return idempotency_key(context, self.idempotency_scope)
+
+    def run(self, context: Mapping[str, Any], uri: str, storage_options: dict[str, str], key: str) -> dict[str, Any]:
+        """Do the work; return ``{"version", "changed", "metrics", ...}``."""
+        raise NotImplementedError
+
+    # -- the template method ----------------------------------------------------------------------
+    def execute(self, context: Any) -> dict[str, Any]:
+        uri, options = self.resolve()
+        key = self.key(context)
+        self.log.info("%s on %s (idempotency key %s)", self.operation, uri, key)
+        outcome = self.run(context, uri, options, key)
+        result = {
+            "operation": outcome.pop("operation", self.operation),
+            "uri": uri,
+            "idempotency_key": key,
+            "changed": bool(outcome.pop("changed", False)),
+            "dry_run": bool(outcome.pop("dry_run", False)),
+            "already_committed": bool(outcome.pop("already_committed", False)),
+            **outcome,
+        }
+        result = trim_lists(jsonable(result))
+        self.emit_asset_events(context, uri, result)
+        self.log.info("result: %s", json.dumps(result, sort_keys=True))
+        return result
+
+    def emit_asset_events(self, context: Any, uri: str, result: Mapping[str, Any]) -> None:
+        if not self.emit_asset_event:
+            return
+        extra = {
+            "uri": uri,
+            "version": result.get("version"),
+            "operation": result.get("operation"),
+            "metrics": result.get("metrics", {}),
+            "changed": result.get("changed", False),
+            "lance_conn_id": normalize_conn_id(self.lance_conn_id),
+        }
+        events = context["outlet_events"]
+        asset_uri = dataset_asset_uri(uri)
+        static_uris = set()
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                events[outlet].extra = dict(extra)
+                static_uris.add(outlet.uri)
+        if result.get("changed") and not result.get("dry_run") and asset_uri not in static_uris:
+            for outlet in self.outlets:
+                if isinstance(outlet, AssetAlias) and outlet.name == LANCE_ASSET_ALIAS:
+                    events[outlet].add(Asset(uri=asset_uri), extra=dict(extra))
+
+    def on_kill(self) -> None:
+        """In-process lance_ops calls cannot be interrupted midway; nothing is committed after this.
+
+        The flag is checked between steps; Airflow kills the process after its grace period, which
+        at worst leaves uncommitted data files for cleanup to remove.
+        """
+        self._cancelled = True
+
+    def check_cancelled(self) -> None:
+        if self._cancelled:
+            from airflow.sdk.exceptions import AirflowException
+
+            raise AirflowException(f"{self.task_id}: killed before committing")
+
+    # -- OpenLineage ------------------------------------------------------------------------------
+    def lineage_inputs(self) -> list[str]:
+        """URIs of inputs other than the dataset itself (e.g. an ingested Parquet path)."""
+        return []
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any = None):
+        """Inputs/outputs for OpenLineage; None when the OpenLineage provider is not installed."""
+        try:
+            from airflow.providers.common.compat.openlineage.facet import Dataset
+            from airflow.providers.openlineage.extractors import OperatorLineage
+        except ImportError:
+            return None
+        uri = self._resolved_uri or _static_uri(self.dataset_uri, self.lance_conn_id)
+        if not uri:
+            return None
+        ns, name = openlineage_names(uri)
+        output = Dataset(namespace=ns, name=name)
+        if output is None:  # compat placeholder when the openlineage client is missing
+            return None
+        inputs = [Dataset(namespace=n, name=m) for n, m in map(openlineage_names, self.lineage_inputs())]
+        if self.reads_dataset:
+            inputs.append(Dataset(namespace=ns, name=name))
+        return OperatorLineage(inputs=inputs, outputs=[output])
+
+
+def merge_outlets(outlets: Iterable[Any] | None, *extra: Any) -> list[Any]:
+    out = list(outlets or [])
+    for item in extra:
+        if item not in out:
+            out.append(item)
+    return out

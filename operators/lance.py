@@ -1,0 +1,513 @@
+"""Operators that commit to (or maintain) a Lance dataset in the task process.
+
+Every operator returns a metrics dict (its XCom ``return_value``)::
+
+    {"operation": "delete", "uri": "...", "version": 7, "changed": true, "dry_run": false,
+     "already_committed": false, "idempotency_key": "airflow_...", "metrics": {...}}
+
+and emits an asset event for the dataset (see :mod:`operators.base`). Operators that commit record
+the task's idempotency key in the transaction and look for it first, so a retry whose first try's
+commit landed returns that version with ``already_committed: true`` and writes nothing.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from datetime import timedelta
+from typing import Any, Mapping
+
+from operators.base import (
+    LanceBaseOperator,
+    as_bool,
+    as_int,
+    as_optional_float,
+    as_optional_int,
+    find_committed,
+)
+
+
+def _call_with_key(fn, *args: Any, idempotency_key: str | None = None, **kwargs: Any) -> Any:
+    """Call ``fn`` passing ``idempotency_key`` only if it takes one."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "idempotency_key" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs["idempotency_key"] = idempotency_key
+    return fn(*args, **kwargs)
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if hasattr(value, "to_dict"):
+        return dict(value.to_dict())
+    return dict(value)
+
+
+def _latest_version(uri: str, options: Mapping[str, str]) -> int:
+    import lance_ops
+
+    return lance_ops.dataset(uri, storage_options=dict(options)).latest_version
+
+
+class _CommittingOperator(LanceBaseOperator):
+    """Shared flow: look for this task's earlier commit, else run once and report the new version."""
+
+    def already(self, ds, key: str) -> dict[str, Any] | None:
+        earlier = find_committed(ds, key)
+        if earlier is None:
+            return None
+        self.log.info("key %s was already committed as version %d: nothing to do", key, earlier.version)
+        import json
+
+        from lance_ops.table.transaction_file import load_transaction
+
+        metrics = {}
+        txn = load_transaction(ds._store, ds._base, earlier)
+        if txn is not None:
+            raw = txn.transaction_properties.get("lance_ops.compaction.metrics")
+            if raw:
+                try:
+                    metrics = json.loads(raw)
+                except ValueError:
+                    metrics = {}
+            metrics.setdefault("committed_operation", txn.WhichOneof("operation"))
+        return {"version": earlier.version, "already_committed": True, "changed": False, "metrics": metrics}
+
+
+# -- append / commit staged -----------------------------------------------------------------------
+def load_source(data: Any = None, source_path: str | None = None, source_format: str | None = None,
+                storage_options: Mapping[str, str] | None = None):
+    """A pyarrow Table from a list of row dicts, a dict of columns, or an Arrow IPC / Parquet path."""
+    import pyarrow as pa
+
+    if data is not None:
+        if isinstance(data, str):
+            import json
+
+            data = json.loads(data)
+        if isinstance(data, Mapping):
+            return pa.table(dict(data))
+        rows = list(data)
+        if not rows:
+            raise ValueError("data is empty: nothing to append")
+        return pa.Table.from_pylist(rows)
+    if not source_path:
+        raise ValueError("give data (rows) or source_path (Arrow IPC / Parquet file), or a staged_key")
+    path = str(source_path)
+    fmt = (source_format or os.path.splitext(path.rstrip("/"))[1].lstrip(".") or "parquet").lower()
+    filesystem = None
+    if path.startswith(("s3://", "s3a://")):
+        filesystem = _s3_filesystem(storage_options or {})
+        path = path.split("://", 1)[1]
+    elif path.startswith("file://"):
+        path = path[len("file://"):]
+    if fmt in ("parquet", "pq"):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path, filesystem=filesystem)
+    if fmt in ("arrow", "ipc", "feather", "arrows"):
+        import pyarrow.ipc as ipc
+
+        src = filesystem.open_input_file(path) if filesystem is not None else pa.memory_map(path)
+        with src:
+            try:
+                return ipc.open_file(src).read_all()
+            except pa.ArrowInvalid:
+                src.seek(0)
+                return ipc.open_stream(src).read_all()
+    raise ValueError(f"unsupported source format {fmt!r}: use parquet or arrow (IPC)")
+
+
+def _s3_filesystem(options: Mapping[str, str]):
+    """A pyarrow S3 filesystem from lance storage options (the same connection as the dataset)."""
+    from pyarrow import fs
+
+    kwargs: dict[str, Any] = {}
+    if options.get("aws_access_key_id"):
+        kwargs.update(access_key=options["aws_access_key_id"], secret_key=options.get("aws_secret_access_key"))
+        if options.get("aws_session_token"):
+            kwargs["session_token"] = options["aws_session_token"]
+    if options.get("region"):
+        kwargs["region"] = options["region"]
+    endpoint = options.get("endpoint")
+    if endpoint:
+        scheme, _, rest = endpoint.partition("://")
+        kwargs["endpoint_override"] = rest or scheme
+        kwargs["scheme"] = scheme if rest else "https"
+    return fs.S3FileSystem(**kwargs)
+
+
+class LanceAppendOperator(_CommittingOperator):
+    """Append small in-process data, or commit a staged result.
+
+    :param data: rows (a list of dicts) or columns (a dict of lists). (templated)
+    :param source_path: an Arrow IPC (``.arrow``/``.feather``) or Parquet file. (templated)
+    :param source_format: ``parquet`` or ``arrow``; default from the file suffix.
+    :param staged_key: commit the result staged under this key instead (see
+        :class:`LanceCommitStagedOperator`). (templated)
+    :param mode: ``append`` (creates a missing dataset), ``create`` or ``overwrite``. (templated)
+    :param max_rows_per_file: rows per new fragment. (templated)
+    """
+
+    template_fields = LanceBaseOperator.template_fields + (
+        "data", "source_path", "source_format", "staged_key", "mode", "max_rows_per_file",
+    )
+    template_fields_renderers = {"data": "json"}
+    operation = "append"
+    reads_dataset = False
+
+    def __init__(self, *, data: Any = None, source_path: str | None = None, source_format: str | None = None,
+                 staged_key: str | None = None, mode: str = "append",
+                 max_rows_per_file: int | str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.data = data
+        self.source_path = source_path
+        self.source_format = source_format
+        self.staged_key = staged_key
+        self.mode = mode
+        self.max_rows_per_file = max_rows_per_file
+
+    def lineage_inputs(self) -> list[str]:
+        return [self.source_path] if isinstance(self.source_path, str) and "{{" not in self.source_path else []
+
+    def run(self, context, uri, storage_options, key):
+        from lance_ops.errors import DatasetNotFoundError
+
+        if self.staged_key:
+            from lance_ops.maintenance.staged_commit import commit_staged
+
+            res = commit_staged(uri, str(self.staged_key), storage_options=storage_options)
+            return {"operation": res["operation"], "version": res["version"],
+                    "already_committed": res["already_committed"], "changed": not res["already_committed"],
+                    "metrics": res["metrics"]}
+        import lance_ops
+
+        try:
+            ds = lance_ops.dataset(uri, storage_options=storage_options)
+        except DatasetNotFoundError:
+            ds = None
+        if ds is not None:
+            earlier = self.already(ds, key)
+            if earlier is not None:
+                return earlier
+        table = load_source(self.data, self.source_path, self.source_format, storage_options)
+        self.check_cancelled()
+        mode = str(self.mode or "append")
+        kwargs = {}
+        max_rows = as_optional_int(self.max_rows_per_file)
+        if max_rows:
+            kwargs["max_rows_per_file"] = max_rows
+        out = lance_ops.write_dataset(table, uri, mode=mode, storage_options=storage_options,
+                                      idempotency_key=key, **kwargs)
+        fragments = 0
+        txn = out.transaction
+        if txn is not None:
+            op = txn.WhichOneof("operation")
+            fragments = len(getattr(txn, op).fragments) if op in ("append", "overwrite") else 0
+        return {"version": out.version, "changed": True,
+                "operation": "append" if ds is not None and mode == "append" else ("create" if ds is None else mode),
+                "metrics": {"num_rows": table.num_rows, "num_fragments": fragments}}
+
+
+class LanceCommitStagedOperator(_CommittingOperator):
+    """Commit what a Spark job staged under this task's (group's) idempotency key, exactly once.
+
+    The Spark task and this task share ``idempotency_scope`` (the task-group id when built by
+    :func:`operators.spark.lance_ingest_group`), so both derive the same key from the run.
+
+    :param staged_key: an explicit key instead of the derived one. (templated)
+    """
+
+    template_fields = LanceBaseOperator.template_fields + ("staged_key",)
+    operation = "commit_staged"
+    ui_color = "#bfe3c9"
+
+    def __init__(self, *, staged_key: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.staged_key = staged_key
+
+    def key(self, context):
+        return str(self.staged_key) if self.staged_key else super().key(context)
+
+    def run(self, context, uri, storage_options, key):
+        from lance_ops.maintenance.staged_commit import commit_staged
+
+        self.check_cancelled()
+        res = commit_staged(uri, key, storage_options=storage_options)
+        return {"operation": res["operation"], "version": res["version"],
+                "already_committed": res["already_committed"], "changed": not res["already_committed"],
+                "metrics": res["metrics"]}
+
+
+# -- delete -----------------------------------------------------------------------------------------
+class LanceDeleteOperator(_CommittingOperator):
+    """Delete the rows matching a SQL predicate (``"id > 5 AND name IS NULL"``).
+
+    :param predicate: the filter. (templated)
+    :param dry_run: only count the matching rows. (templated)
+    """
+
+    template_fields = LanceBaseOperator.template_fields + ("predicate", "dry_run")
+    operation = "delete"
+
+    def __init__(self, *, predicate: str, dry_run: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.predicate = predicate
+        self.dry_run = dry_run
+
+    def run(self, context, uri, storage_options, key):
+        from lance_ops.table.commit import IDEMPOTENCY_KEY
+
+        if not str(self.predicate or "").strip():
+            raise ValueError("predicate is empty; refusing to guess what to delete")
+        ds = self.open_dataset(uri, storage_options)
+        if as_bool(self.dry_run):
+            n = ds.count_rows(filter=self.predicate)
+            return {"version": ds.version, "dry_run": True, "metrics": {"num_rows_to_delete": n}}
+        earlier = self.already(ds, key)
+        if earlier is not None:
+            return earlier
+        self.check_cancelled()
+        before = ds.version
+        res = ds.delete(self.predicate, transaction_properties={IDEMPOTENCY_KEY: key})
+        return {"version": ds.version, "changed": ds.version != before,
+                "metrics": {"num_deleted_rows": int(res.get("num_deleted_rows", 0)), "read_version": before}}
+
+
+# -- maintenance ------------------------------------------------------------------------------------
+class LanceMaterializeDeletionsOperator(_CommittingOperator):
+    """Rewrite fragments whose deleted-row ratio exceeds ``threshold`` without their deleted rows.
+
+    :param threshold: deleted / physical rows above which a fragment is rewritten. (templated)
+    :param dry_run: only report what would be rewritten. (templated)
+    """
+
+    template_fields = LanceBaseOperator.template_fields + ("threshold", "dry_run")
+    operation = "materialize_deletions"
+
+    def __init__(self, *, threshold: float | str = 0.1, dry_run: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.threshold = threshold
+        self.dry_run = dry_run
+
+    def run(self, context, uri, storage_options, key):
+        from lance_ops.maintenance.compaction import materialize_deletions
+
+        ds = self.open_dataset(uri, storage_options)
+        dry = as_bool(self.dry_run)
+        before = ds.version
+        threshold = as_optional_float(self.threshold)
+        metrics = _as_dict(_call_with_key(materialize_deletions, ds, 0.1 if threshold is None else threshold,
+                                          dry_run=dry, idempotency_key=None if dry else key))
+        after = before if dry else _latest_version(uri, storage_options)
+        return {"version": after, "dry_run": dry, "changed": after != before, "metrics": metrics,
+                "already_committed": bool(metrics.get("already_committed"))}
+
+
+class LanceCompactionOperator(_CommittingOperator):
+    """Plan a compaction in-process; run small ones here, hand big ones to Spark.
+
+    Routes (``result["route"]``): ``noop`` (nothing to do), ``dry_run`` (report the plan),
+    ``in_process`` (the plan rewrites at most ``spark_threshold_rows`` rows, or no threshold is
+    set: compact here, committed with the task's idempotency key), ``spark`` (bigger: the plan is
+    stored under the dataset's ``_staging/`` and a downstream Spark task of the same group
+    executes it, see :func:`operators.spark.lance_compaction_group`; the plan file's URI is in
+    ``result["plan_file"]``). Standalone (no ``spark_task_id``) every plan runs in-process.
+
+    :param target_rows_per_fragment: the fragment size to aim for. (templated)
+    :param max_rows_per_file: upper bound of rows per new fragment. (templated)
+    :param materialize_deletions: also rewrite fragments with many deleted rows. (templated)
+    :param materialize_deletions_threshold: deleted-row ratio for that. (templated)
+    :param max_source_fragments: bound the work of one run. (templated)
+    :param dry_run: report the plan only. (templated)
+    :param spark_threshold_rows: rows to rewrite above which Spark executes the plan. (templated)
+    :param spark_task_id: the Spark task of the group that executes big plans.
+    """
+
+    template_fields = LanceBaseOperator.template_fields + (
+        "target_rows_per_fragment", "max_rows_per_file", "materialize_deletions",
+        "materialize_deletions_threshold", "max_source_fragments", "dry_run", "spark_threshold_rows",
+    )
+    operation = "compaction"
+
+    def __init__(self, *, target_rows_per_fragment: int | str = 1024 * 1024,
+                 max_rows_per_file: int | str | None = None, materialize_deletions: bool | str = True,
+                 materialize_deletions_threshold: float | str = 0.1,
+                 max_source_fragments: int | str | None = None, dry_run: bool | str = False,
+                 spark_threshold_rows: int | str | None = None, spark_task_id: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target_rows_per_fragment = target_rows_per_fragment
+        self.max_rows_per_file = max_rows_per_file
+        self.materialize_deletions = materialize_deletions
+        self.materialize_deletions_threshold = materialize_deletions_threshold
+        self.max_source_fragments = max_source_fragments
+        self.dry_run = dry_run
+        self.spark_threshold_rows = spark_threshold_rows
+        self.spark_task_id = spark_task_id
+
+    def options(self):
+        from lance_ops.maintenance.compaction_plan import CompactionOptions
+
+        threshold = as_optional_float(self.materialize_deletions_threshold)
+        return CompactionOptions(
+            target_rows_per_fragment=as_int(self.target_rows_per_fragment, "target_rows_per_fragment"),
+            max_rows_per_file=as_optional_int(self.max_rows_per_file),
+            materialize_deletions=as_bool(self.materialize_deletions),
+            materialize_deletions_threshold=0.1 if threshold is None else threshold,
+            max_source_fragments=as_optional_int(self.max_source_fragments),
+        )
+
+    def run(self, context, uri, storage_options, key):
+        from lance_ops.maintenance.compaction_plan import plan_compaction, plan_summary_metrics
+
+        ds = self.open_dataset(uri, storage_options)
+        dry = as_bool(self.dry_run)
+        if not dry:
+            earlier = self.already(ds, key)
+            if earlier is not None:
+                return {**earlier, "route": "in_process"}
+        opts = self.options()
+        plan = plan_compaction(ds, opts)
+        summary = plan_summary_metrics(plan)
+        base = {"version": ds.version, "plan": {"read_version": plan.read_version, "tasks": len(plan.tasks),
+                                                  **summary}}
+        if not plan.tasks:
+            return {**base, "route": "noop", "metrics": summary}
+        if dry:
+            return {**base, "route": "dry_run", "dry_run": True, "metrics": summary,
+                    "tasks": plan.summary()}
+        threshold = as_optional_int(self.spark_threshold_rows)
+        rows = summary["rows_read"]
+        if threshold is None or rows <= threshold:
+            return {**base, **self._in_process(ds, uri, storage_options, key, opts), "route": "in_process"}
+        if not self.spark_task_id:
+            self.log.warning("plan rewrites %d rows (> %d) but no Spark task follows (use "
+                             "lance_compaction_group); compacting in-process", rows, threshold)
+            return {**base, **self._in_process(ds, uri, storage_options, key, opts), "route": "in_process"}
+        plan_file = self._store_plan(uri, storage_options, key, plan)
+        self.log.info("plan rewrites %d rows (> %d): handing %s to Spark task %s",
+                      rows, threshold, plan_file, self.spark_task_id)
+        return {**base, "route": "spark", "plan_file": plan_file, "metrics": summary}
+
+    def _in_process(self, ds, uri, storage_options, key, opts) -> dict[str, Any]:
+        from lance_ops.maintenance.compaction import compact_files
+
+        self.check_cancelled()
+        before = ds.version
+        metrics = _as_dict(_call_with_key(
+            compact_files, ds,
+            target_rows_per_fragment=opts.target_rows_per_fragment, max_rows_per_file=opts.max_rows_per_file,
+            materialize_deletions=opts.materialize_deletions,
+            materialize_deletions_threshold=opts.materialize_deletions_threshold,
+            max_source_fragments=opts.max_source_fragments, idempotency_key=key,
+        ))
+        after = _latest_version(uri, storage_options)
+        return {"version": after, "changed": after != before, "metrics": metrics,
+                "already_committed": bool(metrics.get("already_committed"))}
+
+    def _store_plan(self, uri, storage_options, key, plan) -> str:
+        from lance_ops.io import open_store
+        from lance_ops.table.staging import STAGING_DIR
+
+        store, base = open_store(uri, storage_options)
+        path = store.join(base, STAGING_DIR, f"{key}.plan.json")
+        store.put(path, plan.to_json().encode())
+        return store.uri(path)
+
+
+class LanceRebuildStatisticsOperator(LanceBaseOperator):
+    """Rebuild the per-fragment column statistics (kept in lance_ops' own ``_stats`` files).
+
+    :param fragments: fragment ids to rebuild (default: those missing or stale). (templated)
+    :param force: rebuild even when up to date. (templated)
+    """
+
+    template_fields = LanceBaseOperator.template_fields + ("fragments", "force")
+    operation = "rebuild_statistics"
+
+    def __init__(self, *, fragments: list[int] | str | None = None, force: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fragments = fragments
+        self.force = force
+
+    def run(self, context, uri, storage_options, key):
+        from lance_ops.maintenance.statistics import rebuild_statistics
+
+        ds = self.open_dataset(uri, storage_options)
+        frags = self.fragments
+        if isinstance(frags, str):
+            import json
+
+            frags = json.loads(frags) if frags.strip() not in ("", "None", "null") else None
+        self.check_cancelled()
+        metrics = _as_dict(rebuild_statistics(ds, frags, as_bool(self.force)))
+        files = metrics.pop("files", None)
+        if isinstance(files, list):
+            metrics["files_sample"] = files[:20]
+        # statistics live in lance_ops' own files: no new version is committed
+        return {"version": ds.version, "changed": bool(metrics.get("written")), "metrics": metrics}
+
+
+class LanceRefreshRowIdIndexOperator(LanceBaseOperator):
+    """Refresh the persisted row-id index (stable row ids -> row addresses)."""
+
+    operation = "refresh_row_id_index"
+
+    def run(self, context, uri, storage_options, key):
+        from lance_ops.maintenance.rowid_index import refresh_row_id_index
+
+        ds = self.open_dataset(uri, storage_options)
+        self.check_cancelled()
+        # the index is a file of its own (no new version); an up-to-date index makes a retry a no-op
+        metrics = _as_dict(_call_with_key(refresh_row_id_index, ds, idempotency_key=key))
+        changed = not metrics.get("up_to_date") and not metrics.get("skipped")
+        return {"version": metrics.get("version", ds.version), "changed": changed, "metrics": metrics}
+
+
+class LanceCleanupOperator(LanceBaseOperator):
+    """Remove old versions and the files only they reference.
+
+    :param older_than_seconds: versions older than this are removed (default 14 days; with
+        ``retain_versions`` both must hold). (templated)
+    :param retain_versions: always keep this many newest versions. (templated)
+    :param delete_unverified: also delete unreferenced files younger than 7 days (only safe
+        without concurrent writers). (templated)
+    :param error_if_tagged_old_versions: fail if a tagged version would otherwise be removed. (templated)
+    :param dry_run: only report what would be removed. (templated)
+    """
+
+    template_fields = LanceBaseOperator.template_fields + (
+        "older_than_seconds", "retain_versions", "delete_unverified", "error_if_tagged_old_versions", "dry_run",
+    )
+    operation = "cleanup"
+
+    def __init__(self, *, older_than_seconds: float | str | None = 14 * 24 * 3600,
+                 retain_versions: int | str | None = None, delete_unverified: bool | str = False,
+                 error_if_tagged_old_versions: bool | str = True, dry_run: bool | str = False,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.older_than_seconds = older_than_seconds
+        self.retain_versions = retain_versions
+        self.delete_unverified = delete_unverified
+        self.error_if_tagged_old_versions = error_if_tagged_old_versions
+        self.dry_run = dry_run
+
+    def run(self, context, uri, storage_options, key):
+        from lance_ops.maintenance.cleanup import cleanup_old_versions
+
+        ds = self.open_dataset(uri, storage_options)
+        seconds = as_optional_float(self.older_than_seconds)
+        dry = as_bool(self.dry_run)
+        self.check_cancelled()
+        stats = _as_dict(cleanup_old_versions(
+            ds, older_than=None if seconds is None else timedelta(seconds=seconds),
+            retain_versions=as_optional_int(self.retain_versions),
+            delete_unverified=as_bool(self.delete_unverified),
+            error_if_tagged_old_versions=as_bool(self.error_if_tagged_old_versions), dry_run=dry,
+        ))
+        changed = not dry and bool(stats.get("old_versions") or stats.get("bytes_removed")
+                                   or stats.get("files_removed"))
+        return {"version": ds.latest_version, "dry_run": dry, "changed": changed, "metrics": stats}

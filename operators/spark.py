@@ -1,0 +1,267 @@
+"""Spark steps chained to small commit steps: ``lance_ingest_group`` and ``lance_compaction_group``.
+
+::
+
+    ingest/spark_stage  (SparkSubmitOperator: executors write .lance files, the driver stages
+                         the fragments under _staging/<key>.json; --stage-only, no commit)
+      -> ingest/commit  (LanceCommitStagedOperator: one small commit of that staged result)
+
+Both tasks derive the same idempotency key from the run (dag_id, run_id, the group id,
+map_index), so a retried Spark task finds its own staged result (or the commit) and a retried
+commit finds its own version: one run appends once. A re-run Spark task at worst leaves orphan
+data files, which cleanup removes after its safety age.
+
+Secrets: storage credentials from the Lance connection reach spark-submit as environment
+variables (``AWS_ACCESS_KEY_ID`` ...), set at execute time, never as arguments or rendered
+template fields; endpoint/region/allow_http are passed as ``--storage-option`` arguments.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from typing import Any, Sequence
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import TaskGroup
+
+from operators.base import idempotency_key
+from operators.hooks import LanceHook, normalize_conn_id
+from operators.lance import LanceCommitStagedOperator, LanceCompactionOperator
+
+NONE_FAILED_MIN_ONE_SUCCESS = "none_failed_min_one_success"
+
+
+def _job_path(name: str) -> str:
+    """Path of a Spark job script shipped in ``lance_ops/spark/`` (found without importing it)."""
+    spec = importlib.util.find_spec("lance_ops")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("lance_ops is not importable: install lance-ops on the Airflow workers")
+    return os.path.join(list(spec.submodule_search_locations)[0], "spark", f"{name}.py")
+
+
+def _clean_args(args: Sequence[Any]) -> list[str]:
+    """Rendered job arguments as strings; ``--flag <None/empty>`` pairs (unset Params) are dropped."""
+    out: list[str] = []
+    items = list(args)
+    i = 0
+    while i < len(items):
+        item = items[i]
+        nxt = items[i + 1] if i + 1 < len(items) else "--"
+        if isinstance(item, str) and item.startswith("--") and (nxt is None or str(nxt).strip() in ("", "None")):
+            i += 2
+            continue
+        out.append(str(item))
+        i += 1
+    return out
+
+
+class LanceSparkSubmitOperator(SparkSubmitOperator):
+    """spark-submit one of lance_ops' Spark jobs in ``--stage-only`` mode for a Lance dataset.
+
+    The dataset URI, storage options and idempotency key are added to the job's arguments at
+    execute time. Returns the job's one-line JSON summary (the last JSON line it printed).
+    ``on_kill`` is SparkSubmitOperator's: it kills the spark-submit process (and the driver on a
+    cluster).
+
+    :param job: ``ingest`` or ``compact``.
+    :param dataset_uri: dataset path or URI. (templated)
+    :param lance_conn_id: connection with the storage credentials. (templated)
+    :param job_args: job arguments before the ones added here. (templated)
+    :param idempotency_scope: shared with the commit task (the group id).
+    :param plan_task_id: for ``compact``: the planning task; skipped unless it routed to Spark.
+    """
+
+    template_fields: Sequence[str] = tuple(SparkSubmitOperator.template_fields) + (
+        "dataset_uri", "lance_conn_id", "job_args",
+    )
+    ui_color = "#ffe5b4"
+
+    def __init__(self, *, job: str, dataset_uri: str, lance_conn_id: str | None = None,
+                 job_args: list[str] | None = None, idempotency_scope: str | None = None,
+                 plan_task_id: str | None = None, **kwargs: Any) -> None:
+        if job not in ("ingest", "compact"):
+            raise ValueError(f"job must be 'ingest' or 'compact', not {job!r}")
+        kwargs.setdefault("name", f"lance-ops-{job}")
+        super().__init__(**kwargs)
+        self.job = job
+        self.dataset_uri = dataset_uri
+        self.lance_conn_id = lance_conn_id
+        self.job_args = list(job_args or [])
+        self.idempotency_scope = idempotency_scope
+        self.plan_task_id = plan_task_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        hook = LanceHook(normalize_conn_id(self.lance_conn_id))
+        uri = hook.resolve_uri(self.dataset_uri)
+        storage_args, secret_env = hook.spark_arguments()
+        key = idempotency_key(context, self.idempotency_scope)
+        args = _clean_args(self.job_args)
+        if self.job == "compact":
+            plan = context["ti"].xcom_pull(task_ids=self.plan_task_id) if self.plan_task_id else None
+            if self.plan_task_id:
+                if not plan or plan.get("route") != "spark":
+                    from airflow.sdk.exceptions import AirflowSkipException
+
+                    route = plan.get("route") if plan else None
+                    raise AirflowSkipException(f"compaction plan route is {route!r}: no Spark rewrite needed")
+                args += ["--plan-file", plan["plan_file"]]
+        if not self.application:
+            self.application = _job_path(self.job)
+        self.application_args = [*args, "--uri", uri, "--idempotency-key", key, "--stage-only", *storage_args]
+        self.env_vars = {**(self.env_vars or {}), **secret_env}
+        self._hook = None  # built in super().execute() from the arguments above
+        self.log.info("spark %s job for %s, key %s", self.job, uri, key)
+        super().execute(context)
+        summary = self._summary()
+        return {"uri": uri, "idempotency_key": key, "job": self.job, "summary": summary}
+
+    def _summary(self) -> dict[str, Any] | None:
+        lines = list(getattr(self._hook, "_last_submit_log_lines", None) or [])
+        for line in reversed(lines):
+            text = str(line).strip()
+            if text.startswith("{") and text.endswith("}"):
+                try:
+                    return json.loads(text)
+                except ValueError:
+                    continue
+        return None
+
+
+class LanceCompactionCommitOperator(LanceCommitStagedOperator):
+    """Commit a Spark compaction's staged rewrite; pass the plan task's result through otherwise.
+
+    Runs when the plan succeeded and the Spark task succeeded or was skipped (its trigger rule is
+    ``none_failed_min_one_success``), so it is the one place a compaction group's result is read.
+    """
+
+    operation = "compaction"
+
+    def __init__(self, *, plan_task_id: str, **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", NONE_FAILED_MIN_ONE_SUCCESS)
+        super().__init__(**kwargs)
+        self.plan_task_id = plan_task_id
+
+    def run(self, context, uri, storage_options, key):
+        plan = context["ti"].xcom_pull(task_ids=self.plan_task_id) or {}
+        route = plan.get("route")
+        if route != "spark":
+            # done (or nothing to do) in the plan task, which also emitted any asset event
+            return {"version": plan.get("version"), "route": route, "changed": False,
+                    "dry_run": bool(plan.get("dry_run")), "already_committed": bool(plan.get("already_committed")),
+                    "metrics": plan.get("metrics", {}), "committed_by": self.plan_task_id}
+        out = super().run(context, uri, storage_options, key)
+        out["route"] = "spark"
+        out["operation"] = "compaction"
+        self._discard_plan(plan.get("plan_file"), storage_options)
+        return out
+
+    def _discard_plan(self, plan_file: str | None, storage_options: dict[str, str]) -> None:
+        """The plan file is only the hand-off to the Spark task: remove it once committed."""
+        if not plan_file:
+            return
+        from lance_ops.io import open_store
+
+        try:
+            store, path = open_store(plan_file, storage_options)
+            store.delete(path)
+        except Exception as exc:  # noqa: BLE001 - best effort; a leftover plan is harmless
+            self.log.warning("could not remove the plan file %s: %s", plan_file, exc)
+
+
+def _prefixed(group: TaskGroup, task_id: str) -> str:
+    return group.child_id(task_id)
+
+
+def lance_ingest_group(
+    group_id: str = "ingest",
+    *,
+    dataset_uri: str,
+    source_path: str,
+    source_format: str = "parquet",
+    mode: str = "append",
+    lance_conn_id: str | None = None,
+    spark_conn_id: str = "spark_default",
+    spark_conf: dict[str, str] | None = None,
+    partitions: int | str | None = None,
+    max_rows_per_file: int | str | None = None,
+    reader_options: dict[str, str] | None = None,
+    outlets: list[Any] | None = None,
+    spark_kwargs: dict[str, Any] | None = None,
+    commit_kwargs: dict[str, Any] | None = None,
+) -> TaskGroup:
+    """A TaskGroup ``<group_id>.spark_stage >> <group_id>.commit`` ingesting files into a dataset.
+
+    ``dataset_uri``, ``source_path``, ``mode``, ``partitions`` and ``max_rows_per_file`` may be
+    templates. ``outlets`` (e.g. a fixed ``Asset``) go on the commit task, which also emits the
+    dataset's own asset event.
+    """
+    job_args = ["--format", source_format, "--path", source_path, "--mode", mode]
+    if partitions is not None:
+        job_args += ["--partitions", str(partitions)]
+    if max_rows_per_file is not None:
+        job_args += ["--max-rows-per-file", str(max_rows_per_file)]
+    for k, v in (reader_options or {}).items():
+        job_args += ["--option", f"{k}={v}"]
+    with TaskGroup(group_id, tooltip="Spark stages the new fragments; one small task commits them") as group:
+        scope = group.group_id
+        stage = LanceSparkSubmitOperator(
+            task_id="spark_stage", job="ingest", dataset_uri=dataset_uri, lance_conn_id=lance_conn_id,
+            job_args=job_args, idempotency_scope=scope, conn_id=spark_conn_id, conf=spark_conf,
+            **(spark_kwargs or {}),
+        )
+        commit = LanceCommitStagedOperator(
+            task_id="commit", dataset_uri=dataset_uri, lance_conn_id=lance_conn_id,
+            idempotency_scope=scope, outlets=list(outlets or []), **(commit_kwargs or {}),
+        )
+        stage >> commit
+    return group
+
+
+def lance_compaction_group(
+    group_id: str = "compaction",
+    *,
+    dataset_uri: str,
+    lance_conn_id: str | None = None,
+    target_rows_per_fragment: int | str = 1024 * 1024,
+    max_rows_per_file: int | str | None = None,
+    materialize_deletions: bool | str = True,
+    materialize_deletions_threshold: float | str = 0.1,
+    max_source_fragments: int | str | None = None,
+    dry_run: bool | str = False,
+    spark_threshold_rows: int | str | None = 5_000_000,
+    spark_conn_id: str = "spark_default",
+    spark_conf: dict[str, str] | None = None,
+    outlets: list[Any] | None = None,
+    task_kwargs: dict[str, Any] | None = None,
+) -> TaskGroup:
+    """A TaskGroup ``plan >> spark_rewrite >> commit`` (and ``plan >> commit``).
+
+    ``plan`` plans in-process and compacts right there when the plan rewrites at most
+    ``spark_threshold_rows`` rows; bigger plans are stored under the dataset and executed by
+    ``spark_rewrite`` (skipped otherwise), then committed by ``commit``, whose XCom is the
+    group's compaction result in every case.
+    """
+    kw = dict(task_kwargs or {})
+    with TaskGroup(group_id, tooltip="plan in-process; small: compact here; big: Spark rewrite -> commit") as group:
+        scope = group.group_id
+        plan = LanceCompactionOperator(
+            task_id="plan", dataset_uri=dataset_uri, lance_conn_id=lance_conn_id,
+            target_rows_per_fragment=target_rows_per_fragment, max_rows_per_file=max_rows_per_file,
+            materialize_deletions=materialize_deletions,
+            materialize_deletions_threshold=materialize_deletions_threshold,
+            max_source_fragments=max_source_fragments, dry_run=dry_run,
+            spark_threshold_rows=spark_threshold_rows, spark_task_id=_prefixed(group, "spark_rewrite"),
+            idempotency_scope=scope, outlets=list(outlets or []), **kw,
+        )
+        rewrite = LanceSparkSubmitOperator(
+            task_id="spark_rewrite", job="compact", dataset_uri=dataset_uri, lance_conn_id=lance_conn_id,
+            idempotency_scope=scope, plan_task_id=plan.task_id, conn_id=spark_conn_id, conf=spark_conf,
+        )
+        commit = LanceCompactionCommitOperator(
+            task_id="commit", dataset_uri=dataset_uri, lance_conn_id=lance_conn_id, plan_task_id=plan.task_id,
+            idempotency_scope=scope, outlets=list(outlets or []), **kw,
+        )
+        plan >> rewrite >> commit
+        plan >> commit
+    return group

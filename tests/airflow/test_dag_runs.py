@@ -1,0 +1,234 @@
+"""The DAGs run for real: dag.test() on local datasets (Spark local[2] for ingestion and big
+compactions), one DAG on S3 (moto_server), a commit that lands before its task fails, and
+deferrable sensors whose triggers run inline. Results are read back with lance_ops and pylance.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def table(lo: int, hi: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(lo, hi), pa.int64()), "name": [f"n{i}" for i in range(lo, hi)]})
+
+
+def write_fragments(uri: str, sizes: list[int], storage_options=None):
+    import lance_ops
+
+    lo = 0
+    for i, n in enumerate(sizes):
+        lance_ops.write_dataset(table(lo, lo + n), uri, mode="append" if i else "create",
+                                storage_options=storage_options)
+        lo += n
+    return lance_ops.dataset(uri, storage_options=storage_options)
+
+
+def pylance_ids(uri: str, storage_options=None) -> list[int]:
+    import lance
+
+    return sorted(lance.dataset(uri, storage_options=storage_options).to_table(columns=["id"])["id"].to_pylist())
+
+
+def ops_ids(uri: str, storage_options=None) -> list[int]:
+    import lance_ops
+
+    return sorted(lance_ops.dataset(uri, storage_options=storage_options).to_table(columns=["id"])["id"].to_pylist())
+
+
+# -- lance_maintenance ------------------------------------------------------------------------------
+def test_maintenance_dag_compacts_materializes_and_cleans(airflow_runner, tmp_path):
+    import lance_ops
+
+    uri = str(tmp_path / "events.lance")
+    ds = write_fragments(uri, [600] + [50] * 10)  # one big fragment, ten small ones
+    ds.delete("id < 600 AND id % 4 = 0")  # 25 % of the big fragment
+    expected = [i for i in range(1100) if not (i < 600 and i % 4 == 0)]
+    before = lance_ops.dataset(uri)
+    assert len(before.get_fragments()) == 11 and before.version == 12
+
+    res = airflow_runner.run("lance_maintenance", {
+        "dataset_uri": uri, "target_rows_per_fragment": 500, "small_fragments_threshold": 5,
+        "materialize_deletions_threshold": 0.2, "cleanup_older_than_seconds": 0,
+    })
+    res.assert_success(skipped=("compaction.spark_rewrite",))
+    x = res.xcoms
+    assert x["maintenance_needed"]["reasons"] and x["maintenance_needed"]["health"]["small_fragments"] == 10
+    assert x["compaction.plan"]["route"] == "in_process"
+    assert x["compaction.commit"]["metrics"]["fragments_removed"] == 10
+    assert x["materialize_deletions"]["changed"] and x["materialize_deletions"]["metrics"]["fragments_removed"] == 1
+    assert x["cleanup"]["metrics"]["old_versions"] == 13
+
+    after = lance_ops.dataset(uri)
+    assert after.version == 14
+    assert [v["version"] for v in after.versions()] == [14]
+    frags = after.get_fragments()
+    assert len(frags) == 2 and not any(f.metadata.HasField("deletion_file") for f in frags)
+    assert ops_ids(uri) == expected
+    assert pylance_ids(uri) == expected  # the oracle reads what the DAG left
+
+
+def test_maintenance_dag_healthy_dataset_skips(airflow_runner, tmp_path):
+    """The sensor defers, its trigger (run inline by dag.test) times out, soft_fail skips the run."""
+    import lance_ops
+
+    uri = str(tmp_path / "healthy.lance")
+    write_fragments(uri, [100])
+    t0 = time.monotonic()
+    res = airflow_runner.run("lance_maintenance", {"dataset_uri": uri, "sensor_timeout_seconds": 1})
+    assert res.state == "success"
+    assert set(res.task_states.values()) == {"skipped"}, res.task_states
+    assert time.monotonic() - t0 < 60
+    assert lance_ops.dataset(uri).version == 1
+
+
+def test_maintenance_dag_on_s3(airflow_runner, moto_server, s3_bucket, monkeypatch):
+    """Credentials and endpoint come from the connection; the DAG names the dataset relatively."""
+    import lance_ops
+
+    monkeypatch.setenv("AIRFLOW_CONN_LANCE_S3", json.dumps({
+        "conn_type": "aws", "login": "testing", "password": "testing",
+        "extra": {"endpoint_url": moto_server.endpoint, "region_name": "us-east-1", "allow_http": True,
+                  "base_uri": s3_bucket},
+    }))
+    opts = moto_server.storage_options
+    uri = f"{s3_bucket}/events.lance"
+    ds = write_fragments(uri, [40] * 6, storage_options=opts)
+    ds.delete("id >= 200")
+    res = airflow_runner.run("lance_maintenance", {
+        "dataset_uri": "events.lance", "lance_conn_id": "lance_s3", "target_rows_per_fragment": 1000,
+        "small_fragments_threshold": 3, "cleanup_older_than_seconds": 0,
+    })
+    res.assert_success(skipped=("compaction.spark_rewrite",))
+    assert res.xcoms["compaction.commit"]["uri"] == uri
+    after = lance_ops.dataset(uri, storage_options=opts)
+    assert len(after.get_fragments()) == 1 and len(after.versions()) == 1
+    assert ops_ids(uri, opts) == list(range(200))
+    assert pylance_ids(uri, opts) == list(range(200))
+    # no secret leaked into XComs
+    assert "testing" not in json.dumps(res.xcoms).replace("test-", "")
+
+
+# -- a commit that lands, then its task fails: the retry must not commit again --------------------
+def test_retry_after_landed_commit_commits_once(airflow_runner, tmp_path, monkeypatch):
+    import lance_ops
+    from lance_ops.table.commit import IDEMPOTENCY_KEY
+
+    uri = str(tmp_path / "retry.lance")
+    write_fragments(uri, [100])
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    for task_id in ("append", "commit", "delete"):
+        (flags / f"{task_id}.fail").touch()
+    monkeypatch.setenv("LANCE_OPS_TEST_FLAG_DIR", str(flags))
+
+    res = airflow_runner.run("lance_test_retry", {"dataset_uri": uri})
+    res.assert_success()
+    assert not list(flags.iterdir()), "every injected failure fired"
+    assert res.tries == {"append": 2, "stage": 1, "commit": 2, "delete": 2}
+    for task_id in ("append", "commit", "delete"):
+        assert res.xcoms[task_id]["already_committed"] is True, res.xcoms[task_id]
+
+    ds = lance_ops.dataset(uri)
+    assert ds.version == 4, "exactly one new version per committing task"
+    ids = ops_ids(uri)
+    assert ids == list(range(5, 100)) + list(range(1000, 1010)) + list(range(2000, 2007))
+    assert pylance_ids(uri) == ids
+    keys = [lance_ops.dataset(uri, version=v).transaction.transaction_properties.get(IDEMPOTENCY_KEY)
+            for v in (2, 3, 4)]
+    assert all(k and k.startswith("airflow_lance_test_retry_") for k in keys) and len(set(keys)) == 3
+
+
+# -- deferrable sensors ------------------------------------------------------------------------------
+def test_deferrable_sensors_wait_and_skip(airflow_runner, tmp_path):
+    import lance_ops
+
+    uri = str(tmp_path / "tagged.lance")
+    healthy = str(tmp_path / "healthy.lance")
+    write_fragments(uri, [10, 10])
+    write_fragments(healthy, [10])
+
+    def tag_later():
+        time.sleep(3)
+        lance_ops.dataset(uri).tags.create("ready", 1)
+
+    thread = threading.Thread(target=tag_later)
+    thread.start()
+    try:
+        res = airflow_runner.run("lance_test_sensors", {"dataset_uri": uri, "healthy_uri": healthy})
+    finally:
+        thread.join()
+    assert res.state == "success"
+    assert res.task_states == {"wait_for_tag": "success", "healthy_skips": "skipped"}
+    assert res.xcoms["wait_for_tag"]["tag"] == "ready" and res.xcoms["wait_for_tag"]["version"] == 1
+
+
+# -- Spark: ingestion and big compactions ------------------------------------------------------------
+def _asset_events(uri: str) -> list[dict]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                .filter(AssetModel.uri.in_([uri, uri + "/"])).order_by(AssetEvent.id).all())
+        return [dict(r.extra or {}) for r in rows]
+
+
+def test_ingest_dag_with_spark_then_downstream(airflow_runner, tmp_path):
+    import lance_ops
+
+    src = tmp_path / "raw"
+    src.mkdir()
+    for i in range(3):
+        pq.write_table(table(i * 1000, i * 1000 + 1000), src / f"part-{i}.parquet")
+    uri = str(tmp_path / "ingested.lance")
+    res = airflow_runner.run("lance_ingest", {"dataset_uri": uri, "source_path": str(src), "partitions": 3})
+    res.assert_success()
+    summary = res.xcoms["ingest.spark_stage"]["summary"]
+    assert summary["rows"] == 3000 and summary["committed"] is False  # stage only: the commit is its own task
+    commit = res.xcoms["ingest.commit"]
+    assert commit["version"] == 1 and commit["metrics"]["num_rows"] == 3000
+    ds = lance_ops.dataset(uri)
+    assert ds.count_rows() == 3000 and len(ds.get_fragments()) == 3
+    assert pylance_ids(uri) == list(range(3000))
+
+    ingest_events = _asset_events("lance://ingest")
+    assert ingest_events and ingest_events[-1]["uri"] == uri and ingest_events[-1]["version"] == 1
+    assert ingest_events[-1]["operation"] in ("overwrite", "create", "append")
+    dataset_events = _asset_events("file://" + uri)
+    assert dataset_events and dataset_events[-1]["version"] == 1
+
+    down = airflow_runner.run("lance_ingest_downstream", {})
+    down.assert_success()
+    assert down.xcoms["check_version"] == {"uri": uri, "version": 1, "latest_version": 1, "rows": 3000,
+                                           "fragments": 3, "ingested_rows": 3000}
+
+
+def test_compaction_dag_dry_run_then_spark_route(airflow_runner, tmp_path):
+    import lance_ops
+
+    uri = str(tmp_path / "compact.lance")
+    write_fragments(uri, [30] * 8)
+    dry = airflow_runner.run("lance_compaction", {"dataset_uri": uri, "target_rows": 100, "dry_run": True})
+    dry.assert_success(skipped=("compaction.spark_rewrite",))
+    assert dry.xcoms["compaction.commit"]["route"] == "dry_run"
+    assert dry.xcoms["compaction.commit"]["metrics"]["fragments_removed"] == 8
+    assert lance_ops.dataset(uri).version == 8
+
+    res = airflow_runner.run("lance_compaction", {"dataset_uri": uri, "target_rows": 100, "spark_threshold_rows": 0})
+    res.assert_success()
+    assert res.xcoms["compaction.plan"]["route"] == "spark"
+    commit = res.xcoms["compaction.commit"]
+    assert commit["route"] == "spark" and commit["version"] == 9 and commit["changed"]
+    ds = lance_ops.dataset(uri)
+    assert ds.version == 9 and len(ds.get_fragments()) == 2
+    assert ops_ids(uri) == list(range(240)) and pylance_ids(uri) == list(range(240))
+    assert ds.transaction.WhichOneof("operation") == "rewrite"
+    assert not list(Path(uri, "_staging").glob("*.plan.json"))  # the hand-off file is gone
