@@ -44,7 +44,7 @@ DEFAULT_CACHE_BYTES_PER_COLUMN = 8 * 1024 * 1024
 DEFAULT_MAX_PAGE_BYTES = 32 * 1024 * 1024
 MAX_PAGE_BYTES_ENV = "LANCE_FILE_WRITER_MAX_PAGE_BYTES"
 _PADDING = PAD_BYTE * PAGE_ALIGNMENT
-SUPPORTED_VERSIONS = ("2.0",)
+SUPPORTED_VERSIONS = ("2.0", "2.1", "2.2")  # [v2.1 dispatch] 2.1/2.2 via encode_v2_1
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,12 @@ class LanceFileWriter:
             raise SchemaMismatchError("cannot write a Lance file with no columns")
         lance_fields = to_lance_fields(schema)  # raises UnsupportedTypeError for map, union, views...
         for f in schema:
-            check_writable(f)
+            if self.version == "2.0":
+                check_writable(f)
+            else:  # [v2.1 dispatch] leaf-only columns, see lance_ops.encoding.encode_v2_1
+                from lance_ops.encoding import encode_v2_1 as enc21
+
+                enc21.check_writable(f)
         if self._given_lance_fields is not None:
             if len(self._given_lance_fields) != len(lance_fields):
                 raise SchemaMismatchError(
@@ -155,7 +160,13 @@ class LanceFileWriter:
         else:
             cache = DEFAULT_CACHE_BYTES_PER_COLUMN
         counter = [0]
-        self._encoders = [build_encoder(f, counter, cache, self._max_page_bytes) for f in schema]
+        if self.version == "2.0":
+            self._encoders = [build_encoder(f, counter, cache, self._max_page_bytes) for f in schema]
+        else:  # [v2.1 dispatch]
+            from lance_ops.encoding import encode_v2_1 as enc21
+
+            self._encoders = [enc21.build_encoder(f, counter, cache, self._max_page_bytes, self.version)
+                              for f in schema]
         num_columns = counter[0]
         self._schema = schema
         self._lance_fields = lance_fields
@@ -305,8 +316,14 @@ class LanceFileWriter:
         if self._schema is None:
             self._initialize(batch.schema)
         batch = self._conform(batch)
-        for array, f in zip(batch.columns, self._schema):
-            check_values(array, f)  # before anything of this batch is encoded
+        if self.version == "2.0":
+            for array, f in zip(batch.columns, self._schema):
+                check_values(array, f)  # before anything of this batch is encoded
+        else:  # [v2.1 dispatch] struct nulls are allowed in 2.1+
+            from lance_ops.encoding import encode_v2_1 as enc21
+
+            for array, f in zip(batch.columns, self._schema):
+                enc21.check_values(array, f)
         n = batch.num_rows
         if n == 0:
             return
@@ -337,7 +354,10 @@ class LanceFileWriter:
             proto.buffer_offsets.extend(p for p, _ in locations)
             proto.buffer_sizes.extend(s for _, s in locations)
             proto.length = page.num_rows
-            proto.encoding.CopyFrom(_direct_encoding(ARRAY_ENCODING_URL, page.encoding))
+            # [v2.1 dispatch] 2.1+ pages are PageLayouts with priority = first row
+            proto.encoding.CopyFrom(_direct_encoding(getattr(page, "type_url", ARRAY_ENCODING_URL), page.encoding))
+            if getattr(page, "priority", 0):
+                proto.priority = page.priority
             self._pages[column].append(
                 WrittenPage(column, self._column_rows[column], page.num_rows, tuple(locations), page.encoding))
             self._column_rows[column] += page.num_rows

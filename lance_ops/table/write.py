@@ -88,6 +88,13 @@ def _all_field_ids(fields: Iterable[file_pb2.Field]) -> list[int]:
     return [f.id for f in fields]
 
 
+def _leaf_field_ids(fields: Iterable[file_pb2.Field]) -> list[int]:
+    # [v2.1 writer] pre-order ids of the fields with a column in a 2.1+ data file
+    from lance_ops.encoding.encode_v2_1 import leaf_field_ids
+
+    return leaf_field_ids(fields)
+
+
 class FragmentWriter:
     """Writes a stream of batches into fragments of at most ``max_rows_per_file`` rows each."""
 
@@ -127,7 +134,8 @@ class FragmentWriter:
         frag = table_pb2.DataFragment(physical_rows=rows)
         frag.files.add(
             path=self._name,
-            fields=_all_field_ids(self._lance_fields),
+            # [v2.1 writer] 2.0 files list every field id; 2.1+ files only the leaf fields that own a column
+            fields=_all_field_ids(self._lance_fields) if self._version == "2.0" else _leaf_field_ids(self._lance_fields),
             column_indices=list(range(self._writer.num_columns)),
             file_major_version=major,
             file_minor_version=minor,
@@ -221,13 +229,14 @@ def write_dataset(
         current = open_manifest(store, base, None, uri)
     except DatasetNotFoundError:
         current = None
-    if current is not None and mode == "create":
-        raise DatasetExistsError(f"Dataset already exists: {uri}")
     if current is not None and key:
+        # before the mode="create" check: a retried create whose first try committed is a no-op too
         earlier = find_idempotent_commit(store, base, key, latest=current.version, lookback=IDEMPOTENCY_LOOKBACK)
         if earlier is not None:
             log.info("idempotency key %s already committed as version %d; nothing written", key, earlier.version)
             return LanceDataset(uri, earlier.version, storage_options, _store=(store, base))
+    if current is not None and mode == "create":
+        raise DatasetExistsError(f"Dataset already exists: {uri}")
     if current is None and mode != "create":
         log.warning("dataset %s does not exist; mode=%r creates it", uri, mode)
 

@@ -562,10 +562,10 @@ def test_refuses_datasets_with_indices(tmp_path):
 
 def test_refuses_storage_versions_it_cannot_write(tmp_path):
     uri = str(tmp_path / "t.lance")
-    lance.write_dataset(rows(0, 10), uri, data_storage_version="2.1")
+    lance.write_dataset(rows(0, 10), uri, data_storage_version="2.3")
     lance.write_dataset(rows(10, 20), uri, mode="append")
     files = all_files(uri)
-    with pytest.raises(UnsupportedError, match="2.1"):
+    with pytest.raises(UnsupportedError, match="2.3"):
         compact_files(lance_ops.dataset(uri), target_rows_per_fragment=100)
     assert all_files(uri) == files
 

@@ -355,12 +355,12 @@ def test_flags_follow_the_content(tmp_path):
 
 
 # --- storage versions -------------------------------------------------------------------------------
-@pytest.mark.parametrize("version", ["2.1", None], ids=["2.1", "default_2.2"])
+@pytest.mark.parametrize("version", ["2.3"])
 def test_append_to_a_storage_version_we_cannot_write_is_refused(tmp_path, version):
     uri = str(tmp_path / "ds")
     kw = {"data_storage_version": version} if version else {}
     lance.write_dataset(rows(5), uri, **kw)
-    want = version or "2.2"
+    want = version
     before = data_files(uri)
     with pytest.raises(UnsupportedError, match=re.escape(f"cannot write Lance data storage version {want}")):
         lance_ops.write_dataset(rows(2, 5), uri, mode="append")
@@ -380,9 +380,22 @@ def test_append_to_a_storage_version_we_cannot_write_is_refused(tmp_path, versio
 def test_unknown_storage_version_name(tmp_path):
     with pytest.raises(UnsupportedError, match="unknown data_storage_version"):
         lance_ops.write_dataset(rows(1), str(tmp_path / "ds"), data_storage_version="9.9")
-    with pytest.raises(UnsupportedError, match="cannot write Lance data storage version 2.2"):
-        lance_ops.write_dataset(rows(1), str(tmp_path / "ds"), data_storage_version="stable")
+    with pytest.raises(UnsupportedError, match="cannot write Lance data storage version 2.3"):
+        lance_ops.write_dataset(rows(1), str(tmp_path / "ds"), data_storage_version="next")
     assert not os.path.exists(str(tmp_path / "ds"))
+
+
+@pytest.mark.parametrize("version", ["2.1", None], ids=["2.1", "default_2.2"])
+def test_appends_keep_the_datasets_own_storage_version(tmp_path, version):
+    uri = str(tmp_path / "ds")
+    kw = {"data_storage_version": version} if version else {}
+    lance.write_dataset(rows(5), uri, **kw)
+    want = version or "2.2"
+    ds = lance_ops.write_dataset(rows(2, 5), uri, mode="append")
+    assert ds.manifest.data_format.version == want
+    assert {f"{df.file_major_version}.{df.file_minor_version}" for f in ds.manifest.fragments for df in f.files} == {want}
+    assert lance.dataset(uri).to_table().equals(pa.concat_tables([rows(5), rows(2, 5)]))
+    assert lance_ops.dataset(uri).to_table().equals(lance.dataset(uri).to_table())
 
 
 # --- single-writer commits ----------------------------------------------------------------------

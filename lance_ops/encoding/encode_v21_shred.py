@@ -1,0 +1,344 @@
+"""Shredding Arrow arrays into the leaf columns of a Lance 2.1+ file.
+
+Every leaf (a field that is neither a struct nor a list; packed structs are leaves too) gets:
+
+* the *visible* leaf values: one value slot per entry that is not a null/empty list (entries below a
+  null struct keep their slot), as an Arrow array whose own validity is the leaf's validity;
+* repetition levels (only when a list is on the path): an entry with repetition ``r`` starts a new
+  element of every list whose level is ``<= r``; the outermost list has level ``max_rep``;
+* definition levels (only when some layer has nulls or empty lists): 0 = valid all the way down,
+  otherwise the level of the *outermost* layer that is null/empty. Levels are numbered from the
+  innermost layer outwards, each layer taking only what it needs in this page (a nullable item or
+  list takes one "null" level, a list with empty lists one "empty" level, after its null level);
+* the page's layer descriptions (innermost first) as ``RepDefLayer`` enum values.
+
+Layer nullability is decided per page from the data (a layer with no nulls is ``ALL_VALID``), as
+upstream does. All of it is vectorised: one numpy pass per layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lance_ops._proto import encodings_v2_1_pb2 as pb
+from lance_ops.errors import UnsupportedTypeError
+
+PACKED_KEYS = (b"packed", b"lance-encoding:packed")
+TRUE_VALUES = (b"true", b"1", b"yes", b"on")
+
+
+def is_packed(field: pa.Field) -> bool:
+    md = field.metadata or {}
+    for key in PACKED_KEYS:
+        if key in md and md[key].strip().lower() in TRUE_VALUES:
+            return True
+    return False
+
+
+def is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def is_leaf(field: pa.Field) -> bool:
+    t = field.type
+    if pa.types.is_struct(t):
+        return is_packed(field) or t.num_fields == 0
+    return not is_list(t)
+
+
+def leaf_fields(field: pa.Field, path: tuple = ()) -> list[tuple[tuple, pa.Field]]:
+    """(path of fields from the top, leaf field) for every leaf below ``field``, in pre-order."""
+    path = path + (field,)
+    if is_leaf(field):
+        return [(path, field)]
+    t = field.type
+    out = []
+    if pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            out.extend(leaf_fields(t.field(i), path))
+    else:
+        out.extend(leaf_fields(t.value_field, path))
+    return out
+
+
+@dataclass
+class Shredded:
+    """One page worth of one leaf column."""
+
+    field: pa.Field
+    values: pa.Array  # visible values (own validity = leaf validity)
+    rep: Optional[np.ndarray]  # uint16 per entry, or None
+    defs: Optional[np.ndarray]  # uint16 per entry, or None
+    layers: list[int]  # RepDefLayer per layer, innermost first
+    num_rows: int
+    max_visible_def: Optional[int]  # entries with def <= this carry a value (None: all do)
+    valid: Optional[np.ndarray] = None  # effective validity of the visible values (None: all valid)
+
+    @property
+    def num_entries(self) -> int:
+        if self.rep is not None:
+            return len(self.rep)
+        if self.defs is not None:
+            return len(self.defs)
+        return len(self.values)
+
+    @property
+    def max_rep(self) -> int:
+        return sum(1 for k in self.layers if k in _LIST_LAYERS)
+
+    @property
+    def is_simple_validity(self) -> bool:
+        return len(self.layers) == 1
+
+    @property
+    def max_def(self) -> int:
+        return int(self.defs.max()) if self.defs is not None and len(self.defs) else 0
+
+
+_LIST_LAYERS = (pb.REPDEF_ALL_VALID_LIST, pb.REPDEF_NULLABLE_LIST, pb.REPDEF_EMPTYABLE_LIST,
+                pb.REPDEF_NULL_AND_EMPTY_LIST)
+
+
+def _validity(arr: pa.Array) -> Optional[np.ndarray]:
+    """Bool numpy array of the logical validity, or None when nothing is null."""
+    if pa.types.is_null(arr.type):
+        return np.zeros(len(arr), dtype=bool)
+    if pa.types.is_dictionary(arr.type):
+        if arr.null_count == 0 and arr.dictionary.null_count == 0:
+            return None
+        return np.asarray(pc.is_valid(arr.dictionary.take(arr.indices)).to_numpy(zero_copy_only=False)) & \
+            np.asarray(pc.is_valid(arr.indices).to_numpy(zero_copy_only=False))
+    if arr.null_count == 0:
+        return None
+    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+class _State:
+    """Entries of the walk so far (one per future level entry)."""
+
+    __slots__ = ("pos", "code", "rep", "n", "pushed")
+
+    def __init__(self, pos: np.ndarray, code: np.ndarray, rep: Optional[np.ndarray],
+                 pushed: Optional[np.ndarray] = None):
+        self.pos = pos  # int64 index into the current node's array, -1 for dead (special) entries
+        self.code = code  # int32: 0 valid, else 1 + 2*layer + (1 if empty list)
+        self.rep = rep  # int32 or None
+        self.n = len(pos)
+        # entries below a null struct: upstream pushes struct nulls down into the children
+        self.pushed = pushed
+
+
+@dataclass
+class _Layer:
+    is_list: bool
+    nullable: bool = False
+    emptyable: bool = False
+
+
+def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Layer], list_levels: list[int]):
+    """Descend from path[depth] (whose array is ``arr``) to the leaf; returns the leaf array."""
+    field = path[depth]
+    t = field.type
+    alive = st.pos >= 0
+    slots = st.pos[alive]
+    layer_idx = len(layers)
+    if is_list(t) and not (depth == len(path) - 1):
+        lay = _Layer(True)
+        layers.append(lay)
+        rep_level = list_levels[layer_idx]
+        offs = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+        valid = _validity(arr)
+        lens = np.zeros(st.n, dtype=np.int64)
+        lens[alive] = offs[slots + 1] - offs[slots]
+        is_valid = np.ones(st.n, dtype=bool)
+        if valid is not None:
+            is_valid[alive] = valid[slots]
+        if st.pushed is not None:
+            is_valid &= ~st.pushed
+        lay.nullable = bool((~is_valid[alive]).any()) if len(slots) else False
+        ok = alive & (st.code == 0)
+        new_null = ok & ~is_valid
+        new_empty = ok & is_valid & (lens == 0)
+        lay.emptyable = bool((alive & is_valid & (lens == 0)).any())
+        expand = ok & is_valid & (lens > 0)
+        code = st.code.copy()
+        code[new_null] = 1 + 2 * layer_idx
+        code[new_empty] = 2 + 2 * layer_idx
+        counts = np.where(expand, lens, 1)
+        total = int(counts.sum())
+        first = np.zeros(st.n + 1, dtype=np.int64)
+        np.cumsum(counts, out=first[1:])
+        starts = first[:-1]
+        src = np.repeat(np.arange(st.n), counts)
+        new_code = code[src]
+        # positions into the child array
+        within = np.arange(total, dtype=np.int64) - starts[src]
+        child_start = np.where(expand, offs[np.maximum(st.pos, 0)], 0)
+        new_pos = np.where(expand[src], child_start[src] + within, -1)
+        # repetition: the first entry of every old entry keeps/sets the list level, the rest get 0
+        old_rep = st.rep if st.rep is not None else np.zeros(st.n, dtype=np.int32)
+        head_rep = np.where(old_rep == 0, rep_level, old_rep)
+        dead_before = ~alive
+        head_rep = np.where(dead_before, old_rep, head_rep)
+        new_rep = np.zeros(total, dtype=np.int32)
+        new_rep[starts] = head_rep
+        child = arr.values
+        st2 = _State(new_pos, new_code, new_rep, None)
+        return _walk(child, path, depth + 1, st2, layers, list_levels)
+    # validity layer (struct or leaf)
+    lay = _Layer(False)
+    layers.append(lay)
+    valid = _validity(arr)
+    eff = np.ones(st.n, dtype=bool)  # effective validity per entry (dead entries: True)
+    if valid is not None and len(slots):
+        eff[alive] = valid[slots]
+    if st.pushed is not None:
+        eff &= ~(st.pushed & alive)
+    invalid_entries = alive & ~eff
+    if invalid_entries.any():
+        lay.nullable = True
+        code = st.code.copy()
+        idx = np.flatnonzero(invalid_entries & (code == 0))
+        code[idx] = 1 + 2 * layer_idx
+        st.code = code
+    if depth == len(path) - 1:
+        st.pushed = invalid_entries  # the leaf's effective nulls
+        return arr, st
+    st.pushed = invalid_entries if invalid_entries.any() else None
+    # struct: descend into the child on the path
+    child_field = path[depth + 1]
+    child = arr.field(t.get_field_index(child_field.name)) if t.get_field_index(child_field.name) >= 0 else None
+    if child is None:
+        # duplicate names: fall back to position
+        for i in range(t.num_fields):
+            if t.field(i) is child_field or t.field(i).equals(child_field):
+                child = arr.field(i)
+                break
+    return _walk(child, path, depth + 1, st, layers, list_levels)
+
+
+def _layer_enum(lay: _Layer) -> int:
+    if lay.is_list:
+        if lay.nullable and lay.emptyable:
+            return pb.REPDEF_NULL_AND_EMPTY_LIST
+        if lay.nullable:
+            return pb.REPDEF_NULLABLE_LIST
+        if lay.emptyable:
+            return pb.REPDEF_EMPTYABLE_LIST
+        return pb.REPDEF_ALL_VALID_LIST
+    return pb.REPDEF_NULLABLE_ITEM if lay.nullable else pb.REPDEF_ALL_VALID_ITEM
+
+
+def shred_leaf(arr: pa.Array, path: tuple) -> Shredded:
+    """Shred the top-level array ``arr`` (of ``path[0]``) down to the leaf ``path[-1]``."""
+    n = len(arr)
+    n_lists = sum(1 for f in path[:-1] if is_list(f.type))
+    list_levels = []
+    lvl = n_lists
+    for f in path:
+        if is_list(f.type) and f is not path[-1]:
+            list_levels.append(lvl)
+            lvl -= 1
+        else:
+            list_levels.append(0)
+    st = _State(np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int32), None)
+    layers: list[_Layer] = []
+    leaf_arr, st = _walk(arr, path, 0, st, layers, list_levels)
+    # page-level def numbering, innermost layer first
+    table = {}
+    level = 1
+    for i in range(len(layers) - 1, -1, -1):
+        lay = layers[i]
+        if lay.nullable:
+            table[1 + 2 * i] = level
+            level += 1
+        if lay.is_list and lay.emptyable:
+            table[2 + 2 * i] = level
+            level += 1
+    max_def = level - 1
+    defs = None
+    if max_def > 0:
+        lut = np.zeros(2 * len(layers) + 2, dtype=np.uint16)
+        for code, lv in table.items():
+            lut[code] = lv
+        defs = lut[st.code]
+    rep = st.rep.astype(np.uint16) if st.rep is not None else None
+    # max visible def level: def levels of the layers inside the innermost list
+    max_visible = None
+    if n_lists:
+        inner_list = max(i for i, lay in enumerate(layers) if lay.is_list)
+        max_visible = sum(1 for lay in layers[inner_list + 1:] if lay.nullable)
+    # visible values
+    vis = st.pos[st.pos >= 0]
+    if len(vis) == len(leaf_arr) and (len(vis) == 0 or (vis[0] == 0 and vis[-1] == len(vis) - 1)):
+        values = leaf_arr
+    elif len(vis) and vis[-1] - vis[0] + 1 == len(vis) and np.all(np.diff(vis) == 1):
+        values = leaf_arr.slice(int(vis[0]), len(vis))
+    else:
+        values = _raw_take(leaf_arr, vis)
+    enum_layers = [_layer_enum(lay) for lay in reversed(layers)]
+    leaf_invalid = st.pushed[st.pos >= 0] if st.pushed is not None else None
+    valid = None if leaf_invalid is None or not leaf_invalid.any() else ~leaf_invalid
+    return Shredded(path[-1], values, rep, defs, enum_layers, n, max_visible, valid)
+
+
+def _raw_take(arr: pa.Array, idx: np.ndarray) -> pa.Array:
+    """``arr.take(idx)`` that keeps the bytes of null slots of fixed-width values (as upstream does)."""
+    t = arr.type
+    try:
+        bw = t.bit_width
+    except ValueError:
+        bw = None
+    if bw and bw % 8 == 0 and not pa.types.is_dictionary(t) and arr.buffers()[1] is not None:
+        w = bw // 8
+        n = len(arr)
+        data = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=n * w, offset=arr.offset * w).reshape(n, w)
+        picked = np.ascontiguousarray(data[idx]).reshape(-1)
+        valid = _validity(arr)
+        bitmap = None
+        nulls = 0
+        if valid is not None:
+            v = valid[idx]
+            nulls = int(len(v) - v.sum())
+            if nulls:
+                bitmap = pa.py_buffer(np.packbits(v, bitorder="little").tobytes())
+        return pa.Array.from_buffers(t, len(idx), [bitmap, pa.py_buffer(picked.tobytes())], null_count=nulls)
+    return arr.take(pa.array(idx, pa.int64()))
+
+
+def check_shreddable(field: pa.Field) -> None:
+    """Refuse (before any byte is written) types the 2.1 writer cannot store."""
+    t = field.type
+    if pa.types.is_fixed_size_list(t):
+        inner = t.value_type
+        while pa.types.is_fixed_size_list(inner):
+            inner = inner.value_type
+        if not (pa.types.is_primitive(inner) or pa.types.is_fixed_size_binary(inner) or
+                pa.types.is_decimal(inner)) or pa.types.is_boolean(inner):
+            raise UnsupportedTypeError(
+                f"field {field.name!r}: fixed_size_list of {inner} cannot be written to Lance 2.1+ by lance-ops")
+        return
+    if pa.types.is_struct(t):
+        if is_packed(field):
+            for i in range(t.num_fields):
+                c = t.field(i).type
+                if not (pa.types.is_primitive(c) and not pa.types.is_boolean(c)) and not pa.types.is_fixed_size_binary(c):
+                    raise UnsupportedTypeError(
+                        f"field {field.name!r}: packed struct child {t.field(i).name!r} of type {c} is not "
+                        f"fixed-width; lance-ops writes only fixed-width packed structs")
+            return
+        for i in range(t.num_fields):
+            check_shreddable(t.field(i))
+        return
+    if is_list(t):
+        check_shreddable(t.value_field)
+        return
+    if pa.types.is_dictionary(t):
+        v = t.value_type
+        if not (pa.types.is_string(v) or pa.types.is_binary(v) or pa.types.is_large_string(v)
+                or pa.types.is_large_binary(v) or pa.types.is_primitive(v)):
+            raise UnsupportedTypeError(f"field {field.name!r}: dictionary of {v} is not supported")
