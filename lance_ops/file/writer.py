@@ -100,6 +100,15 @@ class LanceFileWriter:
     field protos to store instead of ``to_lance_fields(schema)`` (pre-assigned field ids).
     """
 
+    def __new__(cls, path=None, schema=None, *, version: str = "2.0", **kwargs):
+        # [legacy v0.1 dispatch] owner: lance_ops/file/writer_legacy.py -- version "0.1"/"legacy"
+        # returns a LegacyFileWriter (same surface; not a subclass, so __init__ below is skipped)
+        if str(version) in ("0.1", "legacy"):
+            from lance_ops.file.writer_legacy import LegacyFileWriter
+
+            return LegacyFileWriter(path, schema, version="0.1", **kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -144,6 +144,23 @@ def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None
     return current
 
 
+def _refuse_legacy_dictionaries(manifest: table_pb2.Manifest, uri: str) -> None:
+    """Legacy (v0.1) datasets keep dictionary values inside the manifest file, which our manifest
+    writer does not reproduce: committing would make pylance read those values as empty. Refuse."""
+    if manifest.data_format.version not in ("0.1", "legacy"):
+        return
+    from lance_ops._proto import file_pb2
+
+    names = [f.name for f in manifest.fields if f.encoding == file_pb2.DICTIONARY]
+    if names:
+        from lance_ops.errors import UnsupportedError
+
+        raise UnsupportedError(
+            f"{uri}: lance-ops cannot commit to a legacy (v0.1) dataset with dictionary columns {names} "
+            "(their values live in the manifest file); migrate it with pylance first. Nothing was committed."
+        )
+
+
 def _published(store, path: str, txn_uuid: str) -> ManifestFile | None:
     """Our manifest, if the ambiguous write actually landed."""
     try:
@@ -217,6 +234,7 @@ def commit_transaction(
     current = ctx.read
     if current is not None:
         feature_flags.check_writer_flags(current.manifest.writer_feature_flags, store.uri(current.path or base))
+        _refuse_legacy_dictionaries(current.manifest, store.uri(base))
     restored = restored_file = None
     if txn.WhichOneof("operation") == "restore":
         loc = naming.find_version(store, base, txn.restore.version)

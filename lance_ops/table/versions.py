@@ -14,7 +14,7 @@ _ALIASES = {
     "2.3": "2.3",
 }
 #: versions lance_ops can write today (2.1/2.2 reading and writing come with the format-breadth work)
-WRITABLE = ("2.0", "2.1", "2.2")  # 2.1/2.2 written by lance_ops.encoding.encode_v2_1
+WRITABLE = ("2.0", "2.1", "2.2", "0.1")  # 2.1/2.2 written by lance_ops.encoding.encode_v2_1; 0.1 [legacy v0.1 writer] by lance_ops.file.writer_legacy
 DEFAULT = "2.0"
 
 

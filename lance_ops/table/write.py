@@ -121,17 +121,30 @@ class FragmentWriter:
         self._writer = LanceFileWriter(path, self._schema, version=self._version,
                                        storage_options=self._options, lance_fields=self._lance_fields)
         # lance_ops statistics hook: closing the writer also writes _stats/<stem>.stats.lance
-        from lance_ops.table.statistics import track_statistics
+        # (legacy v0.1 files carry their own statistics page table)
+        if self._version != "0.1":
+            from lance_ops.table.statistics import track_statistics
 
-        self._writer = track_statistics(self._writer, self._store, self._base, self._name, self._options)
+            self._writer = track_statistics(self._writer, self._store, self._base, self._name, self._options)
 
     def _close(self) -> None:
         if self._writer is None:
             return
         rows = self._writer.close()
         size = self._writer.tell()
-        major, minor = MANIFEST_VERSIONS[self._version]
         frag = table_pb2.DataFragment(physical_rows=rows)
+        if self._version == "0.1":
+            # [legacy v0.1 writer] owner: lance_ops/file/writer_legacy.py -- as pylance records a
+            # legacy file: every field id, no column indices, version (0, 2) (the footer's numbers)
+            from lance_ops.file.writer_legacy import LEGACY_DATA_FILE_VERSION
+
+            frag.files.add(path=self._name, fields=_all_field_ids(self._lance_fields), column_indices=[],
+                           file_major_version=LEGACY_DATA_FILE_VERSION[0],
+                           file_minor_version=LEGACY_DATA_FILE_VERSION[1], file_size_bytes=size)
+            self.fragments.append(frag)
+            self._writer = None
+            return
+        major, minor = MANIFEST_VERSIONS[self._version]
         frag.files.add(
             path=self._name,
             # [v2.1 writer] 2.0 files list every field id; 2.1+ files only the leaf fields that own a column
