@@ -97,6 +97,8 @@ def select_rows(levels: rd.Levels, values: Vals, canon: rd.Canonical, first_row:
     else:
         vcum = np.zeros(levels.n + 1, dtype=np.int64)
         np.cumsum(vis, out=vcum[1:])
+    if len(ranges) > 8:
+        return _select_many(levels, values, bounds, vcum, first_row, len(starts), ranges)
     lv_parts, val_parts, nrows = [], [], 0
     whole = len(ranges) == 1 and ranges[0][0] == first_row and ranges[0][1] - first_row == len(starts) \
         and (len(starts) == 0 or starts[0] == 0)
@@ -115,6 +117,35 @@ def select_rows(levels: rd.Levels, values: Vals, canon: rd.Canonical, first_row:
     if not lv_parts:
         return Decoded(rd.Levels(None, None, 0), values.slice(0, 0), 0)
     return Decoded(rd.Levels.concat(lv_parts), Vals.concat(val_parts), nrows)
+
+
+def _spans(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(a[i], b[i])`` over all i."""
+    lens = b - a
+    total = int(lens.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    offs = np.zeros(len(lens), dtype=np.int64)
+    np.cumsum(lens[:-1], out=offs[1:])
+    return np.repeat(a - offs, lens) + np.arange(total, dtype=np.int64)
+
+
+def _select_many(levels: rd.Levels, values: Vals, bounds: np.ndarray, vcum: Optional[np.ndarray],
+                 first_row: int, nstarts: int, ranges) -> Decoded:
+    """``select_rows`` for many ranges at once (level and value indices gathered in one pass)."""
+    rr = np.asarray(ranges, dtype=np.int64).reshape(-1, 2) - first_row
+    ia, ib = rr[:, 0], rr[:, 1]
+    if len(rr) and (int(ia.min()) < 0 or int(ib.max()) > nstarts):
+        raise EncodingCorrupt("requested rows are not in the decoded chunks")
+    la, lb = bounds[ia], bounds[ib]
+    lidx = _spans(la, lb)
+    lv = rd.Levels(None if levels.rep is None else levels.rep[lidx],
+                   None if levels.defs is None else levels.defs[lidx], len(lidx))
+    if vcum is None:
+        vidx = lidx
+    else:
+        vidx = _spans(vcum[la], vcum[lb])
+    return Decoded(lv, values.take(vidx), int((ib - ia).sum()))
 
 
 def _map_defs(defs: Optional[np.ndarray], table: np.ndarray) -> Optional[np.ndarray]:
@@ -285,29 +316,47 @@ class MiniBlockPage(Page):
             reqs.append((self.data_pos + int(self.chunk_offsets[c0]), int(self.chunk_offsets[c1 + 1] - self.chunk_offsets[c0])))
 
         def decode(datas: Sequence[bytes]) -> Decoded:
-            parts = []
-            for (c0, c1, rr), blob in zip(runs, datas):
-                lv, vals = self._decode_chunks(c0, c1, blob)
-                first = int(self.chunk_first_row[c0])
-                parts.append(select_rows(lv, vals, self.ctx.canon, first, rr))
-            if not parts:
+            if not runs:
                 return Decoded(rd.Levels(None, None, 0), placeholder_vals(self.ctx.value_kind, self.ctx.value_width, 0), 0)
-            return Decoded.concat(parts)
+            if len(runs) == 1:
+                (c0, c1, rr), blob = runs[0], datas[0]
+                lv, vals = self._decode_chunks(c0, c1, blob)
+                return select_rows(lv, vals, self.ctx.canon, int(self.chunk_first_row[c0]), rr)
+            # many runs (e.g. a take): decode all their chunks in one batch, as if back to back,
+            # and select the rows with run-shifted row numbers
+            items, vranges, voff = [], [], 0
+            for (c0, c1, rr), blob in zip(runs, datas):
+                base = int(self.chunk_offsets[c0])
+                mv = memoryview(blob)
+                for c in range(c0, c1 + 1):
+                    start = int(self.chunk_offsets[c]) - base
+                    items.append((mv[start:start + int(self.chunk_sizes[c])], int(self.chunk_counts[c])))
+                first = int(self.chunk_first_row[c0])
+                shift = voff - first
+                vranges.extend((a + shift, b + shift) for a, b in rr)
+                voff += int(self.chunk_first_row[c1 + 1]) - first
+            lv, vals = self._decode_items(items)
+            return select_rows(lv, vals, self.ctx.canon, 0, vranges)
 
         return reqs, decode
 
     def _decode_chunks(self, c0: int, c1: int, blob: bytes) -> tuple[rd.Levels, Vals]:
-        m: pb.MiniBlockLayout = self.layout
         base = int(self.chunk_offsets[c0])
-        parsed = []
+        mv = memoryview(blob)
+        items = []
         for c in range(c0, c1 + 1):
             start = int(self.chunk_offsets[c]) - base
-            chunk = memoryview(blob)[start:start + int(self.chunk_sizes[c])]
-            parsed.append(self._parse_chunk(chunk, int(self.chunk_counts[c])))
+            items.append((mv[start:start + int(self.chunk_sizes[c])], int(self.chunk_counts[c])))
+        return self._decode_items(items)
+
+    def _decode_items(self, items: Sequence[tuple[memoryview, int]]) -> tuple[rd.Levels, Vals]:
+        """Decode (chunk bytes, value count) chunks, in order, as one run."""
+        m: pb.MiniBlockLayout = self.layout
+        parsed = [self._parse_chunk(chunk, k) for chunk, k in items]
         nlev = [p[0] for p in parsed]
         reps = comp.batch_levels(m.rep_compression, [p[1] for p in parsed], nlev) if self.has_rep else None
         defs = comp.batch_levels(m.def_compression, [p[2] for p in parsed], nlev) if self.has_def else None
-        counts = [int(self.chunk_counts[c]) for c in range(c0, c1 + 1)]
+        counts = [k for _, k in items]
         nz = [i for i, k in enumerate(counts) if k]
         if nz:
             values = comp.batch_values(m.value_compression, [parsed[i][3] for i in nz], [counts[i] for i in nz])
@@ -495,8 +544,22 @@ class FullZipPage(Page):
         z: pb.FullZipLayout = self.layout
         if self.fixed_bytes:
             w = self.fixed_bytes
-            idx = starts[:, None] + np.arange(w)[None, :]
-            raw = buf[idx] if n else np.zeros((0, w), np.uint8)
+            if not n:
+                raw = np.zeros((0, w), np.uint8)
+            elif int(starts[-1]) + w > len(buf) or int(starts.min()) < 0:
+                raise EncodingCorrupt("full-zip value runs past the data")
+            else:
+                stride = int(starts[1] - starts[0]) if n > 1 else w
+                if stride >= w and int(starts[-1]) == int(starts[0]) + stride * (n - 1) and \
+                        (n < 3 or bool(np.all(np.diff(starts) == stride))):
+                    # evenly spaced rows: a strided view (no copy when rows are back to back)
+                    raw = np.lib.stride_tricks.as_strided(buf[int(starts[0]):], shape=(n, w), strides=(stride, 1))
+                    if stride != w:
+                        raw = raw.copy()
+                else:
+                    # one row copy per value out of a sliding-window view of the bytes
+                    win = np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - w + 1, w), strides=(1, 1))
+                    raw = win[starts]
             return _per_value_fixed(z.value_compression, raw, n)
         total = int(lens.sum())
         offs = np.zeros(n + 1, np.int64)
@@ -750,7 +813,8 @@ def leaf_array(dtype: pa.DataType, vals: Vals, valid: Optional[np.ndarray]) -> p
         offs = vals.offsets.astype(np.int64 if large else np.int32)
         if not large and len(vals.offsets) and vals.offsets[-1] > np.iinfo(np.int32).max:
             raise EncodingUnsupported(f"{dtype} values exceed 2 GiB; read as large type")
-        return pa.Array.from_buffers(dtype, n, [vb, pa.py_buffer(offs.tobytes()), pa.py_buffer(vals.data.tobytes())],
+        return pa.Array.from_buffers(dtype, n, [vb, pa.py_buffer(np.ascontiguousarray(offs)),
+                                                pa.py_buffer(np.ascontiguousarray(vals.data))],
                                      null_count=nulls if vb is not None else 0)
     if pa.types.is_fixed_size_list(dtype):
         dim = dtype.list_size
@@ -786,7 +850,7 @@ def leaf_array(dtype: pa.DataType, vals: Vals, valid: Optional[np.ndarray]) -> p
             vals = placeholder_vals("fixed", bw // 8, n)
         else:
             raise EncodingCorrupt(f"{dtype} needs {bw // 8}-byte values, page has {width}-byte values")
-    data = pa.py_buffer(np.ascontiguousarray(vals.data).tobytes())
+    data = pa.py_buffer(np.ascontiguousarray(vals.data))
     return pa.Array.from_buffers(dtype, n, [vb, data], null_count=nulls if vb is not None else 0)
 
 

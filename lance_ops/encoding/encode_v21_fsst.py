@@ -14,7 +14,6 @@ numpy step per emitted code, strings cut into 511-byte segments like upstream.
 """
 from __future__ import annotations
 
-from collections import Counter
 from typing import Optional
 
 import numpy as np
@@ -86,89 +85,168 @@ def _gather(padded: np.ndarray, p: np.ndarray, width: int = 8) -> np.ndarray:
     return raw.astype(np.uint64, copy=False)
 
 
+_HASH_BITS = 12
+
+
+def _hash_lookup(keys: np.ndarray, codes: np.ndarray, length: int):
+    """A collision-free multiplicative hash over ``keys`` (<= 255 distinct u64 symbol values):
+    (multiplier, shift, key per slot, code per slot). An empty slot holds ``keys[0]``, which
+    hashes to another slot, so no lookup landing there can match."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    shift = np.uint64(64 - _HASH_BITS)
+    rng = np.random.default_rng(0x46535354)
+    for _ in range(64):
+        mult = np.uint64(int(rng.integers(1, 2**63, dtype=np.int64)) * 2 + 1)
+        h = ((keys * mult) >> shift).astype(np.intp)
+        if len(np.unique(h)) == len(h):
+            break
+    else:  # pragma: no cover - practically unreachable for 255 keys in 4096 slots
+        raise RuntimeError("FSST: no collision-free hash found")
+    hkeys = np.full(1 << _HASH_BITS, keys[0], dtype=np.uint64)
+    hcl = np.zeros(1 << _HASH_BITS, dtype=np.uint16)
+    hkeys[h] = keys
+    # (code | length << 8) per slot, as ``_match`` stores them
+    hcl[h] = np.asarray(codes, dtype=np.uint16) | np.uint16(length << 8)
+    return mult, shift, hkeys, hcl
+
+
+def _w2(padded: np.ndarray, a: int, b: int) -> np.ndarray:
+    """The 2-byte little-endian windows starting at positions a..b-1."""
+    w2 = padded[a:b].astype(np.uint16)
+    w2 |= padded[a + 1:b + 1].astype(np.uint16) << np.uint16(8)
+    return w2
+
+
+def _tails(seg_start: np.ndarray, seg_end: np.ndarray, k: int) -> np.ndarray:
+    """Positions ``k`` bytes before the end of their own segment."""
+    idx = seg_end - k
+    return idx[idx >= seg_start]
+
+
+_CHUNK = 1 << 17
+
+
+def _match(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray, table: _Table):
+    """Longest symbol match at every byte position (vectorised over all positions).
+
+    Returns (code per position: u8, 255 = escape; match length per position: u8), both strided
+    views of one u16 array."""
+    n = len(data)
+    padded = _padded(data)
+    # one 65,536-entry table over the 2-byte window: 2-byte symbol, else 1-byte symbol, else escape
+    one = np.where(table.lut1 >= 0, table.lut1 | (1 << 8), ESCAPE | (1 << 8)).astype(np.uint16)
+    two = np.tile(one, 256)  # index = b0 | b1 << 8 -> entry of b0
+    hit2 = table.lut2 >= 0
+    two[hit2] = (table.lut2[hit2] | (2 << 8)).astype(np.uint16)
+    has2 = bool(hit2.any())
+    longer = sorted(table.by_len)  # lengths >= 3, ascending: longer matches override shorter ones
+    lookups = {L: _hash_lookup(*table.by_len[L], L) for L in longer}
+    starts_long = np.zeros(65536, dtype=bool)
+    for L in longer:
+        starts_long[(table.by_len[L][0] & np.uint64(0xFFFF)).astype(np.intp)] = True
+    out = np.empty(n, dtype=np.uint16)
+    for a in range(0, n, _CHUNK):
+        b = min(n, a + _CHUNK)
+        if has2:
+            w2 = _w2(padded, a, b)
+            cl = two[w2]
+        else:
+            cl = one[padded[a:b]]
+        if longer:
+            # only positions whose first two bytes start some longer symbol
+            cand = np.flatnonzero(starts_long[w2 if has2 else _w2(padded, a, b)])
+            if len(cand):
+                # the 8 bytes starting at every position, as little-endian u64
+                w8 = np.lib.stride_tricks.as_strided(padded[a:], shape=(b - a, 8), strides=(1, 1)).copy()
+                w8 = w8.view("<u8").reshape(-1)
+                sub = len(cand) < (b - a) // 2
+                if sub:
+                    w8 = w8[cand]
+                ccl = cl[cand] if sub else cl
+                key = np.empty(len(w8), dtype=np.uint64)
+                h = np.empty(len(w8), dtype=np.uint64)
+                hi = h.view(np.int64)  # hash values are < 2**_HASH_BITS
+                for L in longer:
+                    mult, shift, hkeys, hcl = lookups[L]
+                    np.bitwise_and(w8, _MASKS[L], out=key)
+                    np.multiply(key, mult, out=h)
+                    np.right_shift(h, shift, out=h)
+                    hit = hkeys[hi] == key
+                    np.copyto(ccl, hcl[hi], where=hit)
+                if sub:
+                    cl[cand] = ccl
+        out[a:b] = cl
+    # matches must not run past their segment's end: redo the last (max length - 1) positions of
+    # every segment, allowing only symbols that fit
+    max_len = max(table.lens, default=1)
+    if max_len > 1:
+        for k in range(max_len - 1, 0, -1):
+            pos = _tails(seg_start, seg_end, k)
+            if not len(pos):
+                continue
+            cl = one[data[pos]]
+            if k >= 2 and has2:
+                w2 = data[pos].astype(np.uint16) | (data[pos + 1].astype(np.uint16) << np.uint16(8))
+                cl = two[w2]
+            if k >= 3 and longer:
+                w8 = _gather(padded, pos, 8)
+                for L in longer:
+                    if L > k:
+                        break
+                    mult, shift, hkeys, hcl = lookups[L]
+                    key = w8 & _MASKS[L]
+                    hh = ((key * mult) >> shift).astype(np.intp)
+                    hit = hkeys[hh] == key
+                    np.copyto(cl, hcl[hh], where=hit)
+            out[pos] = cl
+    pair = out.view(np.uint8).reshape(-1, 2)  # little-endian: [code, length]
+    return pair[:, 0], pair[:, 1]
+
+
+def _token_positions(n: int, tlen: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray):
+    """Start positions of the greedy tokens (ascending) and the number of tokens of every
+    segment: follow the match chains of all segments at once, one step per token."""
+    is_tok = np.zeros(n + 1, dtype=bool)
+    counts = np.zeros(len(seg_start), dtype=np.int64)
+    p = seg_start.astype(np.intp)
+    e = seg_end.astype(np.intp)
+    ids = np.flatnonzero(p < e)
+    p, e = p[ids], e[ids]
+    step = 0
+    while len(p):
+        is_tok[p] = True
+        p = p + tlen[p]
+        step += 1
+        keep = p < e
+        if not keep.all():
+            counts[ids[~keep]] = step
+            p, e, ids = p[keep], e[keep], ids[keep]
+    return np.flatnonzero(is_tok[:n]), counts
+
+
 def _parse(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray, table: _Table):
     """Greedy longest-match tokenisation of every segment at once.
 
-    Returns per token, in (segment, position) order: segment id, step, code (-1 = escape),
-    token length, token value."""
-    seg, stp, code, tlen, tval, dest = _parse_steps(data, seg_start, seg_end, table, values=True)
-    order = np.empty(len(seg), dtype=np.int64)
-    order[dest] = np.arange(len(seg))
-    return seg[order], stp[order], code[order], tlen[order], tval[order]
-
-
-def _parse_steps(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray, table: _Table,
-                 values: bool = False):
-    """Like ``_parse`` but in step-major order, plus each token's index in (segment, position) order.
-
-    Compact dtypes (int32 segments, int16 steps/codes, int8 lengths); token values are the full
-    u64 when ``values`` else only their first byte (what an escape needs)."""
-    views = _padded(data)
-    max_sym = max(table.lens) if table.lens else 1
-    gw = 1 if max_sym == 1 else 2 if max_sym == 2 else 4 if max_sym <= 4 else 8
-    pos = seg_start.astype(np.int64).copy()
-    active = np.flatnonzero(pos < seg_end)
-    out_seg, out_step, out_code, out_len, out_val = [], [], [], [], []
-    step = 0
-    while len(active):
-        p = pos[active]
-        rem = seg_end[active] - p
-        w = _gather(views, p, gw)
-        lmax = np.minimum(rem, gw)
-        w = w & _MASKS[lmax]
-        code = np.full(len(active), -1, dtype=np.int64)
-        tlen = np.ones(len(active), dtype=np.int64)
-        todo = np.ones(len(active), dtype=bool)
-        for L in range(8, 2, -1):
-            if L not in table.by_len:
-                continue
-            cand = np.flatnonzero(todo & (lmax >= L))
-            if not len(cand):
-                continue
-            keys, codes = table.by_len[L]
-            key = w[cand] & _MASKS[L]
-            i = np.searchsorted(keys, key)
-            i = np.minimum(i, len(keys) - 1)
-            hit = keys[i] == key
-            hc = cand[hit]
-            code[hc] = codes[i[hit]]
-            tlen[hc] = L
-            todo[hc] = False
-        for L, lut in ((2, table.lut2), (1, table.lut1)):
-            cand = np.flatnonzero(todo & (lmax >= L))
-            if not len(cand):
-                continue
-            c = lut[(w[cand] & _MASKS[L]).astype(np.int64)]
-            hit = c >= 0
-            hc = cand[hit]
-            code[hc] = c[hit]
-            tlen[hc] = L
-            todo[hc] = False
-        out_seg.append(active.astype(np.int32))
-        out_step.append(np.full(len(active), step, dtype=np.int16))
-        out_code.append(code.astype(np.int16))
-        out_len.append(tlen.astype(np.int8))
-        out_val.append(w & _MASKS[tlen] if values else (w & np.uint64(0xFF)).astype(np.uint8))
-        pos[active] = p + tlen
-        active = active[pos[active] < seg_end[active]]
-        step += 1
-    if not out_seg:
-        z = np.zeros(0, np.int64)
-        return z, z, z, z, np.zeros(0, np.uint64), z
-    seg = np.concatenate(out_seg)
-    stp = np.concatenate(out_step)
-    # (segment, step) order without sorting: a segment's tokens are its steps 0..k-1
-    counts = np.bincount(seg, minlength=len(seg_start))
-    first = np.zeros(len(counts), dtype=np.int64)
-    np.cumsum(counts[:-1], out=first[1:])
-    dest = first[seg] + stp
-    return (seg, stp, np.concatenate(out_code).astype(np.int64), np.concatenate(out_len).astype(np.int64),
-            np.concatenate(out_val), dest)
+    Returns per token, in (segment, position) order: segment id, step (unused: zeros), code
+    (-1 = escape), token length, token value."""
+    seg_start = np.asarray(seg_start, dtype=np.int64)
+    seg_end = np.asarray(seg_end, dtype=np.int64)
+    pcode, plen = _match(data, seg_start, seg_end, table)
+    tok, counts = _token_positions(len(data), plen, seg_start, seg_end)
+    tlen = plen[tok].astype(np.int64)
+    code = pcode[tok].astype(np.int64)
+    code[code == ESCAPE] = -1
+    seg = np.repeat(np.arange(len(seg_start)), counts)
+    tval = _gather(_padded(data), tok, 8) & _MASKS[tlen]
+    return seg, np.zeros(len(tok), dtype=np.int64), code, tlen, tval
 
 
 def _segments(offs: np.ndarray):
-    """Cut strings into <= 511-byte segments; returns (start, end, owning string)."""
+    """Cut strings into <= 511-byte segments; returns (start, end, owning string). Empty strings
+    may appear as empty segments."""
     lens = np.diff(offs)
+    if not len(lens) or int(lens.max()) <= SEGMENT:
+        return offs[:-1], offs[1:], None
     nseg = np.maximum((lens + SEGMENT - 1) // SEGMENT, 0)
     owner = np.repeat(np.arange(len(lens)), nseg)
     first = np.concatenate([[0], np.cumsum(nseg)[:-1]]) if len(nseg) else np.zeros(0, np.int64)
@@ -178,23 +256,48 @@ def _segments(offs: np.ndarray):
     return start.astype(np.int64), end.astype(np.int64), owner
 
 
+def _group(v: np.ndarray, ln: np.ndarray, weight: Optional[np.ndarray] = None):
+    """Distinct (value, length) pairs with their number of occurrences (or summed ``weight``)."""
+    if not len(v):
+        return v, ln, np.zeros(0, dtype=np.int64)
+    order = np.lexsort((v, ln))
+    v, ln = v[order], ln[order]
+    new = np.ones(len(v), dtype=bool)
+    new[1:] = (v[1:] != v[:-1]) | (ln[1:] != ln[:-1])
+    starts = np.flatnonzero(new)
+    if weight is None:
+        tot = np.diff(np.append(starts, len(v)))
+    else:
+        tot = np.add.reduceat(weight[order], starts)
+    return v[starts], ln[starts], tot
+
+
 def _build_table(sample: np.ndarray, s_offs: np.ndarray) -> _Table:
     table = _Table([], [])
     best, best_gain = table, -1
     seg_s, seg_e, _ = _segments(s_offs)
     for frac in _ROUNDS:
-        seg, stp, code, tlen, tval = _parse(sample, seg_s, seg_e, table)
+        seg, _stp, code, tlen, tval = _parse(sample, seg_s, seg_e, table)
         sym = code >= 0
         gain = int((tlen[sym] - 1).sum())
         if gain >= best_gain:
             best, best_gain = table, gain
         threshold = (5 * frac) // 128
-        cands: Counter = Counter()
-        singles = Counter(zip(tval.tolist(), tlen.tolist()))
+        # candidate (value, length, score) from every source; a source's count must reach the
+        # threshold on its own, scores of the same candidate add up
+        cv_, cl_, cs_ = [], [], []
+
+        def add(v, ln, mult_by_len: bool, single_boost: bool) -> None:
+            gv, gl, c = _group(v, ln)
+            ok = c >= threshold
+            gv, gl, c = gv[ok], gl[ok], c[ok]
+            score = c * 8 if not mult_by_len else c * gl * np.where(gl == 1, 8 if single_boost else 1, 1)
+            cv_.append(gv)
+            cl_.append(gl)
+            cs_.append(score.astype(np.int64))
+
         # single-byte symbols are promoted (x8), as upstream does
-        for (v, ln), c in singles.items():
-            if c >= threshold:
-                cands[(v, ln)] += c * ln * (8 if ln == 1 else 1)
+        add(tval, tlen, True, True)
         same_seg = np.zeros(len(seg), dtype=bool)
         if len(seg) > 1:
             same_seg[1:] = seg[1:] == seg[:-1]
@@ -202,9 +305,7 @@ def _build_table(sample: np.ndarray, s_offs: np.ndarray) -> _Table:
         prev = nxt - 1
         # first byte of a token that follows a multi-byte symbol
         fb = nxt[tlen[prev] > 1]
-        for (v, c) in Counter((tval[fb] & np.uint64(0xFF)).tolist()).items():
-            if c >= threshold:
-                cands[(v, 1)] += c * 8
+        add(tval[fb] & np.uint64(0xFF), np.ones(len(fb), dtype=np.int64), False, False)
         if frac < 128:
             ok = tlen[prev] < 8
             a, b = prev[ok], nxt[ok]
@@ -212,16 +313,13 @@ def _build_table(sample: np.ndarray, s_offs: np.ndarray) -> _Table:
             cl = np.minimum(la + lb, 8)
             shift = (8 * la).astype(np.uint64)
             cv = (tval[a] | (tval[b] << shift)) & _MASKS[cl]
-            for (v, ln), c in Counter(zip(cv.tolist(), cl.tolist())).items():
-                if c >= threshold:
-                    cands[(v, ln)] += c * ln
+            add(cv, cl, True, False)
             multi = lb > 1
             cv2 = (tval[a[multi]] | ((tval[b[multi]] & np.uint64(0xFF)) << shift[multi])) & _MASKS[la[multi] + 1]
-            for (v, ln), c in Counter(zip(cv2.tolist(), (la[multi] + 1).tolist())).items():
-                if c >= threshold:
-                    cands[(v, ln)] += c * ln
-        top = sorted(cands.items(), key=lambda kv: (-kv[1], kv[0][1], kv[0][0]))[:MAX_SYMBOLS]
-        table = _Table([v for (v, _), _ in top], [ln for (_, ln), _ in top])
+            add(cv2, la[multi] + 1, True, False)
+        v, ln, score = _group(np.concatenate(cv_), np.concatenate(cl_), np.concatenate(cs_))
+        top = np.lexsort((v, ln, -score))[:MAX_SYMBOLS]
+        table = _Table(v[top].tolist(), ln[top].tolist())
     return best if best.vals else table
 
 
@@ -258,28 +356,33 @@ def compress(offs: np.ndarray, data: np.ndarray) -> Optional[tuple[bytes, np.nda
     if not table.vals:
         return export_table([], [], False), rel, raw
     seg_s, seg_e, owner = _segments(rel)
-    seg, _stp, code, tlen, tval, dest = _parse_steps(raw, seg_s, seg_e, table)
-    # scatter only compact per-token bytes into string order
-    ntok = len(seg)
-    esc_s = code < 0
-    code8 = np.empty(ntok, dtype=np.uint8)
-    code8[dest] = np.where(esc_s, ESCAPE, code).astype(np.uint8)
-    lit8 = np.empty(ntok, dtype=np.uint8)
-    lit8[dest] = tval
-    esc = code8 == ESCAPE
-    # output position of token i: i + number of escapes before it
-    n_esc_before = np.cumsum(esc, dtype=np.int64)
-    n_esc_before -= esc
-    starts = np.arange(ntok, dtype=np.int64) + n_esc_before
-    total = ntok + (int(n_esc_before[-1]) + int(esc[-1]) if ntok else 0)
-    out = np.empty(total, dtype=np.uint8)
-    out[starts] = code8
-    out[starts[esc] + 1] = lit8[esc]
-    tok_owner = owner[seg]
-    per_string = np.bincount(tok_owner, minlength=len(rel) - 1) + \
-        np.bincount(tok_owner[esc_s], minlength=len(rel) - 1)
-    new_offs = np.zeros(len(rel), dtype=np.int64)
-    np.cumsum(per_string, out=new_offs[1:])
-    if total >= len(raw):
-        return export_table([], [], False), rel, raw
+    pcode, plen = _match(raw, seg_s, seg_e, table)
+    tok, counts = _token_positions(len(raw), plen, seg_s, seg_e)
+    ntok = len(tok)
+    out = pcode[tok]  # one byte per token (255 = escape) ...
+    # ... the first token of each string; rel[-1] maps to ntok
+    if owner is not None:
+        counts = np.bincount(owner, weights=counts, minlength=len(rel) - 1).astype(np.int64)
+    k = np.zeros(len(rel), dtype=np.int64)
+    np.cumsum(counts, out=k[1:])
+    esc_at = np.flatnonzero(out == ESCAPE)
+    if len(esc_at):
+        # ... plus the literal byte after every escape
+        total = ntok + len(esc_at)
+        if total >= len(raw):
+            return export_table([], [], False), rel, raw
+        tok_out = np.arange(ntok, dtype=np.int64)  # output position of every token
+        shift = np.zeros(ntok + 1, dtype=np.int64)
+        shift[esc_at + 1] = 1
+        np.cumsum(shift, out=shift)
+        tok_out += shift[:-1]
+        full = np.empty(total, dtype=np.uint8)
+        full[tok_out] = out
+        full[tok_out[esc_at] + 1] = raw[tok[esc_at]]
+        out = full
+        new_offs = k + shift[k]
+    else:
+        if ntok >= len(raw):
+            return export_table([], [], False), rel, raw
+        new_offs = k.astype(np.int64)
     return export_table(table.vals, table.lens, True), new_offs, out

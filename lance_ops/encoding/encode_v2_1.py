@@ -268,20 +268,32 @@ def _var_array(offs: np.ndarray, data: np.ndarray) -> pa.Array:
     """A large_binary array (no validity) over the raw values."""
     return pa.LargeBinaryArray.from_buffers(
         pa.large_binary(), len(offs) - 1,
-        [None, pa.py_buffer((offs - offs[0]).astype(np.int64).tobytes()),
-         pa.py_buffer(np.ascontiguousarray(data[int(offs[0]):int(offs[-1])]).tobytes())])
+        [None, pa.py_buffer(np.ascontiguousarray(offs - offs[0], dtype=np.int64)),
+         pa.py_buffer(np.ascontiguousarray(data[int(offs[0]):int(offs[-1])]))])
 
 
 def _dict_var(offs: np.ndarray, data: np.ndarray, obits: int, params: Params) -> Optional[tuple]:
     n = len(offs) - 1
     if n < DICT_TOO_SMALL:
         return None
-    arr = _var_array(offs, data)
-    card = pc.count_distinct(arr).as_py()
     data_size = int(offs[-1] - offs[0]) + (n + 1) * (obits // 8)
     avg = int(offs[-1] - offs[0]) // n
-    est = card * avg + card * (obits // 8) + n * (obits // 8)
-    if data_size == 0 or not est / data_size < params.dict_size_ratio:
+    if data_size == 0:
+        return None
+
+    def too_many(card: int) -> bool:
+        est = card * avg + card * (obits // 8) + n * (obits // 8)
+        return not est / data_size < params.dict_size_ratio
+
+    # the distinct count of a prefix is a lower bound: when a prefix just long enough to exceed
+    # the budget is all distinct, the full count (the expensive part) is not needed
+    per = avg + obits // 8
+    need = max(0, int((params.dict_size_ratio * data_size - n * (obits // 8)) / per) + 2) if per else n
+    if need < n // 2:
+        if too_many(len(pc.unique(_var_array(offs[:need + 1], data)))):
+            return None
+    arr = _var_array(offs, data)
+    if too_many(len(pc.unique(arr))):
         return None
     enc = pc.dictionary_encode(arr)  # dictionary in first-seen order, as upstream
     idx = np.asarray(enc.indices.to_numpy(zero_copy_only=False)).astype(np.uint32)

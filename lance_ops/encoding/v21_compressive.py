@@ -683,8 +683,52 @@ def batch_levels(enc: pb.CompressiveEncoding, bufs: Sequence, counts: Sequence[i
     return [decode_levels(enc, b, n) for b, n in zip(bufs, counts)]
 
 
+def _batch_var(enc: pb.CompressiveEncoding, bufsets: Sequence[Sequence], counts: Sequence[int]) -> Optional[Vals]:
+    """Variable (optionally FSST compressed) chunks: gather every chunk's strings into one buffer,
+    then decompress once; None when not applicable."""
+    fsst = None
+    inner = enc
+    if enc.WhichOneof("compression") == "fsst":
+        fsst, inner = enc.fsst, enc.fsst.values
+    if inner.WhichOneof("compression") != "variable" or inner.variable.HasField("values"):
+        return None
+    ob = inner.variable.offsets
+    if ob.WhichOneof("compression") != "flat" or ob.flat.bits_per_value not in (32, 64) or not bufsets:
+        return None
+    ow = ob.flat.bits_per_value // 8
+    dt = f"<u{ow}"
+    offs_parts, data_parts = [np.zeros(1, np.int64)], []
+    base = 0
+    for b, n in zip(bufsets, counts):
+        buf = b[0] if b else b""
+        if len(buf) < (n + 1) * ow:
+            raise EncodingCorrupt(f"variable chunk of {len(buf)} bytes cannot hold {n + 1} offsets")
+        o = np.frombuffer(buf, dtype=dt, count=n + 1).astype(np.int64)
+        o0, o1 = int(o[0]), int(o[-1])
+        if o1 > len(buf) or o1 < o0:
+            raise EncodingCorrupt("variable offsets are out of order or past the chunk")
+        data_parts.append(np.frombuffer(buf, dtype=np.uint8, count=o1 - o0, offset=o0))
+        o = o[1:]
+        o += base - o0
+        offs_parts.append(o)
+        base += o1 - o0
+    offs = np.concatenate(offs_parts)
+    if len(offs) > 1 and bool(np.any(offs[1:] < offs[:-1])):
+        raise EncodingCorrupt("variable offsets are out of order or past the chunk")
+    data = np.concatenate(data_parts) if len(data_parts) > 1 else data_parts[0]
+    n = len(offs) - 1
+    if fsst is not None:
+        table = FsstTable(bytes(fsst.symbol_table))
+        offs, data = table.decode(data, offs)
+    return Vals("var", n, data, offs)
+
+
 def batch_values(enc: pb.CompressiveEncoding, bufsets: Sequence[Sequence], counts: Sequence[int]) -> Vals:
     which = enc.WhichOneof("compression")
+    if which in ("variable", "fsst"):
+        got = _batch_var(enc, bufsets, counts)
+        if got is not None:
+            return got
     got = _batch_uint(enc, [b[0] if b else b"" for b in bufsets], counts) if which in (
         "inline_bitpacking", "out_of_line_bitpacking") else None
     if got is not None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 ESCAPE = 255
+_ARANGE8 = np.arange(8, dtype=np.uint8)
+_FIRST_ONLY = _ARANGE8 == 0
 _MAGIC_MASK = 0xFFFFFFFF00000000
 
 
@@ -35,6 +37,11 @@ class FsstTable:
         self.sym_bytes[:n] = syms.astype("<u8").view(np.uint8).reshape(n, 8)
         self.sym_lens = np.zeros(256, dtype=np.int64)
         self.sym_lens[:n] = lens
+        self.sym_lens8 = self.sym_lens.astype(np.uint8)
+        self.max_len = int(lens.max()) if n else 1
+        self.sym_rows = np.ascontiguousarray(self.sym_bytes[:, :self.max_len])
+        # per code: which of the row's bytes the symbol uses
+        self.sym_keep = _ARANGE8[None, :self.max_len] < self.sym_lens8[:, None]
         self.n = n
 
     def decode(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -49,9 +56,9 @@ class FsstTable:
         if n == 0:
             return base, data.copy()
         is_ff = data == ESCAPE
-        # within each run of 0xFF bytes the escapes are at even positions of the run, literals at odd
-        literal = np.zeros(n, dtype=bool)
+        escape = literal = None
         if is_ff.any():
+            # within each run of 0xFF bytes the escapes are at even positions of the run, literals at odd
             idx = np.arange(n)
             run_start = np.empty(n, dtype=bool)
             run_start[0] = is_ff[0]
@@ -59,21 +66,29 @@ class FsstTable:
             start_pos = np.maximum.accumulate(np.where(run_start, idx, 0))
             pos_in_run = idx - start_pos
             escape = is_ff & (pos_in_run % 2 == 0)
+            literal = np.zeros(n, dtype=bool)
             literal[1:] = escape[:-1]
-        else:
-            escape = is_ff
-        code = ~(escape | literal)
-        if code.any() and int(data[code].max()) >= self.n:
+            code = ~(escape | literal)
+            if code.any() and int(data[code].max()) >= self.n:
+                raise ValueError("FSST code refers to a symbol that is not in the table")
+        elif int(data.max()) >= self.n:
             raise ValueError("FSST code refers to a symbol that is not in the table")
-        out_len = np.where(code, self.sym_lens[data], 0)
-        out_len[literal] = 1
-        ends = np.cumsum(out_len)
-        total = int(ends[-1])
-        starts = ends - out_len
-        src = np.repeat(np.arange(n), out_len)
-        k = np.arange(total) - starts[src]
-        out = self.sym_bytes[data[src], np.minimum(k, 7)]
-        lit_out = literal[src]
-        out[lit_out] = data[src[lit_out]]
-        cum = np.concatenate([[0], ends])
+        # one row of (up to) the longest symbol's bytes per code, then keep the first len bytes of each
+        width = self.max_len
+        out_len = np.take(self.sym_lens8, data)
+        rows = np.take(self.sym_rows, data, axis=0)
+        if escape is not None:
+            out_len[escape] = 0
+            out_len[literal] = 1
+            rows[literal, 0] = data[literal]
+        if width == 1:
+            out = rows.reshape(-1) if escape is None else rows.reshape(-1)[out_len.astype(bool)]
+        else:
+            keep = np.take(self.sym_keep, data, axis=0)
+            if escape is not None:
+                keep[escape] = False
+                keep[literal] = _FIRST_ONLY[:width]
+            out = rows[keep]
+        cum = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(out_len, out=cum[1:])
         return cum[base], out
