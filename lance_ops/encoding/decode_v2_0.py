@@ -587,17 +587,17 @@ def resolve_ends(ends: np.ndarray, adjustment: int, limit: int, ctx: DecodeConte
     """
     ends = ends.astype(np.uint64, copy=False)
     nulls = None
-    if adjustment:
+    top = int(ends.max()) if len(ends) else 0
+    if adjustment and top >= adjustment:  # some rows are null
         nulls = ends >= np.uint64(adjustment)
         real = np.where(nulls, ends - np.uint64(adjustment), ends)
-        if not nulls.any():
-            nulls = None
+        top = int(real.max())
     else:
         real = ends
-    if len(real) and int(real.max()) > limit:
-        raise ctx.corrupt(f"{what} offset {int(real.max())} is past the end of its data ({limit})")
+    if len(real) and top > limit:
+        raise ctx.corrupt(f"{what} offset {top} is past the end of its data ({limit})")
     real = real.astype(np.int64)
-    if len(real) and (np.any(np.diff(real) < 0) or real[0] < 0):
+    if len(real) and (real[0] < 0 or bool((real[1:] < real[:-1]).any())):
         raise ctx.corrupt(f"{what} offsets are not non-decreasing")
     return real, nulls
 

@@ -32,7 +32,7 @@ from lance_ops.errors import (
     UnsupportedError,
     UnsupportedTypeError,
 )
-from lance_ops.io.ranges import coalesce
+from lance_ops.io.ranges import SMALL_RANGE_COUNT, coalesce, coalesce_list
 from lance_ops.file.format import (
     ARRAY_ENCODING_URL,
     COLUMN_ENCODING_URL,
@@ -53,6 +53,8 @@ _GB0_GAP = 1 << 20
 
 _Requests = np.ndarray  # (k, 2) int64 array of (start, length)
 _NO_REQUESTS = np.zeros((0, 2), dtype=np.int64)
+_ZERO = np.zeros(1, dtype=np.int64)
+_ZERO.flags.writeable = False
 _Gen = Generator[_Requests, list[bytes], Any]
 
 
@@ -183,6 +185,36 @@ class _Column:
         return int(self.page_ends[-1]) if len(self.page_ends) else 0
 
 
+@dataclass(frozen=True)
+class _SchemaLayout:
+    """What a file's schema implies for reading (shared, read-only, by files with that schema)."""
+
+    schema: pa.Schema
+    nodes: dict  # top-level name -> _Leaf / _Struct / _List
+    roles: dict  # column index -> (field path, role)
+    top_names: list
+    num_columns: int
+
+
+# Caches shared by all readers (files written with one schema repeat the same schema and page
+# encodings): parsing them once per process instead of once per file is most of the cost of
+# opening a small file. Bounded; dict reads and writes are atomic, so threads may share them.
+_SCHEMA_CACHE_LIMIT = 256
+_ENCODING_CACHE_LIMIT = 100_000
+_SCHEMA_LAYOUTS: dict[bytes, _SchemaLayout] = {}
+_ENCODINGS: dict[bytes, "_EncodingInfo"] = {}
+_GOOD_COLUMN_ENCODINGS: dict[bytes, bool] = {}
+
+
+def _remember(cache: dict, key, value, limit: int) -> None:
+    if len(cache) >= limit:
+        try:
+            del cache[next(iter(cache))]  # oldest entry
+        except (StopIteration, KeyError, RuntimeError):  # emptied or changed by another thread
+            pass
+    cache[key] = value
+
+
 def _is_packed(node: FieldNode) -> bool:
     md = node.proto.metadata
     for key in ("packed", "lance-encoding:packed"):
@@ -247,6 +279,33 @@ def _concat(chunks: list[pa.Array], dtype: pa.DataType) -> pa.Array:
     return pa.concat_arrays(chunks)
 
 
+#: with many ranges, slices up to this size are copied into ``bytes`` rather than viewed
+_COPY_SMALL = 4096
+
+
+def _cut(blobs: list, groups: list[int], offsets: list[int], lengths: list[int]) -> list:
+    """The ranges (``groups[k]``'s blob, from ``offsets[k]``, ``lengths[k]`` bytes) of merged reads.
+
+    Large ranges are zero-copy views. Small ones (typically thousands, for a sparse take) are
+    copied into ``bytes``: a memoryview is a GC-tracked object and keeping thousands of them
+    alive makes the garbage collector run over and over (and, in a process with many live
+    objects, that costs more than the read); a small ``bytes`` copy is cheap and untracked.
+    """
+    out = []
+    views: dict[int, memoryview] = {}
+    for g, o, n in zip(groups, offsets, lengths):
+        blob = blobs[g]
+        if o == 0 and n == len(blob):
+            out.append(blob)
+            continue
+        view = views.get(g)
+        if view is None:
+            view = views[g] = memoryview(blob)
+        piece = view[o : o + n]
+        out.append(piece.tobytes() if n <= _COPY_SMALL else piece)
+    return out
+
+
 def _row_lengths(row_real: np.ndarray, span_start: np.ndarray, row_counts: np.ndarray) -> np.ndarray:
     prev = np.empty_like(row_real)
     if len(prev):
@@ -266,7 +325,8 @@ class LanceFileReader:
     """
 
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *,
-                 store=None):
+                 store=None, _tail: Optional[tuple[bytes, int]] = None):
+        self._given_tail = _tail  # (last bytes, file size) already read by the version dispatch
         if store is None:
             from lance_ops.io import open_store
 
@@ -275,7 +335,7 @@ class LanceFileReader:
         self._path = path
         self._uri = store.uri(path) if hasattr(store, "uri") else str(path)
         self._columns: dict[int, _Column] = {}
-        self._encodings: dict[bytes, _EncodingInfo] = {}
+        self._encodings = _ENCODINGS
         self._guard(self._open)
 
     # --- public properties ---------------------------------------------------------------
@@ -425,7 +485,8 @@ class LanceFileReader:
 
     # --- opening -------------------------------------------------------------------------
     def _open(self) -> None:
-        tail, size = self._store.read_tail(self._path, TAIL_READ_BYTES)
+        given, self._given_tail = self._given_tail, None
+        tail, size = given if given is not None else self._store.read_tail(self._path, TAIL_READ_BYTES)
         self._file_size = size
         footer = Footer.unpack(tail, size, self._uri)
         self._footer = footer
@@ -467,9 +528,9 @@ class LanceFileReader:
         gbo_raw = take(footer.gbo_table_start, 16 * footer.num_global_buffers)
         gbo = np.frombuffer(gbo_raw, dtype="<u8").reshape(-1, 2).astype(np.int64)
         body_end = size - FOOTER_SIZE
-        if np.any(gbo[:, 0] < 0) or np.any(gbo[:, 1] < 0) or np.any(gbo[:, 0] + gbo[:, 1] > body_end):
+        self._gbo = [(p, s) for p, s in gbo.tolist()]
+        if any(p < 0 or s < 0 or p + s > body_end for p, s in self._gbo):
             raise self._corrupt("a global buffer lies beyond the end of the file")
-        self._gbo = [(int(p), int(s)) for p, s in gbo]
         gb0_pos, gb0_size = self._gbo[0]
         self._gb0_extra = None
         near = footer.column_meta_start - _GB0_GAP <= gb0_pos
@@ -487,17 +548,21 @@ class LanceFileReader:
             raise self._corrupt(f"global buffer 0 (FileDescriptor) does not decode: {exc}") from None
         self._descriptor = descriptor
         self._num_rows = int(descriptor.length)
-        try:
-            self._schema = from_lance_fields(descriptor.schema.fields, dict(descriptor.schema.metadata))
-            tree = field_tree(descriptor.schema.fields)
-        except CorruptFileError as exc:
-            raise self._corrupt(f"schema: {exc.problem}") from None
-        except UnsupportedTypeError as exc:
-            raise UnsupportedTypeError(f"{self._uri}: {exc}") from None
+        # the schema and its column layout are shared by every file with the same schema
+        schema_key = descriptor.schema.SerializeToString()
+        layout = _SCHEMA_LAYOUTS.get(schema_key)
+        if layout is None:
+            try:
+                schema = from_lance_fields(descriptor.schema.fields, dict(descriptor.schema.metadata))
+                tree = field_tree(descriptor.schema.fields)
+            except CorruptFileError as exc:
+                raise self._corrupt(f"schema: {exc.problem}") from None
+            except UnsupportedTypeError as exc:
+                raise UnsupportedTypeError(f"{self._uri}: {exc}") from None
         # column metadata positions and the messages themselves
         cmo_raw = take(footer.cmo_table_start, 16 * footer.num_columns)
         cmo = np.frombuffer(cmo_raw, dtype="<u8").reshape(-1, 2).astype(np.int64)
-        if len(cmo) and (np.any(cmo[:, 0] < 0) or np.any(cmo[:, 1] < 0) or np.any(cmo[:, 0] + cmo[:, 1] > body_end)):
+        if len(cmo) and (int(cmo.min()) < 0 or int((cmo[:, 0] + cmo[:, 1]).max()) > body_end):
             raise self._corrupt("a column metadata block lies beyond the end of the file")
         self._column_meta: list[file2_pb2.ColumnMetadata] = []
         for i, (pos, length) in enumerate(cmo.tolist()):
@@ -507,8 +572,19 @@ class LanceFileReader:
             except DecodeError as exc:
                 raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
             self._column_meta.append(meta)
-        # fields -> columns
-        self._roles: dict[int, tuple[str, str]] = {}
+        if layout is None:
+            layout = self._layout(schema, tree)
+            _remember(_SCHEMA_LAYOUTS, schema_key, layout, _SCHEMA_CACHE_LIMIT)
+        self._schema, self._nodes, self._roles, self._top_names = (
+            layout.schema, layout.nodes, layout.roles, layout.top_names)
+        if layout.num_columns != footer.num_columns:
+            raise self._corrupt(
+                f"schema needs {layout.num_columns} columns but the footer lists {footer.num_columns}"
+            )
+
+    def _layout(self, schema: pa.Schema, tree: list[FieldNode]) -> "_SchemaLayout":
+        """Column nodes of the fields (pre-order column numbering) and each column's role."""
+        roles: dict[int, tuple[str, str]] = {}
         counter = [0]
 
         def build(node: FieldNode, prefix: str):
@@ -517,31 +593,27 @@ class LanceFileReader:
             col = counter[0]
             counter[0] += 1
             if pa.types.is_struct(t) and not _is_packed(node):
-                self._roles[col] = (path, "struct_header")
+                roles[col] = (path, "struct_header")
                 if len(node.children) != t.num_fields:
                     raise self._corrupt(f"struct field {path!r} has {len(node.children)} child fields, expected {t.num_fields}")
                 kids = [build(c, path + ".") for c in node.children]
                 return _Struct(col, kids, t, path)
             if pa.types.is_list(t) or pa.types.is_large_list(t):
-                self._roles[col] = (path, "list_offsets")
+                roles[col] = (path, "list_offsets")
                 if len(node.children) != 1:
                     raise self._corrupt(f"list field {path!r} has {len(node.children)} child fields, expected 1")
                 return _List(col, build(node.children[0], path + "."), t, path)
             if pa.types.is_map(t):
                 raise UnsupportedError(f"{self._uri}: map field {path!r} is not supported")
-            self._roles[col] = (path, "packed_struct" if pa.types.is_struct(t) else "values")
+            roles[col] = (path, "packed_struct" if pa.types.is_struct(t) else "values")
             return _Leaf(col, t, path)
 
-        self._nodes = {}
+        nodes: dict[str, Any] = {}
         for node in tree:
-            if node.proto.name in self._nodes:
+            if node.proto.name in nodes:
                 raise self._corrupt(f"schema has two top-level fields named {node.proto.name!r}")
-            self._nodes[node.proto.name] = build(node, "")
-        if counter[0] != footer.num_columns:
-            raise self._corrupt(
-                f"schema needs {counter[0]} columns but the footer lists {footer.num_columns}"
-            )
-        self._top_names = [n.proto.name for n in tree]
+            nodes[node.proto.name] = build(node, "")
+        return _SchemaLayout(schema, nodes, roles, [n.proto.name for n in tree], counter[0])
 
     def _top_node(self, name: str):
         try:
@@ -564,9 +636,10 @@ class LanceFileReader:
         pages: list[PageInfo] = []
         infos: list[_EncodingInfo] = []
         row = 0
+        encodings = self._encodings
         for p_index, page in enumerate(meta.pages):
-            offs = tuple(int(x) for x in page.buffer_offsets)
-            sizes = tuple(int(x) for x in page.buffer_sizes)
+            offs = tuple(page.buffer_offsets)
+            sizes = tuple(page.buffer_sizes)
             if len(offs) != len(sizes):
                 raise self._corrupt(f"{where} page {p_index}: {len(offs)} buffer offsets but {len(sizes)} sizes")
             for o, s in zip(offs, sizes):
@@ -575,7 +648,11 @@ class LanceFileReader:
                         f"{where} page {p_index}: buffer {o}..{o + s} lies beyond the end of the data ({body_end})"
                     )
             length = int(page.length)
-            info = self._page_encoding(page, f"{where} page {p_index}")
+            info = None
+            if page.encoding.WhichOneof("location") == "direct":
+                info = encodings.get(page.encoding.direct.encoding)
+            if info is None:
+                info = self._page_encoding(page, f"{where} page {p_index}")
             infos.append(info)
             pages.append(PageInfo(p_index, row, length, offs, sizes, int(page.priority), info.encoding))
             row += length
@@ -596,9 +673,12 @@ class LanceFileReader:
             if loc == "indirect":
                 raise UnsupportedError(f"{self._uri}: {where}: deferred (indirect) column encodings are not supported")
             return
+        raw = meta.encoding.direct.encoding
+        if raw in _GOOD_COLUMN_ENCODINGS:
+            return
         wrapped = any_pb2.Any()
         try:
-            wrapped.ParseFromString(meta.encoding.direct.encoding)
+            wrapped.ParseFromString(raw)
         except DecodeError as exc:
             raise self._corrupt(f"{where}: column encoding does not decode: {exc}") from None
         if wrapped.type_url != COLUMN_ENCODING_URL:
@@ -611,6 +691,7 @@ class LanceFileReader:
         case = ce.WhichOneof("column_encoding")
         if case == "blob":
             raise UnsupportedError(f"{self._uri}: {where}: blob columns are not supported")
+        _remember(_GOOD_COLUMN_ENCODINGS, raw, True, _ENCODING_CACHE_LIMIT)
 
     def _page_encoding(self, page, where: str) -> _EncodingInfo:
         loc = page.encoding.WhichOneof("location")
@@ -637,8 +718,7 @@ class LanceFileReader:
         except DecodeError as exc:
             raise self._corrupt(f"{where}: page encoding does not decode: {exc}") from None
         info = _EncodingInfo.of(enc)
-        if len(self._encodings) < 100_000:
-            self._encodings[raw] = info
+        _remember(self._encodings, raw, info, _ENCODING_CACHE_LIMIT)
         return info
 
     def _check_length(self, col: _Column, expected: int) -> None:
@@ -659,15 +739,21 @@ class LanceFileReader:
         arr = np.asarray(requests, dtype=np.int64).reshape(-1, 2)
         if not len(arr):
             return []
+        gap = int(getattr(self._store, "coalesce_gap", 4096))
+        if len(arr) <= SMALL_RANGE_COUNT:  # the usual case: a few pages' buffers
+            pairs = arr.tolist()
+            size = self._file_size
+            if any(s < 0 or n < 0 or s + n > size for s, n in pairs):
+                raise self._corrupt("a read would go past the end of the file")
+            groups, placement = coalesce_list(pairs, gap)
+            blobs = [memoryview(b) for b in self._store.read_ranges(self._path, [(s, e - s) for s, e in groups])]
+            return [blobs[g][o : o + n] for g, o, n in placement]
         if np.any(arr < 0) or np.any(arr[:, 0] + arr[:, 1] > self._file_size):
             raise self._corrupt("a read would go past the end of the file")
-        plan = coalesce(arr[:, 0], arr[:, 1], int(getattr(self._store, "coalesce_gap", 4096)))
+        plan = coalesce(arr[:, 0], arr[:, 1], gap)
         spans = np.stack([plan.group_starts, plan.group_ends - plan.group_starts], axis=1)
-        blobs = [memoryview(b) for b in self._store.read_ranges(self._path, spans)]
-        return [
-            blobs[g][o : o + n]
-            for g, o, n in zip(plan.range_group.tolist(), plan.range_offset.tolist(), plan.range_lengths.tolist())
-        ]
+        return _cut(self._store.read_ranges(self._path, spans), plan.range_group.tolist(),
+                    plan.range_offset.tolist(), plan.range_lengths.tolist())
 
     def _run(self, gen: _Gen):
         try:
@@ -714,7 +800,12 @@ class LanceFileReader:
             nodes = [self._nodes[n] for n in names]
             for node in nodes:
                 self._check_top(node)
-            results = self._run(_gather([self._read_node(node, *sel) for node in nodes]))
+            starts, ends = sel
+            if (inverse is None and len(starts) == 1 and int(starts[0]) == 0 and int(ends[0]) == self._num_rows
+                    and all(type(node) is _Leaf for node in nodes)):
+                results = self._read_whole_leaves(nodes)
+            else:
+                results = self._run(_gather([self._read_node(node, *sel) for node in nodes]))
             arrays = [pa.chunked_array(chunks, type=node.dtype) for chunks, node in zip(results, nodes)]
             fields = [self._schema.field(n) for n in names]
             schema = pa.schema(fields, metadata=self._schema.metadata)
@@ -725,6 +816,39 @@ class LanceFileReader:
             return table
 
         return self._guard(work)
+
+    def _read_whole_leaves(self, nodes: Sequence[_Leaf]) -> list[list[pa.Array]]:
+        """Every page of single-column fields, in one I/O round.
+
+        The same reads and decoding as :meth:`_read_leaf` over all rows, without its per-page
+        generator plumbing (which dominates the cost of reading small files).
+        """
+        requests: list[tuple[int, int]] = []
+        work = []
+        for node in nodes:
+            col = self._column(node.column)
+            for page in col.pages:
+                if page.length <= 0:
+                    continue
+                info = col.infos[page.index]
+                ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
+                if info.fixed is not None and info.fixed.all_null:
+                    work.append((node, page, info, ctx, -1))
+                    continue
+                work.append((node, page, info, ctx, len(requests)))
+                requests.extend(self._buffer_location(col, page, key, ctx) for key in info.buffers)
+        data = self._fetch(requests)
+        chunks: dict[int, list[pa.Array]] = {id(node): [] for node in nodes}
+        for node, page, info, ctx, first in work:
+            if first < 0:
+                arr = pa.nulls(page.length, node.dtype)
+            else:
+                keys = info.buffers
+                bufs = dec.PageBuffers({key: pa.py_buffer(d) for key, d in zip(keys, data[first : first + len(keys)])})
+                arr = dec.decode_rows(info.encoding, page.length, node.dtype, bufs, ctx,
+                                      _ZERO, np.array([page.length], dtype=np.int64))
+            chunks[id(node)].append(arr)
+        return [chunks[id(node)] or [_empty(node.dtype)] for node in nodes]
 
     def _check_top(self, node) -> None:
         if isinstance(node, _Struct):

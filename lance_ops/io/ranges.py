@@ -73,3 +73,32 @@ def cut(plan: CoalescePlan, blobs: Sequence[bytes]) -> list[bytes]:
     ):
         out.append(bytes(blobs[g][off : off + length]))
     return out
+
+
+#: below this many ranges, :func:`coalesce_list` (plain Python) is faster than :func:`coalesce`
+SMALL_RANGE_COUNT = 32
+
+
+def coalesce_list(pairs: Sequence[Sequence[int]], gap: int) -> tuple[list[list[int]], list[tuple[int, int, int]]]:
+    """:func:`coalesce` for a few ``(start, length)`` pairs, without numpy's per-call overhead.
+
+    Returns the merged reads as ``[start, end]`` lists (ascending) and, for every input range
+    in input order, ``(merged read index, offset inside it, length)``.
+    """
+    order = sorted(range(len(pairs)), key=lambda i: pairs[i][0])  # stable, as argsort(kind="stable")
+    groups: list[list[int]] = []
+    group_of = [0] * len(pairs)
+    for i in order:
+        s, n = pairs[i]
+        e = s + n
+        if groups and s - groups[-1][1] <= gap:
+            if e > groups[-1][1]:
+                groups[-1][1] = e
+        else:
+            groups.append([s, e])
+        group_of[i] = len(groups) - 1
+    placement = []
+    for i, (s, n) in enumerate(pairs):
+        g = group_of[i]
+        placement.append((g, s - groups[g][0], n))
+    return groups, placement

@@ -163,6 +163,9 @@ class CleanupStats:
 
 
 # --- references ------------------------------------------------------------------------------
+_EXTERNAL_FILES = ("external_row_ids", "external_last_updated_at_versions", "external_created_at_versions")
+
+
 @dataclass
 class _Refs:
     """Names a set of manifests refers to, keyed the way the listing is classified."""
@@ -178,18 +181,18 @@ class _Refs:
         m = mf.manifest
         if version is not None:
             self.versions.add(version)
+        # (runs over every fragment of every version: locals instead of attribute lookups)
+        data_add, deletions_add, paths_add = self.data.add, self.deletions.add, self.paths.add
+        deletion_path = naming.deletion_file_path
         for frag in m.fragments:
             for df in frag.files:
-                self.data.add(df.path.lstrip("/"))
-            if frag.HasField("deletion_file"):
-                self.deletions.add(naming.deletion_file_path(frag.id, frag.deletion_file))
-            for name in (
-                "external_row_ids",
-                "external_last_updated_at_versions",
-                "external_created_at_versions",
-            ):
-                if frag.HasField(name):
-                    self.paths.add(getattr(frag, name).path.lstrip("/"))
+                data_add(df.path.lstrip("/"))
+            has = frag.HasField
+            if has("deletion_file"):
+                deletions_add(deletion_path(frag.id, frag.deletion_file))
+            for name in _EXTERNAL_FILES:
+                if has(name):
+                    paths_add(getattr(frag, name).path.lstrip("/"))
         if m.transaction_file:
             self.transactions.add(m.transaction_file)
         if mf.index_section is not None:
@@ -283,7 +286,8 @@ def _read_all(store, paths: list[str]) -> dict[str, ManifestFile | None]:
         except (ObjectNotFoundError, FileNotFoundError):
             return None
 
-    if len(paths) <= 1:
+    # local reads are fast and hold the GIL while parsing: threads would only add overhead
+    if len(paths) <= 1 or getattr(store, "scheme", "") == "file":
         return {p: one(p) for p in paths}
     with ThreadPoolExecutor(max_workers=min(_READERS, len(paths))) as pool:
         return dict(zip(paths, pool.map(one, paths)))

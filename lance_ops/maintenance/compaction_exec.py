@@ -1,12 +1,15 @@
 """Compaction execution and commit: rewrite a task's fragments, then publish one Rewrite.
 
-Execution streams: the task's fragments are read one at a time (every column, physical rows;
-the next fragment is read ahead in a background thread while the current one is written, which
-hides store latency), their deleted rows dropped, and the rows cut into new fragments of exactly
-the sizes the plan fixed; memory is bounded by two source fragments plus the file writer's
-buffers, never by the task. New fragments carry id 0 and are written with the dataset's own
-storage version (a version lance_ops cannot write is refused before anything is written). The
-dataset is opened at the task's read version, whose fragments must be the task's byte for byte.
+Execution streams: the task's fragments are read one at a time (every column, physical rows)
+in consecutive groups of about ``_GROUP_ROWS`` rows / ``_GROUP_BYTES`` bytes (a bigger fragment
+is a group of its own); the next group is read in a background thread while the current one is
+written, which hides store latency. A group's live rows are taken into one contiguous table (one
+copy that also drops the deleted rows, and far fewer, larger batches for the writer), and the
+rows are cut into new fragments of exactly the sizes the plan fixed; memory is bounded by two
+groups plus one group's copy and the file writer's buffers, never by the task. New fragments
+carry id 0 and are written with the dataset's own storage version (a version lance_ops cannot
+write is refused before anything is written). The dataset is opened at the task's read
+version, whose fragments must be the task's byte for byte.
 
 Row ids
   * With stable row ids, each new fragment carries the row ids of the rows it received: the old
@@ -144,48 +147,103 @@ class RewriteResult:
 
 
 # --- reading the source fragments ----------------------------------------------------------------
+#: consecutive source fragments are gathered until a group holds this many rows or bytes
+_GROUP_ROWS = 128 * 1024
+_GROUP_BYTES = 32 << 20
+
+
+def _take_live(tables: list[pa.Table], masks: list[np.ndarray | None]) -> pa.Table:
+    """The live rows of several fragments' tables as one table (one chunk per column)."""
+    if len(tables) == 1 and masks[0] is None:
+        return tables[0]  # nothing to drop or merge: no copy
+    try:
+        if all(m is None for m in masks):
+            return pa.concat_tables(tables).combine_chunks()
+        keep = np.concatenate([m if m is not None else np.ones(t.num_rows, dtype=bool)
+                               for t, m in zip(tables, masks)])
+        return pa.concat_tables(tables).take(pa.array(np.flatnonzero(keep)))
+    except pa.ArrowException:  # e.g. dictionary columns whose chunks do not share a dictionary
+        return pa.concat_tables([t if m is None else t.filter(pa.array(m)) for t, m in zip(tables, masks)])
+
+
+def _groups(task: CompactionTask) -> list[list[tuple[table_pb2.DataFragment, int | None]]]:
+    """The task's fragments (with their planned live rows), cut into consecutive groups."""
+    expected = task.live_rows or [None] * len(task.fragments)
+    groups: list[list[tuple[table_pb2.DataFragment, int | None]]] = []
+    current: list[tuple[table_pb2.DataFragment, int | None]] = []
+    rows = size = 0
+    for proto, n in zip(task.fragments, expected):
+        current.append((proto, n))
+        rows += proto.physical_rows
+        size += sum(df.file_size_bytes for df in proto.files)
+        if rows >= _GROUP_ROWS or size >= _GROUP_BYTES:
+            groups.append(current)
+            current, rows, size = [], 0, 0
+    if current:
+        groups.append(current)
+    return groups
+
+
 def _live_tables(task: CompactionTask, view, schema: pa.Schema,
                  top_ids: list[int], stats: dict[str, int], prefetch: int = 1) -> Iterator[pa.Table]:
-    """Each source fragment's live rows, in order.
+    """The source fragments' live rows, in order, one table per group of fragments.
 
-    The next ``prefetch`` fragments are read in a background thread while the current one is
-    being written, so memory holds at most ``prefetch + 1`` source fragments.
+    The next ``prefetch`` groups are read in a background thread while the current one is being
+    written (``prefetch=0``: no thread); see the module docstring for the grouping.
     """
-    expected = task.live_rows or [None] * len(task.fragments)
+    fields = list(schema)
 
-    def load(proto: table_pb2.DataFragment, expected_live: int | None) -> pa.Table:
+    def load(proto: table_pb2.DataFragment, expected_live: int | None) -> tuple[pa.Table, np.ndarray | None, int]:
+        """The fragment's physical rows, its live-row mask (None: nothing deleted), its live count."""
         frag = LanceFragment(view, proto)
-        table = frag.read(list(schema), top_ids)
+        table = frag.read(fields, top_ids)
         mask = frag.live_mask()
-        if mask is not None:
-            table = table.filter(pa.array(mask))
-        if expected_live is not None and table.num_rows != expected_live:
+        if mask is not None and len(mask) != table.num_rows:
             raise LanceOpsError(
-                f"fragment {proto.id}: read {table.num_rows} live rows but the plan counted "
+                f"fragment {proto.id}: its data files hold {table.num_rows} rows but the manifest "
+                f"says {len(mask)} physical rows"
+            )
+        live = table.num_rows if mask is None else int(np.count_nonzero(mask))
+        if expected_live is not None and live != expected_live:
+            raise LanceOpsError(
+                f"fragment {proto.id}: read {live} live rows but the plan counted "
                 f"{expected_live}; its deletion file or metadata is inconsistent"
             )
-        stats["rows_read"] += table.num_rows
-        stats["bytes_read"] += sum(df.file_size_bytes for df in proto.files)
-        return table
+        return table, mask, live
 
-    jobs = iter(list(zip(task.fragments, expected)))
+    def load_group(group) -> list[tuple[pa.Table, np.ndarray | None, int]]:
+        return [load(proto, n) for proto, n in group]
+
+    def live_rows(group, loaded) -> pa.Table:
+        # (counted here, in the consuming thread, in group order)
+        stats["rows_read"] += sum(live for _, _, live in loaded)
+        stats["bytes_read"] += sum(df.file_size_bytes for proto, _ in group for df in proto.files)
+        return _take_live([t for t, _, _ in loaded], [m for _, m, _ in loaded])
+
+    jobs = iter(_groups(task))
     if prefetch <= 0:
-        for proto, n in jobs:
-            yield load(proto, n)
+        for group in jobs:
+            yield live_rows(group, load_group(group))
         return
-    with ThreadPoolExecutor(max_workers=min(prefetch, 2), thread_name_prefix="lance-ops-compact-read") as pool:
+    # One background thread reads the next groups, in order; the copy of each group's live rows
+    # is made here, next to the writing, which balances the two threads (copies and writes run
+    # without the GIL). A second reader thread does not pay on two cores.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lance-ops-compact-read") as pool:
         pending: deque = deque()
         try:
-            for proto, n in itertools.islice(jobs, prefetch + 1):
-                pending.append(pool.submit(load, proto, n))
+            for group in itertools.islice(jobs, prefetch):
+                pending.append((group, pool.submit(load_group, group)))
             while pending:
-                table = pending.popleft().result()
+                group, fut = pending.popleft()
+                loaded = fut.result()
                 nxt = next(jobs, None)
                 if nxt is not None:
-                    pending.append(pool.submit(load, *nxt))
+                    pending.append((nxt, pool.submit(load_group, nxt)))
+                table = live_rows(group, loaded)
+                del loaded
                 yield table
         finally:
-            for fut in pending:
+            for _, fut in pending:
                 fut.cancel()
 
 

@@ -178,19 +178,22 @@ class LanceDataset:
         return list(columns)
 
     def _read_rows(self, frag: LanceFragment, columns: list[str], offsets: np.ndarray | None,
-                   add_id: bool, add_addr: bool) -> tuple[pa.Table, np.ndarray]:
+                   add_id: bool, add_addr: bool) -> tuple[pa.Table, "np.ndarray | _LiveOffsets"]:
         """Live rows of ``columns`` (all, or the physical ``offsets``), plus their physical offsets.
 
-        ``offsets`` given by the caller are already free of deleted rows.
+        ``offsets`` given by the caller are already free of deleted rows. Reading all rows without
+        row ids or addresses, the offsets come as a lazy :class:`_LiveOffsets`.
         """
         fields = [self.schema.field(c) for c in columns]
         table = frag.read(fields, [self._top_field_ids[c] for c in columns], offsets)
         if offsets is None:
-            phys = np.arange(frag.physical_rows, dtype=np.uint64)
             mask = frag.live_mask()
             if mask is not None:
                 table = table.filter(pa.array(mask))
-                phys = phys[mask]
+            # the offsets are only materialised when asked for (an arange per scan is not free)
+            phys = _LiveOffsets(frag.physical_rows, mask)
+            if add_id or add_addr:
+                phys = phys.array()
         else:
             phys = np.asarray(offsets, dtype=np.uint64)
         if add_id:
@@ -225,7 +228,7 @@ class LanceDataset:
                 positions = probe.column(_POSITION).to_numpy()
                 if positions.size <= _LATE_MATERIALIZE_FRACTION * scanned:
                     extra = frag.read([self.schema.field(c) for c in rest],
-                                      [self._top_field_ids[c] for c in rest], phys[positions])
+                                      [self._top_field_ids[c] for c in rest], _take_offsets(phys, positions))
                 else:
                     full, _ = self._read_rows(frag, rest, offsets, False, False)
                     extra = full.take(pa.array(positions))
@@ -412,11 +415,37 @@ class LanceDataset:
         return DatasetOptimizer(self)
 
     def cleanup_old_versions(self, older_than=None, retain_versions=None, *, delete_unverified: bool = False,
-                             error_if_tagged_old_versions: bool = True, dry_run: bool = False):
+                             error_if_tagged_old_versions: bool = True, dry_run: bool = False,
+                             progress=None):  # maintenance audit: progress(done, total) passed through
         from lance_ops.maintenance.cleanup import cleanup_old_versions
 
         return cleanup_old_versions(self, older_than, retain_versions, delete_unverified=delete_unverified,
-                                    error_if_tagged_old_versions=error_if_tagged_old_versions, dry_run=dry_run)
+                                    error_if_tagged_old_versions=error_if_tagged_old_versions, dry_run=dry_run,
+                                    progress=progress)
+
+
+class _LiveOffsets:
+    """The physical offsets of a fragment's live rows, computed only if needed."""
+
+    __slots__ = ("rows", "mask")
+
+    def __init__(self, rows: int, mask: np.ndarray | None):
+        self.rows, self.mask = rows, mask
+
+    def array(self) -> np.ndarray:
+        if self.mask is None:
+            return np.arange(self.rows, dtype=np.uint64)
+        return np.flatnonzero(self.mask).astype(np.uint64)
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        if self.mask is None:
+            return positions.astype(np.uint64)
+        return np.flatnonzero(self.mask)[positions].astype(np.uint64)
+
+
+def _take_offsets(phys, positions: np.ndarray) -> np.ndarray:
+    """``phys[positions]`` for an offsets array or a :class:`_LiveOffsets`."""
+    return phys.take(positions) if isinstance(phys, _LiveOffsets) else phys[positions]
 
 
 def _output_names(out_columns, with_row_id: bool, with_row_address: bool) -> list[str]:

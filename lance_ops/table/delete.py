@@ -8,24 +8,49 @@ rows are all deleted is dropped instead.
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
-import pyarrow as pa
+import pyarrow.compute as pc
 
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.table import deletion, naming
 from lance_ops.table.commit import CommitContext
 from lance_ops.table.filters import compile_filter
 
-_OFFSET = "__lance_ops_offset"
+#: deletion files written at once
+_WRITERS = 8
+#: fragments scanned at once
+_SCANNERS = max(1, min(4, os.cpu_count() or 1))
 
 
 def _matching_offsets(dataset, frag, filt) -> np.ndarray:
     cols = [c for c in filt.columns if c in dataset._top_field_ids]
     table = dataset._scan_fragment(frag, cols, None, "_rowid" in filt.columns, "_rowaddr" in filt.columns)
-    live = frag.live_offsets()
-    table = table.append_column(_OFFSET, pa.array(live, pa.uint64()))
-    hit = table.filter(filt.expression).column(_OFFSET)
-    return hit.to_numpy().astype(np.uint32)
+    # the predicate as a mask over the live rows (null counts as false, as in a filter), then
+    # the physical offsets of the hits: no offsets column is built and dragged through a filter
+    from pyarrow import acero
+
+    plan = acero.Declaration.from_sequence([
+        acero.Declaration("table_source", acero.TableSourceNodeOptions(table)),
+        acero.Declaration("project", acero.ProjectNodeOptions([filt.expression], ["m"])),
+    ])
+    mask = pc.fill_null(plan.to_table(use_threads=False).column(0), False)  # in row order
+    hit = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+    live = frag.live_mask()
+    if live is not None:
+        hit = np.flatnonzero(live)[hit]
+    return hit.astype(np.uint32)
+
+
+def _all_matching_offsets(dataset, frags, filt) -> list[np.ndarray]:
+    """:func:`_matching_offsets` of every fragment, in order; fragments are scanned side by side
+    (reading and filter evaluation run without the GIL), each thread holding one fragment."""
+    if len(frags) <= 1:
+        return [_matching_offsets(dataset, frag, filt) for frag in frags]
+    with ThreadPoolExecutor(max_workers=min(_SCANNERS, len(frags)), thread_name_prefix="lance-ops-delete-scan") as pool:
+        return list(pool.map(lambda frag: _matching_offsets(dataset, frag, filt), frags))
 
 
 def plan_delete(dataset, predicate) -> tuple[transaction_pb2.Transaction, CommitContext, int]:
@@ -39,12 +64,14 @@ def plan_delete(dataset, predicate) -> tuple[transaction_pb2.Transaction, Commit
     if filt is None or filt.constant is False:
         txn.delete.SetInParent()
         return txn, ctx, 0
-    for frag in dataset.get_fragments():
+    to_write: list[tuple] = []  # (fragment, merged offsets, its current deletion file)
+    frags = dataset.get_fragments()
+    matches = [None] * len(frags) if filt.constant is True else _all_matching_offsets(dataset, frags, filt)
+    for frag, new in zip(frags, matches):
         if filt.constant is True:
             txn.delete.deleted_fragment_ids.append(frag.fragment_id)
             count += frag.count_rows()
             continue
-        new = _matching_offsets(dataset, frag, filt)
         if new.size == 0:
             continue
         count += int(new.size)
@@ -54,11 +81,24 @@ def plan_delete(dataset, predicate) -> tuple[transaction_pb2.Transaction, Commit
         if merged.size >= frag.physical_rows:
             txn.delete.deleted_fragment_ids.append(frag.fragment_id)
             continue
+        to_write.append((frag, merged, old_file))
+
+    def write(item) -> table_pb2.DeletionFile:
+        frag, merged, old_file = item
+        return deletion.write_deletion_file(dataset._store, dataset._base, frag.fragment_id, dataset.version,
+                                            merged, old_file)
+
+    # the new deletion files are written (and made durable) side by side: their fsyncs overlap
+    if len(to_write) > 1:
+        with ThreadPoolExecutor(max_workers=min(_WRITERS, len(to_write)),
+                                thread_name_prefix="lance-ops-delete") as pool:
+            written = list(pool.map(write, to_write))
+    else:
+        written = [write(item) for item in to_write]
+    for (frag, _, _), proto in zip(to_write, written):
         updated = table_pb2.DataFragment()
         updated.CopyFrom(frag.metadata)
-        updated.deletion_file.CopyFrom(
-            deletion.write_deletion_file(dataset._store, dataset._base, frag.fragment_id, dataset.version, merged, old_file)
-        )
+        updated.deletion_file.CopyFrom(proto)
         txn.delete.updated_fragments.append(updated)
     txn.delete.SetInParent()
     return txn, ctx, count

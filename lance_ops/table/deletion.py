@@ -49,6 +49,8 @@ def to_offsets(values) -> np.ndarray:
         return np.empty(0, dtype=np.uint32)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"deletion offsets must be integers, got dtype {arr.dtype}")
+    if arr.dtype == np.uint32 and arr.ndim == 1 and bool((arr[1:] > arr[:-1]).all()):
+        return arr  # already sorted and unique
     if arr.dtype.kind == "i" and arr.min() < 0:
         raise ValueError("deletion offsets must be >= 0")
     if arr.max() > 0xFFFFFFFF:
@@ -105,9 +107,12 @@ def encode_bitmap_deletions(offsets) -> bytes:
     return _bitmap_of(to_offsets(offsets)).serialize()
 
 
+_IPC_READ = ipc.IpcReadOptions(use_threads=False)
+
+
 def decode_arrow_deletions(data: bytes, path: str = "<deletion file>") -> np.ndarray:
     try:
-        reader = ipc.open_file(pa.BufferReader(data), options=ipc.IpcReadOptions(use_threads=False))
+        reader = ipc.open_file(pa.BufferReader(data), options=_IPC_READ)
         table = reader.read_all()
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
         raise CorruptFileError(path, f"not a readable Arrow IPC file: {e}") from e
@@ -116,14 +121,18 @@ def decode_arrow_deletions(data: bytes, path: str = "<deletion file>") -> np.nda
             path, f"deletion file must have exactly one column, found {table.schema}"
         )
     col = table.column(0)
-    if not (pa.types.is_uint32(col.type) or pa.types.is_int32(col.type)):
+    if col.type != pa.uint32() and col.type != pa.int32():
         raise CorruptFileError(path, f"deletion offsets must be uint32, found {col.type}")
     if col.null_count:
         raise CorruptFileError(path, "deletion offsets contain nulls")
-    values = col.to_numpy()
+    values = col.chunk(0).to_numpy() if col.num_chunks == 1 else col.to_numpy()
     if values.dtype.kind == "i" and values.size and values.min() < 0:
         raise CorruptFileError(path, "deletion offsets contain negative values")
-    return np.unique(values.astype(np.uint32, copy=False))
+    # sorted unique uint32 (upstream writes them in hash-set order)
+    values = np.sort(values.astype(np.uint32, copy=False))
+    if values.size > 1 and bool((values[1:] == values[:-1]).any()):
+        return np.unique(values)
+    return values
 
 
 def decode_bitmap_deletions(data: bytes, path: str = "<deletion file>") -> BitMap:
@@ -156,7 +165,10 @@ def read_deletion_file(store, base: str, fragment_id: int, deletion_file) -> Off
 
 def read_deletion_offsets(store, base: str, fragment_id: int, deletion_file) -> np.ndarray:
     """Like :func:`read_deletion_file` but always a sorted ``uint32`` numpy array."""
-    return to_offsets(read_deletion_file(store, base, fragment_id, deletion_file))
+    got = read_deletion_file(store, base, fragment_id, deletion_file)
+    if isinstance(got, np.ndarray):
+        return got  # decode_arrow_deletions already returns sorted unique uint32 offsets
+    return to_offsets(got)
 
 
 def _previous_kind(previous) -> int | None:

@@ -22,6 +22,30 @@ if TYPE_CHECKING:  # pragma: no cover
     from lance_ops.table.dataset import LanceDataset
 
 
+#: per-dataset caches (in the dataset object's ``__dict__``): open file readers and decoded deletion
+#: vectors, keyed by immutable file names; bounded, oldest entries dropped first
+_READERS_ATTR = "_lance_ops_file_readers"
+_DELETIONS_ATTR = "_lance_ops_deletion_offsets"
+_READER_CACHE_LIMIT = 1024
+_DELETION_CACHE_LIMIT = 4096
+
+
+def _dataset_cache(ds, attr: str) -> dict:
+    cache = ds.__dict__.get(attr)
+    if cache is None:
+        cache = ds.__dict__.setdefault(attr, {})
+    return cache
+
+
+def _remember(cache: dict, key, value, limit: int) -> None:
+    if len(cache) >= limit:
+        try:
+            del cache[next(iter(cache))]
+        except (StopIteration, KeyError, RuntimeError):  # emptied or changed by another thread
+            pass
+    cache[key] = value
+
+
 class LanceFragment:
     """One fragment of a dataset version (mirrors ``lance.LanceFragment`` where it matters)."""
 
@@ -57,9 +81,19 @@ class LanceFragment:
     # --- deletions and row ids -------------------------------------------------------------
     @cached_property
     def deleted_offsets(self) -> np.ndarray:
-        """Sorted uint32 physical offsets of deleted rows."""
-        df = self.metadata.deletion_file if self.metadata.HasField("deletion_file") else None
-        return deletion.read_deletion_offsets(self._dataset._store, self._dataset._base, self.fragment_id, df)
+        """Sorted uint32 physical offsets of deleted rows (read-only; shared per dataset)."""
+        if not self.metadata.HasField("deletion_file"):
+            return deletion.read_deletion_offsets(self._dataset._store, self._dataset._base, self.fragment_id, None)
+        df = self.metadata.deletion_file
+        # deletion files are immutable (a new one is written for every change): cache by name
+        key = (self.fragment_id, int(df.file_type), int(df.read_version), int(df.id))
+        cache = _dataset_cache(self._dataset, _DELETIONS_ATTR)
+        offsets = cache.get(key)
+        if offsets is None:
+            offsets = deletion.read_deletion_offsets(self._dataset._store, self._dataset._base, self.fragment_id, df)
+            offsets.flags.writeable = False
+            _remember(cache, key, offsets, _DELETION_CACHE_LIMIT)
+        return offsets
 
     def live_mask(self) -> np.ndarray | None:
         """Boolean mask over physical rows (None when nothing is deleted)."""
@@ -97,9 +131,18 @@ class LanceFragment:
         if reader is None:
             df = self.metadata.files[file_index]
             ds = self._dataset
+            legacy = _is_legacy_file(df, ds.manifest)
+            # data files never change: every fragment object of this dataset shares one reader per
+            # file (legacy readers also depend on the version's schema and dictionaries)
+            key = (df.path, ds.version) if legacy else (df.path,)
+            cache = _dataset_cache(ds, _READERS_ATTR)
+            reader = cache.get(key)
+            if reader is not None:
+                self._readers[file_index] = reader
+                return reader
             path = ds._store.join(ds._base, naming.DATA_DIR, df.path)
             # --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/file/reader_legacy.py) ---
-            if _is_legacy_file(df, ds.manifest):
+            if legacy:
                 from lance_ops.file.reader_legacy import LegacyFileReader
 
                 reader = LegacyFileReader(
@@ -110,6 +153,7 @@ class LanceFragment:
                 reader = open_file_reader(path, store=ds._store)
             # --- end legacy dispatch ---
             self._readers[file_index] = reader
+            _remember(cache, key, reader, _READER_CACHE_LIMIT)
         return reader
 
     def _locate(self, field_ids: Sequence[int]) -> dict[int, tuple[int, str]]:
@@ -122,7 +166,7 @@ class LanceFragment:
             hits = [fid for fid in wanted if fid not in found and descendants.get(fid, {fid}) & stored]
             if not hits:
                 continue
-            name_of = {f.id: f.name for f in self._reader(i).lance_fields if f.parent_id < 0}
+            name_of = _top_level_names(self._reader(i))
             for fid in hits:
                 if fid in name_of:
                     found[fid] = (i, name_of[fid])
@@ -161,6 +205,18 @@ class LanceFragment:
 def _empty_columns(num_rows: int) -> pa.Table:
     """A table with ``num_rows`` rows and no columns."""
     return pa.table({"_": pa.nulls(num_rows)}).drop_columns(["_"])
+
+
+def _top_level_names(reader) -> dict[int, str]:
+    """Field id -> name of the top-level fields stored in a data file (cached on its reader)."""
+    names = getattr(reader, "_lance_ops_top_level_names", None)
+    if names is None:
+        names = {f.id: f.name for f in reader.lance_fields if f.parent_id < 0}
+        try:
+            reader._lance_ops_top_level_names = names
+        except AttributeError:  # a reader with __slots__: just do not cache
+            pass
+    return names
 
 
 # --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/file/reader_legacy.py) ---------------
