@@ -262,14 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     _say(f"  rows check: {after['rows_counted']:,} live rows before and after maintenance "
          f"({'OK' if consistent else 'MISMATCH, expected %d' % expected})")
     failed |= not consistent
-    try:
-        import lance  # the real pylance, when installed (test extra)
-
-        n = lance.dataset(uri).count_rows()
-        _say(f"  pylance reads the maintained dataset: {n:,} rows ({'OK' if n == expected else 'MISMATCH'})")
-        failed |= n != expected
-    except ImportError:
-        pass
+    _say("  (tests/airflow checks the same DAG runs against pylance; lance_ops never imports it)")
     _say(f"done in {time.monotonic() - t_start:.0f} s: {'FAILED' if failed else 'all DAG runs succeeded'}")
     return 1 if failed else 0
 
