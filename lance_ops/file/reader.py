@@ -14,7 +14,6 @@ rows -- and, for fixed-width and plain variable-width pages, only the bytes of t
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any, Generator, Iterable, Mapping, Optional, Sequence
 
@@ -28,7 +27,6 @@ from lance_ops._proto import file2_pb2, file_pb2
 from lance_ops.encoding import decode_v2_0 as dec
 from lance_ops.errors import (
     CorruptFileError,
-    LanceOpsError,
     UnsupportedError,
     UnsupportedTypeError,
 )
@@ -41,6 +39,7 @@ from lance_ops.file.format import (
     Footer,
     version_from_footer,
 )
+from lance_ops.file.reader_base import V2ReaderBase
 from lance_ops.schema import FieldNode, field_tree, from_lance_fields
 
 __all__ = ["LanceFileReader", "PageInfo", "ColumnInfo", "FileMetadata"]
@@ -317,7 +316,7 @@ def _row_lengths(row_real: np.ndarray, span_start: np.ndarray, row_counts: np.nd
 # --------------------------------------------------------------------------------------------
 # the reader
 # --------------------------------------------------------------------------------------------
-class LanceFileReader:
+class LanceFileReader(V2ReaderBase):
     """Read a Lance 2.0 data file from a local path or an object store URI.
 
     ``path`` is a local path or URI (``s3://bucket/key``); when ``store`` is given, ``path`` is
@@ -327,50 +326,12 @@ class LanceFileReader:
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *,
                  store=None, _tail: Optional[tuple[bytes, int]] = None):
         self._given_tail = _tail  # (last bytes, file size) already read by the version dispatch
-        if store is None:
-            from lance_ops.io import open_store
-
-            store, path = open_store(path, storage_options)
-        self._store = store
-        self._path = path
-        self._uri = store.uri(path) if hasattr(store, "uri") else str(path)
+        self._bind(path, storage_options, store)
         self._columns: dict[int, _Column] = {}
         self._encodings = _ENCODINGS
         self._guard(self._open)
 
     # --- public properties ---------------------------------------------------------------
-    @property
-    def path(self) -> str:
-        return self._uri
-
-    @property
-    def store(self):
-        return self._store
-
-    @property
-    def schema(self) -> pa.Schema:
-        return self._schema
-
-    @property
-    def num_rows(self) -> int:
-        return self._num_rows
-
-    @property
-    def version(self) -> str:
-        return self._version
-
-    @property
-    def lance_fields(self) -> list[file_pb2.Field]:
-        return list(self._descriptor.schema.fields)
-
-    @property
-    def num_columns(self) -> int:
-        return self._footer.num_columns
-
-    @property
-    def num_global_buffers(self) -> int:
-        return self._footer.num_global_buffers
-
     @property
     def metadata(self) -> FileMetadata:
         def build() -> FileMetadata:
@@ -459,29 +420,8 @@ class LanceFileReader:
         sel = _normalize(uniq, uniq + 1)
         return self._read_table(columns, sel, inverse)
 
-    def __enter__(self) -> "LanceFileReader":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
     def __repr__(self) -> str:
         return f"LanceFileReader({self._uri!r}, version={self._version}, rows={self._num_rows})"
-
-    # --- guarding ------------------------------------------------------------------------
-    def _guard(self, fn):
-        """Run ``fn``; any low-level decoding failure becomes a CorruptFileError naming the file."""
-        try:
-            return fn()
-        except LanceOpsError:
-            raise
-        except (DecodeError, struct.error, IndexError, KeyError, ValueError, TypeError,
-                OverflowError, ZeroDivisionError, MemoryError, pa.ArrowException, OSError,
-                RecursionError) as exc:
-            raise CorruptFileError(self._uri, f"cannot decode file: {type(exc).__name__}: {exc}") from exc
-
-    def _corrupt(self, problem: str) -> CorruptFileError:
-        return CorruptFileError(self._uri, problem)
 
     # --- opening -------------------------------------------------------------------------
     def _open(self) -> None:

@@ -41,8 +41,9 @@ from google.protobuf.message import DecodeError
 
 from lance_ops._proto import file_pb2, table_pb2
 from lance_ops.encoding import decode_legacy as dec
-from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError, UnsupportedTypeError
+from lance_ops.errors import CorruptFileError, UnsupportedError, UnsupportedTypeError
 from lance_ops.file.format import FOOTER_VERSIONS, LEGACY_FOOTER_VERSION, MAGIC
+from lance_ops.file.reader_base import FileReaderBase
 from lance_ops.schema import FieldNode, field_tree
 
 __all__ = ["LegacyFileReader", "LEGACY_FOOTER_SIZE", "is_legacy_footer", "footer_version"]
@@ -156,7 +157,7 @@ def _empty(dtype: pa.DataType) -> pa.Array:
 # --------------------------------------------------------------------------------------------
 # the reader
 # --------------------------------------------------------------------------------------------
-class LegacyFileReader:
+class LegacyFileReader(FileReaderBase):
     """Read a legacy (v0.1) Lance data file.
 
     ``schema_fields``: the Lance fields (``lance.file.Field`` protos, e.g. a dataset manifest's
@@ -171,18 +172,14 @@ class LegacyFileReader:
     ``schema_metadata``: metadata for the Arrow schema (default: the embedded manifest's).
     """
 
+    _decode_label = "legacy file"
+
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *, store=None,
                  schema_fields: Optional[Sequence[file_pb2.Field]] = None,
                  field_ids: Optional[Iterable[int]] = None,
                  dictionaries: Optional[Mapping[int, pa.Array] | str] = None,
                  schema_metadata: Optional[Mapping[str, bytes]] = None):
-        if store is None:
-            from lance_ops.io import open_store
-
-            store, path = open_store(path, storage_options)
-        self._store = store
-        self._path = path
-        self._uri = store.uri(path) if hasattr(store, "uri") else str(path)
+        self._bind(path, storage_options, store)
         self._dict_values: dict[int, pa.Array] = {}
         self._dict_path: Optional[str] = None
         if isinstance(dictionaries, str):
@@ -195,18 +192,6 @@ class LegacyFileReader:
         self._guard(lambda: self._open(schema_fields, field_ids, schema_metadata))
 
     # --- public properties ---------------------------------------------------------------
-    @property
-    def path(self) -> str:
-        return self._uri
-
-    @property
-    def store(self):
-        return self._store
-
-    @property
-    def schema(self) -> pa.Schema:
-        return self._schema
-
     @property
     def num_rows(self) -> int:
         return int(self._batch_offsets[-1])
@@ -351,29 +336,8 @@ class LegacyFileReader:
             })
         return out
 
-    def __enter__(self) -> "LegacyFileReader":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
     def __repr__(self) -> str:
         return f"LegacyFileReader({self._uri!r}, version=0.1, rows={self.num_rows}, batches={self.num_batches})"
-
-    # --- guarding ------------------------------------------------------------------------
-    def _guard(self, fn):
-        """Run ``fn``; any low-level decoding failure becomes a CorruptFileError naming the file."""
-        try:
-            return fn()
-        except LanceOpsError:
-            raise
-        except (DecodeError, struct.error, IndexError, KeyError, ValueError, TypeError,
-                OverflowError, ZeroDivisionError, MemoryError, pa.ArrowException, OSError,
-                RecursionError) as exc:
-            raise CorruptFileError(self._uri, f"cannot decode legacy file: {type(exc).__name__}: {exc}") from exc
-
-    def _corrupt(self, problem: str) -> CorruptFileError:
-        return CorruptFileError(self._uri, problem)
 
     # --- opening -------------------------------------------------------------------------
     def _read_struct(self, src: _Source, pos: int, end: int, message, what: str):

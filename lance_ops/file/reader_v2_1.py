@@ -28,6 +28,7 @@ from lance_ops.encoding import v21_repdef as rd
 from lance_ops.encoding.v21_compressive import EncodingCorrupt, EncodingUnsupported
 from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError, UnsupportedTypeError
 from lance_ops.file.format import FOOTER_SIZE, PAGE_LAYOUT_URL, Footer, version_from_footer
+from lance_ops.file.reader_base import DECODE_ERRORS, V2ReaderBase
 from lance_ops.schema import FieldNode, field_tree, from_lance_fields
 
 __all__ = ["LanceFileReaderV21", "SUPPORTED_VERSIONS"]
@@ -57,56 +58,18 @@ class _Leaf:
     ctx: dec.PageCtx
 
 
-class LanceFileReaderV21:
+class LanceFileReaderV21(V2ReaderBase):
     """Read a Lance 2.1 / 2.2 / 2.3 data file from a local path or an object store URI.
 
     Same surface as the 2.0 :class:`~lance_ops.file.reader.LanceFileReader`.
     """
 
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *, store=None):
-        if store is None:
-            from lance_ops.io import open_store
-
-            store, path = open_store(path, storage_options)
-        self._store = store
-        self._path = path
-        self._uri = store.uri(path) if hasattr(store, "uri") else str(path)
+        self._bind(path, storage_options, store)
         self._pages: dict[int, list] = {}
         self._guard(self._open)
 
     # --- public properties ---------------------------------------------------------------
-    @property
-    def path(self) -> str:
-        return self._uri
-
-    @property
-    def store(self):
-        return self._store
-
-    @property
-    def schema(self) -> pa.Schema:
-        return self._schema
-
-    @property
-    def num_rows(self) -> int:
-        return self._num_rows
-
-    @property
-    def version(self) -> str:
-        return self._version
-
-    @property
-    def lance_fields(self) -> list[file_pb2.Field]:
-        return list(self._descriptor.schema.fields)
-
-    @property
-    def num_columns(self) -> int:
-        return self._footer.num_columns
-
-    @property
-    def num_global_buffers(self) -> int:
-        return self._footer.num_global_buffers
-
     def read_global_buffer(self, index: int) -> bytes:
         if not 0 <= index < len(self._gbo):
             raise IndexError(f"{self._uri}: global buffer {index} out of range (file has {len(self._gbo)})")
@@ -160,12 +123,6 @@ class LanceFileReaderV21:
             ranges = []
         return self._read(columns, ranges, inverse)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
     def __repr__(self) -> str:
         return f"LanceFileReaderV21({self._uri!r}, version={self._version}, rows={self._num_rows})"
 
@@ -177,13 +134,8 @@ class LanceFileReaderV21:
             raise
         except EncodingUnsupported as exc:
             raise UnsupportedError(f"{self._uri}: {exc}") from exc
-        except (EncodingCorrupt, DecodeError, struct.error, IndexError, KeyError, ValueError, TypeError,
-                OverflowError, ZeroDivisionError, MemoryError, pa.ArrowException, OSError,
-                RecursionError, AssertionError) as exc:
+        except (EncodingCorrupt, AssertionError, *DECODE_ERRORS) as exc:
             raise CorruptFileError(self._uri, f"cannot decode file: {type(exc).__name__}: {exc}") from exc
-
-    def _corrupt(self, problem: str) -> CorruptFileError:
-        return CorruptFileError(self._uri, problem)
 
     # --- opening -------------------------------------------------------------------------
     def _open(self) -> None:

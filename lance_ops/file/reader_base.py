@@ -1,0 +1,95 @@
+"""What every Lance file reader shares: where the file is, its schema, and error translation.
+
+The 2.0, 2.1+ and legacy readers decode very different layouts but present one surface; this base
+holds the parts that are the same, so a fix to (say) error translation lands in all of them.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, Callable, Mapping, Optional, TypeVar
+
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
+from lance_ops._proto import file_pb2
+from lance_ops.errors import CorruptFileError, LanceOpsError
+
+T = TypeVar("T")
+
+#: low-level failures that mean "these bytes are not a valid file", never a bug to surface raw
+DECODE_ERRORS: tuple[type[BaseException], ...] = (
+    DecodeError, struct.error, IndexError, KeyError, ValueError, TypeError, OverflowError,
+    ZeroDivisionError, MemoryError, pa.ArrowException, OSError, RecursionError,
+)
+
+
+class FileReaderBase:
+    """Location, schema, context manager and error guarding shared by all file readers."""
+
+    #: how the file is named in "cannot decode ..." messages
+    _decode_label = "file"
+
+    def _bind(self, path: str, storage_options: Optional[Mapping[str, Any]], store) -> None:
+        """Resolve ``path`` (a URI, or a location inside ``store`` when a store is given)."""
+        if store is None:
+            from lance_ops.io import open_store
+
+            store, path = open_store(path, storage_options)
+        self._store = store
+        self._path = path
+        self._uri = store.uri(path) if hasattr(store, "uri") else str(path)
+
+    @property
+    def path(self) -> str:
+        return self._uri
+
+    @property
+    def store(self):
+        return self._store
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def _guard(self, fn: Callable[[], T]) -> T:
+        """Run ``fn``; any low-level decoding failure becomes a CorruptFileError naming the file."""
+        try:
+            return fn()
+        except LanceOpsError:
+            raise
+        except DECODE_ERRORS as exc:
+            raise CorruptFileError(
+                self._uri, f"cannot decode {self._decode_label}: {type(exc).__name__}: {exc}") from exc
+
+    def _corrupt(self, problem: str) -> CorruptFileError:
+        return CorruptFileError(self._uri, problem)
+
+
+class V2ReaderBase(FileReaderBase):
+    """Properties of the v2 container (footer + FileDescriptor) shared by the 2.0 and 2.1+ readers."""
+
+    @property
+    def num_rows(self) -> int:
+        return self._num_rows
+
+    @property
+    def version(self) -> str:
+        return self._version
+
+    @property
+    def lance_fields(self) -> list[file_pb2.Field]:
+        return list(self._descriptor.schema.fields)
+
+    @property
+    def num_columns(self) -> int:
+        return self._footer.num_columns
+
+    @property
+    def num_global_buffers(self) -> int:
+        return self._footer.num_global_buffers
