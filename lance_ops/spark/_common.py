@@ -167,3 +167,33 @@ def storage_options_from(options: Mapping[str, str]) -> dict[str, str]:
     """Data source options ``storage_option.<key>`` -> storage options ``{<key>: value}``."""
     return {k[len(STORAGE_OPTION_PREFIX):]: v for k, v in options.items()
             if k.lower().startswith(STORAGE_OPTION_PREFIX) and len(k) > len(STORAGE_OPTION_PREFIX)}
+
+
+def commit_or_stage(summary: dict, args, uri: str, key: str, storage_options, version_if_staged) -> dict:
+    """End of a job: with ``--stage-only`` leave the staged result for a separate commit step,
+    otherwise commit it (once: a committed key is a no-op) and record the outcome in ``summary``."""
+    if args.stage_only:
+        summary.update(version=version_if_staged, committed=False, already_committed=False)
+        return summary
+    from lance_ops.maintenance.staged_commit import commit_staged
+
+    res = commit_staged(uri, key, storage_options=storage_options)
+    summary.update(version=res["version"], committed=True, already_committed=res["already_committed"])
+    if res.get("metrics"):
+        summary["metrics"] = res["metrics"]
+    return summary
+
+
+def run_job(name: str, parser, run, argv=None) -> int:
+    """Parse arguments, run ``run(spark, args)`` in a SparkSession, print the JSON summary line."""
+    args = parser.parse_args(argv)
+    configure_logging()
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(f"lance-ops {name} {args.uri}").getOrCreate()
+    try:
+        summary = run(spark, args)
+    finally:
+        spark.stop()
+    print_summary(summary)
+    return 0

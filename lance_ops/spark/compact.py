@@ -85,7 +85,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     from lance_ops.errors import ObjectNotFoundError
     from lance_ops.maintenance.compaction import CompactionOptions, CompactionPlan, plan_compaction
     from lance_ops.maintenance.staged_commit import commit_staged
-    from lance_ops.spark._common import parse_kv
+    from lance_ops.spark._common import commit_or_stage, parse_kv
     from lance_ops.spark._tasks import CompactionTaskRunner
     from lance_ops.spark.datasource import register
     from lance_ops.table.commit import find_idempotent_commit
@@ -158,29 +158,13 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     )
     write_staged(store, base, staged)
     summary.update(rows=rows, fragments=fragments)
-    if args.stage_only:
-        summary.update(version=ds.version, committed=False, already_committed=False)
-        return summary
-    res = commit_staged(uri, key, storage_options=storage_options)
-    summary.update(version=res["version"], committed=True, already_committed=res["already_committed"],
-                   metrics=res["metrics"])
-    return summary
+    return commit_or_stage(summary, args, uri, key, storage_options, ds.version)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from lance_ops.spark._common import configure_logging, print_summary
+    from lance_ops.spark._common import run_job
 
-    configure_logging()
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName(f"lance-ops compact {args.uri}").getOrCreate()
-    try:
-        summary = run(spark, args)
-    finally:
-        spark.stop()
-    print_summary(summary)
-    return 0
+    return run_job("compact", build_parser(), run, argv)
 
 
 if __name__ == "__main__":

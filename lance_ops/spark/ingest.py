@@ -92,6 +92,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     from lance_ops.schema import to_lance_fields
     from lance_ops.spark._common import (
         check_spark_append,
+        commit_or_stage,
         latest_manifest,
         parse_kv,
         spark_to_arrow_schema,
@@ -176,28 +177,13 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     write_staged(store, base, staged)
     summary.update(rows=num_rows, fragments=len(fragments), operation=staged.operation,
                    tasks=staged.metrics["num_tasks"], retried_tasks=staged.metrics["retried_tasks"])
-    if args.stage_only:
-        summary.update(version=current.version if current else None, committed=False, already_committed=False)
-        return summary
-    res = commit_staged(uri, key, storage_options=storage_options)
-    summary.update(version=res["version"], committed=True, already_committed=res["already_committed"])
-    return summary
+    return commit_or_stage(summary, args, uri, key, storage_options, current.version if current else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from lance_ops.spark._common import configure_logging, print_summary
+    from lance_ops.spark._common import run_job
 
-    configure_logging()
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName(f"lance-ops ingest {args.uri}").getOrCreate()
-    try:
-        summary = run(spark, args)
-    finally:
-        spark.stop()
-    print_summary(summary)
-    return 0
+    return run_job("ingest", build_parser(), run, argv)
 
 
 if __name__ == "__main__":
