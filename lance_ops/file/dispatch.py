@@ -45,6 +45,10 @@ def open_file_reader(path: str, storage_options: Mapping[str, Any] | None = None
         return LegacyFileReader(path, store=store, **legacy_kwargs)
     if (major, minor) in ((0, 3), (2, 0)):
         return LanceFileReaderV20(path, store=store, _tail=tail)
+    if major == 2 and minor >= 3:
+        raise UnsupportedError(
+            f"{store.uri(path)}: Lance file version {major}.{minor} is pylance's unstable 'next' format "
+            "(pylance warns its files may not be readable in the future); lance_ops reads 0.1, 2.0, 2.1 and 2.2")
     if major == 2:
         from lance_ops.file.reader_v2_1 import LanceFileReaderV21
 

@@ -199,11 +199,14 @@ def test_variable_packed_struct_2_2(tmp_path):
     assert_tables_equal(r.take_rows(idx), ref.take_rows(idx).to_table())
 
 
-def test_file_format_2_3_pages_are_refused_cleanly(tmp_path):
-    """2.3 writes /lance.encodings23 planar layouts, which this reader does not decode (yet)."""
+def test_file_format_2_3_is_refused_with_the_reason(tmp_path):
+    """2.3 is pylance 14's unstable 'next' format (planar layouts): refused at open, saying why."""
     import warnings
 
+    import lance
+
     from lance_ops.errors import UnsupportedError
+    from lance_ops.file import LanceFileReader
 
     table = pa.table({"a": pa.array(np.arange(100, dtype=np.int64))})
     path = str(tmp_path / "v23.lance")
@@ -211,11 +214,10 @@ def test_file_format_2_3_pages_are_refused_cleanly(tmp_path):
         warnings.simplefilter("ignore")
         with lance_file.LanceFileWriter(path, table.schema, version="2.3") as w:
             w.write_batch(table)
-    r = LanceFileReaderV21(path)
-    assert r.version == "2.3"
-    try:
-        got = r.read_all()
-    except UnsupportedError as exc:
-        assert "v23.lance" in str(exc) and "column 0 (a)" in str(exc)
-    else:
-        assert_tables_equal(got, table)
+        lance.write_dataset(table, str(tmp_path / "ds"), data_storage_version="next")
+    with pytest.raises(UnsupportedError, match=r"v23\.lance: Lance file version 2\.3 is pylance's unstable 'next'"):
+        LanceFileReader(path)
+    import lance_ops
+
+    with pytest.raises(UnsupportedError, match=r"\.lance: Lance file version 2\.3 is pylance's unstable"):
+        lance_ops.dataset(str(tmp_path / "ds")).to_table()
