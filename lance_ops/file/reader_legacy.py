@@ -22,8 +22,10 @@ pylance 14.0.2:
 
 In datasets the schema lives in the dataset manifest and the dictionary values are written into
 the *manifest file* (offsets there are positions inside that manifest file). Pass the manifest's
-fields as ``schema_fields`` (and the manifest file's path as ``dictionaries`` for files without an
-embedded manifest); data files pylance writes embed a manifest, so a bare path also works.
+fields as ``schema_fields`` and, as ``dictionaries``, the values decoded from the manifest file
+(``ManifestFile.dictionaries``, what the dataset passes: pylance reads the dataset's values) or
+the manifest file's path; data files pylance and lance_ops write also embed a manifest with the
+same values, so a bare path works too.
 
 Nulls: v0.1 has no validity bitmaps. Nullable var-binary values whose start equals their end read
 as null (empty strings too); every other null is lost on write (fixed-width slots keep whatever

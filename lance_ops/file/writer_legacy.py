@@ -27,8 +27,9 @@ when empty (so ``""`` reads as null too). This is what pylance writes as well.
 
 Dictionaries: the values of each dictionary field are fixed per file: ``dictionaries=`` (field id
 -> values) or the first batch's. Later batches with another dictionary are re-keyed onto those
-values (a value not among them is refused). In a dataset the values also live in the *manifest
-file*, which lance_ops's manifest writer does not produce; so when the file belongs to a dataset
+values (a value not among them is refused; pylance would write the keys unchanged and so
+mis-read them). In a dataset the values are the dataset's, which also live in its *manifest
+file* (see :mod:`lance_ops.table.manifest`); so when the file belongs to a dataset
 (``lance_fields`` given) dictionary fields are refused unless ``dictionaries`` is passed.
 """
 from __future__ import annotations
@@ -188,9 +189,9 @@ class LegacyFileWriter:
             missing = [n.proto.name for n in dict_nodes if n.id not in self._dict_given]
             if missing:
                 raise UnsupportedError(
-                    f"{self.path}: dictionary fields {missing} cannot be written to a legacy (v0.1) dataset by "
-                    "lance-ops: their values belong in the dataset manifest file, which lance-ops does not write; "
-                    "cast them to their value type, or pass dictionaries=; nothing was written")
+                    f"{self.path}: the values of dictionary fields {missing} are unknown: a legacy (v0.1) "
+                    "dataset's dictionary values are fixed by its schema (its manifest file); pass "
+                    "dictionaries= (field id -> values); nothing was written")
         for n in dict_nodes:
             given = self._dict_given.get(n.id)
             if given is not None:
@@ -386,8 +387,11 @@ class LegacyFileWriter:
             mapping = pc.index_in(arr.dictionary, value_set=values)
             keys = mapping.take(arr.indices)
             if keys.null_count > arr.indices.null_count:
-                raise UnsupportedError(
-                    f"{self.path}: field {node.proto.name!r} holds dictionary values the file's dictionary does not have")
+                extra = pc.filter(arr.dictionary, pc.is_null(mapping)).to_pylist()[:10]
+                raise SchemaMismatchError(
+                    f"{self.path}: field {node.proto.name!r} holds dictionary values {extra} that the file's "
+                    f"(the dataset's) dictionary does not have; a legacy dictionary is fixed by the first batch "
+                    "written")
             return pa.DictionaryArray.from_arrays(keys.cast(dt.index_type), values, ordered=dt.ordered)
         if pa.types.is_struct(dt):
             if not any(pa.types.is_dictionary(n.arrow.type) for n in node.walk()):

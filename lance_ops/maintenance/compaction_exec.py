@@ -397,8 +397,10 @@ def execute_task(task: CompactionTask, store, base: str, *, storage_options=None
     try:
         for size in task.output_rows:
             reader = pa.RecordBatchReader.from_batches(schema, source.take(size))
+            # (legacy datasets: the rewritten files keep the dataset's dictionary values)
             written = write_fragments(reader, store, base, list(task.fields), storage_options=storage_options,
-                                      max_rows_per_file=size, version=version)
+                                      max_rows_per_file=size, version=version,
+                                      dictionaries=view._manifest_file.dictionaries or None)
             if len(written) != 1 or written[0].physical_rows != size:
                 raise LanceOpsError(f"{where}: expected one new fragment of {size} rows, wrote "
                                     f"{[f.physical_rows for f in written]}")

@@ -26,7 +26,15 @@ from lance_ops.errors import (
     StorageError,
 )
 from lance_ops.table import conflicts, deletion, feature_flags, naming
-from lance_ops.table.manifest import ManifestFile, encode_manifest, read_manifest, write_manifest
+from lance_ops.table.manifest import (
+    ManifestFile,
+    decode_dictionaries,
+    dictionary_fields,
+    encode_manifest,
+    place_dictionaries,
+    read_manifest,
+    write_manifest,
+)
 from lance_ops.table.manifest_builder import build_manifest
 from lance_ops.table.transaction_file import load_transaction, write_transaction_file
 
@@ -58,6 +66,9 @@ class CommitContext:
     read: ManifestFile | None
     #: for a Delete: fragment id -> row offsets this delete adds (enables deletion rebases)
     deleted_offsets: dict[int, np.ndarray] = field(default_factory=dict)
+    #: legacy (v0.1) datasets: field id -> dictionary values of the schema the commit writes
+    #: (needed by an Overwrite with dictionary fields; other operations keep the current values)
+    dictionaries: dict | None = None
 
 
 def _backoff(options: CommitOptions, attempt: int) -> None:
@@ -144,21 +155,21 @@ def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None
     return current
 
 
-def _refuse_legacy_dictionaries(manifest: table_pb2.Manifest, uri: str) -> None:
-    """Legacy (v0.1) datasets keep dictionary values inside the manifest file, which our manifest
-    writer does not reproduce: committing would make pylance read those values as empty. Refuse."""
-    if manifest.data_format.version not in ("0.1", "legacy"):
-        return
-    from lance_ops._proto import file_pb2
+def _new_dictionaries(txn, current: ManifestFile | None, restored: ManifestFile | None,
+                      ctx: CommitContext) -> dict:
+    """Dictionary values the new version's manifest file carries (legacy datasets only).
 
-    names = [f.name for f in manifest.fields if f.encoding == file_pb2.DICTIONARY]
-    if names:
-        from lance_ops.errors import UnsupportedError
-
-        raise UnsupportedError(
-            f"{uri}: lance-ops cannot commit to a legacy (v0.1) dataset with dictionary columns {names} "
-            "(their values live in the manifest file); migrate it with pylance first. Nothing was committed."
-        )
+    They belong to the schema: an Overwrite brings its own (``ctx.dictionaries``, from the data it
+    wrote), a Restore those of the restored version, every other operation keeps the current ones.
+    """
+    op = txn.WhichOneof("operation")
+    if op == "overwrite":
+        inherited: dict = {}
+    elif op == "restore":
+        inherited = restored.dictionaries if restored is not None else {}
+    else:
+        inherited = current.dictionaries if current is not None else {}
+    return {**inherited, **(ctx.dictionaries or {})}
 
 
 def _published(store, path: str, txn_uuid: str) -> ManifestFile | None:
@@ -170,15 +181,15 @@ def _published(store, path: str, txn_uuid: str) -> ManifestFile | None:
     return mf if mf.transaction is not None and mf.transaction.uuid == txn_uuid else None
 
 
-def _publish(store, base, version, path, manifest, txn, v2: bool, index_section=None) -> int:
+def _publish(store, base, version, path, manifest, txn, v2: bool, index_section=None, dictionaries=None) -> int:
     """Write the manifest so that exactly one writer can own ``version``."""
     if getattr(store, "ddb_table_name", None):
         from lance_ops.table import external_store
 
-        data = encode_manifest(manifest, txn, index_section)
+        data = encode_manifest(manifest, txn, index_section, dictionaries)
         external_store.commit(store, base, version, data, v2)
         return len(data)
-    return write_manifest(store, path, manifest, txn, index_section)
+    return write_manifest(store, path, manifest, txn, index_section, dictionaries=dictionaries)
 
 
 def _carried_indices(txn, current: ManifestFile | None, restored: ManifestFile | None):
@@ -234,7 +245,6 @@ def commit_transaction(
     current = ctx.read
     if current is not None:
         feature_flags.check_writer_flags(current.manifest.writer_feature_flags, store.uri(current.path or base))
-        _refuse_legacy_dictionaries(current.manifest, store.uri(base))
     restored = restored_file = None
     if txn.WhichOneof("operation") == "restore":
         loc = naming.find_version(store, base, txn.restore.version)
@@ -258,16 +268,20 @@ def commit_transaction(
             raise DatasetNotFoundError(f"{store.uri(base)}: the dataset disappeared while committing")
 
         version = current.version + 1 if current else 1
-        txn_name = write_transaction_file(store, base, txn)
         manifest = build_manifest(
-            current.manifest if current else None, txn, version=version, transaction_file=txn_name,
+            current.manifest if current else None, txn, version=version, transaction_file="",
             data_storage_version=options.data_storage_version,
             enable_stable_row_ids=options.enable_stable_row_ids, restored=restored,
         )
+        # legacy datasets: the dictionary values go into the manifest file (offsets set here too);
+        # missing values are refused here, before anything of this attempt is written
+        dictionaries = _new_dictionaries(txn, current, restored_file, ctx)
+        prefix = place_dictionaries(manifest, dictionaries) if dictionary_fields(manifest) else b""
+        manifest.transaction_file = write_transaction_file(store, base, txn)
         path = store.join(base, naming.manifest_path(version, v2))
         try:
             index_section = _carried_indices(txn, current, restored_file)
-            size = _publish(store, base, version, path, manifest, txn, v2, index_section)
+            size = _publish(store, base, version, path, manifest, txn, v2, index_section, dictionaries)
         except AlreadyExistsError:
             mine = _published(store, path, txn.uuid)
             if mine is not None:  # a retried request of ours landed
@@ -288,7 +302,8 @@ def commit_transaction(
                 naming.write_version_hint(store, base, version)
             except (StorageError, OSError):
                 pass  # the hint is an optimisation only
-        return ManifestFile(manifest, txn, index_section, path, size)
+        stored = decode_dictionaries(manifest, prefix, path=path) if prefix else {}
+        return ManifestFile(manifest, txn, index_section, path, size, stored)
     raise CommitRetriesExhaustedError(
         f"{store.uri(base)}: lost the commit race {options.max_retries + 1} times; giving up"
     )

@@ -145,9 +145,12 @@ class LanceFragment:
             if legacy:
                 from lance_ops.file.reader_legacy import LegacyFileReader
 
+                # dictionary values: the version's (decoded from its manifest file, as pylance
+                # reads them), else the manifest file itself for the reader to look up
+                mf = ds._manifest_file
                 reader = LegacyFileReader(
                     path, store=ds._store, schema_fields=ds.manifest.fields, field_ids=list(df.fields),
-                    dictionaries=ds._manifest_file.path, schema_metadata=dict(ds.manifest.schema_metadata),
+                    dictionaries=mf.dictionaries or mf.path or None, schema_metadata=dict(ds.manifest.schema_metadata),
                 )
             else:
                 reader = open_file_reader(path, store=ds._store)

@@ -2,6 +2,7 @@
 
 Byte layout (all integers little endian)::
 
+    [dictionary values]           legacy (v0.1) datasets only, see below
     [u32 len | IndexSection]      optional; Manifest.index_section = offset of the u32
     [u32 len | Transaction]       optional inline transaction; Manifest.transaction_section
                                   (field 23, as pylance 14 writes it) = offset of the u32
@@ -17,16 +18,30 @@ encoder, a map entry's key or value equal to its default (e.g. an empty string) 
 Upstream writes map entries in hash order, so a manifest whose maps hold more than one entry is
 reproduced semantically (same content and size), not byte for byte; everything else re-encodes to
 identical bytes.
+
+Dictionary values (legacy datasets): the manifest of a v0.1 dataset carries the values of every
+dictionary field (Arrow dictionary type, logical type ``dict:...``) at the very start of the file,
+one after the other in field id order (struct children and list items included), as pylance 14
+writes them: string/binary values as a legacy var-binary page (the value bytes, then ``len + 1``
+int64 absolute positions; ``Field.dictionary.offset`` points at the positions), integer values as
+a plain page (``offset`` at its start); ``Field.dictionary.length`` is the number of values. Nulls
+are stored as empty values and, in a nullable field, every empty value reads back as null. Every
+new version rewrites the values it inherits (they are part of the schema, fixed by the dataset's
+first write). Datasets of file format 2.x keep dictionaries in the data files: their fields carry
+an empty ``dictionary`` message and the manifest file holds no values.
 """
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dc_field
+from typing import Mapping
 
+import numpy as np
+import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from lance_ops._proto import table_pb2, transaction_pb2
-from lance_ops.errors import CorruptFileError
+from lance_ops.errors import CorruptFileError, UnsupportedError
 
 MAGIC = b"LANC"
 MAJOR_VERSION = 0
@@ -50,6 +65,8 @@ class ManifestFile:
     path: str = ""
     #: total file size in bytes
     size: int = 0
+    #: legacy (v0.1) datasets: field id -> dictionary values stored in the file (as pylance reads them)
+    dictionaries: dict[int, pa.Array] = dc_field(default_factory=dict)
 
     @property
     def version(self) -> int:
@@ -175,21 +192,124 @@ def serialize_like_upstream(message) -> bytes:
 _serialize = serialize_like_upstream
 
 
+# --- dictionary values of legacy datasets ----------------------------------------------------
+LEGACY_FORMAT_VERSIONS = ("", "0.1", "legacy")
+
+
+def is_legacy(manifest: table_pb2.Manifest) -> bool:
+    """True for a v0.1 dataset (the only kind whose manifest file holds dictionary values)."""
+    return manifest.data_format.version in LEGACY_FORMAT_VERSIONS
+
+
+def dictionary_fields(manifest: table_pb2.Manifest) -> list:
+    """The fields whose values the manifest file stores, in the order they are written (by id)."""
+    if not is_legacy(manifest):
+        return []
+    return sorted((f for f in manifest.fields if f.logical_type.startswith("dict:")), key=lambda f: f.id)
+
+
+def _value_type(f) -> pa.DataType:
+    from lance_ops.schema import parse_logical_type
+
+    return parse_logical_type(f.logical_type).value_type
+
+
+def place_dictionaries(manifest: table_pb2.Manifest, dictionaries: Mapping[int, pa.Array] | None) -> bytes:
+    """The dictionary-values prefix of a legacy manifest file; sets each field's offset/length.
+
+    ``manifest`` is modified in place. Every dictionary field needs its values in
+    ``dictionaries`` (field id -> values): a manifest without them would make readers see empty
+    strings, so it is refused (UnsupportedError) rather than written.
+    """
+    from lance_ops.encoding import encode_legacy as enc
+    from lance_ops.encoding.decode_legacy import is_binary_like
+
+    fields = dictionary_fields(manifest)
+    missing = [f"{f.name} (id {f.id})" for f in fields if (dictionaries or {}).get(f.id) is None]
+    if missing:
+        raise UnsupportedError(
+            f"the dictionary values of {missing} are unknown: a legacy (v0.1) manifest must carry "
+            "the values of every dictionary field; nothing was written")
+    parts: list[bytes] = []
+    pos = 0
+    for f in fields:
+        vt = _value_type(f)
+        values = dictionaries[f.id]
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        elif not isinstance(values, pa.Array):
+            values = pa.array(values, type=vt)
+        if values.type != vt:
+            values = values.cast(vt)
+        if is_binary_like(vt):
+            data, positions = enc.binary_page(values, pos)
+            offset = pos + len(data)
+            chunk = data + positions
+        else:
+            offset, chunk = pos, enc.plain_bytes(values)
+        f.dictionary.offset = offset
+        f.dictionary.length = len(values)
+        parts.append(chunk)
+        pos += len(chunk)
+    return b"".join(parts)
+
+
+def decode_dictionaries(manifest: table_pb2.Manifest, data: bytes, end: int | None = None,
+                        path: str = "<manifest>") -> dict[int, pa.Array]:
+    """field id -> dictionary values of a legacy manifest, read from the file bytes ``data``.
+
+    Values must lie before ``end`` (the manifest message's position). Decoded as pylance reads
+    them: in a nullable field an empty string/binary value is null.
+    """
+    from lance_ops.encoding import decode_legacy as dec
+
+    end = len(data) if end is None else end
+    out: dict[int, pa.Array] = {}
+    for f in dictionary_fields(manifest):
+        vt = _value_type(f)
+        off, n = int(f.dictionary.offset), int(f.dictionary.length)
+        where = f"dictionary values of field {f.name!r} (id {f.id}) at {off}+{n}"
+        try:
+            if dec.is_binary_like(vt):
+                if off < 0 or n < 0 or off + 8 * (n + 1) > end:
+                    raise ValueError("positions run outside the file body")
+                positions = np.frombuffer(data, dtype="<i8", count=n + 1, offset=off).astype(np.int64)
+                lo, hi = int(positions[0]), int(positions[-1])
+                if lo < 0 or hi > end or (np.diff(positions) < 0).any():
+                    raise ValueError(f"value bytes {lo}..{hi} are outside the file body or decrease")
+                values = dec.decode_binary(vt, f.nullable, [positions], [data[lo:hi]])
+            else:
+                layout = dec.plain_layout(vt)
+                s, e = np.zeros(1, np.int64), np.array([n], np.int64)
+                lo, hi = dec.plain_byte_range(layout, s, e)
+                if off < 0 or n < 0 or off + int(hi[0]) > end:
+                    raise ValueError("values run outside the file body")
+                values = dec.decode_plain(layout, [data[off + int(lo[0]):off + int(hi[0])]], s, e)
+        except (ValueError, TypeError, pa.ArrowException) as exc:
+            raise CorruptFileError(path, f"{where}: {exc}") from None
+        out[f.id] = values
+    return out
+
+
 def encode_manifest(
     manifest: table_pb2.Manifest,
     transaction: transaction_pb2.Transaction | None = None,
     index_section: table_pb2.IndexSection | None = None,
+    dictionaries: Mapping[int, pa.Array] | None = None,
 ) -> bytes:
     """The bytes of a manifest file holding ``manifest`` (+ optional sections).
 
     ``manifest`` is not modified: a copy gets ``index_section`` / ``transaction_section`` set to
     the offsets of the sections written (and cleared when a section is absent; the legacy field
-    21 is always cleared).
+    21 is always cleared). A legacy manifest with dictionary fields needs their values in
+    ``dictionaries`` (field id -> values; e.g. a read ``ManifestFile.dictionaries``): they are
+    written first and the copy's ``dictionary`` offsets point at them.
     """
     m = table_pb2.Manifest()
     m.CopyFrom(manifest)
-    parts: list[bytes] = []
-    pos = 0
+    prefix = place_dictionaries(m, dictionaries) if dictionary_fields(m) else b""
+    parts: list[bytes] = [prefix]
+    pos = len(prefix)
 
     if index_section is not None:
         blob = _serialize(index_section)
@@ -281,7 +401,8 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
         blob = _read_section(data, txn_pos, manifest_pos, path, "inline transaction")
         transaction = _parse(transaction_pb2.Transaction(), blob, path, "Transaction")
 
-    return ManifestFile(manifest, transaction, index_section, path, size)
+    dictionaries = decode_dictionaries(manifest, data, manifest_pos, path) if dictionary_fields(manifest) else {}
+    return ManifestFile(manifest, transaction, index_section, path, size, dictionaries)
 
 
 def read_manifest(store, path: str) -> ManifestFile:
@@ -302,14 +423,16 @@ def write_manifest(
     transaction: transaction_pb2.Transaction | None = None,
     index_section: table_pb2.IndexSection | None = None,
     *,
+    dictionaries: Mapping[int, pa.Array] | None = None,
     if_absent: bool = True,
 ) -> int:
     """Encode and store a manifest; returns its size in bytes.
 
     With ``if_absent`` (the default, as commits need) the write is a put-if-absent and raises
     :class:`~lance_ops.errors.AlreadyExistsError` when another writer got there first.
+    ``dictionaries``: the dictionary values of a legacy manifest (see :func:`encode_manifest`).
     """
-    data = encode_manifest(manifest, transaction, index_section)
+    data = encode_manifest(manifest, transaction, index_section, dictionaries)
     if if_absent:
         store.put_if_absent(path, data)
     else:

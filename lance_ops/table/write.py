@@ -5,6 +5,12 @@ DataFrame; it is consumed batch by batch and cut into data files of at most ``ma
 rows (or ``max_bytes_per_file`` bytes), so memory stays bounded by the file writer's page buffers.
 Data files are written first and published by a single commit: a crash before the commit leaves
 only orphan files (removed later by cleanup), never a half-visible write.
+
+Dictionary columns of legacy (v0.1) datasets: their values are part of the schema, kept in the
+manifest file and in every data file. As pylance does, a new dataset takes them from the first
+batch (no data: refused) and an append's first batch must carry exactly the dataset's values
+(refused otherwise). Later batches are re-keyed onto those values by the file writer; a value the
+dictionary lacks is refused (pylance would silently mis-key it).
 """
 from __future__ import annotations
 
@@ -19,11 +25,13 @@ from lance_ops.errors import (
     DatasetNotFoundError,
     RetryableCommitConflictError,
     SchemaMismatchError,
+    UnsupportedError,
 )
 from lance_ops.file.format import MANIFEST_VERSIONS
 from lance_ops.file.writer import LanceFileWriter
+from lance_ops.file.writer_legacy import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileWriter
 from lance_ops.io import open_store
-from lance_ops.schema import from_lance_fields, to_lance_fields
+from lance_ops.schema import field_tree, from_lance_fields, to_lance_fields
 from lance_ops.table import feature_flags, naming, versions
 from lance_ops.table.commit import IDEMPOTENCY_KEY, CommitContext, CommitOptions, commit_transaction, find_idempotent_commit
 from lance_ops.table.dataset import LanceDataset, open_manifest
@@ -95,12 +103,97 @@ def _leaf_field_ids(fields: Iterable[file_pb2.Field]) -> list[int]:
     return leaf_field_ids(fields)
 
 
+# --- dictionary columns ---------------------------------------------------------------------------
+def mark_dictionary_fields(lance_fields: Iterable[file_pb2.Field]) -> None:
+    """Give dictionary fields the empty ``dictionary`` message pylance writes in every schema."""
+    for f in lance_fields:
+        if f.logical_type.startswith("dict:"):
+            f.dictionary.SetInParent()
+
+
+def _dictionary_paths(lance_fields) -> list[tuple[int, str, tuple]]:
+    """``(field id, dotted name, path)`` of every dictionary field; ``path`` leads to its array
+    from the top-level column: child indices of structs, ``"items"`` through lists."""
+    out = []
+
+    def walk(node, name: str, path: tuple) -> None:
+        dt = node.arrow.type
+        if pa.types.is_dictionary(dt):
+            out.append((node.id, name, path))
+        elif pa.types.is_struct(dt):
+            for i, c in enumerate(node.children):
+                walk(c, f"{name}.{c.proto.name}", path + (i,))
+        elif node.children:  # (large) list: its items
+            walk(node.children[0], f"{name}.{node.children[0].proto.name}", path + ("items",))
+
+    for top in field_tree(list(lance_fields)):
+        walk(top, top.proto.name, (top.proto.name,))
+    return out
+
+
+def _array_at(batch: pa.RecordBatch, path: tuple) -> pa.Array:
+    arr = batch.column(path[0])
+    for step in path[1:]:
+        arr = arr.values if step == "items" else arr.field(step)
+    return arr
+
+
+def legacy_dictionaries(reader: pa.RecordBatchReader, lance_fields, expected: Mapping[int, pa.Array] | None,
+                        uri: str) -> tuple[pa.RecordBatchReader, dict[int, pa.Array]]:
+    """The dictionary values of a legacy (v0.1) write, and ``reader`` (its first batch peeked).
+
+    ``expected`` None (a new schema): the values are the first batch's, as pylance takes them;
+    without any batch they are unknown and the write is refused. Otherwise (an append) the first
+    batch must hold exactly ``expected``'s values (pylance's rule), else SchemaMismatchError.
+    Nothing has been written when this raises.
+    """
+    paths = _dictionary_paths(lance_fields)
+    if not paths:
+        return reader, {}
+    it = iter(reader)
+    first = next(it, None)
+    if first is not None:
+        def chain() -> Iterable[pa.RecordBatch]:
+            yield first
+            yield from it
+
+        reader = pa.RecordBatchReader.from_batches(reader.schema, chain())
+    names = [name for _, name, _ in paths]
+    if expected is None:
+        if first is None:
+            raise UnsupportedError(
+                f"{uri}: a legacy (v0.1) dataset takes the values of its dictionary columns {names} from "
+                "the first batch written, and there is no data; nothing was written")
+        return reader, {fid: _array_at(first, path).dictionary for fid, _, path in paths}
+    values = {}
+    for fid, name, path in paths:
+        want = expected.get(fid)
+        if want is None:
+            raise UnsupportedError(f"{uri}: the dataset manifest carries no dictionary values for field "
+                                   f"{name!r} (id {fid}); nothing was written")
+        if first is not None:
+            got = _array_at(first, path).dictionary
+            if not got.equals(want):
+                raise SchemaMismatchError(
+                    f"{uri}: Append with different schema: dictionary for `{name}` did not match expected "
+                    f"dictionary (a legacy dataset's dictionary values are fixed: {want.to_pylist()[:10]}); "
+                    "nothing was written")
+        values[fid] = want
+    return reader, values
+
+
 class FragmentWriter:
-    """Writes a stream of batches into fragments of at most ``max_rows_per_file`` rows each."""
+    """Writes a stream of batches into fragments of at most ``max_rows_per_file`` rows each.
+
+    Legacy (``version="0.1"``) files are cut into groups of ``max_rows_per_group`` rows and store
+    ``dictionaries`` (field id -> values) for their dictionary fields.
+    """
 
     def __init__(self, store, base: str, schema: pa.Schema, lance_fields: list[file_pb2.Field], *,
                  storage_options: Mapping[str, Any] | None, max_rows_per_file: int,
-                 max_bytes_per_file: int = MAX_BYTES_PER_FILE, version: str = "2.0"):
+                 max_bytes_per_file: int = MAX_BYTES_PER_FILE, version: str = "2.0",
+                 max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
+                 dictionaries: Mapping[int, pa.Array] | None = None):
         if max_rows_per_file <= 0:
             raise ValueError("max_rows_per_file must be positive")
         self._store, self._base = store, base
@@ -110,6 +203,8 @@ class FragmentWriter:
         self._max_rows = max_rows_per_file
         self._max_bytes = max_bytes_per_file
         self._version = version
+        self._max_rows_per_group = max_rows_per_group
+        self._dictionaries = dict(dictionaries) if dictionaries else None
         self._writer: LanceFileWriter | None = None
         self._name = ""
         self.fragments: list[table_pb2.DataFragment] = []
@@ -118,6 +213,11 @@ class FragmentWriter:
     def _open(self) -> None:
         self._name = naming.new_data_file_name()
         path = self._store.uri(self._store.join(self._base, naming.DATA_DIR, self._name))
+        if self._version == "0.1":
+            self._writer = LegacyFileWriter(path, self._schema, storage_options=self._options,
+                                            lance_fields=self._lance_fields, dictionaries=self._dictionaries,
+                                            max_rows_per_group=self._max_rows_per_group)
+            return
         self._writer = LanceFileWriter(path, self._schema, version=self._version,
                                        storage_options=self._options, lance_fields=self._lance_fields)
         # lance_ops statistics hook: closing the writer also writes _stats/<stem>.stats.lance
@@ -185,12 +285,17 @@ class FragmentWriter:
 
 def write_fragments(reader: pa.RecordBatchReader, store, base: str, lance_fields, *, storage_options=None,
                     max_rows_per_file: int = 1024 * 1024, max_bytes_per_file: int = MAX_BYTES_PER_FILE,
-                    version: str = "2.0") -> list[table_pb2.DataFragment]:
-    """Write all batches of ``reader`` as new (uncommitted) fragments with id 0."""
+                    version: str = "2.0", max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
+                    dictionaries: Mapping[int, pa.Array] | None = None) -> list[table_pb2.DataFragment]:
+    """Write all batches of ``reader`` as new (uncommitted) fragments with id 0.
+
+    Legacy (0.1) only: ``max_rows_per_group`` rows per group, and ``dictionaries`` (field id ->
+    values; the dataset's, see :func:`legacy_dictionaries`) is required for dictionary fields.
+    """
     schema = from_lance_fields(lance_fields, dict(reader.schema.metadata or {}))
     writer = FragmentWriter(store, base, schema, lance_fields, storage_options=storage_options,
                             max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,
-                            version=version)
+                            version=version, max_rows_per_group=max_rows_per_group, dictionaries=dictionaries)
     try:
         for batch in reader:
             if batch.schema != schema:
@@ -270,10 +375,18 @@ def write_dataset(
         version = versions.normalize(data_storage_version if default is None else default)
         versions.require_writable(version, uri)
         lance_fields = to_lance_fields(reader.schema)
+        if version == "0.1":
+            # (pylance marks them in 2.x schemas too; left to the 2.x writers' owners)
+            mark_dictionary_fields(lance_fields)
 
+    dictionaries: dict[int, pa.Array] = {}
+    if version == "0.1":
+        expected = current.dictionaries if appending else None
+        reader, dictionaries = legacy_dictionaries(reader, lance_fields, expected, uri)
     fragments = write_fragments(reader, store, base, lance_fields, storage_options=storage_options,
                                 max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,
-                                version=version)
+                                version=version, max_rows_per_group=max_rows_per_group,
+                                dictionaries=dictionaries)
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(),
                                       read_version=current.version if current is not None else 0)
     txn.transaction_properties.update(props)
@@ -290,7 +403,7 @@ def write_dataset(
         enable_stable_row_ids=enable_stable_row_ids if current is None else False,
     )
     try:
-        mf = commit_transaction(store, base, txn, CommitContext(current), options)
+        mf = commit_transaction(store, base, txn, CommitContext(current, dictionaries=dictionaries or None), options)
     except RetryableCommitConflictError as exc:
         if current is None and mode == "create":
             raise DatasetExistsError(f"Dataset already exists: {uri} (created concurrently)") from exc

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 import lance_ops
-from lance_ops.errors import UnsupportedError
+from lance_ops.errors import SchemaMismatchError
 from lance_ops.file.reader_legacy import LegacyFileReader
 from lance_ops.maintenance.compaction import compact_files
 
@@ -166,34 +166,37 @@ def test_compact_pylance_dataset_untouched_by_lance_ops_writes(twins):
     assert reader.field_statistics()["id"]["max_value"].to_pylist() == [59]
 
 
-def test_dictionary_datasets_are_refused_before_writing(tmp_path):
+def test_dictionary_datasets_append_and_create(tmp_path):
+    """Dictionary columns (their values live in the manifest file) append and create like pylance;
+    an append whose dictionary differs from the dataset's is refused before anything is written."""
     uri = str(tmp_path / "ds")
     t = pa.table({"id": np.arange(6), "cat": pa.DictionaryArray.from_arrays(
         pa.array(np.arange(6) % 3, pa.int32()), pa.array(["alpha", "beta", "gamma"]))})
     lance.write_dataset(t, uri, data_storage_version="legacy")
+    lance_ops.write_dataset(t, uri, mode="append")
+    assert lance.dataset(uri).version == 2
+    assert lance.dataset(uri).to_table().equals(pa.concat_tables([t, t]))
     files = sorted(p.name for p in (Path(uri) / "data").iterdir())
-    with pytest.raises(UnsupportedError, match="dictionary"):
-        lance_ops.write_dataset(t, uri, mode="append")
-    assert lance.dataset(uri).version == 1
+    other = t.set_column(1, "cat", pa.DictionaryArray.from_arrays(
+        pa.array(np.arange(6) % 3, pa.int32()), pa.array(["beta", "alpha", "gamma"])))
+    with pytest.raises(SchemaMismatchError, match="dictionary for `cat` did not match"):
+        lance_ops.write_dataset(other, uri, mode="append")
+    assert lance.dataset(uri).version == 2
     assert sorted(p.name for p in (Path(uri) / "data").iterdir()) == files
-    with pytest.raises(UnsupportedError, match="dictionary"):
-        lance_ops.write_dataset(t, str(tmp_path / "new"), data_storage_version="legacy")
+    new = str(tmp_path / "new")
+    lance_ops.write_dataset(t, new, data_storage_version="legacy")
+    assert lance.dataset(new).data_storage_version == "0.1"
+    assert lance.dataset(new).to_table().equals(t)
 
 
-def test_commit_to_legacy_dataset_with_dictionaries_is_refused(tmp_path):
-    """Dictionary values of legacy datasets live in the manifest file: refuse rather than corrupt."""
-    import lance
-    import pyarrow as pa
-    import pytest
-
-    import lance_ops
-    from lance_ops.errors import UnsupportedError
-
+def test_commit_to_legacy_dataset_with_dictionaries(tmp_path):
+    """Dictionary values of legacy datasets live in the manifest file: every new version carries
+    them (this used to be refused), so pylance reads the values, not empty strings."""
     uri = str(tmp_path / "ds")
     table = pa.table({"id": pa.array(range(6), pa.int64()),
                       "d": pa.array(["a", "b", "a", "c", "b", "a"]).dictionary_encode()})
     lance.write_dataset(table, uri, data_storage_version="legacy")
-    with pytest.raises(UnsupportedError, match="dictionary columns"):
-        lance_ops.dataset(uri).delete("id = 1")
-    assert lance.dataset(uri).version == 1
-    assert lance.dataset(uri).to_table().column("d").to_pylist() == ["a", "b", "a", "c", "b", "a"]
+    assert lance_ops.dataset(uri).delete("id = 1") == {"num_deleted_rows": 1}
+    assert lance.dataset(uri).version == 2
+    assert lance.dataset(uri).to_table().column("d").to_pylist() == ["a", "a", "c", "b", "a"]
+    assert lance_ops.dataset(uri).to_table().equals(lance.dataset(uri).to_table())
