@@ -4,7 +4,7 @@ Byte formats (as pylance 14 writes them; the reader's ``decode_v2_1`` documents 
 
 * **mini-block** -- buffer 0: one metadata word per chunk (u16 in 2.1, u32 in 2.2 where the layout
   sets ``has_large_chunk``, field 10): ``(chunk_bytes / 8 - 1) << 4 | log2(values)`` (log 0 for
-  the last chunk). Buffer 1: the chunks, each ``u16 num_levels`` (0 without levels), ``u16 rep
+  the last chunk, except a full last chunk of flat / fixed-size-list values, which keeps its log). Buffer 1: the chunks, each ``u16 num_levels`` (0 without levels), ``u16 rep
   bytes``, ``u16 def bytes`` (when present), the size of every value buffer (u16 / u32 large),
   0xFE padding to 8, then rep, def and value buffers each padded to 8 with 0xFE. Then the optional
   dictionary buffer and, with lists, the repetition index (two u64 per chunk: rows that end in

@@ -12,7 +12,8 @@ buffers. What each produces (byte formats shared with the reader in ``v21_compre
 * variable: ``n + 1`` offsets relative to the chunk buffer (u32/u64) then the bytes, padded with
   0x48 to the offset width; chunks of the largest power of two values that fit 4 KiB;
 * FSST: the variable layout over FSST-compressed strings, with the symbol table in the encoding;
-* general (zstd / lz4): the first buffer of every chunk compressed on its own.
+* general (zstd / lz4): the first buffer of every chunk compressed on its own;
+* byte stream split: see ``encode_v21_bss``.
 
 Block compressors (levels of all-null pages, dictionaries) produce one opaque buffer.
 """
@@ -129,12 +130,16 @@ class MiniBlocks:
     counts: list[int]  # values per chunk
     bufs: list[list[bytes]]  # per chunk: the bytes of each value buffer
     num_buffers: int = 1
+    # flat and fixed-size-list chunks: a last chunk that is full still records its log2 count
+    # (pylance writes 0 only for a short last chunk there; other compressors always write 0)
+    last_full: bool = False
 
     @property
     def logs(self) -> list[int]:
         out = []
         for i, c in enumerate(self.counts):
-            out.append(0 if i == len(self.counts) - 1 else int(c).bit_length() - 1)
+            last = i == len(self.counts) - 1
+            out.append(0 if last and not self.last_full else int(c).bit_length() - 1)
         return out
 
     def size(self) -> int:
@@ -170,7 +175,7 @@ def flat_miniblock(data: np.ndarray, n: int, bits: int) -> MiniBlocks:
         nbytes = c * bits // 8 if i < len(counts) - 1 else total - pos
         bufs.append([data[pos:pos + nbytes].tobytes()])
         pos += nbytes
-    return MiniBlocks(enc_flat(bits), counts, bufs)
+    return MiniBlocks(enc_flat(bits), counts, bufs, last_full=n > 0 and n % per == 0)
 
 
 def fsl_miniblock(data: np.ndarray, n: int, item_bits: int, dims: list[int],
@@ -208,7 +213,8 @@ def fsl_miniblock(data: np.ndarray, n: int, item_bits: int, dims: list[int],
         bufs.append(chunk)
         row += c
     nb = 1 + sum(1 for v in validities if v is not None)
-    return MiniBlocks(enc_fsl(dims, [v is not None for v in validities], enc_flat(item_bits)), counts, bufs, nb)
+    return MiniBlocks(enc_fsl(dims, [v is not None for v in validities], enc_flat(item_bits)), counts, bufs, nb,
+                      last_full=n > 0 and n % per == 0)
 
 
 def bitpack_estimate(values: np.ndarray, t_bits: int) -> Optional[int]:
@@ -381,7 +387,8 @@ def general_wrap(mb: MiniBlocks, scheme: str, level: Optional[int]) -> MiniBlock
         new.append([c] + b[1:])
     if csize >= total:
         return mb
-    return MiniBlocks(enc_general(buffer_compression(scheme, level), mb.encoding), mb.counts, new, mb.num_buffers)
+    return MiniBlocks(enc_general(buffer_compression(scheme, level), mb.encoding), mb.counts, new, mb.num_buffers,
+                      mb.last_full)
 
 
 # --------------------------------------------------------------------------------------------

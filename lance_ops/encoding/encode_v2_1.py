@@ -16,10 +16,13 @@ arrays until its budget is exceeded, then every leaf below it gets one page for 
 Field metadata honoured: ``lance-encoding:compression`` (``zstd`` / ``lz4`` wrap mini-block
 chunks or full-zip values, ``fsst`` forces FSST, ``none`` disables compression),
 ``lance-encoding:compression-level``, ``lance-encoding:structural-encoding`` (``miniblock`` /
-``fullzip``), ``lance-encoding:dict-size-ratio``, ``lance-encoding:rle-threshold`` and
-``lance-encoding:packed`` (fixed-width packed structs). Anything else that would change the bytes
-(blob columns, byte-stream-split, variable packed structs) is refused with ``UnsupportedError``
-before a byte is written.
+``fullzip``), ``lance-encoding:dict-size-ratio``, ``lance-encoding:rle-threshold``,
+``lance-encoding:packed`` (fixed-width packed structs), ``lance-encoding:bss`` (byte stream split
+of 32/64-bit mini-block values, only with a requested compression; ``auto`` by byte entropy, see
+``encode_v21_bss``) and ``lance-encoding:blob`` (``large_binary`` values stored out of line, pages
+of descriptions in a blob layout, see ``encode_v21_blob``). Anything else that would change the
+bytes (blobs below lists, variable packed structs) is refused with ``UnsupportedError`` before a
+byte is written.
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ import pyarrow.compute as pc
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops.encoding import encode_v21_bitpack as bp
+from lance_ops.encoding import encode_v21_blob as blob
+from lance_ops.encoding import encode_v21_bss as bss_mod
 from lance_ops.encoding import encode_v21_layout as lay
 from lance_ops.encoding import encode_v21_shred as sh
 from lance_ops.encoding import encode_v21_values as ev
@@ -72,6 +77,7 @@ class Params:
     structural: Optional[str] = None  # None | "miniblock" | "fullzip"
     dict_size_ratio: float = 0.8
     rle_threshold: Optional[float] = None
+    bss: str = "auto"  # "auto" | "on" | "off" (lance-encoding:bss)
 
     @property
     def general(self) -> Optional[str]:
@@ -124,12 +130,7 @@ def params_of(field: pa.Field) -> Params:
             p.rle_threshold = float(thr)
         except ValueError:
             pass
-    bss = _md(field, BSS_META_KEY)
-    if bss is not None and bss.lower() not in ("auto", "off") and p.general is not None:
-        raise UnsupportedError(f"field {field.name!r}: lance-encoding:bss={bss!r} (byte stream split) is not supported")
-    if _md(field, BLOB_META_KEY) is not None and _md(field, BLOB_META_KEY).lower() in ("true", "1", "yes"):
-        raise UnsupportedError(f"field {field.name!r}: blob columns (lance-encoding:blob) are not supported by "
-                               "the lance-ops 2.1+ writer")
+    p.bss = bss_mod.parse_mode(_md(field, BSS_META_KEY))
     return p
 
 
@@ -200,6 +201,9 @@ def _validity_np(arr: pa.Array) -> Optional[np.ndarray]:
 def _fixed_miniblock(data: np.ndarray, n: int, bits: int, params: Params) -> ev.MiniBlocks:
     if params.compression == "none" or bits not in (8, 16, 32, 64):
         mb = ev.flat_miniblock(data, n, bits)
+    elif params.compression is not None and n and bss_mod.should_use(data, n, bits, params.bss):
+        # byte stream split only with a requested compression, tried before RLE and bitpacking
+        mb = bss_mod.bss_miniblock(data, n, bits)
     else:
         vals = bp.as_uint(data, bits) if n else np.zeros(0, bp._UINT[bits])
         raw = n * bits // 8
@@ -314,7 +318,7 @@ def _dict_fixed(data: np.ndarray, n: int, bits: int, params: Params) -> Optional
     else:
         arr = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), n, [None, pa.py_buffer(data.tobytes())])
         card = pc.count_distinct(arr).as_py()
-    est = card * 16 + n * 4
+    est = card * (bits // 8) + n * 4  # pylance 14: dictionary entries at their own width, u32 indices
     if not est / (n * bits // 8) < params.dict_size_ratio:
         return None
     enc = pc.dictionary_encode(arr)
@@ -598,7 +602,8 @@ def _maybe_dictionary_page(sd: sh.Shredded, params: Params, version: str) -> Opt
         denc, dbuf = _fixed_dict_block(np.frombuffer(dict_bytes, np.uint8), card, bits, version)
     else:
         return None
-    mb = _fixed_miniblock(idx.view(np.uint8), n, 32, Params(compression=params.compression, level=params.level))
+    mb = _fixed_miniblock(idx.view(np.uint8), n, 32,
+                          Params(compression=params.compression, level=params.level, bss=params.bss))
     out = lay.miniblock_page(mb, sd.rep, sd.defs, sd.layers, sd.max_visible_def, n, large,
                              dictionary=(denc, dbuf, card), limit_21=not large)
     if out is None:
@@ -645,14 +650,20 @@ def _dictionary_array_page(sd: sh.Shredded, params: Params, version: str, valid)
 # field encoders
 # --------------------------------------------------------------------------------------------
 class FieldEncoderV21:
-    """All leaf columns of one top-level field; pages cut when the field's budget is exceeded."""
+    """All leaf columns of one top-level field; pages cut when the field's budget is exceeded.
+
+    Blob leaves (``encode_v21_blob``) are replaced, as each batch arrives, by their descriptions
+    (their bytes go to the batch's out-of-line buffers); a change of a blob leaf's rep/def layers
+    between batches closes the pending page first, as pylance does."""
 
     def __init__(self, field: pa.Field, first_column: int, cache_bytes: int, max_page_bytes: int, version: str):
         self.field = field
         self.version = version
         self.leaves = sh.leaf_fields(field)
         self.first_column = first_column
-        self.params = [params_of(f) for _, f in self.leaves]
+        self.blob_leaves = [i for i, (_, f) in enumerate(self.leaves) if blob.is_blob(f)]
+        self.params = [Params() if i in self.blob_leaves else params_of(f) for i, (_, f) in enumerate(self.leaves)]
+        self.blob_layers: Optional[tuple] = None  # per blob leaf: the layers of the queued batches
         self.queue = _Queue(cache_bytes)
         self.max_page_bytes = max_page_bytes
         self.rows = 0
@@ -660,13 +671,33 @@ class FieldEncoderV21:
     def columns(self) -> Iterator[int]:
         yield from range(self.first_column, self.first_column + len(self.leaves))
 
-    def maybe_encode(self, array: pa.Array) -> list[EncodedPageV21]:
+    def maybe_encode(self, array: pa.Array, external: Optional[blob.OutOfLineBuffers] = None) -> list[EncodedPageV21]:
+        pages: list[EncodedPageV21] = []
+        if self.blob_leaves:
+            if external is None:
+                raise ValueError("blob fields need the batch's out-of-line buffers")
+            array, layers = self._describe_blobs(array, external)
+            if self.queue.arrays and layers != self.blob_layers:
+                pages.extend(self._encode(self.queue.take()))
+            self.blob_layers = layers
         size = array.nbytes
         ready = self.queue.insert(array, size)
         if ready:
-            return self._encode(ready)
+            return pages + self._encode(ready)
         self.queue.arrays[-1] = compact(array, size)
-        return []
+        return pages
+
+    def _describe_blobs(self, array: pa.Array, external: blob.OutOfLineBuffers) -> tuple[pa.Array, tuple]:
+        """``array`` with every blob leaf replaced by its descriptions (bytes go to ``external``)."""
+        layers = []
+        for i in self.blob_leaves:
+            path, _ = self.leaves[i]
+            sd = sh.shred_leaf(array, path)
+            null_pos = sd.defs.astype(np.uint64) << np.uint64(16) if sd.defs is not None else 0
+            desc = blob.describe(sd.values, sd.valid, null_pos, external)
+            array = blob.replace_leaf(array, path, 0, blob.descriptions_array(desc))
+            layers.append(tuple(sd.layers))
+        return array, tuple(layers)
 
     def flush(self) -> list[EncodedPageV21]:
         ready = self.queue.take()
@@ -691,6 +722,12 @@ class FieldEncoderV21:
         out = []
         first_row = self.rows
         for i, ((path, _leaf), params) in enumerate(zip(self.leaves, self.params)):
+            if i in self.blob_leaves:
+                layers = self.blob_layers[self.blob_leaves.index(i)]
+                page = blob.blob_page(blob.leaf_of(array, path), list(layers), self.version)
+                out.append(EncodedPageV21(self.first_column + i, len(array), page.buffers, page.layout,
+                                          priority=first_row))
+                continue
             sd = sh.shred_leaf(array, path)
             page = encode_leaf(sd, params, self.version)
             out.append(EncodedPageV21(self.first_column + i, page.num_rows, page.buffers, page.layout,
@@ -699,10 +736,27 @@ class FieldEncoderV21:
         return out
 
 
-def check_writable(field: pa.Field) -> None:
+def _check_blob_fields(field: pa.Field, version: str, path: str = "", below_list: bool = False) -> None:
+    """Blob metadata anywhere in ``field``: a large_binary leaf outside lists, else refused."""
+    name = f"{path}.{field.name}" if path else field.name
+    if blob.is_blob(field):
+        blob.check_blob_field(field, name, below_list, version)
+        return
+    t = field.type
+    if pa.types.is_struct(t) and not sh.is_packed(field):
+        for i in range(t.num_fields):
+            _check_blob_fields(t.field(i), version, name, below_list)
+    elif sh.is_list(t):
+        _check_blob_fields(t.value_field, version, name, True)
+
+
+def check_writable(field: pa.Field, version: str = "2.1") -> None:
     """Refuse (before writing) fields the 2.1+ writer cannot store; validates field metadata."""
+    _check_blob_fields(field, version)
     sh.check_shreddable(field)
     for _, leaf in sh.leaf_fields(field):
+        if blob.is_blob(leaf):
+            continue
         params_of(leaf)
         t = leaf.type
         if pa.types.is_struct(t) and sh.is_packed(leaf) and _md(leaf, STRUCTURAL_META_KEY) == "fullzip":

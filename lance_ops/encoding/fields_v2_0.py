@@ -6,7 +6,10 @@ A schema field maps to columns in pre-order, as upstream 2.0 does:
   fixed_size_list of fixed-width items, Arrow dictionaries of those;
 * struct: a header column (one ``SimpleStruct`` page without buffers, written at the end)
   followed by the columns of its children;
-* list / large_list: an offsets column followed by the columns of the item field.
+* list / large_list: an offsets column followed by the columns of the item field;
+* blob (``large_binary`` with ``lance-encoding:blob``, ``encode_v20_blob``): one column of
+  descriptions, the values written out of line as the batch arrives (``maybe_encode``'s
+  ``external`` buffers).
 
 Every column accumulates incoming arrays (zero-copy references, compacted only when a small view
 would pin a much larger parent) until their size exceeds the column's cache budget, then encodes and emits a page; a single oversized array is split into
@@ -98,7 +101,8 @@ def compact(array: pa.Array, size: int) -> pa.Array:
 class FieldEncoder:
     """Base class: ``maybe_encode`` per batch, ``flush`` at the end, ``finish`` for final pages."""
 
-    def maybe_encode(self, array: pa.Array) -> list[EncodedPage]:
+    def maybe_encode(self, array: pa.Array, external=None) -> list[EncodedPage]:
+        """``external``: the batch's ``encode_v21_blob.OutOfLineBuffers`` (blob fields only)."""
         raise NotImplementedError
 
     def flush(self) -> list[EncodedPage]:
@@ -109,6 +113,10 @@ class FieldEncoder:
 
     def columns(self) -> Iterator[int]:
         raise NotImplementedError
+
+    def blob_columns(self) -> Iterator[int]:
+        """Columns holding blob descriptions (their column encoding is ``blob``)."""
+        return iter(())
 
 
 class LeafEncoder(FieldEncoder):
@@ -124,7 +132,7 @@ class LeafEncoder(FieldEncoder):
     def columns(self) -> Iterator[int]:
         yield self.column_index
 
-    def maybe_encode(self, array: pa.Array) -> list[EncodedPage]:
+    def maybe_encode(self, array: pa.Array, external=None) -> list[EncodedPage]:
         size = array.nbytes
         ready = self.queue.insert(array, size)
         if ready:
@@ -164,11 +172,15 @@ class StructEncoder(FieldEncoder):
         for child in self.children:
             yield from child.columns()
 
-    def maybe_encode(self, array: pa.StructArray) -> list[EncodedPage]:
+    def blob_columns(self) -> Iterator[int]:
+        for child in self.children:
+            yield from child.blob_columns()
+
+    def maybe_encode(self, array: pa.StructArray, external=None) -> list[EncodedPage]:
         self.num_rows += len(array)
         pages: list[EncodedPage] = []
         for i, child in enumerate(self.children):
-            pages.extend(child.maybe_encode(array.field(i)))  # field() applies the struct's offset
+            pages.extend(child.maybe_encode(array.field(i), external))  # field() applies the struct's offset
         return pages
 
     def flush(self) -> list[EncodedPage]:
@@ -202,7 +214,10 @@ class ListEncoder(FieldEncoder):
         validity = (len(array) + 7) // 8 if array.buffers()[0] is not None else 0
         return (len(array) + 1) * width, validity
 
-    def maybe_encode(self, array: pa.Array) -> list[EncodedPage]:
+    def blob_columns(self) -> Iterator[int]:
+        return self.items.blob_columns()
+
+    def maybe_encode(self, array: pa.Array, external=None) -> list[EncodedPage]:
         offsets = array.offsets  # the slice's len+1 offsets (not rebased)
         start, end = offsets[0].as_py(), offsets[-1].as_py()
         item_array = array.values.slice(start, end - start)
@@ -210,7 +225,7 @@ class ListEncoder(FieldEncoder):
         offsets_size, validity_size = self._offsets_sizes(array)
         ready = self.queue.insert(enc.list_offsets_piece(array), offsets_size + validity_size)
         pages = self._encode(ready) if ready else []
-        item_pages = self.items.maybe_encode(item_array)
+        item_pages = self.items.maybe_encode(item_array, external)
         if ready:
             # an items page must never span two offsets pages: close every column below
             item_pages.extend(self.items.flush())
@@ -243,7 +258,10 @@ def check_writable(field: pa.Field, path: str = "") -> None:
     dt = field.type
     md = field.metadata or {}
     if BLOB_META_KEY in md:
-        raise UnsupportedTypeError(f"field {name!r}: blob columns (lance-encoding:blob) are not supported")
+        from lance_ops.encoding import encode_v21_blob as blob
+
+        blob.check_blob_field(field, name, below_list=False, version="2.0")  # large_binary only
+        return
     if pa.types.is_struct(dt):
         if _packed(field):
             raise UnsupportedTypeError(f"field {name!r}: packed struct encoding is not supported by this writer")
@@ -268,6 +286,10 @@ def build_encoder(field: pa.Field, next_column: list[int], cache_bytes: int, max
     if pa.types.is_list(dt) or pa.types.is_large_list(dt):
         items = build_encoder(dt.value_field, next_column, cache_bytes, max_page_bytes)
         return ListEncoder(column, items, cache_bytes)
+    if BLOB_META_KEY in (field.metadata or {}):
+        from lance_ops.encoding.encode_v20_blob import BlobEncoderV20
+
+        return BlobEncoderV20(field, column, cache_bytes, max_page_bytes)
     return LeafEncoder(field, column, cache_bytes, max_page_bytes)
 
 

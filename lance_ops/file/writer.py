@@ -6,7 +6,9 @@
     # the file appears when the ``with`` block ends (aborted if it raised)
 
 Layout written (see ``lance_ops.file.format``): page buffers, each padded with 0x48 to a 64-byte
-boundary, in the order pages are produced (per batch, column order); global buffers added with
+boundary, in the order pages are produced (per batch, column order) -- with blob fields
+(``lance-encoding:blob``) every batch first writes its blob values, each padded the same way, and
+then the pages it completes; global buffers added with
 :meth:`LanceFileWriter.add_global_buffer` (padded, in-stream); then global buffer 0 = the
 ``lance.file.FileDescriptor`` (schema + row count, unpadded); one ``ColumnMetadata`` per column;
 the column metadata offset table; the global buffer offset table; the 40-byte footer.
@@ -27,6 +29,8 @@ from google.protobuf import any_pb2
 from lance_ops._proto import encodings_v2_0_pb2 as enc_pb
 from lance_ops._proto import file2_pb2, file_pb2
 from lance_ops.encoding.buffers import chunk_size
+from lance_ops.encoding.encode_v20_blob import column_encoding_bytes as blob_column_encoding_bytes
+from lance_ops.encoding.encode_v21_blob import OutOfLineBuffers
 from lance_ops.encoding.fields_v2_0 import EncodedPage, FieldEncoder, build_encoder, check_values, check_writable
 from lance_ops.errors import SchemaMismatchError, UnsupportedError
 from lance_ops.file.format import (
@@ -75,6 +79,7 @@ def _column_encoding_bytes() -> bytes:
 
 
 _COLUMN_ENCODING = _column_encoding_bytes()
+_BLOB_COLUMN_ENCODING = blob_column_encoding_bytes()
 
 
 def _max_page_bytes(value: int | None) -> int:
@@ -138,6 +143,8 @@ class LanceFileWriter:
         self._column_rows: list[int] = []
         self._schema_metadata: dict[str, bytes] = {}
         self._global_buffers: list[tuple[int, int]] = []
+        self._blob_columns: set[int] = set()  # 2.0 columns whose column encoding is ``blob``
+        self._has_blobs = False
         self._rows = 0
         self._store = None
         self._sink = None
@@ -157,7 +164,7 @@ class LanceFileWriter:
             else:  # [v2.1 dispatch] leaf-only columns, see lance_ops.encoding.encode_v2_1
                 from lance_ops.encoding import encode_v2_1 as enc21
 
-                enc21.check_writable(f)
+                enc21.check_writable(f, self.version)
         if self._given_lance_fields is not None:
             if len(self._given_lance_fields) != len(lance_fields):
                 raise SchemaMismatchError(
@@ -177,6 +184,14 @@ class LanceFileWriter:
             self._encoders = [enc21.build_encoder(f, counter, cache, self._max_page_bytes, self.version)
                               for f in schema]
         num_columns = counter[0]
+        self._blob_columns = set()
+        self._has_blobs = False
+        if self.version == "2.0":
+            for encoder in self._encoders:
+                self._blob_columns.update(encoder.blob_columns())
+            self._has_blobs = bool(self._blob_columns)
+        else:
+            self._has_blobs = any(encoder.blob_leaves for encoder in self._encoders)
         self._schema = schema
         self._lance_fields = lance_fields
         self._columns = [file2_pb2.ColumnMetadata() for _ in range(num_columns)]
@@ -338,8 +353,20 @@ class LanceFileWriter:
             return
         if n > 2**32:
             raise ValueError("cannot write Lance files with more than 2^32 rows in one batch")
-        for encoder, array in zip(self._encoders, batch.columns):
-            self._write_pages(encoder.maybe_encode(array))
+        if not self._has_blobs:
+            for encoder, array in zip(self._encoders, batch.columns):
+                self._write_pages(encoder.maybe_encode(array))
+        else:
+            # blob values go out of line, at the current end of the file, before every page this
+            # batch completes (pylance's order); positions are absolute file offsets
+            sink = self._open_sink()
+            external = OutOfLineBuffers(sink.tell())
+            pages = []
+            for encoder, array in zip(self._encoders, batch.columns):
+                pages.extend(encoder.maybe_encode(array, external))
+            for chunk in external.chunks:
+                sink.write(chunk)
+            self._write_pages(pages)
         self._rows += n
 
     def _write_pages(self, pages: list[EncodedPage]) -> None:
@@ -383,8 +410,8 @@ class LanceFileWriter:
 
         column_meta_start = sink.tell()
         cmo = []
-        for column in self._columns:
-            column.encoding.direct.encoding = _COLUMN_ENCODING
+        for index, column in enumerate(self._columns):
+            column.encoding.direct.encoding = _BLOB_COLUMN_ENCODING if index in self._blob_columns else _COLUMN_ENCODING
             data = column.SerializeToString()
             cmo.append((sink.tell(), len(data)))
             sink.write(data)

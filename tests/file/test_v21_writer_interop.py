@@ -374,3 +374,46 @@ def test_append_and_compact_a_pylance_dataset_in_its_version(tmp_path, version):
     assert_tables_equal(ds.to_table(), t)
     data_file = ds.get_fragments()[0].metadata.files[0]
     assert (data_file.file_major_version, data_file.file_minor_version) == (2, int(version[-1]))
+
+
+# --------------------------------------------------------------------------------------------
+# details found while matching blob / BSS pages byte for byte
+# --------------------------------------------------------------------------------------------
+def _same_bytes(a: str, b: str) -> bool:
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("kind,n", [("f32", 1024), ("f32", 4096), ("f64", 512), ("f64", 2048), ("u8", 4096),
+                                    ("bool", 8192), ("fsl", 256), ("fsl", 1024), ("fsl_nulls", 512)])
+def test_full_last_chunk_keeps_its_log_like_pylance(tmp_path, version, kind, n):
+    """Flat and fixed-size-list mini-blocks: a full last chunk records log2(values), not 0."""
+    rng = np.random.default_rng(n)
+    arr = {
+        "f32": lambda: pa.array(rng.standard_normal(n).astype(np.float32)),
+        "f64": lambda: pa.array(rng.standard_normal(n)),
+        "u8": lambda: pa.array(rng.integers(0, 256, n).astype(np.uint8)),
+        "bool": lambda: pa.array(rng.random(n) < 0.5),
+        "fsl": lambda: pa.FixedSizeListArray.from_arrays(pa.array(rng.standard_normal(4 * n).astype(np.float32)), 4),
+        "fsl_nulls": lambda: pa.FixedSizeListArray.from_arrays(
+            pa.array(rng.standard_normal(4 * n).astype(np.float32), mask=rng.random(4 * n) < 0.1), 4),
+    }[kind]()
+    t = pa.table({"x": arr})
+    ours = write_ours(tmp_path / "o.lance", t, version)
+    theirs = write_theirs(tmp_path / "t.lance", t, version)
+    assert _same_bytes(ours, theirs)
+
+
+@pytest.mark.parametrize("card,dictionary", [(1000, True), (1490, True), (1510, False), (2400, False)])
+def test_64_bit_dictionary_choice_like_pylance(tmp_path, card, dictionary):
+    """2.2: 64-bit values get a dictionary when card * 8 + n * 4 < 0.8 * n * 8 (entries at their width)."""
+    rng = np.random.default_rng(card)
+    n = 5000
+    x = np.concatenate([rng.permutation(card), rng.integers(0, card, n - card)]) * 1_000_003 + 2**40
+    for arr in (pa.array(x), pa.array(x.astype(np.float64) * 1.37)):
+        t = pa.table({"x": arr})
+        ours = layouts(write_ours(tmp_path / "o.lance", t, "2.2"))
+        assert ours == layouts(write_theirs(tmp_path / "t.lance", t, "2.2"))
+        assert ("dictionary=" in ours[0]) == dictionary
+        assert_tables_equal(read_theirs(str(tmp_path / "o.lance")), t)
