@@ -35,8 +35,10 @@ import pyarrow.compute as pc
 from google.protobuf import unknown_fields
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
+from lance_ops.encoding import v21_chunks as chunks
 from lance_ops.encoding import v21_compressive as comp
 from lance_ops.encoding import v21_repdef as rd
+from lance_ops.encoding.v21_chunks import spans_index
 from lance_ops.encoding.v21_compressive import EncodingCorrupt, EncodingUnsupported, Vals
 
 Ranges = list[tuple[int, int]]  # absolute (position, size)
@@ -86,74 +88,87 @@ class Decoded:
                        sum(p.num_rows for p in parts))
 
 
-def select_rows(levels: rd.Levels, values: Vals, canon: rd.Canonical, first_row: int,
-                ranges: Sequence[tuple[int, int]], complete: bool = True) -> Decoded:
-    """Cut the rows ``ranges`` (absolute, within [first_row, ...)) out of a decoded run."""
-    starts = rd.row_starts(levels, canon.max_rep)
-    bounds = np.append(starts, levels.n)
+def select_rows(levels: rd.Levels, values: Vals, canon: rd.Canonical, ra: np.ndarray, rb: np.ndarray,
+                run_ends: Optional[np.ndarray] = None) -> Decoded:
+    """Cut the rows ``[ra[i], rb[i])`` (sorted, disjoint, numbered from the run's first row start)
+    out of a decoded run; one slice for one range, one gather for many.
+
+    ``run_ends`` (level positions, increasing): where runs of chunks that were decoded back to back
+    end; a row never extends past the end of its run (the next run may begin with the tail of a
+    row that is not wanted)."""
+    if canon.max_rep and levels.rep is not None:
+        starts = np.flatnonzero(levels.rep == canon.max_rep)
+        nrows = len(starts)
+    else:
+        starts = None
+        nrows = levels.n
+    if len(ra) > 1 and (run_ends is None or starts is None):  # merge touching ranges (e.g. whole pages)
+        touch = rb[:-1] == ra[1:]
+        if bool(touch.any()):
+            ra, rb = ra[np.concatenate([[True], ~touch])], rb[np.concatenate([~touch, [True]])]
+    k = len(ra)
+    if k == 0:
+        return Decoded(rd.Levels(None, None, 0), values.slice(0, 0), 0)
+    if int(ra[0]) < 0 or int(rb[-1]) > nrows:
+        raise EncodingCorrupt("requested rows are not in the decoded chunks")
+    if k == 1 and int(ra[0]) == 0 and int(rb[0]) == nrows and (starts is None or nrows == 0 or starts[0] == 0) \
+            and (run_ends is None or len(run_ends) <= 1 or starts is None):
+        return Decoded(levels, values, nrows)
+    if starts is None:
+        la, lb = ra, rb
+    else:
+        bounds = np.append(starts, levels.n)
+        la, lb = bounds[ra], bounds[rb]
+        if run_ends is not None and len(run_ends) > 1:
+            lb = np.minimum(lb, run_ends[np.minimum(np.searchsorted(run_ends, la, side="right"), len(run_ends) - 1)])
     vis = rd.visible_mask(levels, canon)
     if vis is None:
-        vcum = None
+        va, vb = la, lb
     else:
         vcum = np.zeros(levels.n + 1, dtype=np.int64)
         np.cumsum(vis, out=vcum[1:])
-    if len(ranges) > 8:
-        return _select_many(levels, values, bounds, vcum, first_row, len(starts), ranges)
-    lv_parts, val_parts, nrows = [], [], 0
-    whole = len(ranges) == 1 and ranges[0][0] == first_row and ranges[0][1] - first_row == len(starts) \
-        and (len(starts) == 0 or starts[0] == 0)
-    if whole:
-        return Decoded(levels, values, len(starts))
-    for a, b in ranges:
-        ia, ib = a - first_row, b - first_row
-        if ia < 0 or ib > len(starts):
-            raise EncodingCorrupt(f"rows {a}..{b} are not in the decoded chunks")
-        la, lb = int(bounds[ia]), int(bounds[ib])
-        lv_parts.append(rd.Levels(None if levels.rep is None else levels.rep[la:lb],
-                                  None if levels.defs is None else levels.defs[la:lb], lb - la))
-        va, vb = (la, lb) if vcum is None else (int(vcum[la]), int(vcum[lb]))
-        val_parts.append(values.slice(va, vb))
-        nrows += ib - ia
-    if not lv_parts:
-        return Decoded(rd.Levels(None, None, 0), values.slice(0, 0), 0)
-    return Decoded(rd.Levels.concat(lv_parts), Vals.concat(val_parts), nrows)
-
-
-def _spans(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The concatenation of ``arange(a[i], b[i])`` over all i."""
-    lens = b - a
-    total = int(lens.sum())
-    if not total:
-        return np.zeros(0, dtype=np.int64)
-    offs = np.zeros(len(lens), dtype=np.int64)
-    np.cumsum(lens[:-1], out=offs[1:])
-    return np.repeat(a - offs, lens) + np.arange(total, dtype=np.int64)
-
-
-def _select_many(levels: rd.Levels, values: Vals, bounds: np.ndarray, vcum: Optional[np.ndarray],
-                 first_row: int, nstarts: int, ranges) -> Decoded:
-    """``select_rows`` for many ranges at once (level and value indices gathered in one pass)."""
-    rr = np.asarray(ranges, dtype=np.int64).reshape(-1, 2) - first_row
-    ia, ib = rr[:, 0], rr[:, 1]
-    if len(rr) and (int(ia.min()) < 0 or int(ib.max()) > nstarts):
-        raise EncodingCorrupt("requested rows are not in the decoded chunks")
-    la, lb = bounds[ia], bounds[ib]
-    lidx = _spans(la, lb)
+        va, vb = vcum[la], vcum[lb]
+    nsel = int((rb - ra).sum())
+    if k == 1:
+        a, b = int(la[0]), int(lb[0])
+        lv = rd.Levels(None if levels.rep is None else levels.rep[a:b],
+                       None if levels.defs is None else levels.defs[a:b], b - a)
+        return Decoded(lv, values.slice(int(va[0]), int(vb[0])), nsel)
+    lidx = spans_index(la, lb)
     lv = rd.Levels(None if levels.rep is None else levels.rep[lidx],
                    None if levels.defs is None else levels.defs[lidx], len(lidx))
-    if vcum is None:
-        vidx = lidx
-    else:
-        vidx = _spans(vcum[la], vcum[lb])
-    return Decoded(lv, values.take(vidx), int((ib - ia).sum()))
+    vidx = lidx if vis is None else spans_index(va, vb)
+    return Decoded(lv, values.take(vidx), nsel)
+
+
+def _join(datas: Sequence) -> np.ndarray:
+    """The requested byte ranges back to back as one uint8 array (no copy for a single range)."""
+    if len(datas) == 1:
+        return np.frombuffer(datas[0], dtype=np.uint8)
+    return np.concatenate([np.frombuffer(d, dtype=np.uint8) for d in datas]) if datas else np.zeros(0, np.uint8)
+
+
+def empty_decoded(ctx: "PageCtx") -> Decoded:
+    """No rows of a leaf column."""
+    return Decoded(rd.Levels(None, None, 0),
+                   placeholder_vals(ctx.value_kind, ctx.value_width, 0, ctx.items_per_value), 0)
 
 
 def _map_defs(defs: Optional[np.ndarray], table: np.ndarray) -> Optional[np.ndarray]:
+    """Page definition levels -> canonical ones (``table`` is increasing: a few compares, no gather)."""
     if defs is None:
         return None
-    if len(defs) and int(defs.max()) >= len(table):
-        raise EncodingCorrupt(f"definition level {int(defs.max())} is out of range for the page's layers")
-    return table[defs]
+    top = int(defs.max()) if len(defs) else 0
+    if top >= len(table):
+        raise EncodingCorrupt(f"definition level {top} is out of range for the page's layers")
+    if bool(np.all(table[:top + 1] == np.arange(top + 1))):
+        return defs.astype(np.uint16, copy=False)
+    if len(table) > 8 or bool(np.any(np.diff(table.astype(np.int64)) <= 0)):
+        return table[defs]
+    out = np.zeros(len(defs), np.uint16)
+    for i in range(1, top + 1):
+        out += (defs >= i).astype(np.uint16) * np.uint16(table[i] - table[i - 1])
+    return out
 
 
 def placeholder_vals(kind: str, width: int, n: int, ipv: int = 1) -> Vals:
@@ -205,8 +220,9 @@ class Page:
     def init(self, data: Sequence[bytes]) -> None:
         self.ready = True
 
-    def plan(self, ranges: Sequence[tuple[int, int]]) -> tuple[Ranges, Callable[[Sequence[bytes]], Decoded]]:
-        """Byte ranges to read for the rows ``ranges`` (page-relative) and a function decoding them."""
+    def plan(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, Callable[[Sequence[bytes]], Decoded]]:
+        """Byte ranges to read for the rows ``[starts[i], ends[i])`` (page-relative, sorted, disjoint)
+        and a function decoding them."""
         raise NotImplementedError
 
 
@@ -228,6 +244,11 @@ class MiniBlockPage(Page):
         if self.max_rep and not self.has_rep:
             raise EncodingCorrupt("list page without repetition levels")
         self.dictionary: Optional[Vals] = None
+        # pages of a column with equal keys decode their chunks as one batch (see decode_group)
+        self.batch_key = None if self.has_dict else (
+            m.rep_compression.SerializeToString(), m.def_compression.SerializeToString(),
+            m.value_compression.SerializeToString(), tuple(m.layers), self.num_buffers, self.large,
+            self.has_rep, self.has_def)
 
     def init_ranges(self) -> Ranges:
         out = [self.buf(0)]
@@ -289,128 +310,108 @@ class MiniBlockPage(Page):
             raise EncodingCorrupt(f"chunks hold {int(self.chunk_first_row[-1])} rows, page says {self.num_rows}")
         self.ready = True
 
-    def _chunk_of_row(self, rows: np.ndarray) -> np.ndarray:
-        ends = self.chunk_first_row[1:]
-        return np.searchsorted(ends, rows, side="right")
+    def plan(self, starts, ends):
+        reqs, part = self.plan_part(starts, ends)
+        if part is None:
+            return [], lambda datas: empty_decoded(self.ctx)
+        return reqs, lambda datas: decode_group([(self, part)], datas)
 
-    def plan(self, ranges):
-        nchunks = len(self.chunk_sizes)
-        spans = []
-        for a, b in ranges:
-            if b <= a:
-                continue
-            c0 = int(self._chunk_of_row(np.array([a]))[0])
-            c1 = nchunks - 1 if b >= self.num_rows else int(self._chunk_of_row(np.array([b]))[0])
-            if self.max_rep == 0 and b < self.num_rows:
-                c1 = int(self._chunk_of_row(np.array([b - 1]))[0])
-            spans.append([c0, c1, [(a, b)]])
-        runs: list = []
-        for s in sorted(spans, key=lambda x: x[0]):
-            if runs and s[0] <= runs[-1][1] + (0 if self.max_rep else 1):
-                runs[-1][1] = max(runs[-1][1], s[1])
-                runs[-1][2].extend(s[2])
-            else:
-                runs.append(s)
-        reqs: Ranges = []
-        for c0, c1, _ in runs:
-            reqs.append((self.data_pos + int(self.chunk_offsets[c0]), int(self.chunk_offsets[c1 + 1] - self.chunk_offsets[c0])))
+    def plan_part(self, starts, ends) -> tuple[Ranges, Optional[tuple]]:
+        """Byte ranges of the chunks holding the rows and what :func:`decode_group` needs:
+        (chunk ids, row ranges numbered within those chunks), or None when no rows are wanted."""
+        nch = len(self.chunk_sizes)
+        keep = ends > starts
+        a, b = starts[keep], ends[keep]
+        if not len(a) or nch == 0:
+            return [], None
+        fr_end = self.chunk_first_row[1:]
+        c0 = np.searchsorted(fr_end, a, side="right")
+        if self.max_rep:  # up to the chunk where row b starts: row b - 1 may run into it
+            c1 = np.where(b >= self.num_rows, nch - 1, np.searchsorted(fr_end, b, side="right"))
+        else:
+            c1 = np.searchsorted(fr_end, b - 1, side="right")
+        c0, c1 = np.minimum(c0, nch - 1), np.minimum(c1, nch - 1)
+        cover = np.cumsum(np.bincount(c0, minlength=nch + 1) - np.bincount(c1 + 1, minlength=nch + 1))[:nch] > 0
+        cids = np.flatnonzero(cover)
+        brk = np.flatnonzero(np.diff(cids) != 1) + 1
+        r0 = cids[np.concatenate([[0], brk])]
+        r1 = cids[np.concatenate([brk, [len(cids)]]) - 1]
+        offs = self.chunk_offsets
+        reqs = list(zip((self.data_pos + offs[r0]).tolist(), (offs[r1 + 1] - offs[r0]).tolist()))
+        # the requested rows, numbered within the decoded chunks
+        drow0 = chunks.excl_cumsum(self.chunk_row_starts[cids])
+        ra = a - self.chunk_first_row[c0] + drow0[np.searchsorted(cids, c0)]
+        rb = ra + (b - a)
+        return reqs, (cids, ra, rb)
 
-        def decode(datas: Sequence[bytes]) -> Decoded:
-            if not runs:
-                return Decoded(rd.Levels(None, None, 0), placeholder_vals(self.ctx.value_kind, self.ctx.value_width, 0), 0)
-            if len(runs) == 1:
-                (c0, c1, rr), blob = runs[0], datas[0]
-                lv, vals = self._decode_chunks(c0, c1, blob)
-                return select_rows(lv, vals, self.ctx.canon, int(self.chunk_first_row[c0]), rr)
-            # many runs (e.g. a take): decode all their chunks in one batch, as if back to back,
-            # and select the rows with run-shifted row numbers
-            items, vranges, voff = [], [], 0
-            for (c0, c1, rr), blob in zip(runs, datas):
-                base = int(self.chunk_offsets[c0])
-                mv = memoryview(blob)
-                for c in range(c0, c1 + 1):
-                    start = int(self.chunk_offsets[c]) - base
-                    items.append((mv[start:start + int(self.chunk_sizes[c])], int(self.chunk_counts[c])))
-                first = int(self.chunk_first_row[c0])
-                shift = voff - first
-                vranges.extend((a + shift, b + shift) for a, b in rr)
-                voff += int(self.chunk_first_row[c1 + 1]) - first
-            lv, vals = self._decode_items(items)
-            return select_rows(lv, vals, self.ctx.canon, 0, vranges)
-
-        return reqs, decode
-
-    def _decode_chunks(self, c0: int, c1: int, blob: bytes) -> tuple[rd.Levels, Vals]:
-        base = int(self.chunk_offsets[c0])
-        mv = memoryview(blob)
-        items = []
-        for c in range(c0, c1 + 1):
-            start = int(self.chunk_offsets[c]) - base
-            items.append((mv[start:start + int(self.chunk_sizes[c])], int(self.chunk_counts[c])))
-        return self._decode_items(items)
-
-    def _decode_items(self, items: Sequence[tuple[memoryview, int]]) -> tuple[rd.Levels, Vals]:
-        """Decode (chunk bytes, value count) chunks, in order, as one run."""
+    def _decode_batch(self, buf: np.ndarray, pos: np.ndarray, sizes: np.ndarray, counts: np.ndarray):
+        """Levels, values and a value transform still to apply (FSST, dictionary) of a chunk batch."""
         m: pb.MiniBlockLayout = self.layout
-        parsed = [self._parse_chunk(chunk, k) for chunk, k in items]
-        nlev = [p[0] for p in parsed]
-        reps = comp.batch_levels(m.rep_compression, [p[1] for p in parsed], nlev) if self.has_rep else None
-        defs = comp.batch_levels(m.def_compression, [p[2] for p in parsed], nlev) if self.has_def else None
-        counts = [k for _, k in items]
-        nz = [i for i, k in enumerate(counts) if k]
-        if nz:
-            values = comp.batch_values(m.value_compression, [parsed[i][3] for i in nz], [counts[i] for i in nz])
+        p = chunks.parse_headers(buf, pos, sizes, counts, self.has_rep, self.has_def, self.num_buffers, self.large)
+        nlev = p.num_levels
+        reps = comp.batch_levels(m.rep_compression, buf, p.rep, nlev) if self.has_rep else None
+        defs = comp.batch_levels(m.def_compression, buf, p.defs, nlev) if self.has_def else None
+        nz = counts > 0
+        table = None
+        if bool(nz.any()):
+            bufs = p.bufs if bool(nz.all()) else [(s[nz], z[nz]) for s, z in p.bufs]
+            values, table = comp.batch_values(m.value_compression, buf, bufs, counts[nz], defer_fsst=True)
         else:
             values = placeholder_vals("fixed" if self.has_dict else self.ctx.value_kind, 0, 0)
+        post = None
+        if table is not None:
+            post = lambda v: chunks.fsst_decode(v, table)  # noqa: E731
         if self.has_dict:
-            idx = values.as_uint(values.width * 8).astype(np.int64) if values.n else np.zeros(0, np.int64)
-            nd = self.dictionary.n
-            if nd == 0:
-                values = placeholder_vals(self.ctx.value_kind, self.ctx.value_width, len(idx))
-            else:
-                values = self.dictionary.take(np.clip(idx, 0, nd - 1))
-        n = int(sum(nlev)) if (self.has_rep or self.has_def) else int(sum(counts))
-        rep = np.concatenate(reps) if reps is not None else None
-        dfs = _map_defs(np.concatenate(defs), self.def_table) if defs is not None else None
-        return rd.Levels(rep, dfs, n), values
+            post = self._lookup
+        n = int(nlev.sum()) if (self.has_rep or self.has_def) else int(counts.sum())
+        if reps is not None and len(reps) != n or defs is not None and len(defs) != n:
+            raise EncodingCorrupt("mini-block levels do not match the chunk level counts")
+        dfs = _map_defs(defs, self.def_table) if defs is not None else None
+        return rd.Levels(reps, dfs, n), values, post, nlev
 
-    def _parse_chunk(self, chunk: memoryview, n_values: int):
-        """Split a chunk into (num_levels, rep bytes, def bytes, [value buffers])."""
-        hdr = bytes(chunk[:64])
-        pos = 0
+    def _lookup(self, values: Vals) -> Vals:
+        """Dictionary indices -> dictionary values."""
+        idx = values.as_uint(values.width * 8).astype(np.int64) if values.n else np.zeros(0, np.int64)
+        nd = self.dictionary.n
+        if nd == 0:
+            return placeholder_vals(self.ctx.value_kind, self.ctx.value_width, len(idx))
+        return self.dictionary.take(np.clip(idx, 0, nd - 1))
 
-        def u(nbytes: int) -> int:
-            nonlocal pos
-            if pos + nbytes > len(hdr):
-                raise EncodingCorrupt("mini-block chunk header is truncated")
-            v = int.from_bytes(hdr[pos:pos + nbytes], "little")
-            pos += nbytes
-            return v
 
-        num_levels = u(2)
-        rep_size = u(2) if self.has_rep else 0
-        def_size = u(2) if self.has_def else 0
-        bsizes = [u(4 if self.large else 2) for _ in range(self.num_buffers)]
-        pos += (-pos) % 8
-
-        def take(size: int):
-            nonlocal pos
-            if pos + size > len(chunk):
-                raise EncodingCorrupt("mini-block chunk buffer runs past the chunk")
-            out = chunk[pos:pos + size]
-            pos += size
-            pos += (-pos) % 8
-            return out
-
-        rep_buf = take(rep_size) if self.has_rep else None
-        def_buf = take(def_size) if self.has_def else None
-        bufs = [take(s) for s in bsizes]
-        if self.has_rep or self.has_def:
-            while num_levels < n_values:  # a u16 count that wrapped around in a large chunk
-                num_levels += 1 << 16
-        else:
-            num_levels = n_values
-        return num_levels, rep_buf, def_buf, bufs
+def decode_group(items: Sequence[tuple["MiniBlockPage", tuple]], datas: Sequence) -> Decoded:
+    """Decode the wanted chunks of one or more mini-block pages of a column (in page order, with
+    equal ``batch_key``) as one batch: pages start and end on row boundaries, so their chunks
+    can be decoded back to back. ``datas`` are the pages' byte ranges, in order."""
+    page = items[0][0]
+    buf = _join(datas)
+    if len(items) == 1:
+        cids, ra, rb = items[0][1]
+        sizes, counts = page.chunk_sizes[cids], page.chunk_counts[cids]
+        new_run = np.diff(cids) != 1  # (cids[i + 1] > 0 then)
+    else:
+        sizes = np.concatenate([p.chunk_sizes[part[0]] for p, part in items])
+        counts = np.concatenate([p.chunk_counts[part[0]] for p, part in items])
+        ras, rbs, runs, shift = [], [], [], 0
+        for p, (cids, a, b) in items:
+            ras.append(a + shift)
+            rbs.append(b + shift)
+            runs.append(np.concatenate([[cids[0] > 0], np.diff(cids) != 1]))  # a page's chunk 0 has no row tail
+            shift += int(p.chunk_row_starts[cids].sum())
+        ra, rb = np.concatenate(ras), np.concatenate(rbs)
+        new_run = np.concatenate(runs)[1:]
+    pos = chunks.excl_cumsum(sizes)
+    if int(pos[-1] + sizes[-1]) > len(buf):
+        raise EncodingCorrupt("mini-block chunks run past the data read")
+    lv, vals, post, nlev = page._decode_batch(buf, pos, sizes, counts)
+    # a run of chunks starting at a chunk > 0 may begin with the tail of an unwanted row: the rows
+    # of the run before it end where that run ends
+    run_ends = None
+    if page.max_rep and bool(new_run.any()):
+        run_ends = np.cumsum(nlev)[np.append(np.flatnonzero(new_run), len(nlev) - 1)]
+    d = select_rows(lv, vals, page.ctx.canon, ra, rb, run_ends)
+    if post is not None:
+        d.values = post(d.values)
+    return d
 
 
 class FullZipPage(Page):
@@ -429,6 +430,8 @@ class FullZipPage(Page):
         self.max_rep = rd.page_max_rep(z.layers)
         self.max_visible = rd.page_max_visible(z.layers)
         self.has_index = len(self.offsets) > 1 and self.sizes[1] > 0
+        self.stride = self.cw + self.fixed_bytes  # bytes per row when there is no repetition index
+        self.row_offsets = None
 
     def init_ranges(self) -> Ranges:
         return [self.buf(1)] if self.has_index else []
@@ -443,38 +446,58 @@ class FullZipPage(Page):
             if w not in (1, 2, 4, 8):
                 raise EncodingCorrupt(f"full-zip repetition index entries of {w} bytes")
             self.row_offsets = np.frombuffer(raw, dtype=f"<u{w}").astype(np.int64)
+            end = int(self.row_offsets[-1])
         else:
             if self.max_rep or self.len_bytes:
                 raise EncodingCorrupt("full-zip page without a repetition index")
-            stride = self.cw + self.fixed_bytes
-            self.row_offsets = np.arange(self.num_rows + 1, dtype=np.int64) * stride
-        if self.row_offsets[-1] > self.buf(0)[1]:
+            end = self.num_rows * self.stride
+        if end > self.buf(0)[1]:
             raise EncodingCorrupt("full-zip rows run past the data buffer")
         self.ready = True
 
-    def plan(self, ranges):
+    def _row_off(self, rows: np.ndarray) -> np.ndarray:
+        return self.row_offsets[rows] if self.row_offsets is not None else rows * self.stride
+
+    def plan(self, starts, ends):
         pos0 = self.buf(0)[0]
-        rr = [(a, b) for a, b in ranges if b > a]
-        reqs = [(pos0 + int(self.row_offsets[a]), int(self.row_offsets[b] - self.row_offsets[a])) for a, b in rr]
+        keep = ends > starts
+        a, b = starts[keep], ends[keep]
+        oa, ob = self._row_off(a), self._row_off(b)
+        reqs = list(zip((pos0 + oa).tolist(), (ob - oa).tolist()))
 
         def decode(datas):
-            parts = []
-            for (a, b), blob in zip(rr, datas):
-                parts.append(self._decode_rows(a, b, blob))
-            if not parts:
-                return Decoded(rd.Levels(None, None, 0), placeholder_vals(self.ctx.value_kind, self.ctx.value_width, 0), 0)
-            return Decoded.concat(parts)
+            if not len(a):
+                return empty_decoded(self.ctx)
+            buf = _join(datas)
+            if self.row_offsets is None and self.cw == 0 and self.fixed_bytes:
+                # no levels, no index: rows of exactly one fixed-width value each
+                n = int((b - a).sum())
+                if n * self.stride > len(buf):
+                    raise EncodingCorrupt("full-zip rows run past the data read")
+                raw = buf[:n * self.stride].reshape(n, self.stride)
+                return Decoded(rd.Levels(None, None, n), _per_value_fixed(self.layout.value_compression, raw, n), n)
+            shift = chunks.excl_cumsum(ob - oa) - oa
+            rows = spans_index(a, b)
+            if len(a) == 1:
+                rstart = self._row_off(rows) + int(shift[0])
+                rend = self._row_off(rows + 1) + int(shift[0])
+            else:
+                sh = np.repeat(shift, b - a)
+                rstart = self._row_off(rows) + sh
+                rend = self._row_off(rows + 1) + sh
+            return self._decode_rows(buf, rstart, rend)
 
         return reqs, decode
 
-    def _decode_rows(self, a: int, b: int, blob: bytes) -> Decoded:
-        buf = np.frombuffer(blob, dtype=np.uint8)
-        nrows = b - a
-        row_off = self.row_offsets[a:b + 1] - self.row_offsets[a]
+    def _decode_rows(self, buf: np.ndarray, row_start: np.ndarray, row_end: np.ndarray) -> Decoded:
+        """Decode rows whose bytes are ``buf[row_start[i]:row_end[i]]``."""
+        nrows = len(row_start)
+        if nrows and (int(row_start.min()) < 0 or int(row_end.max()) > len(buf)):
+            raise EncodingCorrupt("full-zip rows run past the data read")
         cw = self.cw
         # walk all rows in parallel, one level entry per step
-        cur = row_off[:-1].copy()
-        end = row_off[1:]
+        cur = row_start.copy()
+        end = row_end
         active = np.flatnonzero(cur < end) if nrows else np.zeros(0, np.int64)
         ent_row, ent_step, ent_rep, ent_def, ent_start, ent_len = [], [], [], [], [], []
         step = 0
@@ -484,9 +507,7 @@ class FullZipPage(Page):
             if cw:
                 if np.any(p + cw > len(buf)):
                     raise EncodingCorrupt("full-zip control word runs past the data")
-                word = np.zeros(len(p), dtype=np.int64)
-                for k in range(cw):
-                    word |= buf[p + k].astype(np.int64) << (8 * k)
+                word = chunks.read_uint(buf, p, cw)
                 d = word & ((1 << self.bits_def) - 1)
                 r = word >> self.bits_def
             else:
@@ -506,8 +527,7 @@ class FullZipPage(Page):
                 hp = p[has]
                 if np.any(hp + lb > len(buf)):
                     raise EncodingCorrupt("full-zip value length runs past the data")
-                for k in range(lb):
-                    ln[has] |= buf[hp + k].astype(np.int64) << (8 * k)
+                ln[has] = chunks.read_uint(buf, hp, lb)
                 vstart = p + np.where(has, lb, 0)
                 vlen = ln
                 p = vstart + vlen
@@ -522,7 +542,9 @@ class FullZipPage(Page):
             cur[active] = p
             active = active[p < end[active]]
             step += 1
-        if ent_row:
+        if len(ent_row) == 1:
+            rep, dfs, vstart, vlen = ent_rep[0], ent_def[0], ent_start[0], ent_len[0]
+        elif ent_row:
             rows = np.concatenate(ent_row)
             order = np.lexsort((np.concatenate(ent_step), rows))
             rep = np.concatenate(ent_rep)[order]
@@ -533,8 +555,8 @@ class FullZipPage(Page):
             rep = dfs = vstart = vlen = np.zeros(0, np.int64)
         n = len(rep)
         vis = vstart >= 0
-        starts, lens = vstart[vis], vlen[vis]
-        values = self._values(buf, starts, lens, dfs[vis])
+        starts, lens = np.compress(vis, vstart), np.compress(vis, vlen)
+        values = self._values(buf, starts, lens, np.compress(vis, dfs))
         levels = rd.Levels(rep.astype(np.uint16) if self.max_rep else None,
                            _map_defs(dfs.astype(np.uint16), self.def_table) if self.bits_def else None, n)
         return Decoded(levels, values, nrows)
@@ -703,7 +725,10 @@ class ConstantPage(Page):
         n = int(count) if count is not None else len(raw) // 2
         return comp.decode_levels(enc, raw, n)
 
-    def plan(self, ranges):
+    def plan(self, starts, ends):
+        keep = ends > starts
+        a, b = starts[keep], ends[keep]
+
         def decode(_datas):
             n_rows = self.num_rows
             if self.rep is None and self.defs is None:
@@ -735,7 +760,7 @@ class ConstantPage(Page):
                     vals.items_per_value = self.ctx.items_per_value
             else:
                 vals = placeholder_vals(self.ctx.value_kind, self.ctx.value_width, nvis, self.ctx.items_per_value)
-            return select_rows(levels, vals, self.ctx.canon, 0, ranges)
+            return select_rows(levels, vals, self.ctx.canon, a, b)
 
         return [], decode
 
@@ -827,6 +852,8 @@ def leaf_array(dtype: pa.DataType, vals: Vals, valid: Optional[np.ndarray]) -> p
         child = leaf_array(child_t, cvals, vals.item_validity)
         return pa.FixedSizeListArray.from_arrays(child, dim, mask=None if vb is None else pa.array(~valid))
     if pa.types.is_struct(dtype) and vals.kind == "var":
+        if n == 0:
+            return pa.array([], type=dtype)
         return _variable_packed_struct(dtype, vals, valid)
     if pa.types.is_struct(dtype):  # packed struct: row-major fixed-width children
         widths = []
@@ -897,14 +924,61 @@ def _variable_packed_struct(dtype: pa.StructType, vals: Vals, valid: Optional[np
     return pa.StructArray.from_arrays(kids, fields=list(dtype), mask=mask)
 
 
+_DESCRIPTION_TYPE = pa.struct([pa.field("position", pa.uint64()), pa.field("size", pa.uint64())])
+
+
+def _descriptions(vals: Vals, valid: Optional[np.ndarray]) -> pa.Array:
+    """Blob (position, size) descriptions; a null row is a null struct of null children (as pylance)."""
+    n = vals.n
+    raw = np.ascontiguousarray(vals.data).reshape(-1).view("<u8").reshape(n, 2) if n else np.zeros((0, 2), "<u8")
+    vb = _bitmap(valid)
+    nulls = 0 if vb is None else int(n - valid.sum())
+    kids = [pa.Array.from_buffers(pa.uint64(), n, [vb, pa.py_buffer(np.ascontiguousarray(raw[:, i]))], null_count=nulls)
+            for i in (0, 1)]
+    return pa.StructArray.from_arrays(kids, fields=list(_DESCRIPTION_TYPE), mask=None if vb is None else pa.array(~valid))
+
+
 @dataclass
 class LeafState:
     levels: rd.Levels
     values: Vals
     canon: rd.Canonical
-    positions: np.ndarray  # level entries still in play
+    positions: Optional[np.ndarray]  # bool mask of the level entries still in play (None: all)
     rep_threshold: int  # element starts: rep >= this
     layer: int  # index (innermost = 0) of the layer of the node being built
+    limit: Optional[int] = None  # entries in play are those with def < limit (None: all)
+    dmax: Optional[int] = None  # largest definition level (computed once)
+
+    def any_defs(self, lo: int, skip: Optional[int] = None) -> bool:
+        """Whether an entry in play has a definition level in ``[lo, limit)`` other than ``skip``."""
+        d = self.levels.defs
+        if d is None or not len(d):
+            return False
+        if self.dmax is None:
+            self.dmax = int(d.max())
+        hi = self.limit if self.limit is not None else self.dmax + 1
+        if lo >= hi or self.dmax < lo:
+            return False
+        m = (d >= lo) & (d < hi)
+        if skip is not None and lo <= skip < hi:
+            m &= d != skip
+        return bool(m.any())
+
+
+def _start_mask(lv: rd.Levels, keep: Optional[np.ndarray], thr: int) -> Optional[np.ndarray]:
+    """Element starts among the entries in play (None: every entry)."""
+    if lv.rep is not None and thr > 0:
+        m = lv.rep >= thr
+        return m if keep is None else m & keep
+    return keep
+
+
+def _count(mask: Optional[np.ndarray], n: int) -> int:
+    return n if mask is None else int(np.count_nonzero(mask))
+
+
+def _at(arr: np.ndarray, mask: Optional[np.ndarray]) -> np.ndarray:
+    return arr if mask is None else np.compress(mask, arr)  # (much faster than arr[mask])
 
 
 def build_array(node, leaves: dict, leaf_ids: Callable) -> pa.Array:
@@ -916,58 +990,75 @@ def build_array(node, leaves: dict, leaf_ids: Callable) -> pa.Array:
     ids = leaf_ids(node)
     s0: LeafState = leaves[ids[0]]
     lv = s0.levels
-    P = s0.positions
-    if lv.rep is not None and s0.rep_threshold > 0:
-        starts = P[lv.rep[P] >= s0.rep_threshold]
-    else:
-        starts = P
+    keep = s0.positions
+    smask = _start_mask(lv, keep, s0.rep_threshold)
+    nstarts = _count(smask, lv.n)
     defs0 = lv.defs
     t = s0.canon.null_level(s0.layer)
     is_leaf_node = len(ids) == 1 and ids[0] == node.id
     if is_leaf_node:
-        valid = None if defs0 is None else defs0[P] < t
-        if len(starts) != len(P):
+        n_in_play = _count(keep, lv.n)
+        valid = _at(defs0, keep) < t if s0.any_defs(t) else None
+        if nstarts != n_in_play:
             raise EncodingCorrupt("leaf levels disagree with the repetition structure")
-        if s0.values.n != len(P):
-            raise EncodingCorrupt(f"{s0.values.n} values for {len(P)} visible level entries")
+        if s0.values.n != n_in_play:
+            raise EncodingCorrupt(f"{s0.values.n} values for {n_in_play} visible level entries")
+        if dtype == _DESCRIPTION_TYPE and s0.values.kind == "fixed" and s0.values.width == 16:
+            return _descriptions(s0.values, valid)
         return leaf_array(dtype, s0.values, valid)
     if pa.types.is_struct(dtype):
-        valid = None if defs0 is None else defs0[starts] < t
+        valid = _at(defs0, smask) < t if s0.any_defs(t) else None
         for i in ids:
             leaves[i].layer -= 1
         kids = [build_array(c, leaves, leaf_ids) for c in node.children]
-        if any(len(k) != len(starts) for k in kids):
+        if any(len(k) != nstarts for k in kids):
             raise EncodingCorrupt("struct children have different lengths")
         mask = None if valid is None or valid.all() else pa.array(~valid)
         return pa.StructArray.from_arrays(kids, fields=list(dtype), mask=mask)
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
         empty = s0.canon.empty_level(s0.layer)
-        if defs0 is not None:
-            d = defs0[starts]
+        if s0.any_defs(t, skip=empty):
+            d = _at(defs0, smask)
             valid = (d < t) | (d == empty)
         else:
             valid = None
         for i in ids:
             s = leaves[i]
+            tt = s.canon.null_level(s.layer)
+            if s.any_defs(tt):
+                vis = s.levels.defs < tt
+                s.positions = vis if s.positions is None else s.positions & vis
             if s.levels.defs is not None:
-                tt = s.canon.null_level(s.layer)
-                s.positions = s.positions[s.levels.defs[s.positions] < tt]
+                s.limit = tt if s.limit is None else min(s.limit, tt)
             s.rep_threshold -= 1
             s.layer -= 1
-        P1 = s0.positions
-        if lv.rep is not None and s0.rep_threshold > 0:
-            child_starts = P1[lv.rep[P1] >= s0.rep_threshold]
-        else:
-            child_starts = P1
-        offs = np.searchsorted(child_starts, starts).astype(np.int64)
-        offs = np.append(offs, len(child_starts))
-        child = build_array(node.children[0], leaves, leaf_ids)
+        # offsets: the number of child element starts before each of this list's starts
+        child = _start_mask(lv, s0.positions, s0.rep_threshold)
         large = pa.types.is_large_list(dtype)
-        off_arr = pa.array(offs.astype(np.int64 if large else np.int32))
+        odt = np.int64 if large or lv.n >= (1 << 31) - 1 else np.int32
+        offs = np.empty(nstarts + 1, odt)
+        spos = np.flatnonzero(smask) if keep is None and smask is not None and s0.rep_threshold == 0 else None
+        if spos is not None and (not len(spos) or spos[0] == 0):
+            # an outermost list of items: a row's entries are all its items, or one entry for a
+            # null / empty list
+            seg = np.diff(np.append(spos, lv.n))
+            if s0.positions is not None:
+                seg *= np.take(s0.positions, spos)
+            offs[0] = 0
+            np.cumsum(seg, out=offs[1:])
+        elif child is None:
+            offs[:-1] = np.arange(lv.n, dtype=odt) if smask is None else np.flatnonzero(smask)
+            offs[-1] = lv.n
+        else:
+            before = np.cumsum(child, dtype=odt)
+            before -= child
+            offs[:-1] = _at(before, smask)
+            offs[-1] = np.count_nonzero(child)
+        kid = build_array(node.children[0], leaves, leaf_ids)
+        off_arr = pa.array(offs.astype(np.int64 if large else np.int32, copy=False))
         mask = None if valid is None or valid.all() else pa.array(~valid)
         cls = pa.LargeListArray if large else pa.ListArray
-        arr = cls.from_arrays(off_arr, child, type=dtype, mask=mask)
-        return arr
+        return cls.from_arrays(off_arr, kid, type=dtype, mask=mask)
     raise EncodingUnsupported(f"cannot assemble {dtype}")
 
 
@@ -975,6 +1066,8 @@ class BlobPage(Page):
     """Blob layout: an inner page of (position u64, size u64) descriptions; the bytes live
     out of line. A description with size 0 is empty (position 0) or null (position =
     ``def << 16 | rep``)."""
+
+    decode_reads = True  # decoding fetches the blob bytes
 
     def __init__(self, *args, fetch=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -1001,8 +1094,9 @@ class BlobPage(Page):
         self.inner.init(data)
         self.ready = True
 
-    def plan(self, ranges):
-        reqs, inner_decode = self.inner.plan(ranges)
+    def plan(self, starts, ends, describe: bool = False):
+        """With ``describe`` the rows' (position, size) descriptions, without reading the bytes."""
+        reqs, inner_decode = self.inner.plan(starts, ends)
 
         def decode(datas):
             d = inner_decode(datas)
@@ -1015,8 +1109,11 @@ class BlobPage(Page):
             page_def = np.where(null, (pos >> 16) & 0xFFFF, 0).astype(np.uint16)
             defs = _map_defs(page_def, self.def_table) if self.ctx.canon.kinds and len(self.layout.layers) and \
                 any(lay != pb.REPDEF_ALL_VALID_ITEM for lay in self.layout.layers) else None
+            if describe:
+                vals = Vals("fixed", len(size), np.ascontiguousarray(raw).view(np.uint8).reshape(-1, 16))
+                return Decoded(rd.Levels(None, defs, len(size)), vals, d.num_rows)
             want = np.flatnonzero(size > 0)
-            blobs = self.fetch([(int(pos[i]), int(size[i])) for i in want]) if len(want) else []
+            blobs = self.fetch(list(zip(pos[want].tolist(), size[want].tolist()))) if len(want) else []
             lens = np.where(size > 0, size, 0)
             offs = np.zeros(len(size) + 1, np.int64)
             np.cumsum(lens, out=offs[1:])

@@ -18,6 +18,7 @@ from functools import lru_cache
 import numpy as np
 
 BLOCK = 1024
+_FEW_BLOCKS = 48  # up to this many blocks, unpack all rows at once instead of row by row
 FL_ORDER = (0, 4, 2, 6, 1, 5, 3, 7)
 _UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
@@ -50,21 +51,58 @@ def unpack_blocks(words: np.ndarray, t_bits: int, width: int, nblocks: int | Non
         raise ValueError(f"{len(words)} words is not a whole number of {width}-bit FastLanes blocks")
     nblocks = len(words) // wpb
     packed = words.reshape(nblocks, width, lanes)  # [block, word k, lane]
+    if nblocks <= _FEW_BLOCKS:
+        return _unpack_few(packed, t_bits, width)
+    # value r of every lane lands in one contiguous run of ``lanes`` logical elements
+    out = np.empty((nblocks, BLOCK), dtype=dtype)
+    mask = dtype((1 << width) - 1) if width < t_bits else None
+    tmp = np.empty((nblocks, lanes), dtype=dtype)
+    for r in range(t_bits):
+        base = FL_ORDER[r // 8] * 16 + (r % 8) * 128
+        dst = out[:, base:base + lanes]
+        if mask is None:
+            dst[...] = packed[:, r, :]
+            continue
+        # value r of a lane is bits [r*W, r*W + W) of the lane's LSB-first word stream
+        k, s = divmod(r * width, t_bits)
+        if s:
+            np.right_shift(packed[:, k, :], dtype(s), out=dst)
+        else:
+            dst[...] = packed[:, k, :]
+        if s + width > t_bits:
+            np.left_shift(packed[:, k + 1, :], dtype(t_bits - s), out=tmp)
+            dst |= tmp
+        dst &= mask
+    return out.reshape(-1)
+
+
+@lru_cache(maxsize=None)
+def _row_plan(t_bits: int, width: int):
+    """Per lane row r: source word k, right shift, spill word, left shift and spill mask; and the
+    gather order from row-major (r, lane) to logical element order."""
+    dtype = _UINT[t_bits]
+    r = np.arange(t_bits)
+    k, s = np.divmod(r * width, t_bits)
+    spill = s + width > t_bits
+    k2 = np.where(spill, k + 1, k)
+    hs = np.where(spill, t_bits - s, 0).astype(dtype)
+    smask = np.where(spill, np.iinfo(dtype).max, 0).astype(dtype)
+    order = np.argsort(_positions(t_bits))
+    return k, s.astype(dtype)[None, :, None], k2, hs[None, :, None], smask[None, :, None], order
+
+
+def _unpack_few(packed: np.ndarray, t_bits: int, width: int) -> np.ndarray:
+    """``unpack_blocks`` for a few blocks: every row at once (a handful of numpy calls)."""
+    nblocks, _, lanes = packed.shape
+    k, s, k2, hs, smask, order = _row_plan(t_bits, width)
     if width == t_bits:
         rows = packed
     else:
-        # value r of a lane is bits [r*W, r*W + W) of the lane's LSB-first word stream
-        rows = np.empty((nblocks, t_bits, lanes), dtype=dtype)
-        mask = dtype((1 << width) - 1)
-        for r in range(t_bits):
-            k, s = divmod(r * width, t_bits)
-            v = packed[:, k, :] >> dtype(s) if s else packed[:, k, :].copy()
-            if s + width > t_bits:
-                v |= packed[:, k + 1, :] << dtype(t_bits - s)
-            np.bitwise_and(v, mask, out=rows[:, r, :])
-    out = np.empty((nblocks, BLOCK), dtype=dtype)
-    out[:, _positions(t_bits)] = rows.reshape(nblocks, BLOCK)
-    return out.reshape(-1)
+        dtype = _UINT[t_bits]
+        rows = packed[:, k, :] >> s
+        rows |= (packed[:, k2, :] << hs) & smask
+        rows &= dtype((1 << width) - 1)
+    return rows.reshape(nblocks, BLOCK)[:, order].reshape(-1)
 
 
 def unpack_zero_width(nblocks: int, t_bits: int) -> np.ndarray:

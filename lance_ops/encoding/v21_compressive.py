@@ -578,171 +578,18 @@ def decode_levels(enc: pb.CompressiveEncoding, buf, n: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------
-# batched decoding of many mini-block chunks (one numpy pass per bit width instead of per chunk)
+# batched decoding of many mini-block chunks (implemented in v21_chunks)
 # --------------------------------------------------------------------------------------------
-def _inline_blocks(buf, t_bits: int, n: int, key: int, groups: dict) -> None:
-    raw = bytes(buf)
-    tb = t_bits // 8
-    pos = 0
-    nblocks = (n + bp.BLOCK - 1) // bp.BLOCK
-    for b in range(nblocks):
-        if pos + tb > len(raw):
-            raise EncodingCorrupt("inline bitpacking block header runs past the buffer")
-        width = int.from_bytes(raw[pos:pos + tb], "little")
-        pos += tb
-        if width > t_bits:
-            raise EncodingCorrupt(f"inline bitpacking width {width} exceeds {t_bits} bits")
-        nbytes = bp.BLOCK * width // 8
-        if pos + nbytes > len(raw):
-            raise EncodingCorrupt("inline bitpacking block runs past the buffer")
-        groups.setdefault(width, []).append((key, b, raw[pos:pos + nbytes]))
-        pos += nbytes
+def batch_values(enc: pb.CompressiveEncoding, buf: np.ndarray, bufs: Sequence, counts: np.ndarray,
+                 defer_fsst: bool = False):
+    """Values of a batch of mini-block chunks; see :func:`v21_chunks.batch_values`."""
+    from lance_ops.encoding import v21_chunks
+
+    return v21_chunks.batch_values(enc, buf, bufs, counts, defer_fsst)
 
 
-def _unpack_groups(groups: dict, t_bits: int) -> dict:
-    """{width: [(key, block, bytes)]} -> {(key, block): 1024 values}"""
-    out = {}
-    dt = np.uint8 if t_bits == 8 else f"<u{t_bits // 8}"
-    for width, items in groups.items():
-        if width == 0:
-            z = np.zeros(bp.BLOCK, dtype=_UINT[t_bits])
-            for key, b, _ in items:
-                out[(key, b)] = z
-            continue
-        words = np.frombuffer(b"".join(x[2] for x in items), dtype=dt)
-        vals = bp.unpack_blocks(words, t_bits, width, len(items)).reshape(len(items), bp.BLOCK)
-        for i, (key, b, _) in enumerate(items):
-            out[(key, b)] = vals[i]
-    return out
+def batch_levels(enc: pb.CompressiveEncoding, buf: np.ndarray, spans, counts: np.ndarray) -> np.ndarray:
+    """Levels of a batch of mini-block chunks; see :func:`v21_chunks.batch_levels`."""
+    from lance_ops.encoding import v21_chunks
 
-
-def _batch_uint(enc: pb.CompressiveEncoding, bufs: Sequence, counts: Sequence[int]) -> Optional[list]:
-    """Per-chunk unsigned values for the bit-packed encodings, or None when not applicable."""
-    which = enc.WhichOneof("compression")
-    if which == "inline_bitpacking" and not enc.inline_bitpacking.HasField("values"):
-        t_bits = enc.inline_bitpacking.uncompressed_bits_per_value
-        if t_bits not in _UINT:
-            return None
-        groups: dict = {}
-        for key, (buf, n) in enumerate(zip(bufs, counts)):
-            _inline_blocks(buf, t_bits, n, key, groups)
-        blocks = _unpack_groups(groups, t_bits)
-        out = []
-        for key, n in enumerate(counts):
-            nb = (n + bp.BLOCK - 1) // bp.BLOCK
-            parts = [blocks[(key, b)] for b in range(nb)]
-            out.append((np.concatenate(parts) if len(parts) > 1 else parts[0])[:n] if parts
-                       else np.zeros(0, _UINT[t_bits]))
-        return out
-    if which == "out_of_line_bitpacking":
-        o = enc.out_of_line_bitpacking
-        t_bits = o.uncompressed_bits_per_value
-        if t_bits not in _UINT or o.values.WhichOneof("compression") != "flat":
-            return None
-        width = o.values.flat.bits_per_value
-        if width == 0 or width > t_bits:
-            return None
-        tb = t_bits // 8
-        wpb = bp.words_per_block(t_bits, width)
-        packed_chunks, plan = [], []
-        nblocks_total = 0
-        for buf, n in zip(bufs, counts):
-            raw = bytes(buf)
-            words = np.frombuffer(raw, dtype=np.uint8 if tb == 1 else f"<u{tb}", count=len(raw) // tb)
-            whole, tail = divmod(n, bp.BLOCK)
-            raw_tail = tail > 0 and len(words) == whole * wpb + tail
-            nblk = whole + (1 if tail and not raw_tail else 0)
-            if len(words) < nblk * wpb:
-                raise EncodingCorrupt("out-of-line bitpacked buffer is too short")
-            packed_chunks.append(words[: nblk * wpb])
-            plan.append((nblocks_total, nblk, words[whole * wpb: whole * wpb + tail] if raw_tail else None, n))
-            nblocks_total += nblk
-        allv = bp.unpack_blocks(np.concatenate(packed_chunks), t_bits, width, nblocks_total) if nblocks_total \
-            else np.zeros(0, _UINT[t_bits])
-        out = []
-        for start, nblk, raw_tail, n in plan:
-            v = allv[start * bp.BLOCK:(start + nblk) * bp.BLOCK]
-            if raw_tail is not None:
-                v = np.concatenate([v, raw_tail.astype(_UINT[t_bits])])
-            out.append(v[:n])
-        return out
-    return None
-
-
-def batch_levels(enc: pb.CompressiveEncoding, bufs: Sequence, counts: Sequence[int]) -> list:
-    got = _batch_uint(enc, bufs, counts)
-    if got is not None:
-        return [g.astype(np.uint16, copy=False) for g in got]
-    if enc.WhichOneof("compression") == "flat" and enc.flat.bits_per_value == 16 and not enc.flat.HasField("data"):
-        out = []
-        for buf, n in zip(bufs, counts):
-            if len(buf) < 2 * n:
-                raise EncodingCorrupt(f"{len(buf)} bytes cannot hold {n} levels")
-            out.append(np.frombuffer(bytes(buf[: 2 * n]), dtype="<u2").astype(np.uint16))
-        return out
-    return [decode_levels(enc, b, n) for b, n in zip(bufs, counts)]
-
-
-def _batch_var(enc: pb.CompressiveEncoding, bufsets: Sequence[Sequence], counts: Sequence[int]) -> Optional[Vals]:
-    """Variable (optionally FSST compressed) chunks: gather every chunk's strings into one buffer,
-    then decompress once; None when not applicable."""
-    fsst = None
-    inner = enc
-    if enc.WhichOneof("compression") == "fsst":
-        fsst, inner = enc.fsst, enc.fsst.values
-    if inner.WhichOneof("compression") != "variable" or inner.variable.HasField("values"):
-        return None
-    ob = inner.variable.offsets
-    if ob.WhichOneof("compression") != "flat" or ob.flat.bits_per_value not in (32, 64) or not bufsets:
-        return None
-    ow = ob.flat.bits_per_value // 8
-    dt = f"<u{ow}"
-    offs_parts, data_parts = [np.zeros(1, np.int64)], []
-    base = 0
-    for b, n in zip(bufsets, counts):
-        buf = b[0] if b else b""
-        if len(buf) < (n + 1) * ow:
-            raise EncodingCorrupt(f"variable chunk of {len(buf)} bytes cannot hold {n + 1} offsets")
-        o = np.frombuffer(buf, dtype=dt, count=n + 1).astype(np.int64)
-        o0, o1 = int(o[0]), int(o[-1])
-        if o1 > len(buf) or o1 < o0:
-            raise EncodingCorrupt("variable offsets are out of order or past the chunk")
-        data_parts.append(np.frombuffer(buf, dtype=np.uint8, count=o1 - o0, offset=o0))
-        o = o[1:]
-        o += base - o0
-        offs_parts.append(o)
-        base += o1 - o0
-    offs = np.concatenate(offs_parts)
-    if len(offs) > 1 and bool(np.any(offs[1:] < offs[:-1])):
-        raise EncodingCorrupt("variable offsets are out of order or past the chunk")
-    data = np.concatenate(data_parts) if len(data_parts) > 1 else data_parts[0]
-    n = len(offs) - 1
-    if fsst is not None:
-        table = FsstTable(bytes(fsst.symbol_table))
-        offs, data = table.decode(data, offs)
-    return Vals("var", n, data, offs)
-
-
-def batch_values(enc: pb.CompressiveEncoding, bufsets: Sequence[Sequence], counts: Sequence[int]) -> Vals:
-    which = enc.WhichOneof("compression")
-    if which in ("variable", "fsst"):
-        got = _batch_var(enc, bufsets, counts)
-        if got is not None:
-            return got
-    got = _batch_uint(enc, [b[0] if b else b"" for b in bufsets], counts) if which in (
-        "inline_bitpacking", "out_of_line_bitpacking") else None
-    if got is not None:
-        bits = (enc.inline_bitpacking.uncompressed_bits_per_value if which == "inline_bitpacking"
-                else enc.out_of_line_bitpacking.uncompressed_bits_per_value)
-        allv = np.concatenate(got) if got else np.zeros(0, _UINT[bits])
-        return _uint_vals(allv, bits)
-    if which == "flat" and not enc.flat.HasField("data") and enc.flat.bits_per_value % 8 == 0 and bufsets:
-        w = enc.flat.bits_per_value // 8
-        parts = []
-        for b, n in zip(bufsets, counts):
-            if len(b[0]) < n * w:
-                raise EncodingCorrupt(f"{len(b[0])} bytes cannot hold {n} values of {w} bytes")
-            parts.append(bytes(b[0][: n * w]))
-        n = int(sum(counts))
-        return Vals.fixed(np.frombuffer(b"".join(parts), np.uint8), w, n)
-    return Vals.concat([decode_miniblock(enc, b, n) for b, n in zip(bufsets, counts)])
+    return v21_chunks.batch_levels(enc, buf, spans, counts)

@@ -8,15 +8,20 @@ the payload is stored uncompressed, bits 32..63 a magic), then ``n`` little-endi
 Compressed strings: each byte is a code; code ``c < 255`` expands to symbol ``c`` and code 255
 (escape) means "the next byte is a literal". Strings are compressed independently, so the
 decoder works on the concatenated bytes and maps the offsets afterwards.
+
+Decoding is one Arrow ``take`` of the codes from a binary "dictionary" of the symbols: the result's
+data buffer is the decompressed text and its offsets give every code's output position. Large
+inputs without escapes take code *pairs* (u16) from a 65,536-entry dictionary of symbol pairs,
+halving the per-element work.
 """
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 ESCAPE = 255
-_ARANGE8 = np.arange(8, dtype=np.uint8)
-_FIRST_ONLY = _ARANGE8 == 0
-_MAGIC_MASK = 0xFFFFFFFF00000000
+_PAIR_MIN_CODES = 1 << 18  # below this, building the pair dictionary costs more than it saves
+_INT32_LIMIT = (1 << 31) - 1
 
 
 class FsstTable:
@@ -32,63 +37,117 @@ class FsstTable:
         lens = np.frombuffer(table, dtype=np.uint8, count=n, offset=8 + 8 * n).astype(np.int64)
         if n and (lens.min() < 1 or lens.max() > 8):
             raise ValueError("FSST symbol length out of range")
-        # 256 x 8 byte matrix of symbol bytes; code 255 is the escape
+        # 256 x 8 byte matrix of symbol bytes; code 255 (escape) and unused codes expand to nothing
         self.sym_bytes = np.zeros((256, 8), dtype=np.uint8)
         self.sym_bytes[:n] = syms.astype("<u8").view(np.uint8).reshape(n, 8)
         self.sym_lens = np.zeros(256, dtype=np.int64)
         self.sym_lens[:n] = lens
-        self.sym_lens8 = self.sym_lens.astype(np.uint8)
         self.max_len = int(lens.max()) if n else 1
-        self.sym_rows = np.ascontiguousarray(self.sym_bytes[:, :self.max_len])
-        # per code: which of the row's bytes the symbol uses
-        self.sym_keep = _ARANGE8[None, :self.max_len] < self.sym_lens8[:, None]
         self.n = n
+        self._dicts: dict = {}
 
+    # --- dictionaries ---------------------------------------------------------------------
+    def _single(self, large: bool) -> pa.Array:
+        """512 entries: symbols 0..254 (255 = escape = empty), then the 256 literal bytes."""
+        key = ("single", large)
+        if key not in self._dicts:
+            lens = np.concatenate([self.sym_lens, np.ones(256, np.int64)])
+            keep = np.arange(8)[None, :] < self.sym_lens[:, None]
+            data = np.concatenate([self.sym_bytes[keep], np.arange(256, dtype=np.uint8)])
+            offs = np.zeros(513, np.int64)
+            np.cumsum(lens, out=offs[1:])
+            t = pa.large_binary() if large else pa.binary()
+            offs = offs if large else offs.astype(np.int32)
+            self._dicts[key] = pa.Array.from_buffers(t, 512, [None, pa.py_buffer(offs), pa.py_buffer(data)])
+        return self._dicts[key]
+
+    def _pairs(self, large: bool) -> pa.Array:
+        """65,536 entries: entry ``lo | hi << 8`` is symbol ``lo`` then symbol ``hi``."""
+        key = ("pairs", large)
+        if key not in self._dicts:
+            both = np.empty((65536, 2), np.uint16)
+            both[:, 0] = np.tile(np.arange(256, dtype=np.uint16), 256)
+            both[:, 1] = np.repeat(np.arange(256, dtype=np.uint16), 256)
+            got = self._single(large).take(pa.array(both.reshape(-1)))
+            ow = 8 if large else 4
+            offs = np.frombuffer(got.buffers()[1], dtype=f"<i{ow}", count=2 * 65536 + 1)[::2].copy()
+            t = pa.large_binary() if large else pa.binary()
+            self._dicts[key] = pa.Array.from_buffers(t, 65536, [None, pa.py_buffer(offs), got.buffers()[2]])
+        return self._dicts[key]
+
+    # --- decoding -------------------------------------------------------------------------
     def decode(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Decode concatenated compressed strings; returns (new int64 offsets, bytes)."""
         data = np.asarray(data, dtype=np.uint8)
         offsets = np.asarray(offsets, dtype=np.int64)
+        o0, o1 = int(offsets[0]), int(offsets[-1])
+        base = offsets - o0 if o0 else offsets
         if not self.enabled:
-            return offsets - offsets[0], data[offsets[0]:offsets[-1]].copy()
-        data = data[offsets[0]:offsets[-1]]
-        base = offsets - offsets[0]
-        n = len(data)
+            return base, data[o0:o1]
+        codes = data[o0:o1]
+        n = len(codes)
         if n == 0:
-            return base, data.copy()
-        is_ff = data == ESCAPE
-        escape = literal = None
-        if is_ff.any():
-            # within each run of 0xFF bytes the escapes are at even positions of the run, literals at odd
-            idx = np.arange(n)
-            run_start = np.empty(n, dtype=bool)
-            run_start[0] = is_ff[0]
-            run_start[1:] = is_ff[1:] & ~is_ff[:-1]
-            start_pos = np.maximum.accumulate(np.where(run_start, idx, 0))
-            pos_in_run = idx - start_pos
-            escape = is_ff & (pos_in_run % 2 == 0)
-            literal = np.zeros(n, dtype=bool)
-            literal[1:] = escape[:-1]
-            code = ~(escape | literal)
-            if code.any() and int(data[code].max()) >= self.n:
-                raise ValueError("FSST code refers to a symbol that is not in the table")
-        elif int(data.max()) >= self.n:
+            return base, np.zeros(0, np.uint8)
+        top = int(codes.max())
+        large = n * self.max_len > _INT32_LIMIT
+        if top == ESCAPE:
+            return self._decode_escaped(codes, base, large)
+        if top >= self.n:
             raise ValueError("FSST code refers to a symbol that is not in the table")
-        # one row of (up to) the longest symbol's bytes per code, then keep the first len bytes of each
-        width = self.max_len
-        out_len = np.take(self.sym_lens8, data)
-        rows = np.take(self.sym_rows, data, axis=0)
-        if escape is not None:
-            out_len[escape] = 0
-            out_len[literal] = 1
-            rows[literal, 0] = data[literal]
-        if width == 1:
-            out = rows.reshape(-1) if escape is None else rows.reshape(-1)[out_len.astype(bool)]
+        if n < _PAIR_MIN_CODES:
+            res = self._single(large).take(pa.array(codes))
+            out = _out_offsets(res, n + 1, large, base)
+            return out, _out_data(res, out)
+        # pairs of codes; an odd tail is paired with the next byte of ``data`` when there is one
+        # (any byte >= the symbol count expands to nothing and the output is cut at the last
+        # offset), else with the (empty) escape code
+        npairs = (n + 1) // 2
+        if n % 2 and o1 < len(data):
+            codes_p = data[o0:o1 + 1]
+        elif n % 2:
+            codes_p = np.full(2 * npairs, ESCAPE, np.uint8)
+            codes_p[:n] = codes
         else:
-            keep = np.take(self.sym_keep, data, axis=0)
-            if escape is not None:
-                keep[escape] = False
-                keep[literal] = _FIRST_ONLY[:width]
-            out = rows[keep]
-        cum = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(out_len, out=cum[1:])
-        return cum[base], out
+            codes_p = codes
+        res = self._pairs(large).take(pa.array(codes_p.view("<u2")))
+        pos = _out_offsets(res, npairs + 1, large, base >> 1)
+        odd = np.flatnonzero(base & 1)  # strings starting mid-pair: add the pair's first symbol
+        if len(odd):
+            pos[odd] += self.sym_lens[codes[base[odd] - 1]]
+        return pos, _out_data(res, pos)
+
+    def _decode_escaped(self, codes: np.ndarray, base: np.ndarray, large: bool):
+        """Codes with escapes: the escape expands to nothing, its literal to the byte itself."""
+        n = len(codes)
+        is_ff = codes == ESCAPE
+        # within a run of 0xFF bytes the escapes are at even positions of the run, literals at odd
+        idx = np.arange(n)
+        run_start = np.empty(n, dtype=bool)
+        run_start[0] = is_ff[0]
+        run_start[1:] = is_ff[1:] & ~is_ff[:-1]
+        start_pos = np.maximum.accumulate(np.where(run_start, idx, 0))
+        escape = is_ff & ((idx - start_pos) % 2 == 0)
+        literal = np.zeros(n, dtype=bool)
+        literal[1:] = escape[:-1]
+        if escape[-1]:
+            raise ValueError("FSST data ends with an escape code")
+        sym = ~(escape | literal)
+        if sym.any() and int(np.compress(sym, codes).max()) >= self.n:
+            raise ValueError("FSST code refers to a symbol that is not in the table")
+        ids = codes.astype(np.uint16)
+        ids += literal.view(np.uint8).astype(np.uint16) << 8
+        res = self._single(large).take(pa.array(ids))
+        out = _out_offsets(res, n + 1, large, base)
+        return out, _out_data(res, out)
+
+
+def _out_offsets(res: pa.Array, count: int, large: bool, at: np.ndarray) -> np.ndarray:
+    """The take result's offsets at positions ``at``, as int64."""
+    offs = np.frombuffer(res.buffers()[1], dtype="<i8" if large else "<i4", count=count + res.offset)
+    return offs[at + res.offset if res.offset else at].astype(np.int64)
+
+
+def _out_data(res: pa.Array, offsets: np.ndarray) -> np.ndarray:
+    buf = res.buffers()[2]
+    end = int(offsets[-1])
+    return np.frombuffer(buf, dtype=np.uint8, count=end) if end else np.zeros(0, np.uint8)

@@ -39,6 +39,7 @@ from lance_ops.file.format import (
     Footer,
     version_from_footer,
 )
+from lance_ops.file import blob_v2
 from lance_ops.file.reader_base import V2ReaderBase
 from lance_ops.schema import FieldNode, field_tree, from_lance_fields
 
@@ -128,6 +129,14 @@ class _Leaf:
 
 
 @dataclass
+class _Blob(_Leaf):
+    """A blob column (``lance-encoding:blob``): pages of (position, size) descriptions; reads
+    return the bytes, or with ``describe`` the descriptions (``dtype`` is then their struct)."""
+
+    describe: bool = False
+
+
+@dataclass
 class _Struct:
     header: int
     children: list
@@ -189,10 +198,11 @@ class _SchemaLayout:
     """What a file's schema implies for reading (shared, read-only, by files with that schema)."""
 
     schema: pa.Schema
-    nodes: dict  # top-level name -> _Leaf / _Struct / _List
+    nodes: dict  # top-level name -> _Leaf / _Blob / _Struct / _List
     roles: dict  # column index -> (field path, role)
     top_names: list
     num_columns: int
+    described: Optional[dict] = None  # like ``nodes``, blob leaves returning descriptions
 
 
 # Caches shared by all readers (files written with one schema repeat the same schema and page
@@ -202,7 +212,7 @@ _SCHEMA_CACHE_LIMIT = 256
 _ENCODING_CACHE_LIMIT = 100_000
 _SCHEMA_LAYOUTS: dict[bytes, _SchemaLayout] = {}
 _ENCODINGS: dict[bytes, "_EncodingInfo"] = {}
-_GOOD_COLUMN_ENCODINGS: dict[bytes, bool] = {}
+_GOOD_COLUMN_ENCODINGS: dict[tuple[bytes, str], bool] = {}
 
 
 def _remember(cache: dict, key, value, limit: int) -> None:
@@ -313,6 +323,24 @@ def _row_lengths(row_real: np.ndarray, span_start: np.ndarray, row_counts: np.nd
     return row_real - prev
 
 
+def _described(node):
+    """A copy of a column-node tree whose blob leaves return their descriptions (and whose
+    parents' types say so)."""
+    if isinstance(node, _Blob):
+        return _Blob(node.column, blob_v2.DESCRIPTION_TYPE, node.path, True)
+    if isinstance(node, _Struct):
+        kids = [_described(c) for c in node.children]
+        t = node.dtype
+        fields = [t.field(i).with_type(k.dtype) for i, k in enumerate(kids)]
+        return _Struct(node.header, kids, pa.struct(fields), node.path)
+    if isinstance(node, _List):
+        kid = _described(node.child)
+        vf = node.dtype.value_field.with_type(kid.dtype)
+        t = pa.large_list(vf) if pa.types.is_large_list(node.dtype) else pa.list_(vf)
+        return _List(node.column, kid, t, node.path)
+    return node
+
+
 # --------------------------------------------------------------------------------------------
 # the reader
 # --------------------------------------------------------------------------------------------
@@ -381,14 +409,18 @@ class LanceFileReader(V2ReaderBase):
         return self._guard(lambda: bytes(self._fetch([(pos, size)])[0]))
 
     # --- reads ---------------------------------------------------------------------------
-    def read_all(self, columns: Optional[Sequence[str]] = None) -> pa.Table:
-        """Every row of the chosen top-level columns (all by default), in the requested order."""
+    def read_all(self, columns: Optional[Sequence[str]] = None, *, blob_descriptions: bool = False) -> pa.Table:
+        """Every row of the chosen top-level columns (all by default), in the requested order.
+
+        Blob columns return their bytes; with ``blob_descriptions`` their (position, size)
+        descriptions instead (what pylance's datasets return), without reading the bytes."""
         n = self._num_rows
         sel = (np.array([0], dtype=np.int64), np.array([n], dtype=np.int64)) if n else \
             (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        return self._read_table(columns, sel, None)
+        return self._read_table(columns, sel, None, blob_descriptions)
 
-    def read_range(self, start: int, num_rows: int, columns: Optional[Sequence[str]] = None) -> pa.Table:
+    def read_range(self, start: int, num_rows: int, columns: Optional[Sequence[str]] = None, *,
+                   blob_descriptions: bool = False) -> pa.Table:
         """Rows ``[start, start + num_rows)``."""
         start, num_rows = int(start), int(num_rows)
         if start < 0 or num_rows < 0 or start + num_rows > self._num_rows:
@@ -396,9 +428,10 @@ class LanceFileReader(V2ReaderBase):
                 f"{self._uri}: cannot read rows {start}..{start + num_rows} of a file with {self._num_rows} rows"
             )
         sel = _normalize(np.array([start], dtype=np.int64), np.array([start + num_rows], dtype=np.int64))
-        return self._read_table(columns, sel, None)
+        return self._read_table(columns, sel, None, blob_descriptions)
 
-    def take_rows(self, indices: Iterable[int] | np.ndarray | pa.Array, columns: Optional[Sequence[str]] = None) -> pa.Table:
+    def take_rows(self, indices: Iterable[int] | np.ndarray | pa.Array, columns: Optional[Sequence[str]] = None, *,
+                  blob_descriptions: bool = False) -> pa.Table:
         """Rows at ``indices`` (any order, duplicates allowed), in the given order."""
         if isinstance(indices, (pa.Array, pa.ChunkedArray)):
             idx = np.asarray(indices.to_numpy(zero_copy_only=False))
@@ -418,7 +451,7 @@ class LanceFileReader(V2ReaderBase):
             uniq, inverse = np.unique(idx, return_inverse=True)
             inverse = inverse.reshape(-1)
         sel = _normalize(uniq, uniq + 1)
-        return self._read_table(columns, sel, inverse)
+        return self._read_table(columns, sel, inverse, blob_descriptions)
 
     def __repr__(self) -> str:
         return f"LanceFileReader({self._uri!r}, version={self._version}, rows={self._num_rows})"
@@ -515,8 +548,8 @@ class LanceFileReader(V2ReaderBase):
         if layout is None:
             layout = self._layout(schema, tree)
             _remember(_SCHEMA_LAYOUTS, schema_key, layout, _SCHEMA_CACHE_LIMIT)
-        self._schema, self._nodes, self._roles, self._top_names = (
-            layout.schema, layout.nodes, layout.roles, layout.top_names)
+        self._schema, self._nodes, self._roles, self._top_names, self._described = (
+            layout.schema, layout.nodes, layout.roles, layout.top_names, layout.described)
         if layout.num_columns != footer.num_columns:
             raise self._corrupt(
                 f"schema needs {layout.num_columns} columns but the footer lists {footer.num_columns}"
@@ -545,6 +578,9 @@ class LanceFileReader(V2ReaderBase):
                 return _List(col, build(node.children[0], path + "."), t, path)
             if pa.types.is_map(t):
                 raise UnsupportedError(f"{self._uri}: map field {path!r} is not supported")
+            if blob_v2.is_legacy_blob(node.arrow):
+                roles[col] = (path, "blob")
+                return _Blob(col, t, path)
             roles[col] = (path, "packed_struct" if pa.types.is_struct(t) else "values")
             return _Leaf(col, t, path)
 
@@ -553,7 +589,10 @@ class LanceFileReader(V2ReaderBase):
             if node.proto.name in nodes:
                 raise self._corrupt(f"schema has two top-level fields named {node.proto.name!r}")
             nodes[node.proto.name] = build(node, "")
-        return _SchemaLayout(schema, nodes, roles, [n.proto.name for n in tree], counter[0])
+        described = None
+        if any(r == "blob" for _, r in roles.values()):
+            described = {name: _described(n) for name, n in nodes.items()}
+        return _SchemaLayout(schema, nodes, roles, [n.proto.name for n in tree], counter[0], described)
 
     def _top_node(self, name: str):
         try:
@@ -571,7 +610,7 @@ class LanceFileReader(V2ReaderBase):
         meta = self._column_meta[index]
         path, role = self._roles[index]
         where = f"column {index} ({path!r})"
-        self._check_column_encoding(meta, where)
+        self._check_column_encoding(meta, where, role)
         body_end = self._file_size - FOOTER_SIZE
         pages: list[PageInfo] = []
         infos: list[_EncodingInfo] = []
@@ -605,7 +644,7 @@ class LanceFileReader(V2ReaderBase):
         self._columns[index] = col
         return col
 
-    def _check_column_encoding(self, meta: file2_pb2.ColumnMetadata, where: str) -> None:
+    def _check_column_encoding(self, meta: file2_pb2.ColumnMetadata, where: str, role: str) -> None:
         if not meta.HasField("encoding"):
             return
         loc = meta.encoding.WhichOneof("location")
@@ -614,7 +653,7 @@ class LanceFileReader(V2ReaderBase):
                 raise UnsupportedError(f"{self._uri}: {where}: deferred (indirect) column encodings are not supported")
             return
         raw = meta.encoding.direct.encoding
-        if raw in _GOOD_COLUMN_ENCODINGS:
+        if (raw, role) in _GOOD_COLUMN_ENCODINGS:
             return
         wrapped = any_pb2.Any()
         try:
@@ -629,9 +668,12 @@ class LanceFileReader(V2ReaderBase):
         except DecodeError as exc:
             raise self._corrupt(f"{where}: column encoding does not decode: {exc}") from None
         case = ce.WhichOneof("column_encoding")
-        if case == "blob":
-            raise UnsupportedError(f"{self._uri}: {where}: blob columns are not supported")
-        _remember(_GOOD_COLUMN_ENCODINGS, raw, True, _ENCODING_CACHE_LIMIT)
+        if case == "blob" and role != "blob":
+            raise self._corrupt(f"{where}: blob column encoding on a field without the lance-encoding:blob metadata")
+        if case == "blob" and ce.blob.inner.WhichOneof("column_encoding") not in (None, "values"):
+            raise UnsupportedError(f"{self._uri}: {where}: blob column with inner encoding "
+                                   f"{ce.blob.inner.WhichOneof('column_encoding')!r} is not supported")
+        _remember(_GOOD_COLUMN_ENCODINGS, (raw, role), True, _ENCODING_CACHE_LIMIT)
 
     def _page_encoding(self, page, where: str) -> _EncodingInfo:
         loc = page.encoding.WhichOneof("location")
@@ -724,7 +766,7 @@ class LanceFileReader(V2ReaderBase):
         return offsets[index], sizes[index]
 
     # --- table assembly ------------------------------------------------------------------
-    def _read_table(self, columns, sel, inverse) -> pa.Table:
+    def _read_table(self, columns, sel, inverse, describe: bool = False) -> pa.Table:
         if columns is None:
             names = list(self._top_names)
         else:
@@ -736,8 +778,10 @@ class LanceFileReader(V2ReaderBase):
             if len(set(names)) != len(names):
                 raise ValueError(f"{self._uri}: duplicate column names in {names}")
 
+        by_name = self._described if describe and self._described is not None else self._nodes
+
         def work() -> pa.Table:
-            nodes = [self._nodes[n] for n in names]
+            nodes = [by_name[n] for n in names]
             for node in nodes:
                 self._check_top(node)
             starts, ends = sel
@@ -748,6 +792,8 @@ class LanceFileReader(V2ReaderBase):
                 results = self._run(_gather([self._read_node(node, *sel) for node in nodes]))
             arrays = [pa.chunked_array(chunks, type=node.dtype) for chunks, node in zip(results, nodes)]
             fields = [self._schema.field(n) for n in names]
+            if by_name is not self._nodes:
+                fields = [blob_v2.described_field(f) for f in fields]
             schema = pa.schema(fields, metadata=self._schema.metadata)
             table = pa.Table.from_arrays(arrays, schema=schema)
             if inverse is not None:
@@ -798,6 +844,8 @@ class LanceFileReader(V2ReaderBase):
 
     def _read_node(self, node, starts: np.ndarray, ends: np.ndarray) -> _Gen:
         """Generator returning the chunks of ``node`` for the row ranges ``[starts, ends)``."""
+        if isinstance(node, _Blob):
+            return (yield from self._read_blob(node, starts, ends))
         if isinstance(node, _Leaf):
             return (yield from self._read_leaf(node, starts, ends))
         if isinstance(node, _Struct):
@@ -838,6 +886,36 @@ class LanceFileReader(V2ReaderBase):
         if not chunks:
             return [_empty(node.dtype)]
         return chunks
+
+    def _read_blob(self, node: _Blob, starts, ends) -> _Gen:
+        """A blob column: its descriptions, then (unless ``node.describe``) one more I/O round
+        for the bytes they point at. A description (p, 0) is empty for p = 0, else null (2.0
+        writes (1, 0))."""
+        col = self._column(node.column)
+        dtype = blob_v2.DESCRIPTION_TYPE
+        gens = [self._read_page(col, page, col.infos[page.index], ls, le, dtype)
+                for page, ls, le in self._pages_for(col, starts, ends)]
+        desc = _concat((yield from _gather(gens)), dtype)
+        if node.describe:
+            return [desc]
+        n = len(desc)
+        if desc.null_count:
+            raise self._corrupt(f"blob column {col.index} ({col.path!r}) has null descriptions")
+        pos = np.asarray(desc.field(0).to_numpy(zero_copy_only=False), dtype=np.uint64)
+        size = np.asarray(desc.field(1).to_numpy(zero_copy_only=False), dtype=np.uint64)
+        if n and int(size.max()) > self._file_size:
+            raise self._corrupt(f"blob column {col.index} ({col.path!r}): a value lies beyond the end of the file")
+        want = np.flatnonzero(size > 0)
+        pieces = []
+        if len(want):
+            pieces = yield np.stack([pos[want], size[want]], axis=1).astype(np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(size.astype(np.int64), out=offsets[1:])
+        nulls = (size == 0) & (pos != 0)
+        validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() else None
+        data = pa.py_buffer(b"".join(pieces))
+        return [pa.Array.from_buffers(pa.large_binary(), n, [validity, pa.py_buffer(offsets), data],
+                                      null_count=int(nulls.sum()))]
 
     def _read_struct(self, node: _Struct, starts, ends) -> _Gen:
         total = int((ends - starts).sum())

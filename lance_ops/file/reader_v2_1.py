@@ -8,11 +8,16 @@ Reads go in at most two coalesced I/O rounds per call: first the per-page metada
 been loaded yet (mini-block chunk tables, dictionaries, repetition indexes), then the data --
 for ``read_range`` / ``take_rows`` only the mini-block chunks or full-zip rows that hold the
 requested rows. Page layouts and compressive encodings are decoded in
-:mod:`lance_ops.encoding.decode_v2_1`.
+:mod:`lance_ops.encoding.decode_v2_1`. The chunks of consecutive mini-block pages with the same
+encodings are decoded as one batch, back-to-back plain full-zip pages are read as one range, and
+the decoding of large reads is spread over a small thread pool (``LANCE_OPS_DECODE_THREADS``).
 """
 from __future__ import annotations
 
+import os
 import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -26,6 +31,7 @@ from lance_ops._proto import file2_pb2, file_pb2
 from lance_ops.encoding import decode_v2_1 as dec
 from lance_ops.encoding import v21_repdef as rd
 from lance_ops.encoding.v21_compressive import EncodingCorrupt, EncodingUnsupported
+from lance_ops.file import blob_v2
 from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError, UnsupportedTypeError
 from lance_ops.file.format import FOOTER_SIZE, PAGE_LAYOUT_URL, Footer, version_from_footer
 from lance_ops.file.reader_base import DECODE_ERRORS, V2ReaderBase
@@ -35,6 +41,25 @@ __all__ = ["LanceFileReaderV21", "SUPPORTED_VERSIONS"]
 
 SUPPORTED_VERSIONS = ("2.1", "2.2", "2.3")
 TAIL_READ_BYTES = 64 * 1024
+#: decode threads (``LANCE_OPS_DECODE_THREADS``; 0 or 1 decodes in the calling thread)
+DECODE_THREADS = int(os.environ.get("LANCE_OPS_DECODE_THREADS", min(4, os.cpu_count() or 1)))
+PARALLEL_MIN_BYTES = 1 << 20  # smaller reads decode in the calling thread
+GROUP_MAX_PART_BYTES = 1 << 20  # pages reading at most this much may be decoded as one batch
+_POOL: tuple = (None, None)  # (pid, executor)
+_POOL_LOCK = threading.Lock()
+
+
+def _decode_pool() -> Optional[ThreadPoolExecutor]:
+    """The shared decode pool (re-created in a forked child), or None when threads are off."""
+    global _POOL
+    if DECODE_THREADS <= 1:
+        return None
+    pid = os.getpid()
+    if _POOL[0] != pid:
+        with _POOL_LOCK:
+            if _POOL[0] != pid:
+                _POOL = (pid, ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="lance-ops-decode"))
+    return _POOL[1]
 
 
 def _is_packed(node: FieldNode) -> bool:
@@ -43,6 +68,22 @@ def _is_packed(node: FieldNode) -> bool:
         if key in md and bytes(md[key]).strip().lower() in (b"true", b"1", b"yes", b"on"):
             return True
     return False
+
+
+def _ranges(pairs) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) arrays of the non-empty row ranges."""
+    pairs = [(a, b) for a, b in pairs if b > a]
+    return (np.array([a for a, _ in pairs], dtype=np.int64), np.array([b for _, b in pairs], dtype=np.int64))
+
+
+def _group_decoder(page, items: list):
+    """Decode function of a batch of mini-block page parts (``items`` may still grow)."""
+    return lambda datas: dec.decode_group(items, datas) if items else dec.empty_decoded(page.ctx)
+
+
+def _plain_full_zip(page) -> bool:
+    return isinstance(page, dec.FullZipPage) and page.cw == 0 and not page.has_index and page.fixed_bytes > 0 \
+        and page.max_rep == 0 and len(page.offsets) == 1
 
 
 def _is_list(t: pa.DataType) -> bool:
@@ -66,7 +107,8 @@ class LanceFileReaderV21(V2ReaderBase):
 
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *, store=None):
         self._bind(path, storage_options, store)
-        self._pages: dict[int, list] = {}
+        self._pages: dict = {}
+        self._described: Optional[list] = None  # the schema tree with blob descriptions
         self._guard(self._open)
 
     # --- public properties ---------------------------------------------------------------
@@ -84,18 +126,23 @@ class LanceFileReaderV21(V2ReaderBase):
         return [dec.layout_name(p._page_layout) for p in pages]
 
     # --- reads ---------------------------------------------------------------------------
-    def read_all(self, columns: Optional[Sequence[str]] = None) -> pa.Table:
-        n = self._num_rows
-        return self._read(columns, [(0, n)] if n else [], None)
+    def read_all(self, columns: Optional[Sequence[str]] = None, *, blob_descriptions: bool = False) -> pa.Table:
+        """Every row of the chosen top-level columns (all by default).
 
-    def read_range(self, start: int, num_rows: int, columns: Optional[Sequence[str]] = None) -> pa.Table:
+        Blob columns return their bytes; with ``blob_descriptions`` their (position, size)
+        descriptions instead (what pylance's datasets return), without reading the bytes."""
+        return self._read(columns, _ranges([(0, self._num_rows)]), None, blob_descriptions)
+
+    def read_range(self, start: int, num_rows: int, columns: Optional[Sequence[str]] = None, *,
+                   blob_descriptions: bool = False) -> pa.Table:
         start, num_rows = int(start), int(num_rows)
         if start < 0 or num_rows < 0 or start + num_rows > self._num_rows:
             raise IndexError(
                 f"{self._uri}: cannot read rows {start}..{start + num_rows} of a file with {self._num_rows} rows")
-        return self._read(columns, [(start, start + num_rows)] if num_rows else [], None)
+        return self._read(columns, _ranges([(start, start + num_rows)]), None, blob_descriptions)
 
-    def take_rows(self, indices: Iterable[int] | np.ndarray | pa.Array, columns: Optional[Sequence[str]] = None) -> pa.Table:
+    def take_rows(self, indices: Iterable[int] | np.ndarray | pa.Array, columns: Optional[Sequence[str]] = None, *,
+                  blob_descriptions: bool = False) -> pa.Table:
         if isinstance(indices, (pa.Array, pa.ChunkedArray)):
             idx = np.asarray(indices.to_numpy(zero_copy_only=False))
         else:
@@ -114,14 +161,10 @@ class LanceFileReaderV21(V2ReaderBase):
             uniq, inverse = np.unique(idx, return_inverse=True)
             inverse = inverse.reshape(-1)
         # merge consecutive rows into ranges
-        if len(uniq):
-            brk = np.flatnonzero(np.diff(uniq) != 1) + 1
-            starts = np.concatenate([[0], brk])
-            ends = np.concatenate([brk, [len(uniq)]])
-            ranges = [(int(uniq[s]), int(uniq[e - 1]) + 1) for s, e in zip(starts, ends)]
-        else:
-            ranges = []
-        return self._read(columns, ranges, inverse)
+        brk = np.flatnonzero(np.diff(uniq) != 1) + 1
+        starts = uniq[np.concatenate([[0], brk])] if len(uniq) else uniq
+        ends = uniq[np.concatenate([brk, [len(uniq)]]) - 1] + 1 if len(uniq) else uniq
+        return self._read(columns, (starts, ends), inverse, blob_descriptions)
 
     def __repr__(self) -> str:
         return f"LanceFileReaderV21({self._uri!r}, version={self._version}, rows={self._num_rows})"
@@ -185,8 +228,9 @@ class LanceFileReaderV21(V2ReaderBase):
         self._descriptor = descriptor
         self._num_rows = int(descriptor.length)
         try:
-            self._schema = from_lance_fields(descriptor.schema.fields, dict(descriptor.schema.metadata))
-            self._tree = field_tree(descriptor.schema.fields)
+            fields = blob_v2.attach_descriptor_fields(descriptor.schema.fields)
+            self._schema = from_lance_fields(fields, dict(descriptor.schema.metadata))
+            self._tree = field_tree(fields)
         except CorruptFileError as exc:
             raise self._corrupt(f"schema: {exc.problem}") from None
         except UnsupportedTypeError as exc:
@@ -284,6 +328,30 @@ class LanceFileReaderV21(V2ReaderBase):
         self._pages[column] = pages
         return pages
 
+    def _read_pages(self, column: int) -> list:
+        """The pages of a column as the read path uses them: runs of back-to-back full-zip pages of
+        plain fixed-width rows (no levels, no index, same layout) merged into one, so that they are
+        read and decoded as one range."""
+        key = ("read", column)
+        if key in self._pages:
+            return self._pages[key]
+        out: list = []
+        for page in self._column_pages(column):
+            prev = out[-1] if out else None
+            if (prev is not None and _plain_full_zip(page) and _plain_full_zip(prev)
+                    and prev.offsets[0] + prev.sizes[0] == page.offsets[0]
+                    and prev.first_row + prev.num_rows == page.first_row
+                    and prev.layout.SerializeToString() == page.layout.SerializeToString()):
+                merged = dec.FullZipPage(prev.layout, [prev.offsets[0]], [prev.sizes[0] + page.sizes[0]],
+                                         prev.num_rows + page.num_rows, prev.first_row, prev.ctx, prev.version)
+                merged._page_layout = prev._page_layout
+                merged._leaf = prev._leaf
+                out[-1] = merged
+            else:
+                out.append(page)
+        self._pages[key] = out
+        return out
+
     def _make_page(self, layout: pb.PageLayout, p, first: int, leaf: _Leaf, column: int, index: int):
         which = layout.WhichOneof("layout")
         args = (list(p.buffer_offsets), list(p.buffer_sizes), int(p.length), first, leaf.ctx, self._version)
@@ -304,10 +372,15 @@ class LanceFileReaderV21(V2ReaderBase):
             raise self._corrupt(f"column {column} ({leaf.path}) page {index}: {exc}") from None
 
     # --- the read path -------------------------------------------------------------------
-    def _select(self, columns: Optional[Sequence[str]]) -> list[FieldNode]:
+    def _select(self, columns: Optional[Sequence[str]], describe: bool = False) -> list[FieldNode]:
+        tree = self._tree
+        if describe:
+            if self._described is None:
+                self._described = blob_v2.described_tree(self._tree)
+            tree = self._described
         if columns is None:
-            return list(self._tree)
-        by_name = {n.proto.name: n for n in self._tree}
+            return list(tree)
+        by_name = {n.proto.name: n for n in tree}
         out = []
         for c in columns:
             if c not in by_name:
@@ -315,23 +388,26 @@ class LanceFileReaderV21(V2ReaderBase):
             out.append(by_name[c])
         return out
 
-    def _read(self, columns, ranges: list[tuple[int, int]], inverse) -> pa.Table:
-        nodes = self._select(columns)
+    def _read(self, columns, ranges: tuple[np.ndarray, np.ndarray], inverse, describe: bool = False) -> pa.Table:
+        nodes = self._select(columns, describe)
         try:
-            return self._guard(lambda: self._read_inner(nodes, ranges, inverse))
+            return self._guard(lambda: self._read_inner(nodes, ranges, inverse, describe))
         except KeyError:
             raise
 
-    def _read_inner(self, nodes: list[FieldNode], ranges, inverse) -> pa.Table:
+    def _read_inner(self, nodes: list[FieldNode], ranges, inverse, describe: bool = False) -> pa.Table:
         leaf_ids = [i for n in nodes for i in self._leaf_ids[n.id]]
+        starts, ends = ranges
         # which pages, which page-relative row ranges
-        work = []  # (leaf id, page, page ranges)
+        work = []  # (leaf id, page, (page starts, page ends))
         for lid in leaf_ids:
             leaf = self._leaves[lid]
-            for page in self._column_pages(leaf.column):
+            for page in self._read_pages(leaf.column):
                 a0, b0 = page.first_row, page.first_row + page.num_rows
-                rr = [(max(a, a0) - a0, min(b, b0) - a0) for a, b in ranges if a < b0 and b > a0]
-                if rr:
+                lo = int(np.searchsorted(ends, a0, side="right"))
+                hi = int(np.searchsorted(starts, b0, side="left"))
+                if hi > lo:
+                    rr = (np.maximum(starts[lo:hi], a0) - a0, np.minimum(ends[lo:hi], b0) - a0)
                     work.append((lid, page, rr))
         # round 1: page metadata
         init_pages = [w[1] for w in work if not w[1].ready]
@@ -347,31 +423,45 @@ class LanceFileReaderV21(V2ReaderBase):
         for p, k in zip(init_pages, owners):
             self._wrap(p, lambda: p.init(datas[pos:pos + k]))
             pos += k
-        # round 2: data
-        reqs, plans = [], []
+        # round 2: data; small parts of consecutive mini-block pages with the same encodings
+        # decode as one batch
+        reqs, plans, group = [], [], None
         for lid, page, rr in work:
-            r, fn = self._wrap(page, lambda: page.plan(rr))
-            plans.append((lid, page, fn, len(r)))
+            key = getattr(page, "batch_key", None)
+            if key is None:
+                kw = {"describe": True} if describe and isinstance(page, dec.BlobPage) else {}
+                r, fn = self._wrap(page, lambda: page.plan(*rr, **kw))
+                plans.append((lid, page, fn, len(r)))
+                group = None
+            else:
+                r, part = self._wrap(page, lambda: page.plan_part(*rr))
+                small = sum(n for _, n in r) <= GROUP_MAX_PART_BYTES
+                if part is not None and small and group is not None and group[:2] == (lid, key):
+                    group[2].append((page, part))  # the group's decoder sees the appended page
+                    first_lid, first_page, fn, k = plans[-1]
+                    plans[-1] = (first_lid, first_page, fn, k + len(r))
+                else:
+                    items = [(page, part)] if part is not None else []
+                    plans.append((lid, page, _group_decoder(page, items), len(r)))
+                    group = (lid, key, items) if part is not None and small else None
             reqs.extend(r)
         datas = self._fetch(reqs)
-        pos = 0
-        per_leaf: dict[int, list] = {lid: [] for lid in leaf_ids}
-        for lid, page, fn, k in plans:
-            per_leaf[lid].append(self._wrap(page, lambda: fn(datas[pos:pos + k])))
+        jobs, pos = [], 0
+        for _, page, fn, k in plans:
+            jobs.append((page, fn, datas[pos:pos + k]))
             pos += k
-        nsel = sum(b - a for a, b in ranges)
+        per_leaf: dict[int, list] = {lid: [] for lid in leaf_ids}
+        for (lid, _, _, _), got in zip(plans, self._decode_all(jobs)):
+            per_leaf[lid].append(got)
+        nsel = int((ends - starts).sum())
         states = {}
         for lid in leaf_ids:
             leaf = self._leaves[lid]
             parts = per_leaf[lid]
-            if parts:
-                d = dec.Decoded.concat(parts)
-            else:
-                d = dec.Decoded(rd.Levels(None, None, 0),
-                                dec.placeholder_vals(leaf.ctx.value_kind, leaf.ctx.value_width, 0, leaf.ctx.items_per_value), 0)
+            d = dec.Decoded.concat(parts) if parts else dec.empty_decoded(leaf.ctx)
             if d.num_rows != nsel:
                 raise self._corrupt(f"column {leaf.column} ({leaf.path}) produced {d.num_rows} rows, expected {nsel}")
-            states[lid] = dec.LeafState(d.levels, d.values, leaf.canon, np.arange(d.levels.n, dtype=np.int64),
+            states[lid] = dec.LeafState(d.levels, d.values, leaf.canon, None,
                                         leaf.canon.max_rep, len(leaf.canon.kinds) - 1)
         arrays = []
         for n in nodes:
@@ -384,11 +474,32 @@ class LanceFileReaderV21(V2ReaderBase):
             if len(arr) != nsel:
                 raise self._corrupt(f"field {n.proto.name!r} assembled {len(arr)} rows, expected {nsel}")
             arrays.append(arr)
-        schema = pa.schema([self._schema.field(n.proto.name) for n in nodes], metadata=self._schema.metadata)
+        fields = [self._schema.field(n.proto.name) for n in nodes]
+        if describe:
+            fields = [blob_v2.described_field(f) for f in fields]
+        schema = pa.schema(fields, metadata=self._schema.metadata)
         table = pa.Table.from_arrays(arrays, schema=schema)
         if inverse is not None:
             table = table.take(pa.array(inverse))
         return table
+
+    def _decode_all(self, jobs: list) -> list:
+        """Run the decode step of every (page, decode function, data) job; big batches go to a small
+        thread pool (numpy and Arrow release the GIL in the heavy loops). Pages whose decoding reads
+        more data (blobs) run here, in order."""
+        def one(job):
+            page, fn, blobs = job
+            return self._wrap(page, lambda: fn(blobs))
+
+        sizes = [sum(len(b) for b in blobs) for _, _, blobs in jobs]
+        pool = _decode_pool() if len(jobs) > 1 and sum(sizes) >= PARALLEL_MIN_BYTES else None
+        if pool is None:
+            return [one(j) for j in jobs]
+        futures = {}
+        for i in sorted(range(len(jobs)), key=lambda i: -sizes[i]):  # largest first
+            if not getattr(jobs[i][0], "decode_reads", False):
+                futures[i] = pool.submit(one, jobs[i])
+        return [futures[i].result() if i in futures else one(j) for i, j in enumerate(jobs)]
 
     def _wrap(self, page, fn):
         leaf = self._by_column_of_page(page)

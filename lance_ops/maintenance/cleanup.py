@@ -18,6 +18,9 @@ What is deleted
        area                      referenced iff
        ========================  ====================================================
        ``data/*.lance``          a kept manifest has a ``DataFile`` with that path
+       ``data/<stem>/*.blob``    ``data/<stem>.lance`` is referenced (blob v2 side files
+                                 belong to their data file; pylance's rule); verified
+                                 only if not newer than that (removed) data file
        ``_deletions/*``          a kept manifest has that ``DeletionFile``
        ``_transactions/*.txn``   it is a kept manifest's ``transaction_file``
        ``_indices/<uuid>/...``   a kept manifest's index section has that uuid
@@ -82,6 +85,7 @@ from google.protobuf.message import DecodeError
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import LanceOpsError, ObjectNotFoundError, TagError
+from lance_ops.file.blob_v2 import parse_side_file
 from lance_ops.table import naming
 from lance_ops.table.manifest import ManifestFile, read_manifest
 from lance_ops.table.tags import tagged_versions
@@ -458,6 +462,8 @@ class _Planner:
         self.latest = latest
         #: unverified files modified after this are kept (None: delete_unverified)
         self.young_after = young_after
+        #: data file name (below data/) -> last modified, for judging blob v2 side files
+        self.owner_times: dict[str, datetime] = {}
 
     def _old_enough(self, f: _File) -> bool:
         return self.young_after is None or f.last_modified < self.young_after
@@ -477,6 +483,13 @@ class _Planner:
         if _is_temp_name(name):
             return _Candidate(f, "temporary", False) if self._old_enough(f) else None
         if area == naming.DATA_DIR:
+            owner = parse_side_file(rest)
+            if owner is not None:  # blob v2 side file: lives as long as its data file
+                # verified garbage only if written no later than its (removed) data file, as the
+                # file's real side files are; a later stray waits for the age rule (pylance keeps it)
+                t = self.owner_times.get(owner)
+                verified = owner in self.removed.data and (t is None or f.last_modified <= t)
+                return self._decide(f, "data", owner in self.kept.data, verified)
             if not name.endswith(".lance"):
                 return None  # not ours: leave alone
             return self._decide(f, "data", rest in self.kept.data, rest in self.removed.data)
@@ -663,7 +676,10 @@ def cleanup_old_versions(
     planner = _Planner(kept, removed, removed_versions, latest, young_after)
     candidates: list[_Candidate] = []
     for area in _AREAS:
-        for f in _list_area(store, base, area):
+        listed = list(_list_area(store, base, area))
+        if area == naming.DATA_DIR:
+            planner.owner_times = {f.rel[len(area) + 1:]: f.last_modified for f in listed if f.rel.endswith(".lance")}
+        for f in listed:
             c = planner.classify(f)
             if c is not None:
                 candidates.append(c)
@@ -703,7 +719,9 @@ def cleanup_old_versions(
     for v, info in _load_versions(store, base, skip=versions).items():
         kept.add(info.manifest, v)
     kept.update(_protected(store, base)[0])
+    owner_times = planner.owner_times
     planner = _Planner(kept, removed, removed_versions, latest, young_after)
+    planner.owner_times = owner_times
     files = [c for c in candidates if planner.classify(c.file) is not None]
     if total and len(files) < len(candidates):
         tick(len(candidates) - len(files))

@@ -63,6 +63,7 @@ from lance_ops.maintenance.compaction_plan import (
     CompactionTask,
     _b64,
     _from_b64,
+    check_no_blob_v2,
     check_no_indices,
     same_fragment,
 )
@@ -388,6 +389,7 @@ def execute_task(task: CompactionTask, store, base: str, *, storage_options=None
         raise LanceOpsError(f"{where}: unknown compaction task kind {task.kind!r}")
     if sum(task.output_rows) != sum(task.live_rows or task.output_rows):
         raise LanceOpsError(f"{where}: task output sizes do not add up to its live rows")
+    check_no_blob_v2(task.fields, where)
     view = _open_read_version(task, store, base)
     schema = view.schema
     top_ids = [view._top_field_ids[f.name] for f in schema]

@@ -17,6 +17,8 @@ from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import DatasetNotFoundError, LanceOpsError, RetryableCommitConflictError
 from lance_ops.io import open_store
 from lance_ops.schema import from_lance_fields
+from lance_ops.file import blob_v2
+from lance_ops.table import blobs as blobs_mod
 from lance_ops.table import deletion, feature_flags, naming, tags as tags_mod
 from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.filters import compile_filter
@@ -177,15 +179,23 @@ class LanceDataset:
             )
         return list(columns)
 
+    def _out_field(self, name: str, blobs: str) -> pa.Field:
+        """The field of column ``name`` as a read with ``blob_handling=blobs`` returns it."""
+        f = self.schema.field(name)
+        if not blob_v2.has_blobs(f):
+            return f
+        return blob_v2.binary_field(f) if blobs == "all_binary" else blob_v2.described_field(f)
+
     def _read_rows(self, frag: LanceFragment, columns: list[str], offsets: np.ndarray | None,
-                   add_id: bool, add_addr: bool) -> tuple[pa.Table, "np.ndarray | _LiveOffsets"]:
+                   add_id: bool, add_addr: bool, blobs: str = "blobs_descriptions"
+                   ) -> tuple[pa.Table, "np.ndarray | _LiveOffsets"]:
         """Live rows of ``columns`` (all, or the physical ``offsets``), plus their physical offsets.
 
         ``offsets`` given by the caller are already free of deleted rows. Reading all rows without
         row ids or addresses, the offsets come as a lazy :class:`_LiveOffsets`.
         """
         fields = [self.schema.field(c) for c in columns]
-        table = frag.read(fields, [self._top_field_ids[c] for c in columns], offsets)
+        table = frag.read(fields, [self._top_field_ids[c] for c in columns], offsets, blob_handling=blobs)
         if offsets is None:
             mask = frag.live_mask()
             if mask is not None:
@@ -204,7 +214,8 @@ class LanceDataset:
         return table, phys
 
     def _scan_fragment(self, frag: LanceFragment, out_columns: list[str], filt, with_row_id: bool,
-                       with_row_address: bool, offsets: np.ndarray | None = None) -> pa.Table:
+                       with_row_address: bool, offsets: np.ndarray | None = None,
+                       blobs: str = "blobs_descriptions") -> pa.Table:
         """Matching rows of one fragment.
 
         With a filter, the filter's columns are read first; the other output columns are then read
@@ -215,12 +226,12 @@ class LanceDataset:
         want_id, want_addr = ROW_ID in names, ROW_ADDR in names
         data_cols = [c for c in out_columns if c in self._top_field_ids]
         if filt is None:
-            table, _ = self._read_rows(frag, data_cols, offsets, want_id, want_addr)
+            table, _ = self._read_rows(frag, data_cols, offsets, want_id, want_addr, blobs)
         else:
             filter_cols = [c for c in filt.columns if c in self._top_field_ids]
             rest = [c for c in data_cols if c not in filter_cols]
             probe, phys = self._read_rows(frag, filter_cols, offsets, want_id or ROW_ID in filt.columns,
-                                          want_addr or ROW_ADDR in filt.columns)
+                                          want_addr or ROW_ADDR in filt.columns, blobs)
             scanned = probe.num_rows
             probe = probe.append_column(_POSITION, pa.array(np.arange(scanned, dtype=np.int64)))
             probe = probe.filter(filt.expression)
@@ -228,24 +239,26 @@ class LanceDataset:
                 positions = probe.column(_POSITION).to_numpy()
                 if positions.size <= _LATE_MATERIALIZE_FRACTION * scanned:
                     extra = frag.read([self.schema.field(c) for c in rest],
-                                      [self._top_field_ids[c] for c in rest], _take_offsets(phys, positions))
+                                      [self._top_field_ids[c] for c in rest], _take_offsets(phys, positions),
+                                      blob_handling=blobs)
                 else:
-                    full, _ = self._read_rows(frag, rest, offsets, False, False)
+                    full, _ = self._read_rows(frag, rest, offsets, False, False, blobs)
                     extra = full.take(pa.array(positions))
                 for c in rest:
-                    probe = probe.append_column(self.schema.field(c), extra.column(c))
+                    probe = probe.append_column(self._out_field(c, blobs), extra.column(c))
             table = probe
         if not names:  # Table.select([]) would drop the row count
             return table.drop_columns(table.column_names)
         return table.select(names)
 
-    def _output_schema(self, out_columns, with_row_id, with_row_address) -> pa.Schema:
+    def _output_schema(self, out_columns, with_row_id, with_row_address, blobs: str = "blobs_descriptions") -> pa.Schema:
         special = {ROW_ID: pa.field(ROW_ID, pa.uint64()), ROW_ADDR: pa.field(ROW_ADDR, pa.uint64())}
-        fields = [special[c] if c in special else self.schema.field(c)
+        fields = [special[c] if c in special else self._out_field(c, blobs)
                   for c in _output_names(out_columns, with_row_id, with_row_address)]
         return pa.schema(fields, metadata=self.schema.metadata)
 
-    def _fragment_tables(self, columns, filter, with_row_id, with_row_address, fragment_ids=None) -> Iterator[pa.Table]:
+    def _fragment_tables(self, columns, filter, with_row_id, with_row_address, fragment_ids=None,
+                         blobs: str = "blobs_descriptions") -> Iterator[pa.Table]:
         out_columns = self._resolve_columns(columns)
         filt = compile_filter(filter, self.schema)
         if filt is not None and filt.constant is False:
@@ -261,22 +274,30 @@ class LanceDataset:
             offsets = scan_offsets(self, frag, filt)
             if offsets is not None and offsets.size == 0:
                 continue
-            yield self._scan_fragment(frag, out_columns, filt, with_row_id, with_row_address, offsets)
+            yield self._scan_fragment(frag, out_columns, filt, with_row_id, with_row_address, offsets, blobs)
 
     def to_batches(self, columns: Sequence[str] | None = None, filter=None, *, with_row_id: bool = False,
-                   with_row_address: bool = False, batch_size: int | None = None) -> Iterator[pa.RecordBatch]:
-        """Stream the matching rows fragment by fragment (memory bounded by one fragment's columns)."""
+                   with_row_address: bool = False, batch_size: int | None = None,
+                   blob_handling: str | None = None) -> Iterator[pa.RecordBatch]:
+        """Stream the matching rows fragment by fragment (memory bounded by one fragment's columns).
+
+        Blob columns come as their descriptions, or as bytes with ``blob_handling="all_binary"``
+        (as pylance)."""
+        blobs = blobs_mod.check_blob_handling(blob_handling)
         metadata = self.schema.metadata
-        for table in self._fragment_tables(columns, filter, with_row_id, with_row_address):
+        for table in self._fragment_tables(columns, filter, with_row_id, with_row_address, blobs=blobs):
             if table.num_columns:
                 table = table.replace_schema_metadata(metadata)
             yield from table.to_batches(max_chunksize=batch_size)
 
     def to_table(self, columns: Sequence[str] | None = None, filter=None, limit: int | None = None,
-                 offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False) -> pa.Table:
+                 offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False,
+                 blob_handling: str | None = None) -> pa.Table:
+        """The matching rows; blob columns as descriptions, or bytes with ``blob_handling="all_binary"``."""
+        blobs = blobs_mod.check_blob_handling(blob_handling)
         out_columns = self._resolve_columns(columns)
-        schema = self._output_schema(out_columns, with_row_id, with_row_address)
-        tables = list(self._fragment_tables(out_columns, filter, with_row_id, with_row_address))
+        schema = self._output_schema(out_columns, with_row_id, with_row_address, blobs)
+        tables = list(self._fragment_tables(out_columns, filter, with_row_id, with_row_address, blobs=blobs))
         if len(schema) == 0:
             # no columns: only the row count matters (concat_tables and replace_schema_metadata
             # would both reset it to 0 on column-less tables)
@@ -298,6 +319,13 @@ class LanceDataset:
             return 0
         cols = [c for c in filt.columns if c in self._top_field_ids][:1]
         return sum(t.num_rows for t in self._fragment_tables(cols, filter, False, False, {f.fragment_id for f in frags}))
+
+    def scanner(self, columns: Sequence[str] | None = None, filter=None, limit: int | None = None,
+                offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False,
+                batch_size: int | None = None, blob_handling: str | None = None) -> "Scanner":
+        """A scan to run later (``to_table`` / ``to_batches`` / ``count_rows``), as pylance's."""
+        blobs_mod.check_blob_handling(blob_handling)
+        return Scanner(self, columns, filter, limit, offset, with_row_id, with_row_address, batch_size, blob_handling)
 
     # --- takes -----------------------------------------------------------------------------------
     def take(self, indices, columns: Sequence[str] | None = None) -> pa.Table:
@@ -333,6 +361,64 @@ class LanceDataset:
         inverse = np.empty(positions.size, dtype=np.int64)
         inverse[np.concatenate(placed)] = np.arange(positions.size)
         return table.take(pa.array(inverse)).combine_chunks()
+
+    def take_blobs(self, blob_column: str, ids=None, addresses=None, indices=None, *,
+                   buffer_size: int = blobs_mod.DEFAULT_BUFFER_SIZE) -> list:
+        """File-like :class:`~lance_ops.table.blobs.BlobFile` objects (``None`` for nulls) for the
+        rows chosen by exactly one of ``ids`` (``_rowid``), ``addresses`` (``_rowaddr``) or
+        ``indices`` (positions among live rows), in that order; nothing is read until asked."""
+        return blobs_mod.take_blobs(self, blob_column, ids, addresses, indices, buffer_size=buffer_size)
+
+    def _select_rows(self, kind: str, values: np.ndarray) -> tuple[list[LanceFragment], np.ndarray, np.ndarray]:
+        """(fragments, fragment position per row, physical offset per row) of a take_blobs
+        selection. Like pylance, ids or addresses of deleted rows are an error (not skipped)."""
+        from lance_ops.errors import UnsupportedError
+        from lance_ops.table import addresses as addr_mod
+
+        frags = self.get_fragments()
+        if kind == "indices":
+            idx = values.astype(np.int64)
+            live = np.array([f.count_rows() for f in frags], dtype=np.int64)
+            starts = np.concatenate([[0], np.cumsum(live)])
+            total = int(starts[-1])
+            if idx.size and (idx.min() < 0 or idx.max() >= total):
+                bad = int(idx[(idx < 0) | (idx >= total)][0])
+                raise IndexError(f"{self.uri}: index {bad} out of range for {total} rows")
+            which = np.searchsorted(starts, idx, side="right") - 1
+            offs = np.zeros(idx.size, dtype=np.uint64)
+            for f in np.unique(which).tolist():
+                sel = np.flatnonzero(which == f)
+                pos = idx[sel] - starts[f]
+                frag = frags[f]
+                offs[sel] = frag.live_offsets()[pos] if frag.num_deletions else pos.astype(np.uint64)
+            return frags, which, offs
+        vals = values.astype(np.uint64)
+        if kind == "ids" and self.has_stable_row_ids:
+            from lance_ops.table.rowid_lookup import locate_row_ids
+
+            which, offs = locate_row_ids(self, frags, vals)
+        else:  # row addresses (also the ids of datasets without stable row ids)
+            frag_ids, offs = addr_mod.split_row_addresses(vals)
+            pos_of = {f.fragment_id: i for i, f in enumerate(frags)}
+            uniq, inverse = np.unique(frag_ids, return_inverse=True)
+            which = np.array([pos_of.get(x, -2) for x in uniq.tolist()], dtype=np.int64)[inverse.reshape(-1)]
+            if (which == -2).any():
+                bad = int(vals[which == -2][0])
+                raise ValueError(f"{self.uri}: row address {bad} belongs to non-existent fragment {bad >> 32}")
+            for f in np.unique(which).tolist():
+                sel = np.flatnonzero(which == f)
+                frag = frags[f]
+                o = offs[sel].astype(np.int64)
+                if (o >= frag.physical_rows).any():
+                    raise ValueError(f"{self.uri}: row address offset {int(o.max())} is beyond the "
+                                     f"{frag.physical_rows} rows of fragment {frag.fragment_id}")
+                mask = frag.live_mask()
+                if mask is not None:
+                    which[sel[~mask[o]]] = -1
+        if (which < 0).any():
+            bad = vals[which < 0][:10].tolist()
+            raise UnsupportedError(f"{self.uri}: take_blobs cannot take deleted or missing rows {bad}")
+        return frags, which, np.asarray(offs, dtype=np.uint64)
 
     def take_by_row_id(self, row_ids, columns: Sequence[str] | None = None) -> pa.Table:
         """Rows by ``_rowid`` (stable ids if enabled, else row addresses), in the order given.
@@ -422,6 +508,38 @@ class LanceDataset:
         return cleanup_old_versions(self, older_than, retain_versions, delete_unverified=delete_unverified,
                                     error_if_tagged_old_versions=error_if_tagged_old_versions, dry_run=dry_run,
                                     progress=progress)
+
+
+class Scanner:
+    """A scan of a dataset with fixed options (``LanceDataset.scanner``)."""
+
+    def __init__(self, ds: LanceDataset, columns, filter, limit, offset, with_row_id, with_row_address,
+                 batch_size, blob_handling):
+        self.dataset = ds
+        self._args = dict(columns=columns, filter=filter, with_row_id=with_row_id,
+                          with_row_address=with_row_address, blob_handling=blob_handling)
+        self._limit, self._offset, self._batch_size = limit, offset, batch_size
+
+    @property
+    def projected_schema(self) -> pa.Schema:
+        ds, a = self.dataset, self._args
+        return ds._output_schema(ds._resolve_columns(a["columns"]), a["with_row_id"], a["with_row_address"],
+                                 blobs_mod.check_blob_handling(a["blob_handling"]))
+
+    def to_table(self) -> pa.Table:
+        return self.dataset.to_table(limit=self._limit, offset=self._offset, **self._args)
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        if self._limit is None and not self._offset:
+            return self.dataset.to_batches(batch_size=self._batch_size, **self._args)
+        return iter(self.to_table().to_batches(max_chunksize=self._batch_size))
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.projected_schema, self.to_batches())
+
+    def count_rows(self) -> int:
+        return self.to_table().num_rows if (self._limit is not None or self._offset) else \
+            self.dataset.count_rows(self._args["filter"])
 
 
 class _LiveOffsets:

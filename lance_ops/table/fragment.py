@@ -14,9 +14,10 @@ import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import table_pb2
+from lance_ops.file import blob_v2
 from lance_ops.file.dispatch import open_file_reader
 from lance_ops.file.reader import LanceFileReader
-from lance_ops.table import addresses, deletion, naming, rowids
+from lance_ops.table import addresses, blobs, deletion, naming, rowids
 
 if TYPE_CHECKING:  # pragma: no cover
     from lance_ops.table.dataset import LanceDataset
@@ -175,9 +176,19 @@ class LanceFragment:
                     found[fid] = (i, name_of[fid])
         return found
 
-    def read(self, fields: Sequence[pa.Field], field_ids: Sequence[int], offsets: np.ndarray | None = None) -> pa.Table:
-        """Physical rows (all, or ``offsets`` in that order) of the given top-level fields."""
+    def read(self, fields: Sequence[pa.Field], field_ids: Sequence[int], offsets: np.ndarray | None = None,
+             *, blob_handling: str = "all_binary") -> pa.Table:
+        """Physical rows (all, or ``offsets`` in that order) of the given top-level fields.
+
+        Blob columns come as bytes (``"all_binary"``, what compaction copies) or, with
+        ``"descriptions"``, as the descriptions pylance's datasets return (the fields' types
+        are then :func:`~lance_ops.file.blob_v2.described_field` of the given ones).
+        """
         n = self.physical_rows if offsets is None else len(offsets)
+        describe = blob_handling != "all_binary"
+        out_fields = [blob_v2.described_field(f) if describe else blob_v2.binary_field(f) for f in fields]
+        blob_ids = {fid for f, fid in zip(fields, field_ids) if blob_v2.has_blobs(f)}
+        v2_ids = {fid for f, fid in zip(fields, field_ids) if blob_v2.is_blob_v2(f)}
         located = self._locate(field_ids)
         by_file: dict[int, list[tuple[int, str]]] = {}
         for fid, (file_index, name) in located.items():
@@ -186,13 +197,18 @@ class LanceFragment:
         for file_index, entries in by_file.items():
             reader = self._reader(file_index)
             names = [name for _, name in entries]
+            kwargs = {"blob_descriptions": True} if describe and any(fid in blob_ids for fid, _ in entries) else {}
             if offsets is None:
-                table = reader.read_all(columns=names)
+                table = reader.read_all(columns=names, **kwargs)
             else:
-                table = reader.take_rows(offsets, columns=names)
+                table = reader.take_rows(offsets, columns=names, **kwargs)
             for fid, name in entries:
-                columns[fid] = table.column(name)
+                col = table.column(name)
+                if fid in v2_ids:
+                    col = self._v2_column(col, file_index, describe)
+                columns[fid] = col
         arrays = []
+        fields = out_fields
         for field, fid in zip(fields, field_ids):
             col = columns.get(fid)
             if col is None:
@@ -203,6 +219,21 @@ class LanceFragment:
         if not arrays:  # no columns asked for (e.g. only _rowid): keep the row count
             return _empty_columns(n)
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+    def _v2_column(self, col: pa.ChunkedArray, file_index: int, describe: bool) -> pa.ChunkedArray:
+        """A blob v2 column as read from a data file, made what the read asked for: descriptors
+        as they are, or (bytes) resolved. A file that still holds the legacy layout (pylance
+        relabels legacy blob fields as blob v2 when it commits to such a 2.2 dataset) reads as
+        inline descriptors / its bytes."""
+        if pa.types.is_large_binary(col.type):  # legacy column, bytes already
+            return col
+        if col.type == blob_v2.DESCRIPTION_TYPE:  # legacy column, descriptions
+            return pa.chunked_array([blobs.descriptors_from_legacy(col)], blob_v2.DESCRIPTOR_TYPE)
+        if describe:
+            return col
+        return pa.chunked_array([blobs.v2_bytes(self._dataset, self.metadata.files[file_index], col)],
+                                pa.large_binary())
 
 
 def _empty_columns(num_rows: int) -> pa.Table:

@@ -27,6 +27,7 @@ from lance_ops.errors import (
     SchemaMismatchError,
     UnsupportedError,
 )
+from lance_ops.file import blob_v2
 from lance_ops.file.format import MANIFEST_VERSIONS
 from lance_ops.file.writer import LanceFileWriter
 from lance_ops.file.writer_legacy import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileWriter
@@ -292,6 +293,11 @@ def write_fragments(reader: pa.RecordBatchReader, store, base: str, lance_fields
     Legacy (0.1) only: ``max_rows_per_group`` rows per group, and ``dictionaries`` (field id ->
     values; the dataset's, see :func:`legacy_dictionaries`) is required for dictionary fields.
     """
+    names = blob_v2.blob_v2_names(lance_fields)
+    if names:  # (every writing path: appends, Spark tasks, compaction)
+        raise UnsupportedError(
+            f"{store.uri(base)}: blob v2 column(s) {names} (lance.blob.v2, written by pylance at 2.2): "
+            "lance_ops does not write blob v2 descriptors and side .blob files")
     schema = from_lance_fields(lance_fields, dict(reader.schema.metadata or {}))
     writer = FragmentWriter(store, base, schema, lance_fields, storage_options=storage_options,
                             max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,
@@ -307,6 +313,42 @@ def write_fragments(reader: pa.RecordBatchReader, store, base: str, lance_fields
     except BaseException:
         writer.abort()
         raise
+
+
+def _refuse_blob_v2(data_schema: pa.Schema, manifest: table_pb2.Manifest | None, uri: str) -> None:
+    """Refuse, before anything is written, blob v2 columns (pylance's ``lance.blob.v2`` at 2.2):
+    lance_ops does not write their descriptors and side ``.blob`` files. Blob columns given as
+    ``large_binary`` with ``lance-encoding:blob`` are written in the legacy layout instead."""
+    names = blob_v2.blob_v2_names(manifest.fields) if manifest is not None else []
+    if names:
+        raise UnsupportedError(
+            f"{uri}: the dataset has blob v2 column(s) {names} (lance.blob.v2, written by pylance at 2.2); "
+            "lance_ops cannot append to them (it does not write blob v2 descriptors and side .blob "
+            "files). Append with pylance.")
+    names = [f.name for f in data_schema if blob_v2.has_blob_v2(f)]
+    if names:
+        raise UnsupportedError(
+            f"{uri}: column(s) {names} are lance.blob.v2 blobs; lance_ops does not write blob v2. Give them "
+            "as large_binary fields with the lance-encoding:blob metadata (the legacy blob layout) at "
+            "data_storage_version 2.0 or 2.1 instead, or write with pylance.")
+
+
+def _refuse_legacy_blobs_at_2_2(data_schema: pa.Schema, version: str, uri: str) -> None:
+    """Refuse legacy blob fields (``lance-encoding:blob``) in 2.2+ datasets, before writing.
+
+    pylance 14 reads such datasets, but its next commit to them (delete, append, add_columns,
+    ...) rewrites the manifest field as ``lance.blob.v2``, after which pylance cannot read the
+    existing fragments any more. pylance itself writes blob v2 at 2.2, which lance_ops cannot.
+    """
+    if version < "2.2" or version == "0.1":
+        return
+    names = [f.name for f in data_schema if blob_v2.has_blobs(f) and not blob_v2.has_blob_v2(f)]
+    if names:
+        raise UnsupportedError(
+            f"{uri}: blob column(s) {names} (lance-encoding:blob) cannot be written to a {version} dataset by "
+            "lance_ops: pylance stores blobs of 2.2+ datasets as lance.blob.v2 (which lance_ops does not write), "
+            "and its next commit to a dataset with the older blob layout makes the existing fragments "
+            "unreadable for pylance. Use data_storage_version='2.1' (or 2.0), or write with pylance.")
 
 
 def write_dataset(
@@ -360,6 +402,7 @@ def write_dataset(
 
     reader = to_reader(data, schema)
     appending = current is not None and mode == "append"
+    _refuse_blob_v2(reader.schema, current.manifest if appending else None, uri)
     if appending:
         manifest = current.manifest
         feature_flags.check_writer_flags(manifest.writer_feature_flags, uri)
@@ -368,6 +411,7 @@ def write_dataset(
         lance_fields = list(manifest.fields)
         dataset_schema = from_lance_fields(lance_fields, dict(manifest.schema_metadata))
         check_append_schema(dataset_schema, reader.schema, uri)
+        _refuse_legacy_blobs_at_2_2(dataset_schema, version, uri)
     else:
         if current is not None:
             feature_flags.check_writer_flags(current.manifest.writer_feature_flags, uri)
@@ -378,6 +422,7 @@ def write_dataset(
         if version == "0.1":
             # (pylance marks them in 2.x schemas too; left to the 2.x writers' owners)
             mark_dictionary_fields(lance_fields)
+        _refuse_legacy_blobs_at_2_2(reader.schema, version, uri)
 
     dictionaries: dict[int, pa.Array] = {}
     if version == "0.1":
