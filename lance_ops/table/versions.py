@@ -13,8 +13,11 @@ _ALIASES = {
     "2.2": "2.2",
     "2.3": "2.3",
 }
-#: versions lance_ops can write today (2.1/2.2 reading and writing come with the format-breadth work)
-WRITABLE = ("2.0", "2.1", "2.2", "0.1")  # 2.1/2.2 written by lance_ops.encoding.encode_v2_1; 0.1 [legacy v0.1 writer] by lance_ops.file.writer_legacy
+#: versions lance_ops writes: 2.0 (file.writer), 2.1/2.2 (encoding.encode_v2_1), 0.1 (file.writer_legacy);
+#: 2.3 is pylance 14's unstable "next" format and is refused before anything is written.
+WRITABLE = ("2.0", "2.1", "2.2", "0.1")
+#: default for new datasets. pylance 14 defaults to 2.2; we keep 2.0 (byte-identical to pylance's 2.0
+#: writer, fastest to read here); pass data_storage_version="stable" to match pylance's default.
 DEFAULT = "2.0"
 
 
