@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Sequence
 import pyarrow as pa
 
 from lance_ops._proto import file_pb2
-from lance_ops.errors import CorruptFileError, UnsupportedTypeError
+from lance_ops.errors import CorruptFileError, SchemaMismatchError, UnsupportedTypeError
 
 _SIMPLE_TO_LOGICAL: dict[pa.DataType, str] = {
     pa.null(): "null",
@@ -240,3 +240,31 @@ def field_tree(fields: Sequence[file_pb2.Field]) -> list[FieldNode]:
 def max_field_id(fields: Iterable[file_pb2.Field]) -> int:
     """Largest field id in use, or -1 for an empty list."""
     return max((f.id for f in fields), default=-1)
+
+
+def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` in ``schema``'s column order; SchemaMismatchError naming every field that does not fit.
+
+    Same names and types in another order, or differing only in top-level nullability/metadata, are
+    accepted (the file writers store the schema they were opened with).
+    """
+    if batch.schema.equals(schema, check_metadata=False):
+        return batch
+    names, expected = batch.schema.names, schema.names
+    problems = []
+    missing = [n for n in expected if n not in names]
+    extra = [n for n in names if n not in expected]
+    if missing:
+        problems.append(f"missing fields {missing}")
+    if extra:
+        problems.append(f"unexpected fields {extra}")
+    if len(set(names)) != len(names):
+        problems.append("duplicate field names")
+    if not problems:
+        for f in schema:
+            got = batch.schema.field(f.name).type
+            if not got.equals(f.type):
+                problems.append(f"field {f.name!r} has type {got}, expected {f.type}")
+    if problems:
+        raise SchemaMismatchError("batch does not match the file schema: " + "; ".join(problems))
+    return pa.RecordBatch.from_arrays([batch.column(n) for n in expected], schema=schema)

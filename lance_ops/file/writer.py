@@ -42,7 +42,7 @@ from lance_ops.file.format import (
     Footer,
     padding_for,
 )
-from lance_ops.schema import to_lance_fields
+from lance_ops.schema import conform_batch, to_lance_fields
 
 DEFAULT_CACHE_BYTES_PER_COLUMN = 8 * 1024 * 1024
 DEFAULT_MAX_PAGE_BYTES = 32 * 1024 * 1024
@@ -310,36 +310,10 @@ class LanceFileWriter:
         if self._closed:
             raise ValueError("the LanceFileWriter is closed")
 
-    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """Return ``batch`` with the writer's column order; SchemaMismatchError if it does not fit."""
-        schema = self._schema
-        if batch.schema.equals(schema, check_metadata=False):
-            return batch
-        names = batch.schema.names
-        expected = schema.names
-        problems = []
-        missing = [n for n in expected if n not in names]
-        extra = [n for n in names if n not in expected]
-        if missing:
-            problems.append(f"missing fields {missing}")
-        if extra:
-            problems.append(f"unexpected fields {extra}")
-        if len(set(names)) != len(names):
-            problems.append("duplicate field names")
-        if not problems:
-            for f in schema:
-                got = batch.schema.field(f.name).type
-                if not got.equals(f.type):
-                    problems.append(f"field {f.name!r} has type {got}, expected {f.type}")
-        if problems:
-            raise SchemaMismatchError("batch does not match the file schema: " + "; ".join(problems))
-        # Same names and types: differences are order or top-level nullability/metadata.
-        return pa.RecordBatch.from_arrays([batch.column(n) for n in expected], schema=schema)
-
     def _write_one(self, batch: pa.RecordBatch) -> None:
         if self._schema is None:
             self._initialize(batch.schema)
-        batch = self._conform(batch)
+        batch = conform_batch(batch, self._schema)
         if self.version == "2.0":
             for array, f in zip(batch.columns, self._schema):
                 check_values(array, f)  # before anything of this batch is encoded

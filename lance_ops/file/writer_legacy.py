@@ -47,7 +47,7 @@ from lance_ops.encoding import encode_legacy as enc
 from lance_ops.encoding.decode_legacy import is_binary_like, is_list_like
 from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
 from lance_ops.file.format import LEGACY_FOOTER_VERSION, MAGIC
-from lance_ops.schema import FieldNode, field_tree, to_lance_fields
+from lance_ops.schema import FieldNode, conform_batch, field_tree, to_lance_fields
 
 __all__ = ["LegacyFileWriter", "DEFAULT_MAX_ROWS_PER_GROUP", "LEGACY_DATA_FILE_VERSION"]
 
@@ -304,34 +304,10 @@ class LegacyFileWriter:
         if self._closed:
             raise ValueError("the LegacyFileWriter is closed")
 
-    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        schema = self._schema
-        if batch.schema.equals(schema, check_metadata=False):
-            return batch
-        names = batch.schema.names
-        expected = schema.names
-        problems = []
-        missing = [n for n in expected if n not in names]
-        extra = [n for n in names if n not in expected]
-        if missing:
-            problems.append(f"missing fields {missing}")
-        if extra:
-            problems.append(f"unexpected fields {extra}")
-        if len(set(names)) != len(names):
-            problems.append("duplicate field names")
-        if not problems:
-            for f in schema:
-                got = batch.schema.field(f.name).type
-                if not got.equals(f.type):
-                    problems.append(f"field {f.name!r} has type {got}, expected {f.type}")
-        if problems:
-            raise SchemaMismatchError("batch does not match the file schema: " + "; ".join(problems))
-        return pa.RecordBatch.from_arrays([batch.column(n) for n in expected], schema=schema)
-
     def _write_one(self, batch: pa.RecordBatch) -> None:
         if self._schema is None:
             self._initialize(batch.schema)
-        batch = self._conform(batch)
+        batch = conform_batch(batch, self._schema)
         for node, arr in zip(self._tree, batch.columns):
             _check_nulls(node, arr)
         if batch.num_rows == 0:
