@@ -82,28 +82,26 @@ def is_blob_field(field: pa.Field) -> bool:
     return is_legacy_blob(field) or is_blob_v2(field)
 
 
-def has_blobs(field: pa.Field) -> bool:
-    """Whether ``field`` is or contains a blob field."""
-    if is_blob_field(field):
+def _contains(field: pa.Field, pred) -> bool:
+    """Whether ``field`` or a field nested in it (struct child, list item) satisfies ``pred``."""
+    if pred(field):
         return True
     t = field.type
     if pa.types.is_struct(t):
-        return any(has_blobs(t.field(i)) for i in range(t.num_fields))
+        return any(_contains(t.field(i), pred) for i in range(t.num_fields))
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return has_blobs(t.value_field)
+        return _contains(t.value_field, pred)
     return False
+
+
+def has_blobs(field: pa.Field) -> bool:
+    """Whether ``field`` is or contains a blob field."""
+    return _contains(field, is_blob_field)
 
 
 def has_blob_v2(field: pa.Field) -> bool:
     """Whether ``field`` is or contains a blob v2 field."""
-    if is_blob_v2(field):
-        return True
-    t = field.type
-    if pa.types.is_struct(t):
-        return any(has_blob_v2(t.field(i)) for i in range(t.num_fields))
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return has_blob_v2(t.value_field)
-    return False
+    return _contains(field, is_blob_v2)
 
 
 def blob_v2_names(lance_fields: Sequence[file_pb2.Field]) -> list[str]:

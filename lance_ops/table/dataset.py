@@ -19,7 +19,7 @@ from lance_ops.io import open_store
 from lance_ops.schema import from_lance_fields
 from lance_ops.file import blob_v2
 from lance_ops.table import blobs as blobs_mod
-from lance_ops.table import deletion, feature_flags, naming, tags as tags_mod
+from lance_ops.table import feature_flags, naming, tags as tags_mod
 from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.filters import compile_filter
 from lance_ops.table.fragment import LanceFragment
@@ -332,15 +332,19 @@ class LanceDataset:
         """Rows at positions ``indices`` among the live rows, in the order given (duplicates allowed)."""
         idx = np.asarray(indices.to_numpy() if isinstance(indices, pa.Array) else indices, dtype=np.int64)
         frags = self.get_fragments()
+        which, starts = self._locate_live(frags, idx)
+        return self._take_physical(frags, which, lambda f, pos: f.live_offsets()[pos] if f.num_deletions else pos.astype(np.uint64),
+                                   idx - starts[which], columns)
+
+    def _locate_live(self, frags, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Fragment of each live-row position in ``idx`` and each fragment's first position (IndexError if out of range)."""
         live = np.array([f.count_rows() for f in frags], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(live)])
         total = int(starts[-1])
         if idx.size and (idx.min() < 0 or idx.max() >= total):
             bad = int(idx[(idx < 0) | (idx >= total)][0])
             raise IndexError(f"{self.uri}: index {bad} out of range for {total} rows")
-        which = np.searchsorted(starts, idx, side="right") - 1
-        return self._take_physical(frags, which, lambda f, pos: f.live_offsets()[pos] if f.num_deletions else pos.astype(np.uint64),
-                                   idx - starts[which], columns)
+        return np.searchsorted(starts, idx, side="right") - 1, starts
 
     def _take_physical(self, frags, which, to_offsets, positions, columns) -> pa.Table:
         out_columns = self._resolve_columns(columns)
@@ -378,13 +382,7 @@ class LanceDataset:
         frags = self.get_fragments()
         if kind == "indices":
             idx = values.astype(np.int64)
-            live = np.array([f.count_rows() for f in frags], dtype=np.int64)
-            starts = np.concatenate([[0], np.cumsum(live)])
-            total = int(starts[-1])
-            if idx.size and (idx.min() < 0 or idx.max() >= total):
-                bad = int(idx[(idx < 0) | (idx >= total)][0])
-                raise IndexError(f"{self.uri}: index {bad} out of range for {total} rows")
-            which = np.searchsorted(starts, idx, side="right") - 1
+            which, starts = self._locate_live(frags, idx)
             offs = np.zeros(idx.size, dtype=np.uint64)
             for f in np.unique(which).tolist():
                 sel = np.flatnonzero(which == f)
