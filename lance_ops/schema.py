@@ -158,6 +158,9 @@ def to_lance_fields(schema: pa.Schema | Sequence[pa.Field], *, start_id: int = 0
         if f.metadata:
             for k, v in f.metadata.items():
                 lf.metadata[k.decode() if isinstance(k, bytes) else k] = v if isinstance(v, bytes) else v.encode()
+            ext = lf.metadata.get("ARROW:extension:name")
+            if ext:  # an extension type kept as its storage plus metadata (as pylance records it)
+                lf.extension_name = ext.decode()
         my_id = next_id
         next_id += 1
         out.append(lf)

@@ -803,8 +803,10 @@ def leaf_field_ids(lance_fields) -> list[int]:
 
     out: list[int] = []
 
+    from lance_ops.file.blob_v2 import is_blob_v2
+
     def walk(node) -> None:
-        if sh.is_leaf(node.arrow):
+        if sh.is_leaf(node.arrow) or is_blob_v2(node.arrow):  # a blob v2 field is one descriptor column
             out.append(node.id)
             return
         for c in node.children:

@@ -229,3 +229,116 @@ def parse_side_file(rel: str) -> Optional[str]:
     if len(parts) != 2 or not parts[0] or not parts[1].endswith(SIDE_FILE_SUFFIX):
         return None
     return parts[0] + ".lance"
+
+
+# --------------------------------------------------------------------------------------------
+# the write side: logical values and the data file's schema
+# --------------------------------------------------------------------------------------------
+EXTENSION_NAME_KEY = b"ARROW:extension:name"
+EXTENSION_METADATA_KEY = b"ARROW:extension:metadata"
+#: what a blob v2 column holds before it is written: bytes or an external URI (with a range)
+LOGICAL_TYPE = pa.struct([pa.field("data", pa.large_binary()), pa.field("uri", pa.utf8())])
+LOGICAL_RANGE_TYPE = pa.struct(list(LOGICAL_TYPE) + [pa.field("position", pa.uint64()), pa.field("size", pa.uint64())])
+_DESCRIPTOR_LANCE_TYPES = (("kind", "uint8", file_pb2.Encoding.PLAIN), ("position", "uint64", file_pb2.Encoding.PLAIN),
+                           ("size", "uint64", file_pb2.Encoding.PLAIN), ("blob_id", "uint32", file_pb2.Encoding.PLAIN),
+                           ("blob_uri", "string", file_pb2.Encoding.VAR_BINARY))
+
+
+def logical_field(field: pa.Field) -> pa.Field:
+    """The blob v2 field pylance's 2.2 datasets make of a blob field: a struct of
+    ``data``/``uri`` (plus ``position``/``size`` for the 4-field storage) tagged as the
+    ``lance.blob.v2`` extension. A legacy ``large_binary`` blob field loses its
+    ``lance-encoding:blob`` key; other metadata (size thresholds) is kept."""
+    md = {k if isinstance(k, bytes) else k.encode(): v for k, v in (field.metadata or {}).items()}
+    t = field.type
+    if isinstance(t, pa.ExtensionType) and t.extension_name == BLOB_V2_EXTENSION:
+        md[EXTENSION_NAME_KEY] = BLOB_V2_EXTENSION.encode()
+        md[EXTENSION_METADATA_KEY] = t.__arrow_ext_serialize__()
+        storage = t.storage_type
+        _check_storage(field.name, storage)
+        return pa.field(field.name, storage, field.nullable, md)
+    if is_legacy_blob(field):
+        md.pop(_BLOB_KEY_B, None)
+        md[EXTENSION_NAME_KEY] = BLOB_V2_EXTENSION.encode()
+        return pa.field(field.name, LOGICAL_TYPE, field.nullable, md)
+    if is_blob_v2(field):
+        _check_storage(field.name, t)
+        return field
+    raise ValueError(f"field {field.name!r} is not a blob field")
+
+
+def _check_storage(name: str, storage: pa.DataType) -> None:
+    if storage not in (LOGICAL_TYPE, LOGICAL_RANGE_TYPE) and not (
+            pa.types.is_struct(storage) and [f.name for f in storage] in (["data", "uri"], ["data", "uri", "position", "size"])
+            and all(storage.field(i).type == LOGICAL_RANGE_TYPE.field(i).type for i in range(storage.num_fields))):
+        from lance_ops.errors import UnsupportedTypeError
+
+        raise UnsupportedTypeError(
+            f"field {name!r}: a lance.blob.v2 field stores struct<data: large_binary, uri: string"
+            f"[, position: uint64, size: uint64]>, not {storage}")
+
+
+def to_logical(array, field: pa.Field) -> pa.StructArray:
+    """``array`` (bytes, a ``lance.blob.v2`` extension array or its storage struct) as a struct
+    array of ``field``'s type (see :func:`logical_field`)."""
+    from lance_ops.errors import SchemaMismatchError
+
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if isinstance(array, pa.ExtensionArray):
+        array = array.storage
+    want = field.type
+    t = array.type
+    n = len(array)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        data = array.cast(pa.large_binary())
+        kids = [data, pa.nulls(n, pa.utf8())] + [pa.nulls(n, pa.uint64())] * (want.num_fields - 2)
+        mask = None if array.null_count == 0 else array.is_null()
+        return pa.StructArray.from_arrays(kids, fields=list(want), mask=mask)
+    if not pa.types.is_struct(t) or [f.name for f in t][:2] != ["data", "uri"]:
+        raise SchemaMismatchError(f"blob column {field.name!r}: expected bytes or a lance.blob.v2 struct, got {t}")
+    flat = dict(zip([f.name for f in t], array.flatten()))
+    if want.num_fields == 2 and "position" in flat:
+        set_range = flat["position"].null_count < n or flat["size"].null_count < n
+        if set_range:
+            raise SchemaMismatchError(
+                f"blob column {field.name!r}: the dataset's blob field has no position/size (external ranges); "
+                "the data sets them")
+    kids = []
+    for f in want:
+        got = flat.get(f.name)
+        kids.append(pa.nulls(n, f.type) if got is None else got.cast(f.type))
+    mask = None if array.null_count == 0 else array.is_null()
+    return pa.StructArray.from_arrays(kids, fields=list(want), mask=mask)
+
+
+def data_file_fields(lance_fields: Sequence[file_pb2.Field]) -> list[file_pb2.Field]:
+    """The field list a 2.2 data file stores for ``lance_fields`` (a manifest's): every blob v2
+    field becomes pylance's descriptor struct (``lance-encoding:blob``/``packed`` metadata, no
+    extension) followed by its five children with id -1 / parent -1; its own children (data,
+    uri, ...) are left out."""
+    blob_ids = {f.id for f in lance_fields if is_blob_v2_proto(f)}
+    if not blob_ids:
+        return list(lance_fields)
+    below: set[int] = set()
+    out: list[file_pb2.Field] = []
+    for f in lance_fields:
+        if f.parent_id in blob_ids or f.parent_id in below:
+            below.add(f.id)
+            continue
+        if f.id not in blob_ids:
+            out.append(f)
+            continue
+        g = file_pb2.Field(name=f.name, id=f.id, parent_id=f.parent_id, logical_type="struct", nullable=f.nullable)
+        g.metadata[PACKED_KEY] = b"true"
+        g.metadata[BLOB_KEY] = b"true"
+        out.append(g)
+        for name, logical, encoding in _DESCRIPTOR_LANCE_TYPES:
+            out.append(file_pb2.Field(name=name, id=-1, parent_id=-1, logical_type=logical, encoding=encoding))
+    return out
+
+
+def is_blob_v2_proto(field: file_pb2.Field) -> bool:
+    """Whether a Lance field proto (a manifest's) is a blob v2 field."""
+    return field.extension_name == BLOB_V2_EXTENSION or (
+        field.logical_type == "struct" and field.metadata.get("ARROW:extension:name") == BLOB_V2_EXTENSION.encode())

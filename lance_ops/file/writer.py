@@ -31,6 +31,8 @@ from lance_ops._proto import file2_pb2, file_pb2
 from lance_ops.encoding.buffers import chunk_size
 from lance_ops.encoding.encode_v20_blob import column_encoding_bytes as blob_column_encoding_bytes
 from lance_ops.encoding.encode_v21_blob import OutOfLineBuffers
+from lance_ops.encoding.encode_v21_blob_v2 import BlobV2FieldEncoder, SideFiles
+from lance_ops.file import blob_v2
 from lance_ops.encoding.fields_v2_0 import EncodedPage, FieldEncoder, build_encoder, check_values, check_writable
 from lance_ops.errors import SchemaMismatchError, UnsupportedError
 from lance_ops.file.format import (
@@ -124,6 +126,7 @@ class LanceFileWriter:
         data_cache_bytes: int | None = None,
         max_page_bytes: int | None = None,
         lance_fields: Sequence[file_pb2.Field] | None = None,
+        blob_v2_from_legacy: bool = False,
     ) -> None:
         version = str(version)
         if version not in SUPPORTED_VERSIONS:
@@ -146,6 +149,10 @@ class LanceFileWriter:
         self._blob_columns: set[int] = set()  # 2.0 columns whose column encoding is ``blob``
         self._has_blobs = False
         self._rows = 0
+        self._blob_v2_from_legacy = blob_v2_from_legacy
+        self._blob_v2_names: set[str] = set()
+        self._blob_side_files: SideFiles | None = None
+        self._inner_path = ""
         self._store = None
         self._sink = None
         self._closed = False
@@ -157,8 +164,11 @@ class LanceFileWriter:
         """Validate the schema and build one encoder per top-level field (no bytes written)."""
         if len(schema) == 0:
             raise SchemaMismatchError("cannot write a Lance file with no columns")
+        schema = self._blob_v2_schema(schema)
         lance_fields = to_lance_fields(schema)  # raises UnsupportedTypeError for map, union, views...
         for f in schema:
+            if f.name in self._blob_v2_names:
+                continue
             if self.version == "2.0":
                 check_writable(f)
             else:  # [v2.1 dispatch] leaf-only columns, see lance_ops.encoding.encode_v2_1
@@ -181,8 +191,14 @@ class LanceFileWriter:
         else:  # [v2.1 dispatch]
             from lance_ops.encoding import encode_v2_1 as enc21
 
-            self._encoders = [enc21.build_encoder(f, counter, cache, self._max_page_bytes, self.version)
-                              for f in schema]
+            self._encoders = []
+            for f in schema:
+                if f.name in self._blob_v2_names:  # [blob v2] one descriptor column per blob field
+                    self._encoders.append(BlobV2FieldEncoder(f, counter[0], cache, self._max_page_bytes,
+                                                             self._side_files))
+                    counter[0] += 1
+                else:
+                    self._encoders.append(enc21.build_encoder(f, counter, cache, self._max_page_bytes, self.version))
         num_columns = counter[0]
         self._blob_columns = set()
         self._has_blobs = False
@@ -193,7 +209,7 @@ class LanceFileWriter:
         else:
             self._has_blobs = any(encoder.blob_leaves for encoder in self._encoders)
         self._schema = schema
-        self._lance_fields = lance_fields
+        self._lance_fields = blob_v2.data_file_fields(lance_fields) if self._blob_v2_names else lance_fields
         self._columns = [file2_pb2.ColumnMetadata() for _ in range(num_columns)]
         self._pages = [[] for _ in range(num_columns)]
         self._column_rows = [0] * num_columns
@@ -201,11 +217,44 @@ class LanceFileWriter:
             self._schema_metadata[key.decode() if isinstance(key, bytes) else key] = (
                 value if isinstance(value, bytes) else str(value).encode())
 
+    def _blob_v2_schema(self, schema: pa.Schema) -> pa.Schema:
+        """``schema`` with blob v2 fields (``lance.blob.v2``, and at 2.2+ ``large_binary`` fields
+        with ``lance-encoding:blob``, as pylance's datasets convert them) in their logical struct
+        form; remembers their names. Blob v2 below the top level or before 2.2 is refused."""
+        names = []
+        fields = []
+        at_2_2 = self.version not in ("2.0", "2.1")
+        for f in schema:
+            if blob_v2.is_blob_v2(f) or (at_2_2 and self._blob_v2_from_legacy and blob_v2.is_legacy_blob(f)):
+                if not at_2_2:
+                    raise UnsupportedError(
+                        f"field {f.name!r}: lance.blob.v2 columns need file version 2.2 or later (this file is "
+                        f"{self.version}); use large_binary with lance-encoding:blob for the older blob layout")
+                f = blob_v2.logical_field(f)
+                names.append(f.name)
+            else:
+                t = f.type
+                nested = (pa.types.is_struct(t) and any(blob_v2.has_blob_v2(t.field(i)) for i in range(t.num_fields))) or (
+                    hasattr(t, "value_field") and blob_v2.has_blob_v2(t.value_field))
+                if nested:
+                    raise UnsupportedError(f"field {f.name!r}: lance.blob.v2 columns are only written at the top level")
+            fields.append(f)
+        self._blob_v2_names = set(names)
+        return pa.schema(fields, metadata=schema.metadata) if names else schema
+
+    def _side_files(self) -> SideFiles:
+        """The blob v2 side files of this data file (opened on first use)."""
+        if self._blob_side_files is None:
+            self._open_sink()
+            self._blob_side_files = SideFiles(self._store, self._inner_path)
+        return self._blob_side_files
+
     def _open_sink(self):
         if self._sink is None:
             from lance_ops.io import open_store
 
             self._store, inner = open_store(self.path, self._storage_options)
+            self._inner_path = inner
             self._sink = self._store.open_output(inner)
         return self._sink
 
@@ -283,6 +332,8 @@ class LanceFileWriter:
             for encoder in self._encoders:
                 self._write_pages(encoder.finish())
             self._write_tail()
+            if self._blob_side_files is not None:
+                self._blob_side_files.close()  # side files are published before their data file
             self._sink.close()
         except BaseException:
             self.abort()
@@ -293,6 +344,8 @@ class LanceFileWriter:
     def abort(self) -> None:
         """Discard everything written; nothing appears at ``path``."""
         self._closed = True
+        if self._blob_side_files is not None:
+            self._blob_side_files.abort()
         if self._sink is not None:
             self._sink.abort()
 
@@ -313,6 +366,12 @@ class LanceFileWriter:
     def _write_one(self, batch: pa.RecordBatch) -> None:
         if self._schema is None:
             self._initialize(batch.schema)
+        if self._blob_v2_names:  # bytes / extension arrays -> the logical struct the schema names
+            batch = pa.RecordBatch.from_arrays(
+                [blob_v2.to_logical(c, self._schema.field(n)) if n in self._blob_v2_names else c
+                 for n, c in zip(batch.schema.names, batch.columns)],
+                schema=pa.schema([self._schema.field(n) if n in self._blob_v2_names else f
+                                  for n, f in zip(batch.schema.names, batch.schema)]))
         batch = conform_batch(batch, self._schema)
         if self.version == "2.0":
             for array, f in zip(batch.columns, self._schema):

@@ -63,7 +63,6 @@ from lance_ops.maintenance.compaction_plan import (
     CompactionTask,
     _b64,
     _from_b64,
-    check_no_blob_v2,
     check_no_indices,
     same_fragment,
 )
@@ -197,7 +196,7 @@ def _live_tables(task: CompactionTask, view, schema: pa.Schema,
     def load(proto: table_pb2.DataFragment, expected_live: int | None) -> tuple[pa.Table, np.ndarray | None, int]:
         """The fragment's physical rows, its live-row mask (None: nothing deleted), its live count."""
         frag = LanceFragment(view, proto)
-        table = frag.read(fields, top_ids)
+        table = frag.read(fields, top_ids, blob_handling="logical")  # blob v2: bytes, URIs kept
         mask = frag.live_mask()
         if mask is not None and len(mask) != table.num_rows:
             raise LanceOpsError(
@@ -389,7 +388,6 @@ def execute_task(task: CompactionTask, store, base: str, *, storage_options=None
         raise LanceOpsError(f"{where}: unknown compaction task kind {task.kind!r}")
     if sum(task.output_rows) != sum(task.live_rows or task.output_rows):
         raise LanceOpsError(f"{where}: task output sizes do not add up to its live rows")
-    check_no_blob_v2(task.fields, where)
     view = _open_read_version(task, store, base)
     schema = view.schema
     top_ids = [view._top_field_ids[f.name] for f in schema]

@@ -43,7 +43,6 @@ import numpy as np
 
 from lance_ops._proto import file_pb2, table_pb2
 from lance_ops.errors import LanceOpsError, UnsupportedError
-from lance_ops.file.blob_v2 import BLOB_V2_EXTENSION
 from lance_ops.table import deletion
 
 TASK_FORMAT = "lance_ops.compaction_task/1"
@@ -147,18 +146,6 @@ def check_no_indices(manifest_file, where: str) -> None:
             "rewriting fragments, so it refuses to compact this dataset (compacting it would leave "
             "the indices pointing at rows that moved). Use pylance's compact_files, or drop the "
             "indices first."
-        )
-
-
-def check_no_blob_v2(fields, where: str) -> None:
-    """Refuse schemas with blob v2 columns (pylance's 2.2 ``lance.blob.v2``): rewriting them means
-    moving their side ``.blob`` files, which lance_ops does not write."""
-    names = [f.name for f in fields if f.extension_name == BLOB_V2_EXTENSION]
-    if names:
-        raise UnsupportedError(
-            f"{where}: blob v2 column(s) {names} (lance.blob.v2, written by pylance at 2.2); lance_ops "
-            "cannot rewrite their descriptors and side .blob files, so it refuses to compact this "
-            "dataset. Use pylance's compact_files."
         )
 
 
@@ -390,7 +377,6 @@ def plan_compaction(ds, options: CompactionOptions | None = None, **kwargs) -> C
     elif kwargs:
         raise TypeError("pass either options or keyword arguments, not both")
     check_no_indices(ds._manifest_file, ds.uri)
-    check_no_blob_v2(ds.manifest.fields, ds.uri)
     target = options.target_rows_per_fragment
     runs: list[list[tuple[table_pb2.DataFragment, int, bool]]] = []
     current: list[tuple[table_pb2.DataFragment, int, bool]] | None = None
@@ -446,7 +432,6 @@ def plan_materialization(ds, threshold: float = 0.1, *, max_rows_per_file: int |
         max_source_fragments=max_source_fragments,
     )
     check_no_indices(ds._manifest_file, ds.uri)
-    check_no_blob_v2(ds.manifest.fields, ds.uri)
     tasks = []
     for frag, physical, deleted in _fragment_stats(ds):
         if not (options.materialize_deletions and deleted_ratio_exceeds(deleted, physical, threshold)):

@@ -295,6 +295,34 @@ def descriptors_from_legacy(desc) -> pa.Array:
                                       mask=pa.array(null) if null.any() else None)
 
 
+def v2_logical(ds: "LanceDataset", data_file, desc, field: pa.Field) -> pa.StructArray:
+    """Blob v2 descriptors as the values that were written (``field``'s ``struct<data, uri[,
+    position, size]>``): the bytes of inline / packed / dedicated values, the URI (and range)
+    of external ones, which are not read."""
+    import pyarrow.compute as pc
+
+    desc = _as_array(desc)
+    n = len(desc)
+    valid = np.ones(n, bool) if desc.null_count == 0 else np.asarray(desc.is_valid().to_numpy(zero_copy_only=False))
+    kind = np.asarray(desc.field("kind").fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    ext = valid & (kind == blob_v2.KIND_EXTERNAL)
+    stored = desc if not ext.any() else pa.StructArray.from_arrays(
+        desc.flatten(), fields=list(desc.type), mask=pa.array(~valid | ext))
+    data = materialize(v2_locations(ds, data_file, stored))
+    kids = {"data": data, "uri": pc.if_else(pa.array(ext), desc.field("blob_uri"), pa.scalar(None, pa.utf8()))}
+    size = np.asarray(desc.field("size").fill_null(0).to_numpy(zero_copy_only=False), dtype=np.uint64)
+    ranged = ext & (size > 0)
+    if field.type.num_fields == 2 and ranged.any():
+        raise UnsupportedError(
+            f"{_data_path(ds, data_file)}: external blob ranges in a column whose schema has no position/size")
+    if field.type.num_fields == 4:
+        pos = np.asarray(desc.field("position").fill_null(0).to_numpy(zero_copy_only=False), dtype=np.uint64)
+        kids["position"] = pa.array(pos, mask=~ranged)
+        kids["size"] = pa.array(size, mask=~ranged)
+    return pa.StructArray.from_arrays([kids[f.name] for f in field.type], fields=list(field.type),
+                                      mask=pa.array(~valid) if not valid.all() else None)
+
+
 def v2_bytes(ds: "LanceDataset", data_file, desc) -> pa.Array:
     """The values of blob v2 descriptors ``desc`` read from ``data_file``'s fragment."""
     return materialize(v2_locations(ds, data_file, desc))

@@ -180,13 +180,18 @@ class LanceFragment:
              *, blob_handling: str = "all_binary") -> pa.Table:
         """Physical rows (all, or ``offsets`` in that order) of the given top-level fields.
 
+        ``"logical"`` (what compaction copies) returns blob v2 columns in their written form
+        (``struct<data, uri[, position, size]>``): bytes, external URIs left as references.
+
         Blob columns come as bytes (``"all_binary"``, what compaction copies) or, with
         ``"descriptions"``, as the descriptions pylance's datasets return (the fields' types
         are then :func:`~lance_ops.file.blob_v2.described_field` of the given ones).
         """
         n = self.physical_rows if offsets is None else len(offsets)
-        describe = blob_handling != "all_binary"
-        out_fields = [blob_v2.described_field(f) if describe else blob_v2.binary_field(f) for f in fields]
+        logical = blob_handling == "logical"  # blob v2 as written: bytes, or external URIs kept
+        describe = blob_handling not in ("all_binary", "logical")
+        out_fields = [f if logical and blob_v2.is_blob_v2(f) else
+                      blob_v2.described_field(f) if describe else blob_v2.binary_field(f) for f in fields]
         blob_ids = {fid for f, fid in zip(fields, field_ids) if blob_v2.has_blobs(f)}
         v2_ids = {fid for f, fid in zip(fields, field_ids) if blob_v2.is_blob_v2(f)}
         located = self._locate(field_ids)
@@ -204,7 +209,10 @@ class LanceFragment:
                 table = reader.take_rows(offsets, columns=names, **kwargs)
             for fid, name in entries:
                 col = table.column(name)
-                if fid in v2_ids:
+                if fid in v2_ids and logical:
+                    field = fields[list(field_ids).index(fid)]
+                    col = pa.chunked_array([self._v2_logical(col, file_index, field)], field.type)
+                elif fid in v2_ids:
                     col = self._v2_column(col, file_index, describe)
                 columns[fid] = col
         arrays = []
@@ -220,6 +228,14 @@ class LanceFragment:
             return _empty_columns(n)
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
+
+    def _v2_logical(self, col: pa.ChunkedArray, file_index: int, field: pa.Field) -> pa.Array:
+        """A blob v2 column in its written form (see :meth:`read`)."""
+        if col.type == blob_v2.DESCRIPTION_TYPE:  # a legacy-layout file below a blob v2 field
+            col = pa.chunked_array([blobs.descriptors_from_legacy(col)], blob_v2.DESCRIPTOR_TYPE)
+        if pa.types.is_large_binary(col.type):
+            return blob_v2.to_logical(col, field)
+        return blobs.v2_logical(self._dataset, self.metadata.files[file_index], col, field)
 
     def _v2_column(self, col: pa.ChunkedArray, file_index: int, describe: bool) -> pa.ChunkedArray:
         """A blob v2 column as read from a data file, made what the read asked for: descriptors

@@ -87,10 +87,64 @@ def check_append_schema(dataset_schema: pa.Schema, data_schema: pa.Schema, uri: 
     if extra:
         problems.append(f"fields not in the dataset {extra}")
     for name in want.keys() & have.keys():
+        if blob_v2.is_blob_v2(want[name]) and _blob_input(have[name]):
+            continue
         if want[name].type != have[name].type:
             problems.append(f"field {name!r} has type {have[name].type}, the dataset has {want[name].type}")
     if problems:
         raise SchemaMismatchError(f"{uri}: appended data does not match the dataset schema: " + "; ".join(problems))
+
+
+def _blob_input(field: pa.Field) -> bool:
+    """Data a blob v2 column takes: bytes, a lance.blob.v2 extension array or its storage."""
+    t = field.type
+    if isinstance(t, pa.ExtensionType):
+        return t.extension_name == blob_v2.BLOB_V2_EXTENSION
+    return (pa.types.is_binary(t) or pa.types.is_large_binary(t) or
+            (pa.types.is_struct(t) and [f.name for f in t][:2] == ["data", "uri"]))
+
+
+def blob_v2_schema(schema: pa.Schema, version: str, uri: str) -> pa.Schema:
+    """The schema a new dataset of ``version`` stores for ``schema``: at 2.2+ every top-level
+    blob field (``large_binary`` + ``lance-encoding:blob``, or ``lance.blob.v2``) becomes a blob
+    v2 field, as pylance does; ``lance.blob.v2`` before 2.2 is refused."""
+    at_2_2 = version not in ("0.1", "2.0", "2.1")
+    fields = []
+    for f in schema:
+        if blob_v2.is_blob_v2(f) and not at_2_2:
+            raise UnsupportedError(
+                f"{uri}: column {f.name!r} is a lance.blob.v2 blob, which needs data_storage_version 2.2 or later "
+                f"(the dataset is {version}); give large_binary with lance-encoding:blob for the older layout")
+        if at_2_2 and (blob_v2.is_blob_v2(f) or blob_v2.is_legacy_blob(f)):
+            f = blob_v2.logical_field(f)
+        elif at_2_2 and blob_v2.has_blobs(f):
+            raise UnsupportedError(
+                f"{uri}: column {f.name!r} holds a blob field below the top level; {version} datasets store blobs "
+                "as lance.blob.v2 columns, which lance_ops writes only at the top level")
+        fields.append(f)
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def conform_blob_columns(batch: pa.RecordBatch, schema: pa.Schema, allow_external_uris: bool,
+                         uri: str = "") -> pa.RecordBatch:
+    """``batch`` with the columns of ``schema``'s blob v2 fields in their logical struct form
+    (bytes and extension arrays converted); external URIs checked (see
+    ``encode_v21_blob_v2.check_external_uris``)."""
+    from lance_ops.encoding.encode_v21_blob_v2 import check_external_uris
+
+    names = [f.name for f in schema if blob_v2.is_blob_v2(f)]
+    if not names:
+        return batch
+    arrays, fields = [], []
+    for f, col in zip(batch.schema, batch.columns):
+        if f.name in names:
+            want = schema.field(f.name)
+            col = blob_v2.to_logical(col, want)
+            check_external_uris(col, want, allow_external_uris)
+            f = want
+        arrays.append(col)
+        fields.append(f)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=batch.schema.metadata))
 
 
 def _all_field_ids(fields: Iterable[file_pb2.Field]) -> list[int]:
@@ -287,23 +341,29 @@ class FragmentWriter:
 def write_fragments(reader: pa.RecordBatchReader, store, base: str, lance_fields, *, storage_options=None,
                     max_rows_per_file: int = 1024 * 1024, max_bytes_per_file: int = MAX_BYTES_PER_FILE,
                     version: str = "2.0", max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
-                    dictionaries: Mapping[int, pa.Array] | None = None) -> list[table_pb2.DataFragment]:
+                    dictionaries: Mapping[int, pa.Array] | None = None,
+                    allow_external_blob_outside_bases: bool = True) -> list[table_pb2.DataFragment]:
     """Write all batches of ``reader`` as new (uncommitted) fragments with id 0.
+
+    Blob v2 columns (2.2+) take bytes, ``lance.blob.v2`` arrays or their storage structs; the
+    values go inline, to side files or stay external URIs (``encode_v21_blob_v2``). External
+    URIs are refused unless ``allow_external_blob_outside_bases`` (``write_dataset`` passes its
+    argument; maintenance passes True, the URIs being already in the dataset).
 
     Legacy (0.1) only: ``max_rows_per_group`` rows per group, and ``dictionaries`` (field id ->
     values; the dataset's, see :func:`legacy_dictionaries`) is required for dictionary fields.
     """
-    names = blob_v2.blob_v2_names(lance_fields)
-    if names:  # (every writing path: appends, Spark tasks, compaction)
-        raise UnsupportedError(
-            f"{store.uri(base)}: blob v2 column(s) {names} (lance.blob.v2, written by pylance at 2.2): "
-            "lance_ops does not write blob v2 descriptors and side .blob files")
     schema = from_lance_fields(lance_fields, dict(reader.schema.metadata or {}))
+    has_blob_v2 = any(blob_v2.is_blob_v2(f) for f in schema)
+    if has_blob_v2 and version in ("0.1", "2.0", "2.1"):
+        raise UnsupportedError(f"{store.uri(base)}: lance.blob.v2 columns need data_storage_version 2.2+, not {version}")
     writer = FragmentWriter(store, base, schema, lance_fields, storage_options=storage_options,
                             max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,
                             version=version, max_rows_per_group=max_rows_per_group, dictionaries=dictionaries)
     try:
         for batch in reader:
+            if has_blob_v2:  # (every writing path: appends, Spark tasks, compaction)
+                batch = conform_blob_columns(batch, schema, allow_external_blob_outside_bases, store.uri(base))
             if batch.schema != schema:
                 batch = pa.RecordBatch.from_arrays(
                     [batch.column(f.name) for f in schema], schema=schema
@@ -315,40 +375,19 @@ def write_fragments(reader: pa.RecordBatchReader, store, base: str, lance_fields
         raise
 
 
-def _refuse_blob_v2(data_schema: pa.Schema, manifest: table_pb2.Manifest | None, uri: str) -> None:
-    """Refuse, before anything is written, blob v2 columns (pylance's ``lance.blob.v2`` at 2.2):
-    lance_ops does not write their descriptors and side ``.blob`` files. Blob columns given as
-    ``large_binary`` with ``lance-encoding:blob`` are written in the legacy layout instead."""
-    names = blob_v2.blob_v2_names(manifest.fields) if manifest is not None else []
-    if names:
-        raise UnsupportedError(
-            f"{uri}: the dataset has blob v2 column(s) {names} (lance.blob.v2, written by pylance at 2.2); "
-            "lance_ops cannot append to them (it does not write blob v2 descriptors and side .blob "
-            "files). Append with pylance.")
-    names = [f.name for f in data_schema if blob_v2.has_blob_v2(f)]
-    if names:
-        raise UnsupportedError(
-            f"{uri}: column(s) {names} are lance.blob.v2 blobs; lance_ops does not write blob v2. Give them "
-            "as large_binary fields with the lance-encoding:blob metadata (the legacy blob layout) at "
-            "data_storage_version 2.0 or 2.1 instead, or write with pylance.")
-
-
-def _refuse_legacy_blobs_at_2_2(data_schema: pa.Schema, version: str, uri: str) -> None:
-    """Refuse legacy blob fields (``lance-encoding:blob``) in 2.2+ datasets, before writing.
-
-    pylance 14 reads such datasets, but its next commit to them (delete, append, add_columns,
-    ...) rewrites the manifest field as ``lance.blob.v2``, after which pylance cannot read the
-    existing fragments any more. pylance itself writes blob v2 at 2.2, which lance_ops cannot.
-    """
-    if version < "2.2" or version == "0.1":
+def _refuse_legacy_blob_append_at_2_2(dataset_schema: pa.Schema, version: str, uri: str) -> None:
+    """Refuse appends to 2.2+ datasets whose blob fields use the legacy layout (written by
+    pylance's file API or older lance_ops), before writing: pylance's next commit to such a
+    dataset relabels the field as ``lance.blob.v2`` and can no longer read the old fragments."""
+    if version in ("0.1", "2.0", "2.1"):
         return
-    names = [f.name for f in data_schema if blob_v2.has_blobs(f) and not blob_v2.has_blob_v2(f)]
+    names = [f.name for f in dataset_schema if blob_v2.has_blobs(f) and not blob_v2.has_blob_v2(f)]
     if names:
         raise UnsupportedError(
-            f"{uri}: blob column(s) {names} (lance-encoding:blob) cannot be written to a {version} dataset by "
-            "lance_ops: pylance stores blobs of 2.2+ datasets as lance.blob.v2 (which lance_ops does not write), "
-            "and its next commit to a dataset with the older blob layout makes the existing fragments "
-            "unreadable for pylance. Use data_storage_version='2.1' (or 2.0), or write with pylance.")
+            f"{uri}: blob column(s) {names} of this {version} dataset use the legacy blob layout "
+            "(lance-encoding:blob); pylance stores blobs of 2.2+ datasets as lance.blob.v2 and its next commit "
+            "to a dataset with the older layout makes the existing fragments unreadable, so lance_ops does not "
+            "append to it. Rewrite the dataset (mode='overwrite') to convert the column to lance.blob.v2.")
 
 
 def write_dataset(
@@ -367,12 +406,16 @@ def write_dataset(
     transaction_properties: Mapping[str, str] | None = None,
     commit_message: str | None = None,
     idempotency_key: str | None = None,
+    allow_external_blob_outside_bases: bool = False,
 ) -> LanceDataset:
     """Create, append to or overwrite a dataset; returns it at the new version.
 
     ``idempotency_key`` (also accepted as ``transaction_properties["lance_ops.idempotency_key"]``)
     makes a retried call a no-op: if a recent version was committed with the same key, that
     version is returned and nothing is written.
+
+    Blob columns at 2.2+ are stored as ``lance.blob.v2`` as pylance does; values given as
+    external URIs are kept as references only with ``allow_external_blob_outside_bases=True``.
     """
     if mode not in ("create", "append", "overwrite"):
         raise ValueError(f"mode must be 'create', 'append' or 'overwrite', not {mode!r}")
@@ -402,7 +445,6 @@ def write_dataset(
 
     reader = to_reader(data, schema)
     appending = current is not None and mode == "append"
-    _refuse_blob_v2(reader.schema, current.manifest if appending else None, uri)
     if appending:
         manifest = current.manifest
         feature_flags.check_writer_flags(manifest.writer_feature_flags, uri)
@@ -411,18 +453,18 @@ def write_dataset(
         lance_fields = list(manifest.fields)
         dataset_schema = from_lance_fields(lance_fields, dict(manifest.schema_metadata))
         check_append_schema(dataset_schema, reader.schema, uri)
-        _refuse_legacy_blobs_at_2_2(dataset_schema, version, uri)
+        _refuse_legacy_blob_append_at_2_2(dataset_schema, version, uri)
     else:
         if current is not None:
             feature_flags.check_writer_flags(current.manifest.writer_feature_flags, uri)
         default = current.manifest.data_format.version if current is not None and data_storage_version is None else None
         version = versions.normalize(data_storage_version if default is None else default)
         versions.require_writable(version, uri)
-        lance_fields = to_lance_fields(reader.schema)
+        data_schema = blob_v2_schema(reader.schema, version, uri)
+        lance_fields = to_lance_fields(data_schema)
         if version == "0.1":
             # (pylance marks them in 2.x schemas too; left to the 2.x writers' owners)
             mark_dictionary_fields(lance_fields)
-        _refuse_legacy_blobs_at_2_2(reader.schema, version, uri)
 
     dictionaries: dict[int, pa.Array] = {}
     if version == "0.1":
@@ -431,7 +473,8 @@ def write_dataset(
     fragments = write_fragments(reader, store, base, lance_fields, storage_options=storage_options,
                                 max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,
                                 version=version, max_rows_per_group=max_rows_per_group,
-                                dictionaries=dictionaries)
+                                dictionaries=dictionaries,
+                                allow_external_blob_outside_bases=allow_external_blob_outside_bases)
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(),
                                       read_version=current.version if current is not None else 0)
     txn.transaction_properties.update(props)

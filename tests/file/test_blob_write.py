@@ -325,20 +325,19 @@ def test_blob_dataset_descriptions_equal_pylance_dataset(tmp_path, version):
     assert lance.dataset(str(tmp_path / "ours")).to_table().equals(lance.dataset(str(tmp_path / "theirs")).to_table())
 
 
-def test_pylance_2_2_datasets_use_blob_v2(tmp_path):
-    """Documented difference: pylance's write_dataset at 2.2 converts blob fields to the
-    ``lance.blob.v2`` extension (packed descriptors, large values in side .blob files), which
-    lance_ops reads but does not write. lance_ops refuses blob fields in 2.2 datasets: pylance's
-    next commit to a 2.2 dataset holding the legacy layout relabels the field as blob v2 and
-    then cannot read the existing fragments (see tests/table/test_blob_datasets.py)."""
+def test_2_2_datasets_use_blob_v2_like_pylance(tmp_path):
+    """At 2.2 both pylance's and lance_ops' write_dataset turn blob fields into lance.blob.v2
+    (descriptors, large values in side .blob files); the file-level writers keep the layout above."""
     import lance_ops
 
     t = _dataset_table()
     ds = lance.write_dataset(t, str(tmp_path / "theirs"), data_storage_version="2.2")
-    assert isinstance(ds.schema.field("b").type, pa.ExtensionType)
+    lance_ops.write_dataset(t, str(tmp_path / "ours"), data_storage_version="2.2")
+    ours = lance.dataset(str(tmp_path / "ours"))
     assert ds.schema.field("b").type.extension_name == "lance.blob.v2"
-    with pytest.raises(UnsupportedError, match="cannot be written to a 2.2 dataset"):
-        lance_ops.write_dataset(t, str(tmp_path / "ours"), data_storage_version="2.2")
+    assert ours.schema == ds.schema
+    assert ours.to_table().equals(ds.to_table())
+    assert ours.to_table(blob_handling="all_binary").equals(ds.to_table(blob_handling="all_binary"))
 
 
 @pytest.mark.parametrize("version", ("2.0", "2.1"))

@@ -6,8 +6,8 @@
   ``take_blobs`` lazy file objects;
 * blob v2 (pylance's ``write_dataset`` at 2.2): ``to_table`` returns the 5-field descriptors,
   bytes come from the data file (inline), side ``.blob`` files (packed / dedicated) or external
-  URIs; cleanup keeps side files exactly as long as their data file; compaction and appends by
-  lance_ops refuse blob v2 columns before writing anything.
+  URIs; cleanup keeps side files exactly as long as their data file; lance_ops appends to and
+  compacts pylance's blob v2 datasets (its own blob v2 writes: tests/table/test_blob_v2_write.py).
 """
 from __future__ import annotations
 
@@ -245,20 +245,22 @@ def test_cleanup_of_blob_v2_side_files_like_pylance(tmp_path, delete_unverified,
 # --------------------------------------------------------------------------------------------
 # blob v2: lance_ops refuses to rewrite or append, before writing anything
 # --------------------------------------------------------------------------------------------
-def test_compaction_refuses_blob_v2_before_writing(tmp_path):
-    from lance_ops.maintenance.compaction import CompactionOptions, plan_compaction
-
+def test_compaction_rewrites_pylance_blob_v2(tmp_path):
+    """lance_ops compacts a blob v2 dataset pylance wrote: the new data file gets its own side
+    files; pylance reads every value back and its cleanup keeps only what the new file needs."""
     uri = str(tmp_path / "ds")
     rng = np.random.default_rng(1)
-    lance.write_dataset(table_of(blob_values(rng, [10, 100_000])), uri, data_storage_version="2.2")
-    lance.write_dataset(table_of(blob_values(rng, [20, 5_000_000]), 2), uri, mode="append")
-    before = files_under(uri)
-    ds = lance_ops.dataset(uri)
-    with pytest.raises(UnsupportedError, match=r"blob v2 column\(s\) \['b'\].*refuses to compact"):
-        ds.optimize.compact_files()
-    with pytest.raises(UnsupportedError, match="blob v2"):
-        plan_compaction(ds, CompactionOptions())
-    assert files_under(uri) == before
+    lance.write_dataset(table_of(blob_values(rng, [10, 100_000, 0])), uri, data_storage_version="2.2")
+    lance.write_dataset(table_of(blob_values(rng, [20, 5_000_000, 70_000, 7], null_every=4), 3), uri, mode="append")
+    lance.dataset(uri).delete("id = 0")
+    expected = lance.dataset(uri).to_table(blob_handling="all_binary")
+    lance_ops.dataset(uri).optimize.compact_files()
+    theirs = lance.dataset(uri)
+    assert len(theirs.get_fragments()) == 1
+    assert theirs.to_table(blob_handling="all_binary").equals(expected)
+    assert read_handles(theirs.take_blobs("b", indices=list(range(6)))) == expected.column("b").to_pylist()
+    assert [d and d["kind"] for d in theirs.to_table().column("b").to_pylist()] == [1, 0, 0, 2, 1, None]
+    assert lance_ops.dataset(uri).to_table().equals(theirs.to_table())
 
 
 @pytest.mark.parametrize("version", ("2.0", "2.1"))
@@ -275,56 +277,79 @@ def test_compaction_carries_legacy_blobs(tmp_path, version):
     assert lance_ops.dataset(uri).to_table().equals(theirs.to_table())
 
 
-def test_append_to_blob_v2_dataset_is_refused_before_writing(tmp_path):
+def test_append_to_pylance_blob_v2_dataset(tmp_path):
+    """Bytes, the storage struct and pylance's extension arrays all append to a blob v2 column."""
+    from lance.blob import blob_array
+
     uri = str(tmp_path / "ds")
     rng = np.random.default_rng(2)
-    lance.write_dataset(table_of(blob_values(rng, [10, 100_000])), uri, data_storage_version="2.2")
-    before = files_under(uri)
-    for data in (table_of(blob_values(rng, [5, 6]), 2),
-                 pa.table({"id": pa.array([2], pa.int64()),
-                           "b": pa.array([{"data": b"x", "uri": None}],
-                                         pa.struct([("data", pa.large_binary()), ("uri", pa.utf8())]))})):
-        with pytest.raises(UnsupportedError, match=r"blob v2 column\(s\) \['b'\].*cannot append"):
-            lance_ops.write_dataset(data, uri, mode="append")
-    assert files_under(uri) == before
-    assert lance.dataset(uri).count_rows() == 2
+    first = blob_values(rng, [10, 100_000])
+    lance.write_dataset(table_of(first), uri, data_storage_version="2.2")
+    logical = pa.struct([("data", pa.large_binary()), ("uri", pa.utf8())])
+    lance_ops.write_dataset(table_of(blob_values(rng, [5, 5_000_000]), 2), uri, mode="append")
+    lance_ops.write_dataset(pa.table({"id": pa.array([4], pa.int64()),
+                                      "b": pa.array([{"data": b"x" * 70_000, "uri": None}], logical)}),
+                            uri, mode="append")
+    lance_ops.write_dataset(pa.table({"id": pa.array([5, 6], pa.int64()), "b": blob_array([b"y", None])}),
+                            uri, mode="append")
+    theirs = lance.dataset(uri)
+    got = theirs.to_table(blob_handling="all_binary")
+    assert got.column("id").to_pylist() == list(range(7))
+    values = got.column("b").to_pylist()
+    assert values[:2] == first.to_pylist()
+    assert [None if v is None else len(v) for v in values[2:]] == [5, 5_000_000, 70_000, 1, None]
+    assert read_handles(theirs.take_blobs("b", indices=[3, 4, 5])) == values[3:6]
+    assert lance_ops.dataset(uri).to_table().equals(theirs.to_table())
 
 
-def test_write_of_blob_v2_extension_data_is_refused(tmp_path):
+def test_blob_v2_data_before_2_2_is_refused(tmp_path):
     from lance.blob import blob_array
 
     t = pa.table({"id": pa.array([0, 1], pa.int64()), "b": blob_array([b"x", None])})
     uri = str(tmp_path / "ds")
-    with pytest.raises(UnsupportedError, match=r"\['b'\] are lance.blob.v2 blobs"):
-        lance_ops.write_dataset(t, uri, data_storage_version="2.2")
+    for version in ("2.0", "2.1"):
+        with pytest.raises(UnsupportedError, match=r"'b' is a lance.blob.v2 blob, which needs data_storage_version 2.2"):
+            lance_ops.write_dataset(t, uri, data_storage_version=version)
     assert not os.path.exists(uri) or not any(n.endswith(".lance") for n in files_under(uri))
 
 
-def test_legacy_blobs_in_2_2_datasets_are_refused(tmp_path):
-    """pylance's next commit to a 2.2 dataset with legacy blob columns relabels them as
-    lance.blob.v2 and then cannot read its fragments; lance_ops refuses to make such datasets."""
+def _legacy_layout_2_2_dataset(uri: str, t: pa.Table, monkeypatch) -> None:
+    """A 2.2 dataset whose blob column has the legacy layout (what lance_ops wrote before it
+    wrote blob v2)."""
+    from lance_ops.table import write as write_mod
+
+    with monkeypatch.context() as m:
+        m.setattr(write_mod, "blob_v2_schema", lambda schema, version, where: schema)
+        lance_ops.write_dataset(t, uri, data_storage_version="2.2")
+
+
+def test_blob_fields_of_2_2_datasets_become_blob_v2(tmp_path, monkeypatch):
+    """At 2.2 ("stable") lance_ops stores blob fields as lance.blob.v2, as pylance; appends to a
+    2.2 dataset still holding the legacy layout are refused before anything is written."""
     rng = np.random.default_rng(3)
     t = table_of(blob_values(rng, [10, 100, 1000], null_every=2))
-    uri = str(tmp_path / "ds")
     for version in ("2.2", "stable"):
-        with pytest.raises(UnsupportedError, match=r"blob column\(s\) \['b'\].*cannot be written to a 2.2 dataset"):
-            lance_ops.write_dataset(t, uri, data_storage_version=version)
-        assert not os.path.exists(uri)
-    lance_ops.write_dataset(t, uri, data_storage_version="2.1")  # 2.1 keeps the layout pylance reads
-    assert lance.dataset(uri).to_table().equals(lance_ops.dataset(uri).to_table())
+        uri = str(tmp_path / version)
+        lance_ops.write_dataset(t, uri, data_storage_version=version)
+        theirs = lance.dataset(uri)
+        assert theirs.schema.field("b").type.extension_name == "lance.blob.v2"
+        assert theirs.to_table(blob_handling="all_binary").equals(t)
+    uri = str(tmp_path / "legacy")
+    _legacy_layout_2_2_dataset(uri, t, monkeypatch)
+    before = files_under(uri)
+    with pytest.raises(UnsupportedError, match=r"blob column\(s\) \['b'\] of this 2.2 dataset use the legacy blob layout"):
+        lance_ops.write_dataset(t, uri, mode="append")
+    assert files_under(uri) == before
 
 
 def test_blob_v2_label_over_legacy_files_reads_as_inline_descriptors(tmp_path, monkeypatch):
     """A 2.2 dataset with legacy blob files (as lance_ops wrote before refusing them) that pylance
     then committed to: its manifest now says lance.blob.v2 and pylance cannot read it. lance_ops
     reads the legacy files as inline descriptors and resolves their bytes."""
-    from lance_ops.table import write as write_mod
-
-    monkeypatch.setattr(write_mod, "_refuse_legacy_blobs_at_2_2", lambda *a: None)
     rng = np.random.default_rng(4)
     t = table_of(blob_values(rng, [10, 0, 1000, 70_000, 5, 6], null_every=2))
     uri = str(tmp_path / "ds")
-    lance_ops.write_dataset(t, uri, data_storage_version="2.2")
+    _legacy_layout_2_2_dataset(uri, t, monkeypatch)
     lance.dataset(uri).delete("id = 5")  # pylance's commit relabels the field
     assert lance.dataset(uri).schema.field("b").type.extension_name == "lance.blob.v2"
     with pytest.raises(Exception):
