@@ -3,8 +3,7 @@
 What pylance 14 writes (``LanceFileWriter``, every file version; ``write_dataset`` at 2.0 / 2.1 --
 at 2.2 pylance's dataset layer turns such fields into ``lance.blob.v2`` columns instead: a packed
 struct of (kind, position, size, blob_id, blob_uri) descriptors with large values in side
-``.blob`` files; lance-ops does not write that form, its 2.2 datasets keep this legacy layout,
-which pylance reads and ``take_blobs`` resolves):
+``.blob`` files, which lance_ops' datasets write the same way, see ``encode_v21_blob_v2``):
 
 * a field is a blob field when its metadata *has* the key ``lance-encoding:blob`` (any value, even
   ``false``); its type must be ``large_binary`` (anything else is refused);

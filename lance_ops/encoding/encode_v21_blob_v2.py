@@ -16,7 +16,8 @@ What pylance 14 writes for a ``lance.blob.v2`` field of a 2.2 dataset (layout fa
 * the page is a full-zip page of a **variable packed struct**: per row ``kind u8, position u64,
   size u64, blob_id u32, len u32, uri bytes`` (offsets 32 bit); layer ``ALL_VALID_ITEM``, or
   ``NULLABLE_ITEM`` with one definition bit when the page has null rows (a null row stores no
-  value). Batches accumulate into pages like any other column.
+  value); a page of nulls only is an all-null page. Batches accumulate into pages like any
+  other column.
 """
 from __future__ import annotations
 
@@ -320,13 +321,21 @@ def descriptor_rows(desc: pa.StructArray) -> tuple[np.ndarray, np.ndarray]:
 def descriptor_page(desc: pa.StructArray) -> lay.PageOut:
     """A full-zip page of blob v2 descriptors, as pylance writes it."""
     n = len(desc)
+    if n and desc.null_count == n:  # nothing but nulls: an all-null page without buffers
+        return lay.all_null_page([pb.RepDefLayer.REPDEF_NULLABLE_ITEM], None, None, simple=True)
     offs, data = descriptor_rows(desc)
     pv = ev.PerValue(descriptor_encoding(), offsets=offs, data=data, offset_bits=32)
+    # pylance sizes the repetition index as if null rows held a descriptor too
+    valid_rows = n - desc.null_count
+    uri_bytes = int(offs[-1]) - valid_rows * _FIXED_ROW
+    estimate = n * (4 + _FIXED_ROW) + uri_bytes
     if desc.null_count:
         valid = np.asarray(desc.is_valid().to_numpy(zero_copy_only=False), bool)
         defs = (~valid).astype(np.uint16)
-        return lay.fullzip_page(pv, None, defs, valid, [pb.RepDefLayer.REPDEF_NULLABLE_ITEM], None, n)
-    return lay.fullzip_page(pv, None, None, None, [pb.RepDefLayer.REPDEF_ALL_VALID_ITEM], None, n)
+        return lay.fullzip_page(pv, None, defs, valid, [pb.RepDefLayer.REPDEF_NULLABLE_ITEM], None, n,
+                                index_estimate=estimate + n)
+    return lay.fullzip_page(pv, None, None, None, [pb.RepDefLayer.REPDEF_ALL_VALID_ITEM], None, n,
+                            index_estimate=estimate)
 
 
 class BlobV2FieldEncoder:

@@ -348,8 +348,10 @@ def _control_words(rep: Optional[np.ndarray], defs: Optional[np.ndarray], n: int
 
 
 def fullzip_page(pv: ev.PerValue, rep: Optional[np.ndarray], defs: Optional[np.ndarray], valid: Optional[np.ndarray],
-                 layers: Sequence[int], max_visible: Optional[int], num_values: int) -> PageOut:
-    """Zip levels and values; ``valid``: leaf validity per visible value (None: all valid)."""
+                 layers: Sequence[int], max_visible: Optional[int], num_values: int,
+                 index_estimate: Optional[int] = None) -> PageOut:
+    """Zip levels and values; ``valid``: leaf validity per visible value (None: all valid).
+    ``index_estimate`` overrides the size estimate that picks the repetition index's width."""
     n_entries = len(rep) if rep is not None else num_values
     bits_rep, bits_def, cw, words = _control_words(rep, defs, n_entries)
     if defs is not None and max_visible is not None:
@@ -437,7 +439,7 @@ def fullzip_page(pv: ev.PerValue, rep: Optional[np.ndarray], defs: Optional[np.n
         else:
             row_start_entries = np.arange(n_entries)
         idx = np.append(ends[row_start_entries], int(ends[-1]))
-        est = int(lens.sum()) + cw * n_entries + lb * num_values
+        est = int(lens.sum()) + cw * n_entries + lb * num_values if index_estimate is None else index_estimate
         buffers.append([_bytepacked(idx, est)])
     layout = pb.PageLayout()
     layout.full_zip_layout.CopyFrom(z)

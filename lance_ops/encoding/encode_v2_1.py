@@ -20,7 +20,8 @@ chunks or full-zip values, ``fsst`` forces FSST, ``none`` disables compression),
 ``lance-encoding:packed`` (fixed-width packed structs), ``lance-encoding:bss`` (byte stream split
 of 32/64-bit mini-block values, only with a requested compression; ``auto`` by byte entropy, see
 ``encode_v21_bss``) and ``lance-encoding:blob`` (``large_binary`` values stored out of line, pages
-of descriptions in a blob layout, see ``encode_v21_blob``). Anything else that would change the
+of descriptions in a blob layout, see ``encode_v21_blob``; top-level ``lance.blob.v2`` fields of
+2.2 files are written by ``encode_v21_blob_v2``). Anything else that would change the
 bytes (blobs below lists, variable packed structs) is refused with ``UnsupportedError`` before a
 byte is written.
 """

@@ -1,10 +1,10 @@
-"""Blob columns on the read side: the description types, and pylance's "blob v2" layout.
+"""Blob columns: the description types, and pylance's "blob v2" layout (types, schemas, paths).
 
 Two blob layouts exist (facts from files and datasets written by pylance 14.0.2):
 
 * **legacy (v1)** -- a ``large_binary`` field whose metadata has the key ``lance-encoding:blob``
-  (any file version; what ``LanceFileWriter`` and ``write_dataset`` at 2.0 / 2.1 write, and
-  what lance_ops writes at every version). Pages store ``(position u64, size u64)``
+  (any file version; what ``LanceFileWriter`` and ``write_dataset`` at 2.0 / 2.1 write, in
+  pylance and lance_ops alike). Pages store ``(position u64, size u64)``
   *descriptions* of bytes kept out of line in the same data file. pylance's file reader returns
   the bytes; its datasets return the descriptions as ``struct<position: uint64, size: uint64>``
   (field metadata kept) unless asked for ``blob_handling="all_binary"``.
@@ -22,9 +22,11 @@ Two blob layouts exist (facts from files and datasets written by pylance 14.0.2)
   live at ``data/<data file stem>/<blob_id as 32 binary digits, least significant first>.blob``
   and are named by no manifest: they belong to their data file.
 
-This module holds what the file readers and the dataset layer share: the Arrow types, how a
-schema looks once blob fields are replaced by their descriptions, the repair of the descriptor
-fields' ids in a data file's schema, and where a v2 descriptor's bytes are.
+This module holds what the readers, the writers and the dataset layer share: the Arrow types,
+how a schema looks once blob fields are replaced by their descriptions, the repair of the
+descriptor fields' ids in a data file's schema, where a v2 descriptor's bytes are, and on the
+write side the logical form of blob v2 values (``struct<data, uri[, position, size]>``) and the
+field list a 2.2 data file stores for them (the writer itself: ``encode_v21_blob_v2``).
 """
 from __future__ import annotations
 
