@@ -105,8 +105,9 @@ class SideFiles:
     def dedicated(self, value: memoryview) -> int:
         blob_id = self._new_id()
         path = self._path(blob_id)
-        self._store.put(path, bytes(value))
         self.written.append(path)
+        with self._store.open_output(path) as out:  # streamed: no copy of the value
+            out.write(value)
         return blob_id
 
     def packed(self, value: memoryview, pack_threshold: int) -> tuple[int, int]:

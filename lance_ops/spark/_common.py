@@ -113,20 +113,40 @@ def check_spark_append(dataset_schema: pa.Schema, data_schema: pa.Schema, uri: s
 
 
 def cast_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """``batch`` with the columns of ``schema`` (selected by name, cast where the type differs)."""
+    """``batch`` with the columns of ``schema`` (selected by name, cast where the type differs).
+    Blob v2 columns are left as they come (bytes): the fragment writer converts them."""
+    from lance_ops.file.blob_v2 import is_blob_v2
+
     if batch.schema.equals(schema, check_metadata=False):
         return batch
-    arrays = []
+    arrays, fields = [], []
     for field in schema:
         col = batch.column(field.name)
-        if col.type != field.type:
+        if is_blob_v2(field):
+            field = batch.schema.field(field.name)
+        elif col.type != field.type:
             col = col.cast(field.type)
         arrays.append(col)
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        fields.append(field)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))
 
 
 def cast_batches(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatchReader:
-    return pa.RecordBatchReader.from_batches(schema, (cast_batch(b, schema) for b in batches))
+    from lance_ops.file.blob_v2 import is_blob_v2
+
+    if not any(is_blob_v2(f) for f in schema):
+        return pa.RecordBatchReader.from_batches(schema, (cast_batch(b, schema) for b in batches))
+    # blob v2 columns keep their input type: the reader's schema is the first batch's
+    it = (cast_batch(b, schema) for b in batches)
+    first = next(it, None)
+    if first is None:
+        return pa.RecordBatchReader.from_batches(schema, [])
+
+    def chain():
+        yield first
+        yield from it
+
+    return pa.RecordBatchReader.from_batches(first.schema, chain())
 
 
 # --- Arrow -> Spark (for the data source's schema) ---------------------------------------------------
