@@ -23,6 +23,7 @@ from lance_ops.errors import (
     CommitRetriesExhaustedError,
     DatasetNotFoundError,
     RetryableCommitConflictError,
+    SchemaMismatchError,
     StorageError,
 )
 from lance_ops.table import conflicts, deletion, feature_flags, naming
@@ -220,6 +221,43 @@ def find_idempotent_commit(store, base, key: str, *, latest: int | None = None, 
     return None
 
 
+#: data file footer numbers -> the storage version they belong to
+_FILE_VERSIONS = {(0, 1): "0.1", (0, 2): "0.1", (0, 3): "2.0", (2, 0): "2.0", (2, 1): "2.1", (2, 2): "2.2",
+                  (2, 3): "2.3"}
+
+
+def _new_fragments(txn: transaction_pb2.Transaction):
+    op = txn.WhichOneof("operation")
+    if op == "append":
+        yield from txn.append.fragments
+    elif op == "overwrite":
+        yield from txn.overwrite.fragments
+    elif op == "rewrite":
+        yield from txn.rewrite.new_fragments
+        for group in txn.rewrite.groups:
+            yield from group.new_fragments
+    elif op == "update":
+        yield from txn.update.new_fragments
+
+
+def _check_data_file_versions(manifest, txn: transaction_pb2.Transaction, where: str) -> None:
+    """Refuse (before anything of the commit is written) new data files whose format version is
+    not the dataset's: pylance cannot open a dataset mixing them ("mixed data-file-version
+    capability is not enabled")."""
+    want = manifest.data_format.version
+    if not want:
+        return
+    want = {"legacy": "0.1", "stable": "2.2"}.get(want, want)
+    for frag in _new_fragments(txn):
+        for df in frag.files:
+            got = _FILE_VERSIONS.get((df.file_major_version, df.file_minor_version))
+            if got is not None and got != want:
+                raise SchemaMismatchError(
+                    f"{where}: data file {df.path!r} (fragment {frag.id}) is Lance file version {got}, but the "
+                    f"dataset stores {want}; write the fragments with data_storage_version={want!r}. Nothing "
+                    "was committed.")
+
+
 def commit_transaction(
     store,
     base: str,
@@ -273,6 +311,7 @@ def commit_transaction(
             data_storage_version=options.data_storage_version,
             enable_stable_row_ids=options.enable_stable_row_ids, restored=restored,
         )
+        _check_data_file_versions(manifest, txn, store.uri(base))
         # legacy datasets: the dictionary values go into the manifest file (offsets set here too);
         # missing values are refused here, before anything of this attempt is written
         dictionaries = _new_dictionaries(txn, current, restored_file, ctx)

@@ -140,3 +140,19 @@ def test_delete_with_idempotency_key_applies_once(ds):
     final = lance_ops.dataset(ds.uri)
     assert final.version == 2
     assert final.to_table()["id"].to_pylist() == list(range(3, 10))
+
+
+def test_data_files_of_another_format_version_are_refused(tmp_path):
+    """Fragments written at 2.0 cannot join a 2.2 dataset (pylance could not open it): the
+    commit is refused naming the file, and no version is written."""
+    from lance_ops.errors import SchemaMismatchError
+
+    uri = str(tmp_path / "ds")
+    ds = lance_ops.write_dataset(pa.table({"id": pa.array(range(3), pa.int64())}), uri, data_storage_version="2.2")
+    txn = _append_txn(ds, [7])  # write_fragments' default version: 2.0
+    name = txn.append.fragments[0].files[0].path
+    with pytest.raises(SchemaMismatchError, match=rf"data file '{name}' .* is Lance file version 2.0, but the "
+                                                  r"dataset stores 2.2"):
+        commit_transaction(ds._store, ds._base, txn, CommitContext(ds._manifest_file))
+    assert lance_ops.dataset(uri).version == 1
+    assert lance.dataset(uri).to_table()["id"].to_pylist() == [0, 1, 2]
