@@ -126,7 +126,6 @@ class LanceFileWriter:
         data_cache_bytes: int | None = None,
         max_page_bytes: int | None = None,
         lance_fields: Sequence[file_pb2.Field] | None = None,
-        blob_v2_from_legacy: bool = False,
     ) -> None:
         version = str(version)
         if version not in SUPPORTED_VERSIONS:
@@ -149,7 +148,6 @@ class LanceFileWriter:
         self._blob_columns: set[int] = set()  # 2.0 columns whose column encoding is ``blob``
         self._has_blobs = False
         self._rows = 0
-        self._blob_v2_from_legacy = blob_v2_from_legacy
         self._blob_v2_names: set[str] = set()
         self._blob_side_files: SideFiles | None = None
         self._inner_path = ""
@@ -218,14 +216,15 @@ class LanceFileWriter:
                 value if isinstance(value, bytes) else str(value).encode())
 
     def _blob_v2_schema(self, schema: pa.Schema) -> pa.Schema:
-        """``schema`` with blob v2 fields (``lance.blob.v2``, and at 2.2+ ``large_binary`` fields
-        with ``lance-encoding:blob``, as pylance's datasets convert them) in their logical struct
-        form; remembers their names. Blob v2 below the top level or before 2.2 is refused."""
+        """``schema`` with blob v2 fields (``lance.blob.v2``; datasets at 2.2 turn legacy blob
+        fields into them, see ``table.write.blob_v2_schema``) in their logical struct form;
+        remembers their names. Blob v2 below the top level or before 2.2 is refused. Side files
+        go to ``<file stem>/`` next to the file."""
         names = []
         fields = []
         at_2_2 = self.version not in ("2.0", "2.1")
         for f in schema:
-            if blob_v2.is_blob_v2(f) or (at_2_2 and self._blob_v2_from_legacy and blob_v2.is_legacy_blob(f)):
+            if blob_v2.is_blob_v2(f):
                 if not at_2_2:
                     raise UnsupportedError(
                         f"field {f.name!r}: lance.blob.v2 columns need file version 2.2 or later (this file is "
