@@ -291,6 +291,8 @@ def to_logical(array, field: pa.Field) -> pa.StructArray:
         array = array.storage
     want = field.type
     t = array.type
+    if t == want:  # already logical (the file writer converts before its encoders see it)
+        return array
     n = len(array)
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         data = array.cast(pa.large_binary())

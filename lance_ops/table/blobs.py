@@ -299,8 +299,6 @@ def v2_logical(ds: "LanceDataset", data_file, desc, field: pa.Field) -> pa.Struc
     """Blob v2 descriptors as the values that were written (``field``'s ``struct<data, uri[,
     position, size]>``): the bytes of inline / packed / dedicated values, the URI (and range)
     of external ones, which are not read."""
-    import pyarrow.compute as pc
-
     desc = _as_array(desc)
     n = len(desc)
     valid = np.ones(n, bool) if desc.null_count == 0 else np.asarray(desc.is_valid().to_numpy(zero_copy_only=False))
