@@ -293,6 +293,20 @@ def test_delete_whose_read_version_vanished(tmp_path, overlap):
     assert _ids(uri) == [i for i in range(100) if i not in gone] + [500, 501]
 
 
+def test_delete_whose_read_version_and_files_vanished_retries_on_the_newest(tmp_path):
+    """Compaction replaced the fragments and cleanup removed the old files with the read version:
+    the scan finds them missing, and the delete re-plans on the newest version."""
+    uri = str(tmp_path / "ds")
+    mine = _frag_dataset(uri)
+    lance_ops.dataset(uri).optimize.compact_files(target_rows_per_fragment=1000)  # 2
+    lance_ops.write_dataset(_table([500]), uri, mode="append")  # 3
+    stats = cleanup_old_versions(lance_ops.dataset(uri), ZERO, min_superseded_age=ZERO)
+    assert stats.old_versions == 2 and stats.data_files_removed == 2
+    assert mine.delete("id = 7 OR id = 60 OR id = 500") == {"num_deleted_rows": 3}
+    assert mine.version == 4
+    assert _ids(uri) == [i for i in range(100) if i not in (7, 60)]
+
+
 def test_compaction_whose_read_version_vanished(tmp_path):
     uri = str(tmp_path / "ds")
     lance_ops.write_dataset(_table(range(40)), uri, max_rows_per_file=10)
