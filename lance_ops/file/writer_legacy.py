@@ -269,7 +269,10 @@ class LegacyFileWriter:
         if self._closed:
             return self._rows
         if self._schema is None:
-            raise SchemaMismatchError("no schema was given and no data was written: the file's schema is unknown")
+            raise SchemaMismatchError(
+                f"{self.path}: no schema was provided when the writer was opened and no data was written, so "
+                "the schema is unknown and the file cannot be created (pass schema= or write a batch); "
+                "nothing was written")
         try:
             if self._buffered:
                 self._flush_group(self._buffered)
