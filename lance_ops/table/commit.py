@@ -14,6 +14,12 @@ and a write that can neither be confirmed nor ruled out ends in CommitOutcomeUnk
 Versions removed by a concurrent cleanup while we catch up are judged together with the next
 version that still exists, from the two manifests (see :func:`_check_gap`), so deletes, updates
 and compactions rebase over them instead of failing.
+
+Publishing at ``latest + 1`` with put-if-absent is only safe while no newer version can have
+been committed and removed since we listed: cleanup keeps every version superseded less than
+its minimum age (5 minutes by default) ago, far longer than an attempt's listing-to-publish
+window. An empty listing is never taken for "no versions" when we know better
+(``naming.latest_version(known=...)``).
 """
 from __future__ import annotations
 
