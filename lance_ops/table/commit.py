@@ -155,21 +155,6 @@ def _txn_uuid(mf: ManifestFile, txn) -> str | None:
     return parsed[1] if parsed else None
 
 
-def _touched(txn) -> set[int]:
-    """Ids of existing fragments whose rows, files or deletions ``txn`` changes or removes."""
-    op = txn.WhichOneof("operation")
-    if op == "delete":
-        return {f.id for f in txn.delete.updated_fragments} | set(txn.delete.deleted_fragment_ids)
-    if op == "update":
-        return {f.id for f in txn.update.updated_fragments} | set(txn.update.removed_fragment_ids)
-    if op == "rewrite":
-        return ({f.id for g in txn.rewrite.groups for f in g.old_fragments}
-                | {f.id for f in txn.rewrite.old_fragments})
-    if op == "data_replacement":
-        return {r.fragment_id for r in txn.data_replacement.replacements}
-    return set()
-
-
 def _schema_key(manifest: table_pb2.Manifest) -> list:
     return [(f.id, f.parent_id, f.name, f.logical_type) for f in manifest.fields]
 
@@ -207,7 +192,7 @@ def _check_gap(store, base, txn, ctx: CommitContext, before: ManifestFile, after
     old, new = _fragment_map(before.manifest), _fragment_map(after.manifest)
     emptied = set(txn.delete.deleted_fragment_ids) if op == "delete" else set()
     rebase: set[int] = set()
-    for frag_id in sorted(_touched(txn)):
+    for frag_id in sorted(conflicts.touched_fragments(txn)):
         a, b = old.get(frag_id), new.get(frag_id)
         if a is None or b is None:
             return conflicts.Outcome(conflicts.Verdict.RETRYABLE, f"{label}: fragment {frag_id} was removed")
