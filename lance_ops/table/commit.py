@@ -530,9 +530,12 @@ def commit_transaction(
         txn.uuid = naming.new_transaction_uuid()
     key = txn.transaction_properties.get(IDEMPOTENCY_KEY)
 
-    scheme = naming.detect_scheme(store, base)
-    v2 = options.enable_v2_manifest_paths if scheme is None else scheme == naming.NamingScheme.V2
     current = ctx.read
+    # the naming scheme of the version we read, if any: an empty listing must not make a V1
+    # dataset get a V2 name (a mixed directory nobody can open)
+    parsed = naming.parse_manifest_name(current.path) if current is not None and current.path else None
+    scheme = parsed[1] if parsed is not None else naming.detect_scheme(store, base)
+    v2 = options.enable_v2_manifest_paths if scheme is None else scheme == naming.NamingScheme.V2
     if current is not None:
         feature_flags.check_writer_flags(current.manifest.writer_feature_flags, store.uri(current.path or base))
     restored = restored_file = None

@@ -265,6 +265,19 @@ def test_append_after_a_transient_empty_listing_appends(tmp_path, monkeypatch):
     assert _ids(uri) == list(range(10)) + [101, 102, 103, 999]
 
 
+def test_commit_with_empty_listing_keeps_the_v1_naming(tmp_path):
+    """An empty listing while committing to a V1-named dataset: re-listed (the version read
+    proves the dataset exists) and published under the V1 name, never a mixed directory."""
+    uri = str(tmp_path / "ds")
+    ds = lance_ops.write_dataset(_table(range(3)), uri, enable_v2_manifest_paths=False)
+    store = _faulty(ds)
+    store.empty_listings = 2
+    mf = commit_transaction(store, ds._base, _append_txn(ds, [3]), CommitContext(ds._manifest_file), FAST)
+    assert mf.version == 2 and mf.path.endswith("/_versions/2.manifest")
+    assert {loc.scheme for loc in naming.list_versions(ds._store, ds._base)} == {naming.NamingScheme.V1}
+    assert _ids(uri) == [0, 1, 2, 3]
+
+
 def test_new_dataset_with_empty_listing_is_created(tmp_path):
     """No evidence of versions: an empty listing is believed and version 1 is written."""
     uri = str(tmp_path / "fresh")
