@@ -295,6 +295,8 @@ def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None
             state.uncertain = uncertain = None  # read, and not ours
         try:
             if current is not None and gap:
+                log.info("%s: versions %d..%d were removed while committing; checking against version %d",
+                         store.uri(base), gap[0], gap[-1], version)
                 outcome = _check_gap(store, base, txn, ctx, current, theirs_file)
             else:
                 if theirs is None and naming.find_version(store, base, version) is None:
