@@ -274,8 +274,8 @@ class _Verifier:
             return [f"data file is {size} bytes but the manifest records {df.file_size_bytes}"], None
         try:
             reader = frag.data_file_reader(index)
-            if hasattr(reader, "metadata") and callable(getattr(type(reader), "column_pages", None)):
-                reader.metadata  # 2.0 files: decode every column's metadata, not only the footer
+            if hasattr(type(reader), "metadata"):
+                reader.metadata  # decode every column's metadata too (the 2.0 reader does it lazily)
             rows = int(reader.num_rows)
         except StorageError as exc:
             if isinstance(exc, ObjectNotFoundError):
