@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
+import pyarrow as pa
 
 from lance_ops.errors import CorruptFileError, DatasetNotFoundError, LanceOpsError, ObjectNotFoundError, StorageError
 from lance_ops.table import deletion as deletion_mod
@@ -189,6 +190,8 @@ class _Verifier:
         #: data file path -> (problems, rows) of its checks, shared by versions
         self._data_results: dict[str, tuple[list[str], int | None]] = {}
         self._size_cache: dict[str, int | None] = {}
+        #: (deletion file, physical rows, recorded count) -> its problems
+        self._deletion_results: dict[tuple, list[str]] = {}
 
     # -- helpers ----------------------------------------------------------------------------------
     def _add(self, version, fragment, rel, problem: str) -> None:
@@ -291,9 +294,10 @@ class _Verifier:
     def _decode_pages(self, reader, df, rows: int) -> list[str]:
         """Read every column of the file in chunks; a failure names the column and rows."""
         from lance_ops.file import blob_v2
+        from lance_ops.file.reader_legacy import LegacyFileReader
 
-        v2 = not type(reader).__name__.startswith("Legacy")
-        kwargs = {"blob_descriptions": True} if v2 else {}
+        # blob columns as descriptors: their bytes are not encoded pages (side files are checked below)
+        kwargs = {} if isinstance(reader, LegacyFileReader) else {"blob_descriptions": True}
         problems: list[str] = []
         side_ends: dict[int, int] = {}
         for name in reader.schema.names:
@@ -303,7 +307,7 @@ class _Verifier:
                 try:
                     table = reader.read_range(start, n, columns=[name], **kwargs)
                     col = table.column(0)
-                    if col.type == blob_v2.DESCRIPTOR_TYPE:
+                    if _is_descriptor(col.type):
                         _blob_side_ends(col, side_ends)
                 except StorageError as exc:
                     if isinstance(exc, ObjectNotFoundError):
@@ -336,26 +340,33 @@ class _Verifier:
         if df.HasField("base_id"):
             self.counts["skipped_files"] += 1
             return
+        key = (rel, int(frag.physical_rows), int(df.num_deleted_rows))
+        found = self._deletion_results.get(key)
+        if found is None:
+            found = self._deletion_results[key] = self._deletion_problems(frag, df, rel)
+        for problem in found:
+            self._add(v, frag.fragment_id, rel, problem)
+
+    def _deletion_problems(self, frag, df, rel: str) -> list[str]:
         if self._size(self._path(rel)) is None:
-            self._add(v, frag.fragment_id, rel, "deletion file is missing")
-            return
+            return ["deletion file is missing"]
         try:
             offsets = deletion_mod.read_deletion_offsets(self.store, self.base, frag.fragment_id, df)
         except StorageError as exc:
             if not isinstance(exc, ObjectNotFoundError):
                 raise
-            self._add(v, frag.fragment_id, rel, "deletion file is missing")
-            return
+            return ["deletion file is missing"]
         except _DECODE_ERRORS as exc:
-            self._add(v, frag.fragment_id, rel, f"deletion file does not decode: {_describe(exc)}")
-            return
+            return [f"deletion file does not decode: {_describe(exc)}"]
+        out = []
         if offsets.size != df.num_deleted_rows:
-            self._add(v, frag.fragment_id, rel, f"deletion file lists {offsets.size} deleted rows but the "
-                                                f"manifest records num_deleted_rows={df.num_deleted_rows}")
+            out.append(f"deletion file lists {offsets.size} deleted rows but the manifest records "
+                       f"num_deleted_rows={df.num_deleted_rows}")
         if offsets.size and int(offsets[-1]) >= frag.physical_rows:
             bad = int((offsets >= frag.physical_rows).sum())
-            self._add(v, frag.fragment_id, rel, f"{bad} deleted offset(s) (largest {int(offsets[-1])}) are not "
-                                                f"below the fragment's physical_rows {frag.physical_rows}")
+            out.append(f"{bad} deleted offset(s) (largest {int(offsets[-1])}) are not below the fragment's "
+                       f"physical_rows {frag.physical_rows}")
+        return out
 
     # -- row ids ----------------------------------------------------------------------------------
     def _check_row_ids(self, v: int, frag, stable: bool, next_row_id: int) -> np.ndarray | None:
@@ -489,6 +500,13 @@ class _Verifier:
                 self._add(v, None, rel, f"{label}: index file is missing")
             elif size >= 0 and actual != size:
                 self._add(v, None, rel, f"{label}: index file is {actual} bytes but the manifest records {size}")
+
+
+def _is_descriptor(t) -> bool:
+    """A blob v2 descriptor column (compared by field names: readers may differ in field metadata)."""
+    from lance_ops.file import blob_v2
+
+    return pa.types.is_struct(t) and [f.name for f in t] == [f.name for f in blob_v2.DESCRIPTOR_TYPE]
 
 
 def _blob_side_ends(col, ends: dict[int, int]) -> None:

@@ -353,3 +353,26 @@ def test_verify_on_s3(moto_server, s3_bucket):
     ]
     args = ["verify", uri, "--json"] + [a for k, v in opts.items() for a in ("-s", f"{k}={v}")]
     assert main(args) == EXIT_VERIFY_PROBLEMS
+
+
+# -- blob v2 side files ------------------------------------------------------------------------------
+def test_deep_checks_blob_v2_side_files(tmp_path):
+    lance = pytest.importorskip("lance")
+    uri = str(tmp_path / "b.lance")
+    values = [bytes([i]) * (100_000 if i % 3 == 0 else 10) for i in range(30)]
+    schema = pa.schema([pa.field("id", pa.int64()),
+                        pa.field("b", pa.large_binary(), metadata={"lance-encoding:blob": "true"})])
+    lance.write_dataset(pa.table({"id": pa.array(range(30), pa.int64()), "b": values}, schema=schema), uri,
+                        data_storage_version="2.2")
+    report = verify_dataset(uri, deep=True)
+    assert report.ok, [str(p) for p in report.problems]
+    assert report.counts["blob_side_files"] == 1
+    side = next(Path(uri).glob("data/*/*.blob"))
+    rel = side.relative_to(uri).as_posix()
+    side.write_bytes(side.read_bytes()[:-10])
+    assert verify_dataset(uri).ok  # the shallow check does not read descriptors
+    p = only_problem(verify_dataset(uri, deep=True))
+    assert (p.fragment, p.file) == (0, f"data/{side.parent.name}.lance")
+    assert p.problem == f"blob side file {rel} is {1_000_000 - 10} bytes but descriptors reach byte 1000000"
+    side.unlink()
+    assert only_problem(verify_dataset(uri, deep=True)).problem == f"blob side file {rel} is missing"
