@@ -287,6 +287,14 @@ class _Verifier:
         except _DECODE_ERRORS as exc:
             return [f"footer or file metadata does not decode: {_describe(exc)}"], None
         problems: list[str] = []
+        from lance_ops.file.reader_legacy import LegacyFileReader
+
+        if not isinstance(reader, LegacyFileReader):  # a legacy reader's fields come from the manifest
+            stored = {f.id for f in reader.lance_fields}
+            lacking = [fid for fid in df.fields if fid >= 0 and fid not in stored]
+            if lacking:
+                problems.append(f"the manifest lists field ids {lacking[:10]} in this data file but the file "
+                                f"does not store them")
         if self.deep:
             problems += self._decode_pages(reader, df, rows)
         return problems, rows

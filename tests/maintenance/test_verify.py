@@ -376,3 +376,43 @@ def test_deep_checks_blob_v2_side_files(tmp_path):
     assert p.problem == f"blob side file {rel} is {1_000_000 - 10} bytes but descriptors reach byte 1000000"
     side.unlink()
     assert only_problem(verify_dataset(uri, deep=True)).problem == f"blob side file {rel} is missing"
+
+
+def test_field_ids_the_data_file_lacks(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    ds = make(uri, version="2.2")
+    name = ds.manifest.fragments[0].files[0].path
+
+    def mutate(mf):
+        mf.manifest.fragments[0].files[0].fields.append(9)
+
+    rewrite_manifest(uri, mutate)
+    assert problems(verify_dataset(uri)) == [
+        (1, 0, f"data/{name}", "the manifest lists field ids [9] in this data file but the file does not store them")]
+
+
+def test_paths_leading_outside_the_dataset_are_not_followed(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    ds = make(uri, stable=True)
+    outside = tmp_path / "outside.lance"
+    outside.write_bytes(data_path(uri, ds, 0).read_bytes())  # a sound file, but not ours
+
+    def mutate(mf):
+        frag = mf.manifest.fragments[0]
+        frag.files[0].path = "../../outside.lance"
+        frag.external_row_ids.path = "/etc/passwd"
+        frag.external_row_ids.size = 10
+
+    rewrite_manifest(uri, mutate)
+    assert problems(verify_dataset(uri)) == [
+        (1, 0, "data/../../outside.lance", "path '../../outside.lance' leads outside the dataset"),
+        (1, 0, "/etc/passwd", "row-id sequence: path '/etc/passwd' is absolute, not relative to the dataset"),
+    ]
+
+
+def test_tagged_version(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    ds = make(uri, delete="id < 10")
+    ds.tags.create("before-delete", 1)
+    report = verify_dataset(uri, version="before-delete")
+    assert report.ok and report.versions == [1] and report.counts["deletion_files"] == 0
