@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
+from google.protobuf.message import DecodeError
 
 from lance_ops.errors import CorruptFileError, DatasetNotFoundError, LanceOpsError, ObjectNotFoundError, StorageError
 from lance_ops.table import deletion as deletion_mod
@@ -105,52 +106,24 @@ _COUNTERS = ("versions", "fragments", "data_files", "data_bytes", "deletion_file
 
 
 def _index_files(index) -> list[tuple[str, int]]:
-    """``(path, size_bytes)`` of ``IndexMetadata.files`` (field 10, ``IndexFile {path=1, size_bytes=2}``).
+    """``(path, size_bytes)`` of ``IndexMetadata.files`` (field 10), read from the unknown fields
+    (our compiled proto predates the field).
 
-    Our compiled proto predates the field, so it is read from the unknown fields.
+    ``IndexFile {string path = 1; uint64 size_bytes = 2}`` has the wire layout of our
+    ``ExternalFile {string path = 1; uint64 offset = 2; ...}``, so each entry is parsed as one.
     """
     from google.protobuf import unknown_fields
+
+    from lance_ops._proto import table_pb2
 
     out = []
     for u in unknown_fields.UnknownFieldSet(index):
         if u.field_number != 10 or u.wire_type != 2:
             continue
-        out.append(_parse_index_file(bytes(u.data)))
+        entry = table_pb2.ExternalFile()
+        entry.ParseFromString(bytes(u.data))
+        out.append((entry.path, int(entry.offset)))
     return out
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("truncated varint")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-
-
-def _parse_index_file(data: bytes) -> tuple[str, int]:
-    path, size, pos = "", -1, 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos)
-            if number == 2:
-                size = value
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            if number == 1:
-                path = data[pos:pos + length].decode("utf-8", "replace")
-            pos += length
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
-        else:
-            raise ValueError(f"unexpected wire type {wire} in IndexFile")
-    return path, size
 
 
 def _uuid_str(raw: bytes) -> str | None:
@@ -489,7 +462,7 @@ class _Verifier:
             return
         try:
             files = _index_files(index)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (DecodeError, ValueError) as exc:
             self._add(v, None, where, f"{label}: file list does not decode: {exc}")
             return
         if not files:  # older writers list no files: the directory must at least hold something
@@ -506,7 +479,7 @@ class _Verifier:
             actual = self._size(self._path(rel))
             if actual is None:
                 self._add(v, None, rel, f"{label}: index file is missing")
-            elif size >= 0 and actual != size:
+            elif size and actual != size:
                 self._add(v, None, rel, f"{label}: index file is {actual} bytes but the manifest records {size}")
 
 
