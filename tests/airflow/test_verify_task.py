@@ -77,5 +77,23 @@ def test_verify_fails_the_run_on_a_damaged_dataset(airflow_runner, tmp_path, cap
     assert errors, "no error logged"
     assert (f"verify found 1 problem(s) in {uri}; first: version 13: fragment 0: {rel}: "
             "deletion file is missing") in errors[0]
+    report = _xcom(res, "verify", "verify_report")
+    assert report["ok"] is False and report["versions"] == [13]
+    assert report["problems"] == [{"version": 13, "fragment": 0, "file": rel, "problem": "deletion file is missing"}]
     # cleanup did not run: every version (plus the compaction's) is still there for recovery
     assert len(lance_ops.dataset(uri).versions()) == versions_before + 1
+
+
+def _xcom(res, task_id: str, key: str):
+    """An XCom other than return_value of a finished run."""
+    import json
+
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.query(XComModel).filter(
+            XComModel.dag_id == res.dag_id, XComModel.run_id == res.run_id, XComModel.task_id == task_id,
+            XComModel.key == key).one()
+        value = row.value
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
