@@ -59,7 +59,7 @@ _FOOTER = struct.Struct("<QHH4s")
 
 
 def _default_writer_version() -> tuple[str, str]:
-    from lance_ops import __version__
+    from lance_ops._version import __version__
 
     return "lance-ops", __version__
 
