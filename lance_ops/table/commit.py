@@ -16,9 +16,9 @@ version that still exists, from the two manifests (see :func:`_check_gap`), so d
 and compactions rebase over them instead of failing.
 
 Publishing at ``latest + 1`` with put-if-absent is only safe while no newer version can have
-been committed and removed since we listed: cleanup keeps every version superseded less than
-its minimum age (5 minutes by default) ago, far longer than an attempt's listing-to-publish
-window. An empty listing is never taken for "no versions" when we know better
+been committed and removed since we listed: ``_versions/`` is listed again right before the
+put, and cleanup keeps every version superseded less than its minimum age (5 minutes by
+default) ago, far longer than that listing-to-publish window. An empty listing is never taken for "no versions" when we know better
 (``naming.latest_version(known=...)``).
 """
 from __future__ import annotations
@@ -473,6 +473,16 @@ def _attempt(store, base, txn, ctx: CommitContext, options: CommitOptions, state
     manifest.transaction_file = write_transaction_file(store, base, txn)
     path = store.join(base, naming.manifest_path(version, v2))
     index_section = _carried_indices(txn, current, restored_file)
+    # List once more right before publishing: put-if-absent cannot tell "nobody has this version
+    # yet" from "a cleanup removed it after newer ones came" (a publish there would land below
+    # the latest, invisible). This keeps that window to one request, far below cleanup's minimum
+    # age for superseded versions however long the catch-up took.
+    if current is not None:
+        fresh = naming.latest_version(store, base, known=current.version)
+        if fresh is not None and fresh.version > current.version:
+            log.info("version %d of %s appeared while preparing the commit; catching up", fresh.version,
+                     store.uri(base))
+            return None
     try:
         size = _publish(store, base, version, path, manifest, txn, v2, index_section, dictionaries)
     except AlreadyExistsError:

@@ -17,7 +17,7 @@ import pytest
 
 import lance_ops
 from lance_ops._proto import transaction_pb2
-from lance_ops.errors import CommitOutcomeUnknownError, ObjectNotFoundError, StorageError
+from lance_ops.errors import AlreadyExistsError, CommitOutcomeUnknownError, ObjectNotFoundError, StorageError
 from lance_ops.maintenance.cleanup import DEFAULT_MIN_SUPERSEDED_AGE, cleanup_old_versions
 from lance_ops.table import naming
 from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
@@ -37,6 +37,8 @@ class FaultyStore:
         self._inner = inner
         #: manifest puts that write and then raise (the response is lost)
         self.land_then_fail = 0
+        #: what they raise: StorageError (HTTP 500), AlreadyExistsError (a retried request's 412)
+        self.landed_error = StorageError
         #: manifest puts that raise without writing
         self.fail_puts = 0
         #: reads of a manifest this wrapper saw put that fail: ("error" | "truncate", count)
@@ -65,7 +67,7 @@ class FaultyStore:
                 self._inner.put_if_absent(path, data)
                 self.written.append(path)
                 self._failed()
-                raise StorageError(f"put {path}: HTTP 500 after the write")
+                raise self.landed_error(f"put {path}: lost response after the write")
         return self._inner.put_if_absent(path, data)
 
     def _failed(self):
@@ -134,9 +136,11 @@ def _faulty(ds) -> FaultyStore:
 
 
 # --- defect 3: an ambiguous manifest write is never committed twice --------------------------------
-def test_put_lands_then_errors_returns_the_landed_version_once(ds):
+@pytest.mark.parametrize("error", [StorageError, AlreadyExistsError])
+def test_put_lands_then_errors_returns_the_landed_version_once(ds, error):
     store = _faulty(ds)
     store.land_then_fail = 1
+    store.landed_error = error
     txn = _append_txn(ds, [10, 11])
     mf = commit_transaction(store, ds._base, txn, CommitContext(ds._manifest_file), FAST)
     assert mf.version == 2 and store.manifest_puts == 1
@@ -144,13 +148,15 @@ def test_put_lands_then_errors_returns_the_landed_version_once(ds):
     assert _ids(ds.uri) == list(range(12))
 
 
+@pytest.mark.parametrize("error", [StorageError, AlreadyExistsError])
 @pytest.mark.parametrize("how", ["error", "truncate"])
-def test_check_read_fails_then_catch_up_finds_our_uuid(ds, how):
+def test_check_read_fails_then_catch_up_finds_our_uuid(ds, how, error):
     """The put lands, its response is lost and every read-back fails (or is cut short): the old
     code called that "not ours" and committed again at version 3. Now the version is uncertain,
     the next attempt's catch-up reads version 2, finds our transaction uuid and returns it."""
     store = _faulty(ds)
     store.land_then_fail = 1
+    store.landed_error = error
     store.bad_reads = (how, 3)  # every read-back of the check fails; catch-up's read succeeds
     txn = _append_txn(ds, [10, 11])
     mf = commit_transaction(store, ds._base, txn, CommitContext(ds._manifest_file), FAST)

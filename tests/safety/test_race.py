@@ -21,6 +21,7 @@ import multiprocessing as mp
 import os
 import time
 from collections import Counter
+from pathlib import Path
 
 import lance
 import numpy as np
@@ -33,6 +34,8 @@ from lance_ops.table.transaction_file import load_transaction
 from tests.safety import race_workers as W
 
 SECONDS = float(os.environ.get("LANCE_OPS_RACE_SECONDS", "60"))
+#: keep the operation logs (and the local dataset) here (default: the test's tmp_path, removed later by pytest)
+LOGS = os.environ.get("LANCE_OPS_RACE_LOGS")
 MIN_AGE = float(os.environ.get("LANCE_OPS_RACE_MIN_AGE", "2"))
 APPENDERS = 2
 
@@ -105,9 +108,9 @@ def _check(uri, opts, entries):
 
 @pytest.mark.slow
 def test_race_local(tmp_path):
-    uri = str(tmp_path / "ds")
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    uri = str(Path(LOGS or tmp_path) / "ds")
+    logs = Path(LOGS or tmp_path) / "logs-local"
+    logs.mkdir(parents=True)
     stats = _check(uri, None, _race(uri, None, str(logs)))
     print("race local:", dict(stats))
 
@@ -116,7 +119,7 @@ def test_race_local(tmp_path):
 def test_race_s3(tmp_path, moto_server, s3_bucket):
     uri = f"{s3_bucket}/ds"
     opts = moto_server.storage_options
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    logs = Path(LOGS or tmp_path) / "logs-s3"
+    logs.mkdir(parents=True)
     stats = _check(uri, opts, _race(uri, opts, str(logs)))
     print("race s3:", dict(stats))
