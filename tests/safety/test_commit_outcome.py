@@ -49,6 +49,8 @@ class FaultyStore:
         self.hide_hint = False
         #: called once after the first failed put (simulates what others do meanwhile)
         self.after_failed_put = None
+        #: called once when a transaction file is written (just before the manifest put)
+        self.on_transaction_put = None
         self.written: list[str] = []
         self.manifest_puts = 0
 
@@ -69,6 +71,13 @@ class FaultyStore:
                 self._failed()
                 raise self.landed_error(f"put {path}: lost response after the write")
         return self._inner.put_if_absent(path, data)
+
+    def put(self, path, data):
+        if naming.TRANSACTIONS_DIR in path:
+            hook, self.on_transaction_put = self.on_transaction_put, None
+            if hook is not None:
+                hook()
+        return self._inner.put(path, data)
 
     def _failed(self):
         hook, self.after_failed_put = self.after_failed_put, None
@@ -227,6 +236,25 @@ def test_put_failing_every_time_is_outcome_unknown_and_commits_nothing(ds):
     with pytest.raises(CommitOutcomeUnknownError, match="writing the manifest failed 3 times"):
         commit_transaction(store, ds._base, _append_txn(ds, [10]), CommitContext(ds._manifest_file), FAST)
     assert list(_uuids_by_version(ds.uri)) == [1]
+
+
+def test_no_publish_below_the_latest_after_a_cleanup(ds):
+    """While we prepare version 2, others commit 2 and 3 and a cleanup (minimum age 0) removes 2:
+    put-if-absent at 2 would succeed below the latest, invisible. The listing right before the
+    put sees 3, so we catch up and commit 4."""
+    store = _faulty(ds)
+
+    def others():
+        for ids in ([20], [21]):
+            lance_ops.write_dataset(_table(ids), ds.uri, mode="append")
+        cleanup_old_versions(lance_ops.dataset(ds.uri), ZERO, min_superseded_age=ZERO)
+
+    store.on_transaction_put = others
+    txn = _append_txn(ds, [10])
+    mf = commit_transaction(store, ds._base, txn, CommitContext(ds._manifest_file), FAST)
+    assert mf.version == 4 and store.manifest_puts == 1
+    assert list(_uuids_by_version(ds.uri)) == [3, 4]
+    assert _ids(ds.uri) == list(range(11)) + [20, 21]
 
 
 # --- defect 4: an empty listing never re-creates the dataset ---------------------------------------
