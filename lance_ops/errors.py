@@ -83,6 +83,11 @@ class CommitOutcomeUnknownError(CommitError):
     """The store failed in a way that leaves it unknown whether the commit landed."""
 
 
+class MixedFileVersionsError(CommitError, OSError):
+    """The dataset's data files mix storage versions (0.1 and 2.x): no write is committed (as
+    pylance, which raises OSError here); roll back to a version without the mix."""
+
+
 # --- tags --------------------------------------------------------------------------------------
 class TagError(LanceOpsError, ValueError):
     """A tag name is invalid, or a tag operation cannot be done; the message names the tag."""

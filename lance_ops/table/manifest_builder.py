@@ -12,7 +12,7 @@ import time
 from lance_ops import __version__
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import RetryableCommitConflictError, UnsupportedError
-from lance_ops.table import feature_flags, rowids
+from lance_ops.table import feature_flags, rowids, versions
 
 WRITER_LIBRARY = "lance-ops"
 
@@ -115,6 +115,8 @@ def build_manifest(
     ``enable_stable_row_ids`` only matters when the dataset is created (it cannot be turned on later).
     """
     op = transaction.WhichOneof("operation")
+    if previous is not None and op not in ("overwrite", "restore"):
+        versions.refuse_mixed(previous)
     out = table_pb2.Manifest()
     if op == "restore":
         if restored is None:
@@ -209,6 +211,7 @@ def build_manifest(
     if not out.HasField("data_format") or not out.data_format.version:
         out.data_format.file_format = "lance"
         out.data_format.version = data_storage_version
+    versions.repair_legacy_version(out)
     if out.fragments or out.HasField("max_fragment_id") or next_id > 0:
         high = max([next_id - 1, *(f.id for f in out.fragments)])
         if high >= 0:
