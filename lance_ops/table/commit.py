@@ -36,6 +36,7 @@ from lance_ops.table.manifest import (
     read_manifest,
     write_manifest,
 )
+from lance_ops.table.index_files import complete_index_metadata
 from lance_ops.table.manifest_builder import build_manifest
 from lance_ops.table.transaction_file import load_transaction, write_transaction_file
 
@@ -318,8 +319,8 @@ def commit_transaction(
         prefix = place_dictionaries(manifest, dictionaries) if dictionary_fields(manifest) else b""
         manifest.transaction_file = write_transaction_file(store, base, txn)
         path = store.join(base, naming.manifest_path(version, v2))
+        index_section = complete_index_metadata(store, base, _carried_indices(txn, current, restored_file))
         try:
-            index_section = _carried_indices(txn, current, restored_file)
             size = _publish(store, base, version, path, manifest, txn, v2, index_section, dictionaries)
         except AlreadyExistsError:
             mine = _published(store, path, txn.uuid)
