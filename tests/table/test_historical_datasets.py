@@ -57,6 +57,7 @@ class Case:
     version: str                      # storage version pylance reports when opening it
     written: Optional[str] = None     # ... after lance_ops's first commit (default: ``version``)
     append: Optional[pa.Table] = None  # rows to append (default: the first two rows)
+    key: Optional[str] = None         # the column of the delete predicate (default: the first)
     #: step -> (lance_ops's error, its message, what pylance's OSError says or None if pylance does it)
     refused: dict = field(default_factory=dict)
 
@@ -73,6 +74,9 @@ CASES = [
     Case("0.13-legacy-strings", lambda p: _copy("v0.13.0/legacy_strings.lance", p), "0.1"),
     Case("0.13-v2-strings", lambda p: _copy("v0.13.0/v2_strings.lance", p), "2.0"),
     Case("0.13-v2-nested-strings", lambda p: _copy("v0.13.0/v2_nested_strings.lance", p), "2.0"),
+    Case("0.13-wide-legacy", lambda p: _copy("v0.13.0/wide_legacy.lance", p), "0.1", key="u32"),
+    Case("0.14-wide-v2", lambda p: _copy("v0.14.1/wide_v2.lance", p), "2.0", key="u32"),
+    Case("0.15-wide-v2", lambda p: _copy("v0.15.0/wide_v2.lance", p), "2.0", key="u32"),
     # 0.16: 0.1 recorded over 2.0 files (repaired by the first commit), or over a mix (refused)
     Case("0.16-wrong-version-can-fix", lambda p: _copy("v0.16.0/wrong_data_version_can_fix.lance", p), "0.1",
          written="2.0", refused={"append": _MIX}),
@@ -137,7 +141,7 @@ def test_writes_keep_dataset_readable_by_pylance(case: Case, tmp_path: Path) -> 
     expected = {v["version"]: lance.dataset(uri, version=v["version"]).to_table() for v in original.versions()}
     _check_every_version(uri, expected, case.version)
     batch = case.append if case.append is not None else table.slice(0, 2)
-    key = table.column_names[0]
+    key = case.key or table.column_names[0]
     probe = table if table.num_rows else batch
     value = probe.column(key)[0].as_py()
     predicate = f"{key} = {value}"
