@@ -385,7 +385,7 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
     manifest = _parse(
         table_pb2.Manifest(), data[manifest_pos + 4 : body_end], path, "Manifest"
     )
-    versions.fill_missing_data_format(manifest)  # Lance <= 0.15 recorded no storage version
+    versions.fill_missing_data_format(manifest, path)  # Lance <= 0.15 recorded no storage version
 
     index_section = None
     if manifest.HasField("index_section"):

@@ -1,7 +1,7 @@
 """Data storage (file format) versions: the names pylance accepts and which ones we can write."""
 from __future__ import annotations
 
-from lance_ops.errors import MixedFileVersionsError, UnsupportedError
+from lance_ops.errors import CorruptFileError, MixedFileVersionsError, UnsupportedError
 
 _ALIASES = {
     "stable": "2.2",
@@ -65,12 +65,9 @@ def file_version(data_file) -> str:
     return FILE_VERSIONS[key]
 
 
-def infer_from_files(fragments) -> str | None:
-    """The one storage version of all data files (None without files).
-
-    Like pylance, the first data file of the first fragment that has files sets the version and
-    every other file must agree; a mix raises MixedFileVersionsError (an OSError).
-    """
+def _versions_of(fragments) -> tuple[str | None, str | None]:
+    """(version of the first data file, first other version met or None), in pylance's order:
+    the first data file of the first fragment with files sets the version."""
     first = None
     for frag in fragments:
         for df in frag.files:
@@ -78,22 +75,33 @@ def infer_from_files(fragments) -> str | None:
             if first is None:
                 first = got
             elif got != first:
-                raise MixedFileVersionsError(
-                    f"{_MIXED}: All data files must have the same version. Detected both {first} and {got}"
-                )
+                return first, got
+    return first, None
+
+
+def infer_from_files(fragments) -> str | None:
+    """The one storage version of all data files (None without files); a mix raises
+    MixedFileVersionsError (an OSError), with the text of pylance's commit-time error."""
+    first, other = _versions_of(fragments)
+    if other is not None:
+        raise MixedFileVersionsError(
+            f"{_MIXED}: All data files must have the same version. Detected both {first} and {other}")
     return first
 
 
-def fill_missing_data_format(manifest) -> None:
+def fill_missing_data_format(manifest, path: str = "<manifest>") -> None:
     """Record, in place, the storage version of a manifest written before ``data_format`` existed.
 
     Lance <= 0.15 wrote no ``data_format``; pylance infers it from the data files, or, with no files,
     from the writer flags (legacy unless the dataset was created for v2 files, then the stable
-    version). The next commit writes the inferred version, as pylance's does.
+    version). The next commit writes the inferred version, as pylance's does. Files of several
+    versions make the manifest unreadable (CorruptFileError, a ValueError as pylance's error).
     """
     if manifest.HasField("data_format") and manifest.data_format.version:
         return
-    version = infer_from_files(manifest.fragments)
+    version, other = _versions_of(manifest.fragments)
+    if other is not None:
+        raise CorruptFileError(path, f"All data files must have the same version.  Detected both {version} and {other}")
     if version is None:
         version = _ALIASES["stable"] if manifest.writer_feature_flags & _FLAG_USE_V2_FORMAT else "0.1"
     manifest.data_format.file_format = "lance"

@@ -7,7 +7,9 @@ pylance 14.0.2 is the oracle throughout; where it refuses a write, lance_ops mus
 from __future__ import annotations
 
 import datetime
+import re
 import shutil
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -20,9 +22,10 @@ from google.protobuf import unknown_fields
 
 import lance_ops
 from lance_ops._proto import table_pb2
-from lance_ops.errors import MixedFileVersionsError, UnsupportedError
+from lance_ops.errors import CorruptFileError, MixedFileVersionsError, UnsupportedError
 from lance_ops.file.reader import LanceFileReader
 from lance_ops.table.index_files import FILES_FIELD
+from lance_ops.table.manifest import encode_manifest
 
 HIST = Path(__file__).resolve().parent.parent / "data" / "historical"
 MIXED = "The dataset contains a mixture of file versions"
@@ -227,6 +230,28 @@ def test_016_mixed_file_versions_refuse_every_commit(tmp_path: Path) -> None:
     lance_ops.write_dataset(pa.table({"foo": pa.array([5], pa.int64())}), str(ours), mode="overwrite")
     assert _rows(lance.dataset(ours).to_table()) == {"foo": [5]}
     assert lance.dataset(ours).data_storage_version == "0.1"
+
+
+def test_mixed_file_versions_without_data_format_do_not_open(tmp_path: Path) -> None:
+    """A manifest without data_format over files of two versions: pylance cannot open it (the
+    version is inferred from the files), and neither can lance_ops; both raise ValueError."""
+    uri = _copy("v0.16.0/wrong_data_version_no_fix.lance", tmp_path)
+    path = uri / "_versions" / "2.manifest"
+    data = path.read_bytes()
+    pos = struct.unpack_from("<Q", data, len(data) - 16)[0]
+    (length,) = struct.unpack_from("<I", data, pos)
+    manifest = table_pb2.Manifest()
+    manifest.ParseFromString(data[pos + 4 : pos + 4 + length])
+    manifest.ClearField("data_format")
+    path.write_bytes(encode_manifest(manifest))
+    (uri / "_latest.manifest").unlink()
+    detail = "All data files must have the same version.  Detected both 2.0 and 0.1"
+    with pytest.raises(ValueError, match=re.escape(detail)):
+        lance.dataset(uri).to_table()
+    with pytest.raises(ValueError, match=re.escape(detail)) as info:
+        lance_ops.dataset(str(uri))
+    assert isinstance(info.value, CorruptFileError)
+    assert _rows(lance_ops.dataset(str(uri), version=1).to_table()) == _rows(lance.dataset(uri, version=1).to_table())
 
 
 # --- item 3: indices with older metadata --------------------------------------------------------
