@@ -36,6 +36,7 @@ from lance_ops.table.manifest import (
     read_manifest,
     write_manifest,
 )
+from lance_ops.table.fragment_stats import fill_fragment_stats
 from lance_ops.table.index_files import complete_index_metadata
 from lance_ops.table.manifest_builder import build_manifest
 from lance_ops.table.transaction_file import load_transaction, write_transaction_file
@@ -313,6 +314,7 @@ def commit_transaction(
             enable_stable_row_ids=options.enable_stable_row_ids, restored=restored,
         )
         _check_data_file_versions(manifest, txn, store.uri(base))
+        fill_fragment_stats(store, base, manifest)  # old datasets: as pylance's commit fills them
         # legacy datasets: the dictionary values go into the manifest file (offsets set here too);
         # missing values are refused here, before anything of this attempt is written
         dictionaries = _new_dictionaries(txn, current, restored_file, ctx)

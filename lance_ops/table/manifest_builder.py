@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+from google.protobuf import unknown_fields
+
 from lance_ops._version import __version__
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import RetryableCommitConflictError, UnsupportedError
@@ -221,4 +223,17 @@ def build_manifest(
     out.ClearField("transaction_section_v1")
     out.version_aux_data = 0
     feature_flags.apply_flags(out, stable_row_ids=stable)
+    _drop_retired_field_attributes(out)
     return out
+
+
+#: Field attributes older Lance wrote that pylance 14 no longer knows and so drops on commit
+#: (11: ``storage_class``, which Lance 0.20 wrote as "default")
+_RETIRED_FIELD_NUMBERS = {11}
+
+
+def _drop_retired_field_attributes(manifest: table_pb2.Manifest) -> None:
+    for f in manifest.fields:
+        unknown = {u.field_number for u in unknown_fields.UnknownFieldSet(f)}
+        if unknown and unknown <= _RETIRED_FIELD_NUMBERS:
+            f.DiscardUnknownFields()

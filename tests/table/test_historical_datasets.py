@@ -203,6 +203,32 @@ def test_append_to_pre_016_dataset_writes_the_files_pylance_writes(name: str, tm
     assert stored == lance.dataset(theirs).data_storage_version
 
 
+def _committed_manifest(uri: Path) -> table_pb2.Manifest:
+    """The latest manifest without what differs between any two commits (time, writer, file names
+    and section offsets)."""
+    m = table_pb2.Manifest()
+    m.CopyFrom(lance_ops.dataset(str(uri)).manifest)
+    for name in ("timestamp", "transaction_file", "writer_version", "index_section", "transaction_section",
+                 "version_aux_data"):
+        m.ClearField(name)
+    return m
+
+
+OLD = sorted(str(p.relative_to(HIST)) for p in HIST.glob("v*/*.lance") if "no_fix" not in p.name)
+
+
+@pytest.mark.parametrize("name", OLD)
+def test_first_commit_to_old_dataset_writes_pylance_manifest(name: str, tmp_path: Path) -> None:
+    """The manifest of a first commit (a delete of nothing) is pylance's: storage version, fragments
+    with the data-file sizes old Lance did not record, schema fields, flags, index metadata."""
+    ours, theirs = _copy(name, tmp_path / "ours"), _copy(name, tmp_path / "theirs")
+    lance.dataset(theirs).delete("false")
+    lance_ops.dataset(str(ours)).delete("false")
+    assert _committed_manifest(ours) == _committed_manifest(theirs)
+    assert all(df.file_size_bytes > 0 for f in _committed_manifest(ours).fragments for df in f.files)
+    assert _index_section(ours) == _index_section(theirs)
+
+
 # --- item 2: Lance 0.16's wrong storage version ------------------------------------------------
 def test_016_wrong_version_is_repaired_by_the_next_commit(tmp_path: Path) -> None:
     ours = _copy("v0.16.0/wrong_data_version_can_fix.lance", tmp_path / "ours")
