@@ -146,7 +146,9 @@ def compactor(uri, storage_options, deadline: float, log_path: str) -> None:
     def one(i):
         try:
             ds = lance_ops.dataset(uri, storage_options=storage_options)
-            metrics = ds.optimize.compact_files(target_rows_per_fragment=1_000)
+            # bounded work per run: a compaction must finish within cleanup's minimum age
+            metrics = ds.optimize.compact_files(target_rows_per_fragment=1_000, max_source_fragments=16,
+                                                conflict_retries=10)
         except Exception as exc:
             raise _tagged(exc, op="compact")
         time.sleep(0.2)
