@@ -24,6 +24,14 @@ class AlreadyExistsError(StorageError, FileExistsError):
     """A put-if-absent found the object already there (another writer won)."""
 
 
+class IncompleteResponseError(StorageError):
+    """A store answered a read with fewer bytes, or other bytes, than were asked for.
+
+    A transport fault (a body cut short, a 206 without a matching Content-Range), not a damaged
+    file: reads retry it and, if it persists, raise it naming the object.
+    """
+
+
 # --- files -------------------------------------------------------------------------------------
 class CorruptFileError(LanceOpsError, ValueError):
     """A file is truncated, has the wrong magic, or its metadata does not decode.
