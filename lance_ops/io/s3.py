@@ -29,6 +29,7 @@ _BOTO_ERRORS = (ClientError, BotoCoreError)
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 MAX_CONCURRENT_READS = 8
 DELETE_BATCH = 1000  # the S3 DeleteObjects limit
+LIST_PAGE_SIZE = 1000  # the S3 ListObjectsV2 maximum
 
 
 _T = TypeVar("_T")
@@ -71,6 +72,10 @@ def _content_range(resp: _Response, uri: str) -> tuple[int, int, int | None]:
     return first, last, total
 
 
+def _empty_page(page: Mapping[str, Any]) -> bool:
+    return not page.get("Contents") and not page.get("CommonPrefixes") and not page.get("IsTruncated")
+
+
 def _dir_prefix(prefix: str) -> str:
     """Listing prefixes are directories: "a/b" lists "a/b/...", never "a/bc"."""
     prefix = prefix.strip("/")
@@ -107,6 +112,8 @@ class S3Store(ObjectStore):
         self.coalesce_gap = coalesce_gap
         self.part_size = part_size
         self.delete_batch_size = DELETE_BATCH
+        self.list_page_size = LIST_PAGE_SIZE
+        self.empty_listing_checks = 1
         self.client = get_client(storage_options)
         #: single-attempt client for reads, which retry request and body together
         self.read_client = get_client(storage_options, retries=False)
@@ -290,13 +297,22 @@ class S3Store(ObjectStore):
 
     # --- listing and deletes ---------------------------------------------------------------
     def _pages(self, op: str, prefix: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
-        """ListObjectsV2 pages, each retried on its own (a failure never ends a listing early)."""
+        """ListObjectsV2 pages, each retried on its own (a failure never ends a listing early).
+
+        An empty answer is asked again ``empty_listing_checks`` times before it is passed on:
+        one faulty hop can answer a listing with a valid but empty body. That only makes a
+        false "nothing there" rarer; callers that act on absence must probe (``exists``).
+        """
         token: str | None = None
         while True:
-            args = dict(kwargs, Bucket=self.bucket, Prefix=prefix)
+            args = dict(kwargs, Bucket=self.bucket, Prefix=prefix, MaxKeys=self.list_page_size)
             if token:
                 args["ContinuationToken"] = token
             page = self._retrying(op, prefix, lambda: self._list_once(args))
+            checks = self.empty_listing_checks if token is None else 0
+            while checks > 0 and _empty_page(page):
+                checks -= 1
+                page = self._retrying(op, prefix, lambda: self._list_once(args))
             yield page
             if not page.get("IsTruncated"):
                 return

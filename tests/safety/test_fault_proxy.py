@@ -1,0 +1,169 @@
+"""S3 faults injected by a loopback proxy between lance_ops and moto_server.
+
+Part 1: every fault kind against every read of the S3 store - each read is retried, returns
+exactly the stored bytes and each fault is counted by the proxy. Part 2 (slow): a soak of
+appends, deletes, compaction and cleanup from several processes through the proxy, checked
+against the log of acknowledged operations.
+"""
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+import pytest
+
+import lance_ops
+from lance_ops.errors import CorruptFileError, IncompleteResponseError, StorageError
+from lance_ops.io import S3Store
+from lance_ops.io.retry import RetryPolicy
+from tests.fixtures.faultproxy import FaultProxy
+
+DATA = bytes((i * 7 + i // 256) % 256 for i in range(40_000))
+KEY = "dir/obj.bin"
+LISTED = ["dir/a.txt", "dir/b.txt", "dir/sub/c.txt", KEY]
+FAST = RetryPolicy(base_delay=0.01, max_delay=0.05)
+
+
+@pytest.fixture(scope="module")
+def bucket(moto_server) -> str:
+    """One bucket for the module: the tests only read it (or add keys of their own)."""
+    name = f"faults-{uuid.uuid4().hex[:16]}"
+    client = moto_server.client()
+    client.create_bucket(Bucket=name)
+    for key in LISTED:
+        client.put_object(Bucket=name, Key=key, Body=DATA if key == KEY else key.encode())
+    return name
+
+
+@pytest.fixture(scope="module")
+def _module_proxy(moto_server):
+    with FaultProxy(moto_server.endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def fault_proxy(_module_proxy: FaultProxy) -> FaultProxy:
+    """The module's proxy with no rules and zeroed counters (one endpoint: boto clients are reused)."""
+    _module_proxy.clear()
+    _module_proxy.reset_counters()
+    return _module_proxy
+
+
+@pytest.fixture
+def store(bucket, moto_server, fault_proxy) -> S3Store:
+    return S3Store(bucket, fault_proxy.storage_options(moto_server.storage_options), retry=FAST,
+                   coalesce_gap=1_024)
+
+
+# op name -> (call, expected result, request filter for the fault)
+OPS = {
+    "read": (lambda s: s.read(KEY), DATA, dict(method="GET", ranged=False)),
+    "read_range": (lambda s: s.read_range(KEY, 1_000, 5_000), DATA[1_000:6_000], dict(method="GET", ranged=True)),
+    "read_range_to_end": (lambda s: s.read_range(KEY, 39_000, 1_000), DATA[39_000:], dict(method="GET", ranged=True)),
+    "read_tail": (lambda s: s.read_tail(KEY, 4_096), (DATA[-4_096:], len(DATA)), dict(method="GET", ranged=True)),
+    "read_tail_whole": (lambda s: s.read_tail(KEY, 100_000), (DATA, len(DATA)), dict(method="GET", ranged=True)),
+    "read_ranges": (lambda s: s.read_ranges(KEY, [(0, 10), (30_000, 100), (5, 3)]),
+                    [DATA[0:10], DATA[30_000:30_100], DATA[5:8]], dict(method="GET", ranged=True)),
+    "size": (lambda s: s.size(KEY), len(DATA), dict(method="HEAD")),
+    "exists": (lambda s: s.exists(KEY), True, dict(method="HEAD")),
+    "list": (lambda s: sorted(i.path for i in s.list("dir")), sorted(LISTED), dict(query="list-type=2")),
+    "list_dir": (lambda s: sorted(i.path for i in s.list_dir("dir")), sorted(set(LISTED) - {"dir/sub/c.txt"}),
+                 dict(query="list-type=2")),
+}
+ALWAYS = ["error_before", "error_after", "reset", "reset_after", "truncate", "cut_after_status"]
+RANGED = ["strip_content_range", "short_206"]
+
+
+def _cases():
+    for op, (_, _, match) in OPS.items():
+        kinds = list(ALWAYS)
+        if match.get("ranged"):
+            kinds += RANGED
+        if match.get("method") == "HEAD":
+            kinds.remove("truncate")  # a HEAD answer has no body to cut
+        if op.startswith("list"):
+            kinds.append("empty_listing")
+        for kind in kinds:
+            yield pytest.param(op, kind, id=f"{op}-{kind}")
+
+
+@pytest.mark.parametrize("op, kind", list(_cases()))
+def test_one_fault_is_retried_and_read_is_exact(store, fault_proxy, op, kind):
+    call, expected, match = OPS[op]
+    fault_proxy.inject(kind, status=500 if kind.startswith("error") and op == "read" else 503, **match)
+    assert call(store) == expected
+    stats = fault_proxy.stats()
+    assert stats["faults"] == {kind: 1}
+    extra = 1 if op != "read_ranges" else 2  # read_ranges issues two requests (the near ones merge)
+    assert stats["requests"] == 1 + extra
+    if kind == "empty_listing":  # a valid but empty answer is asked again, not retried as an error
+        assert store.metrics.retries == 0 and store.metrics.list_requests == 2
+    else:
+        assert store.metrics.retries == 1
+
+
+def test_delay_is_waited_out_not_retried(store, fault_proxy):
+    fault_proxy.inject("delay", delay=0.3, method="GET")
+    assert store.read(KEY) == DATA
+    assert fault_proxy.stats()["faults"] == {"delay": 1}
+    assert fault_proxy.stats()["requests"] == 1 and store.metrics.retries == 0
+
+
+@pytest.mark.parametrize("kind", ALWAYS + RANGED)
+def test_a_fault_that_persists_is_a_storage_error_naming_the_object(store, fault_proxy, kind):
+    fault_proxy.inject(kind, times=100, method="GET", ranged=True)
+    with pytest.raises(StorageError) as info:
+        store.read_range(KEY, 100, 200)
+    assert not isinstance(info.value, CorruptFileError)
+    assert f"s3://{store.bucket}/{KEY}" in str(info.value)
+    assert "gave up after 5 attempts" in str(info.value)
+    if kind in RANGED:
+        assert isinstance(info.value, IncompleteResponseError)
+    assert fault_proxy.stats()["requests"] == 5
+    assert fault_proxy.stats()["faults"] == {kind: 5}
+    assert store.metrics.retries == 4
+
+
+def test_a_failing_listing_raises_instead_of_listing_nothing(store, fault_proxy):
+    fault_proxy.inject("cut_after_status", times=100, query="list-type=2")
+    with pytest.raises(StorageError, match=f"s3://{store.bucket}/dir/"):
+        list(store.list_dir("dir"))
+    assert fault_proxy.stats()["requests"] == 5
+
+
+def test_empty_listing_twice_is_believed_but_a_probe_still_finds_the_object(store, fault_proxy):
+    """A valid empty answer cannot be told from a real one; callers acting on absence probe."""
+    fault_proxy.inject("empty_listing", times=2)
+    assert list(store.list_dir("dir")) == []
+    assert store.exists(KEY)
+    assert sorted(i.path for i in store.list_dir("dir")) == sorted(set(LISTED) - {"dir/sub/c.txt"})
+
+
+def test_every_listing_page_is_retried_on_its_own(store, fault_proxy, moto_server, bucket):
+    keys = [f"many/k{i:02d}" for i in range(7)]
+    for key in keys:
+        moto_server.client().put_object(Bucket=bucket, Key=key, Body=b"x")
+    store.list_page_size = 2
+    fault_proxy.inject("truncate", times=2, query="continuation-token")
+    fault_proxy.inject("error_after", times=1, query="continuation-token")
+    try:
+        assert [i.path for i in store.list("many")] == keys
+    finally:
+        moto_server.client().delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys]})
+    assert fault_proxy.stats()["faults"] == {"truncate": 2, "error_after": 1}
+    assert store.metrics.list_requests == 4 and store.metrics.retries == 3
+
+
+@pytest.mark.parametrize("kind", ["strip_content_range", "short_206", "truncate", "cut_after_status",
+                                  "reset", "error_after"])
+def test_dataset_reads_through_faults_are_exact(moto_server, fault_proxy, bucket, kind):
+    """Manifest tails, data-file footers and pages all survive three faults in a row."""
+    uri = f"s3://{bucket}/ds-{kind}"
+    table = pa.table({"id": pa.array(range(5_000), pa.int64()), "s": [f"v{i}" for i in range(5_000)]})
+    lance_ops.write_dataset(table, uri, storage_options=moto_server.storage_options, max_rows_per_file=2_000)
+    opts = dict(fault_proxy.storage_options(moto_server.storage_options), client_max_retries="4")
+    ranged = True if kind in RANGED else None
+    fault_proxy.inject(kind, times=3, method="GET", ranged=ranged)
+    got = lance_ops.dataset(uri, storage_options=opts).to_table()
+    assert got.equals(table)
+    assert fault_proxy.stats()["faults"] == {kind: 3}
