@@ -7,8 +7,14 @@ against the log of acknowledged operations.
 """
 from __future__ import annotations
 
+import json
+import multiprocessing as mp
+import time
 import uuid
+from collections import Counter
 
+import lance
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -16,7 +22,9 @@ import lance_ops
 from lance_ops.errors import CorruptFileError, IncompleteResponseError, StorageError
 from lance_ops.io import S3Store
 from lance_ops.io.retry import RetryPolicy
-from tests.fixtures.faultproxy import FaultProxy
+from tests.fixtures.faultproxy import FAULT_KINDS, FaultProxy
+from tests.safety import fault_workers
+from tests.safety.fault_workers import BATCH_KEY, BATCH_ROWS
 
 DATA = bytes((i * 7 + i // 256) % 256 for i in range(40_000))
 KEY = "dir/obj.bin"
@@ -167,3 +175,125 @@ def test_dataset_reads_through_faults_are_exact(moto_server, fault_proxy, bucket
     got = lance_ops.dataset(uri, storage_options=opts).to_table()
     assert got.equals(table)
     assert fault_proxy.stats()["faults"] == {kind: 3}
+
+
+# --- part 2: the soak -------------------------------------------------------------------------
+SOAK_SECONDS = 45
+SOAK_RATE = 0.10
+SEED_ROWS = 400
+APPENDERS = 3  # workers 0..2 append; worker 3 appends and deletes half of each own batch
+MAX_OP_SECONDS = 90  # no single operation may take longer (retries are bounded)
+
+
+def _read_logs(paths) -> list[dict]:
+    out = []
+    for path in paths:
+        if path.exists():
+            out.extend(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return out
+
+
+def _check_soak(uri: str, direct: dict, entries: list[dict]) -> dict:
+    """Check the final dataset against the log; returns figures for the report."""
+    crashes = [e for e in entries if e["outcome"] == "crash"]
+    assert not crashes, crashes[:3]
+    ds = lance_ops.dataset(uri, storage_options=direct)
+    table = ds.to_table().sort_by("id")
+    ids = table["id"].to_numpy()
+    values, counts = np.unique(ids, return_counts=True)
+    assert (counts == 1).all(), f"duplicated ids: {values[counts > 1][:20].tolist()}"
+    present = set(ids.tolist())
+
+    assert set(range(SEED_ROWS)) <= present, "seed rows lost"
+    deletes = {e["batch"]: e for e in entries if e["op"] == "delete"}
+    appends = [e for e in entries if e["op"] == "append"]
+    allowed = set(range(SEED_ROWS))
+    for a in appends:
+        batch = set(range(a["lo"], a["hi"]))
+        odd = {i for i in batch if i % 2}
+        d = deletes.get(a["batch"])
+        if a["outcome"] == "error":
+            assert not batch & present, f"append {a['batch']} failed ({a['error']}) but its rows landed"
+            continue
+        allowed |= batch
+        if a["outcome"] == "unknown":  # must be resolvable: all of it or nothing
+            assert batch <= present or not batch & present, f"append {a['batch']} landed partially"
+            continue
+        # acknowledged: every row present exactly once, except acknowledged deletes
+        expected = batch - odd if d is not None and d["outcome"] == "ok" else batch
+        if d is not None and d["outcome"] == "unknown":
+            assert batch - odd <= present and (odd <= present or not odd & present), a["batch"]
+        else:
+            assert batch & present == expected, f"append {a['batch']} / delete {d}: rows differ"
+        if d is not None and d["outcome"] == "ok":
+            assert d["result"]["num_deleted_rows"] == BATCH_ROWS // 2, d
+    assert present <= allowed, f"rows nobody wrote: {sorted(present - allowed)[:20]}"
+
+    # no transaction at two versions; no batch committed twice among retained versions
+    acked_versions = [e["version"] for e in entries if e["outcome"] == "ok" and e["op"] in ("append", "delete")]
+    assert len(acked_versions) == len(set(acked_versions)), "two operations acknowledged at one version"
+    uuids, batches = Counter(), Counter()
+    versions = [v["version"] for v in ds.versions()]
+    for v in versions:
+        txn = ds.checkout_version(v).transaction
+        if txn is not None:
+            uuids[txn.uuid] += 1
+            if BATCH_KEY in txn.transaction_properties:
+                batches[txn.transaction_properties[BATCH_KEY]] += 1
+    assert max(uuids.values(), default=1) == 1, [u for u, n in uuids.items() if n > 1]
+    assert max(batches.values(), default=1) == 1, [b for b, n in batches.items() if n > 1]
+
+    theirs = lance.dataset(uri, storage_options=direct).to_table().sort_by("id")
+    assert theirs.equals(table), "pylance reads the dataset differently"
+    slowest = max((e["seconds"] for e in entries), default=0)
+    assert slowest < MAX_OP_SECONDS, f"an operation took {slowest}s"
+    by_outcome = Counter((e["op"], e["outcome"]) for e in entries)
+    return {"rows": len(ids), "versions_retained": len(versions), "latest": ds.version,
+            "ops": {f"{op}:{o}": n for (op, o), n in sorted(by_outcome.items())},
+            "read_retries": sum(e["retries"] for e in entries),
+            "max_read_retries_per_op": max((e["retries"] for e in entries), default=0),
+            "slowest_op_s": slowest}
+
+
+@pytest.mark.slow
+def test_soak_appends_deletes_compaction_cleanup_through_faults(moto_server, tmp_path):
+    """Several processes append, delete, compact and clean up through a proxy failing ~10%."""
+    name = f"soak-{uuid.uuid4().hex[:16]}"
+    moto_server.client().create_bucket(Bucket=name)
+    uri, direct = f"s3://{name}/ds", moto_server.storage_options
+    seed = pa.table({"id": pa.array(range(SEED_ROWS), pa.int64()),
+                     "worker": pa.array([-1] * SEED_ROWS, pa.int32()),
+                     "payload": pa.array([f"seed-{i}" for i in range(SEED_ROWS)])})
+    lance_ops.write_dataset(seed, uri, storage_options=direct, max_rows_per_file=100)
+
+    ctx = mp.get_context("spawn")
+    logs = [tmp_path / f"worker{i}.jsonl" for i in range(APPENDERS + 2)]
+    with FaultProxy(moto_server.endpoint, seed=16) as proxy:
+        kinds = {k: 1.0 for k in FAULT_KINDS if k != "ignore_range"}
+        proxy.set_random(SOAK_RATE, kinds, delay=0.2, method_rates={"PUT": 0.15})
+        opts = dict(proxy.storage_options(direct), client_max_retries="4")
+        deadline = time.time() + SOAK_SECONDS
+        procs = [ctx.Process(target=fault_workers.append_worker,
+                             args=(uri, opts, w, deadline, str(logs[w]), w == APPENDERS))
+                 for w in range(APPENDERS + 1)]
+        procs.append(ctx.Process(target=fault_workers.maintenance_worker,
+                                 args=(uri, opts, deadline, str(logs[-1]), 5.0)))
+        for p in procs:
+            p.start()
+        hung = []
+        for p in procs:
+            p.join(timeout=max(1.0, deadline + MAX_OP_SECONDS + 30 - time.time()))
+            if p.is_alive():
+                hung.append(p.pid)
+                p.kill()
+                p.join()
+        stats = proxy.stats()
+    assert not hung, f"workers still running long after the deadline: {hung}"
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    entries = _read_logs(logs)
+    print("soak proxy counters:", json.dumps(stats, sort_keys=True))
+    figures = _check_soak(uri, direct, entries)
+    figures["proxy"] = stats
+    print("soak figures:", json.dumps(figures, sort_keys=True))
+    assert sum(1 for e in entries if e["op"] == "append" and e["outcome"] == "ok") >= 10, figures
+    assert stats["fault_total"] >= 50 and len(stats["faults"]) >= 8, stats
