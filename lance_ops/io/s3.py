@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import timezone
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from lance_ops.errors import (
     AlreadyExistsError,
@@ -22,10 +22,17 @@ from lance_ops.errors import (
 )
 from lance_ops.io.base import ObjectInfo, ObjectStore, ObjectWriter
 from lance_ops.io.retry import RetryPolicy
-from lance_ops.io.s3_client import error_code, get_client, http_status, is_transient, map_error
+from lance_ops.io.s3_client import (
+    CLIENT_ERRORS,
+    error_code,
+    get_client,
+    http_status,
+    is_transient,
+    map_error,
+)
 from lance_ops.io.s3_writer import DEFAULT_PART_SIZE, S3Writer
 
-_BOTO_ERRORS = (ClientError, BotoCoreError)
+_BOTO_ERRORS = CLIENT_ERRORS
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 MAX_CONCURRENT_READS = 8
 DELETE_BATCH = 1000  # the S3 DeleteObjects limit
@@ -279,7 +286,7 @@ class S3Store(ObjectStore):
                     f"put_if_absent: {self.uri(path)} already exists ({error_code(e)})"
                 ) from e
             raise map_error(e, "put_if_absent", self.uri(path)) from e
-        except BotoCoreError as e:
+        except CLIENT_ERRORS as e:
             raise map_error(e, "put_if_absent", self.uri(path)) from e
         self.metrics.add(put_requests=1, bytes_written=len(data))
 

@@ -67,6 +67,9 @@ _TRANSIENT_TRANSPORT = (
     TimeoutError,
 )
 
+#: every exception a client call can raise for a failed request (mapped by :func:`map_error`)
+CLIENT_ERRORS: tuple[type[BaseException], ...] = (ClientError, BotoCoreError) + _TRANSIENT_TRANSPORT
+
 _clients: dict[tuple[tuple[str, str], ...], Any] = {}
 _clients_lock = threading.Lock()
 
