@@ -144,7 +144,7 @@ class S3Store(ObjectStore):
         uri = self.uri(path)
 
         def give_up(err: BaseException, attempts: int) -> BaseException:
-            mapped = map_error(err, op, uri)  # type: ignore[arg-type]
+            mapped = map_error(err, op, uri)
             if attempts > 1 and type(mapped) in (StorageError, IncompleteResponseError):
                 return type(mapped)(f"{mapped} (gave up after {attempts} attempts)")
             return mapped

@@ -68,7 +68,7 @@ _TRANSIENT_TRANSPORT = (
 )
 
 #: every exception a client call can raise for a failed request (mapped by :func:`map_error`)
-CLIENT_ERRORS: tuple[type[BaseException], ...] = (ClientError, BotoCoreError) + _TRANSIENT_TRANSPORT
+CLIENT_ERRORS: tuple[type[Exception], ...] = (ClientError, BotoCoreError) + _TRANSIENT_TRANSPORT
 
 _clients: dict[tuple[tuple[str, str], ...], Any] = {}
 _clients_lock = threading.Lock()
@@ -152,7 +152,7 @@ def is_transient(err: BaseException) -> bool:
     return isinstance(err, _TRANSIENT_TRANSPORT)
 
 
-def map_error(err: Exception, op: str, uri: str) -> LanceOpsError:
+def map_error(err: BaseException, op: str, uri: str) -> LanceOpsError:
     """The lance_ops error for a botocore failure of ``op`` on ``uri``."""
     if isinstance(err, LanceOpsError):
         return err
