@@ -177,6 +177,17 @@ def test_dataset_reads_through_faults_are_exact(moto_server, fault_proxy, bucket
     assert fault_proxy.stats()["faults"] == {kind: 3}
 
 
+def test_one_empty_listing_is_not_a_missing_dataset(moto_server, fault_proxy, bucket):
+    """The first empty answer for _versions/ is asked again, so the dataset is found."""
+    uri = f"s3://{bucket}/ds-listing"
+    table = pa.table({"id": pa.array(range(10), pa.int64())})
+    lance_ops.write_dataset(table, uri, storage_options=moto_server.storage_options)
+    fault_proxy.inject("empty_listing", query="prefix=ds-listing")
+    ds = lance_ops.dataset(uri, storage_options=fault_proxy.storage_options(moto_server.storage_options))
+    assert ds.version == 1 and ds.to_table().equals(table)
+    assert fault_proxy.stats()["faults"] == {"empty_listing": 1}
+
+
 # --- part 2: the soak -------------------------------------------------------------------------
 SOAK_SECONDS = 45
 SOAK_RATE = 0.10
