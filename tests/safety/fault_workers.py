@@ -88,7 +88,7 @@ class _Log:
 
 
 def append_worker(uri: str, options: dict, worker: int, deadline: float, log_path: str,
-                  delete_own: bool = False, pause: float = 0.3) -> None:
+                  delete_own: bool = False, pause: float = 0.5) -> None:
     """Append batches until the deadline; with ``delete_own``, then delete the odd ids of each."""
     import lance_ops
 

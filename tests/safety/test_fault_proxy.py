@@ -193,7 +193,13 @@ SOAK_SECONDS = 45
 SOAK_RATE = 0.10
 SEED_ROWS = 400
 APPENDERS = 3  # workers 0..2 append; worker 3 appends and deletes half of each own batch
-MAX_OP_SECONDS = 90  # no single operation may take longer (retries are bounded)
+MAX_OP_SECONDS = 120  # a hang detector: no operation may take longer (read retries are bounded)
+
+
+def _seed_table() -> pa.Table:
+    return pa.table({"id": pa.array(range(SEED_ROWS), pa.int64()),
+                     "worker": pa.array([-1] * SEED_ROWS, pa.int32()),
+                     "payload": pa.array([f"seed-{i}" for i in range(SEED_ROWS)])})
 
 
 def _read_logs(paths) -> list[dict]:
@@ -272,10 +278,7 @@ def test_soak_appends_deletes_compaction_cleanup_through_faults(moto_server, tmp
     name = f"soak-{uuid.uuid4().hex[:16]}"
     moto_server.client().create_bucket(Bucket=name)
     uri, direct = f"s3://{name}/ds", moto_server.storage_options
-    seed = pa.table({"id": pa.array(range(SEED_ROWS), pa.int64()),
-                     "worker": pa.array([-1] * SEED_ROWS, pa.int32()),
-                     "payload": pa.array([f"seed-{i}" for i in range(SEED_ROWS)])})
-    lance_ops.write_dataset(seed, uri, storage_options=direct, max_rows_per_file=100)
+    lance_ops.write_dataset(_seed_table(), uri, storage_options=direct, max_rows_per_file=100)
 
     ctx = mp.get_context("spawn")
     logs = [tmp_path / f"worker{i}.jsonl" for i in range(APPENDERS + 2)]
@@ -308,3 +311,46 @@ def test_soak_appends_deletes_compaction_cleanup_through_faults(moto_server, tmp
     print("soak figures:", json.dumps(figures, sort_keys=True))
     assert sum(1 for e in entries if e["op"] == "append" and e["outcome"] == "ok") >= 10, figures
     assert stats["fault_total"] >= 50 and len(stats["faults"]) >= 8, stats
+
+
+def _entry(op: str, worker: int, seq: int, outcome: str, **extra) -> dict:
+    lo, hi = fault_workers.batch_ids(worker, seq)
+    return dict(op=op, batch=f"w{worker}-{seq}", lo=lo, hi=hi, outcome=outcome, seconds=0.1, retries=0,
+                error="" if outcome != "ok" else None, **extra)
+
+
+@pytest.mark.parametrize("case", ["lost", "duplicated", "failed_but_landed", "partial_unknown", "delete_not_applied"])
+def test_the_soak_check_catches_each_kind_of_damage(moto_server, bucket, case):
+    """The checker is not vacuous: each damage the soak looks for fails it."""
+    uri, direct = f"s3://{bucket}/check-{case}", moto_server.storage_options
+    lance_ops.write_dataset(_seed_table(), uri, storage_options=direct)
+    b0, b1 = fault_workers.batch_table(0, 0), fault_workers.batch_table(0, 1)
+    ds = lance_ops.write_dataset(b0, uri, mode="append", storage_options=direct)
+    entries = [_entry("append", 0, 0, "ok", version=ds.version)]
+    if case == "lost":
+        entries.append(_entry("append", 0, 1, "ok", version=ds.version + 1))
+    elif case == "duplicated":
+        lance_ops.write_dataset(b0, uri, mode="append", storage_options=direct)
+    elif case == "failed_but_landed":
+        lance_ops.write_dataset(b1, uri, mode="append", storage_options=direct)
+        entries.append(_entry("append", 0, 1, "error"))
+    elif case == "partial_unknown":
+        lance_ops.write_dataset(b1.slice(0, 5), uri, mode="append", storage_options=direct)
+        entries.append(_entry("append", 0, 1, "unknown"))
+    else:
+        entries.append(_entry("delete", 0, 0, "ok", version=ds.version + 1,
+                              result={"num_deleted_rows": BATCH_ROWS // 2}))
+    with pytest.raises(AssertionError):
+        _check_soak(uri, direct, entries)
+
+
+def test_the_soak_check_accepts_a_consistent_log(moto_server, bucket):
+    uri, direct = f"s3://{bucket}/check-ok", moto_server.storage_options
+    lance_ops.write_dataset(_seed_table(), uri, storage_options=direct)
+    ds = lance_ops.write_dataset(fault_workers.batch_table(0, 0), uri, mode="append", storage_options=direct)
+    lo, hi = fault_workers.batch_ids(0, 0)
+    out = ds.delete(f"id >= {lo} AND id < {hi} AND id % 2 = 1")
+    entries = [_entry("append", 0, 0, "ok", version=2), _entry("delete", 0, 0, "ok", version=3, result=out),
+               _entry("append", 0, 1, "error"), _entry("append", 0, 2, "unknown")]
+    figures = _check_soak(uri, direct, entries)
+    assert figures["rows"] == SEED_ROWS + BATCH_ROWS // 2 and figures["latest"] == 3
