@@ -20,6 +20,8 @@ T = TypeVar("T")
 
 _log = logging.getLogger("lance_ops.io.retry")
 
+#: the storage options read here (pylance accepts them too)
+OPTION_NAMES = frozenset({"client_max_retries", "client_retry_timeout"})
 DEFAULT_ATTEMPTS = 5
 DEFAULT_TIMEOUT = 60.0
 _MAX_ATTEMPTS = 100
