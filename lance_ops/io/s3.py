@@ -32,7 +32,6 @@ from lance_ops.io.s3_client import (
 )
 from lance_ops.io.s3_writer import DEFAULT_PART_SIZE, S3Writer
 
-_BOTO_ERRORS = CLIENT_ERRORS
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 MAX_CONCURRENT_READS = 8
 DELETE_BATCH = 1000  # the S3 DeleteObjects limit
@@ -134,7 +133,7 @@ class S3Store(ObjectStore):
         """Call a client method on ``path``'s key, mapping botocore errors."""
         try:
             return getattr(self.client, method)(Bucket=self.bucket, Key=path, **kwargs)
-        except _BOTO_ERRORS as e:
+        except CLIENT_ERRORS as e:
             raise map_error(e, op, self.uri(path)) from e
 
     # --- reads -----------------------------------------------------------------------------
@@ -298,7 +297,7 @@ class S3Store(ObjectStore):
         source = {"Bucket": self.bucket, "Key": src}
         try:
             self.client.copy_object(Bucket=self.bucket, Key=dst, CopySource=source)
-        except _BOTO_ERRORS as e:
+        except CLIENT_ERRORS as e:
             raise map_error(e, "copy", f"{self.uri(src)} -> {self.uri(dst)}") from e
         self.metrics.add(put_requests=1)
 
@@ -368,7 +367,7 @@ class S3Store(ObjectStore):
         request = {"Objects": [{"Key": k} for k in keys], "Quiet": True}
         try:
             resp = self.client.delete_objects(Bucket=self.bucket, Delete=request)
-        except _BOTO_ERRORS as e:
+        except CLIENT_ERRORS as e:
             raise map_error(e, "delete_many", self.uri(keys[0])) from e
         self.metrics.add(delete_requests=1)
         errors = [e for e in resp.get("Errors", ()) if e.get("Code") != "NoSuchKey"]

@@ -1,6 +1,7 @@
-"""Retry policy of S3 reads: configuration, bounds, and which failures are (not) retried."""
+"""Retry policy of S3 reads: configuration, bounds, which failures are (not) retried; listing errors raise."""
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -124,3 +125,21 @@ def test_server_ignoring_range_still_gives_the_asked_bytes(bucket, moto_server, 
     assert store.read_ranges("k", [(5, 5), (9_000, 3)]) == [DATA[5:10], DATA[9_000:9_003]]
     assert fault_proxy.stats()["faults"] == {"ignore_range": 3}
     assert store.metrics.retries == 0 and store.metrics.bytes_read == 3 * len(DATA)
+
+
+def test_a_local_listing_error_is_raised_not_skipped(tmp_path):
+    """os.walk skips directories it cannot read; the local store raises instead (here: a
+    directory whose path is longer than the OS allows, which even root cannot list)."""
+    store, root = open_store(str(tmp_path / "deep"))
+    store.put(store.join(root, "top.txt"), b"x")
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for _ in range(24):  # 24 * 201 characters > PATH_MAX (4096)
+            os.mkdir("d" * 200, dir_fd=fd)
+            child = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+    with pytest.raises(StorageError, match=f"list {root} failed: .*File name too long"):
+        list(store.list(root))
