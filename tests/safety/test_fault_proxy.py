@@ -98,7 +98,7 @@ def _cases():
 @pytest.mark.parametrize("op, kind", list(_cases()))
 def test_one_fault_is_retried_and_read_is_exact(store, fault_proxy, op, kind):
     call, expected, match = OPS[op]
-    fault_proxy.inject(kind, status=500 if kind.startswith("error") and op == "read" else 503, **match)
+    fault_proxy.inject(kind, status=500 if op in ("read", "read_tail", "size", "list") else 503, **match)
     assert call(store) == expected
     stats = fault_proxy.stats()
     assert stats["faults"] == {kind: 1}
