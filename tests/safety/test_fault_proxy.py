@@ -110,6 +110,14 @@ def test_one_fault_is_retried_and_read_is_exact(store, fault_proxy, op, kind):
         assert store.metrics.retries == 1
 
 
+def test_proxy_stays_on_loopback(fault_proxy):
+    assert fault_proxy.endpoint.startswith("http://127.0.0.1:")
+    with pytest.raises(ValueError, match="only forwards to loopback"):
+        FaultProxy("http://10.1.2.3:9000")
+    with pytest.raises(ValueError, match="unknown fault 'explode'"):
+        fault_proxy.inject("explode")
+
+
 def test_delay_is_waited_out_not_retried(store, fault_proxy):
     fault_proxy.inject("delay", delay=0.3, method="GET")
     assert store.read(KEY) == DATA
