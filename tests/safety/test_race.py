@@ -10,9 +10,13 @@ count, nothing of a rejected delete applied; no two acknowledged operations at o
 transaction uuid at two of the versions left; pylance reads every version left.
 
 ``LANCE_OPS_RACE_SECONDS`` sets the duration per store (default 60, so both tests take about
-two minutes); ``LANCE_OPS_RACE_MIN_AGE`` cleanup's ``min_superseded_age`` in seconds (default 2:
-versions are removed two seconds after they stop being the latest, far below the 5-minute
-default, so commits keep meeting versions that vanished since they read the dataset).
+two minutes); ``LANCE_OPS_RACE_MIN_AGE`` cleanup's ``min_superseded_age`` in seconds (default 5:
+versions are removed five seconds after they stop being the latest, far below the 5-minute
+default, so commits and compactions keep meeting versions that vanished since they read the
+dataset). The minimum age must exceed the longest stall between a commit's last listing and its
+manifest put (see lance_ops.table.commit): 0 is unsafe with concurrent writers by design, and a
+loaded CI machine can stall a process for a second or two. ``LANCE_OPS_RACE_LOGS`` keeps the
+operation logs (and the local dataset) in that directory for diagnosis.
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from tests.safety import race_workers as W
 SECONDS = float(os.environ.get("LANCE_OPS_RACE_SECONDS", "60"))
 #: keep the operation logs (and the local dataset) here (default: the test's tmp_path, removed later by pytest)
 LOGS = os.environ.get("LANCE_OPS_RACE_LOGS")
-MIN_AGE = float(os.environ.get("LANCE_OPS_RACE_MIN_AGE", "2"))
+MIN_AGE = float(os.environ.get("LANCE_OPS_RACE_MIN_AGE", "5"))
 APPENDERS = 2
 
 
