@@ -83,6 +83,16 @@ class CommitOutcomeUnknownError(CommitError):
     """The store failed in a way that leaves it unknown whether the commit landed."""
 
 
+class IdempotencyUnknownError(CommitError):
+    """Whether an idempotency key was committed cannot be known (versions were removed without the
+    key ledger); the step committed nothing."""
+
+
+class StagedResultError(CommitError):
+    """A staged result cannot be committed (a file it references is missing or has another size);
+    nothing was committed. The message names the file and what to do."""
+
+
 # --- tags --------------------------------------------------------------------------------------
 class TagError(LanceOpsError, ValueError):
     """A tag name is invalid, or a tag operation cannot be done; the message names the tag."""
