@@ -225,12 +225,10 @@ def commit_staged(uri: str, key: str, *, storage_options: Mapping[str, Any] | No
     if staged is None:
         # the stage may be gone because it was committed and cleanup removed it: ask the ledger
         if _latest(store, base, uri) is not None:
-            for kind in ("write", "rewrite"):
-                earlier = idempotency.lookup(store, base, key, kind)
-                if earlier is not None:
-                    log.info("%s: key %s was already committed as version %d", uri, key, earlier.version)
-                    return _result(earlier.version, earlier.operation if kind == "write" else "rewrite", True,
-                                   _replayed(None, earlier))
+            earlier = idempotency.lookup(store, base, key, ("write", "rewrite"))
+            if earlier is not None:
+                log.info("%s: key %s was already committed as version %d", uri, key, earlier.version)
+                return _result(earlier.version, earlier.operation, True, _replayed(None, earlier))
         read_staged(store, base, key)  # raises ObjectNotFoundError naming the key
     if staged.key != key:
         raise LanceOpsError(f"{uri}: _staging/{key}.json holds a result for key {staged.key!r}")

@@ -247,14 +247,24 @@ def _unknown(uri: str, key: str, kind: str, ranges: list[tuple[int, int]]) -> Id
         "accept the gap for good with `lance-ops keys URI --accept-lost` (lance_ops.table.idempotency.accept_lost)")
 
 
-def lookup(store, base: str, key: str, kind: str, *, since: int = 0) -> KeyRecord | None:
+def _read_any(store, base: str, kinds: tuple[str, ...], key: str) -> KeyRecord | None:
+    for kind in kinds:
+        rec = read_record(store, base, kind, key)
+        if rec is not None:
+            return rec
+    return None
+
+
+def lookup(store, base: str, key: str, kind: str | Iterable[str], *, since: int = 0) -> KeyRecord | None:
     """The record of the version that first committed (``kind``, ``key``), or None if it never did.
 
-    ``since``: the step cannot have committed at or below this version (a staged result's read
-    version); holes at or below it do not matter. Raises IdempotencyUnknownError when the key is
-    not found and versions above ``since`` were removed without being recorded.
+    ``kind`` may be several kinds (the first found wins). ``since``: the step cannot have
+    committed at or below this version (a staged result's read version); holes at or below it
+    do not matter. Raises IdempotencyUnknownError when the key is not found and versions above
+    ``since`` were removed without being recorded.
     """
-    rec = read_record(store, base, kind, key)
+    kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+    rec = _read_any(store, base, kinds, key)
     if rec is not None:
         return rec
     for _ in range(3):
@@ -276,7 +286,7 @@ def lookup(store, base: str, key: str, kind: str, *, since: int = 0) -> KeyRecor
             if r is None:
                 continue
             keyed.append(r)
-            if found is None and r.key == key and r.kind == kind:
+            if found is None and r.key == key and r.kind in kinds:
                 found = r
         for r in keyed:
             try:
@@ -287,7 +297,7 @@ def lookup(store, base: str, key: str, kind: str, *, since: int = 0) -> KeyRecor
             return found
         if any(item is None for item in loaded.values()):
             # removed by a concurrent cleanup, which records keys before deleting: look again
-            rec = read_record(store, base, kind, key)
+            rec = _read_any(store, base, kinds, key)
             if rec is not None:
                 return rec
             continue
@@ -295,10 +305,10 @@ def lookup(store, base: str, key: str, kind: str, *, since: int = 0) -> KeyRecor
         holes = [v for v in _missing(by_version, after.covered, latest) if v > since]
         lost = [(max(a, since + 1), b) for a, b in after.lost if b > since]
         if holes or lost:
-            rec = read_record(store, base, kind, key)
+            rec = _read_any(store, base, kinds, key)
             if rec is not None:
                 return rec
-            raise _unknown(store.uri(base), key, kind, sorted(lost + _ranges(holes)))
+            raise _unknown(store.uri(base), key, "/".join(kinds), sorted(lost + _ranges(holes)))
         if len(scan) >= ADVANCE_AFTER and not _missing(by_version, before.covered, latest):
             try:
                 _mark_covered(store, base, latest)
@@ -344,11 +354,8 @@ def find_idempotent_commit(store, base: str, key: str, *, latest: int | None = N
     """Compatibility lookup: the retained manifest of the version committed with ``key`` (of
     ``kind``; any kind when None), else None. ``latest``/``lookback`` are ignored (the ledger
     covers every version). Prefer :func:`lookup`, which also knows keys of removed versions."""
-    for k in ([kind] if kind else KNOWN_KINDS):
-        rec = lookup(store, base, key, k)
-        if rec is not None:
-            return manifest_of(store, base, rec)
-    return None
+    rec = lookup(store, base, key, kind or KNOWN_KINDS)
+    return manifest_of(store, base, rec) if rec is not None else None
 
 
 # --- cleanup's guarantee --------------------------------------------------------------------------
