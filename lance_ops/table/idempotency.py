@@ -109,7 +109,8 @@ class KeyRecord:
         key = txn.transaction_properties.get(IDEMPOTENCY_KEY) if txn is not None else None
         if not key:
             return None
-        props = {k: v for k, v in txn.transaction_properties.items() if k.startswith(_OWN_PREFIX)}
+        props = {k: v for k, v in txn.transaction_properties.items()
+                 if k.startswith(_OWN_PREFIX) and k != IDEMPOTENCY_KEY}
         return cls(key=key, kind=kind_of(txn), version=int(version), operation=txn.WhichOneof("operation") or "",
                    transaction_uuid=txn.uuid, properties=props)
 
