@@ -292,8 +292,8 @@ def cmd_append(args) -> dict:
         ds = write_dataset(data, args.uri, mode="append" if current is not None else "create", **kwargs)
     finally:
         progress.close()
-    rows = ds.count_rows()
-    unchanged = ds.version == before
+    unchanged = ds.version <= before  # a keyed re-run returns the version first committed, never a new one
+    rows = (LanceDataset(args.uri, None, args.storage_options) if unchanged else ds).count_rows()
     return {"version": ds.version, "created": current is None, "rows_added": 0 if unchanged else rows - rows_before,
             "rows": rows, "already_committed": unchanged}
 

@@ -483,6 +483,8 @@ class LanceDataset:
             self._adopt(mf)
             if idempotency_key:
                 idempotency.remember(self._store, self._base, mf)
+                if mf.transaction is not None and mf.transaction.uuid != txn.uuid:  # a concurrent try won
+                    count = int(mf.transaction.transaction_properties.get(_DELETED_ROWS, 0))
             return {"num_deleted_rows": count}
         raise AssertionError("unreachable")
 

@@ -301,3 +301,21 @@ def test_committed_stage_is_marked_then_removed_and_pending_ones_listed(where, c
     assert stats.staged_results_removed == 1 and stats.data_files_removed == 2
     assert pending_stages(uri, storage_options=opts) == []
     assert ids(uri, opts) == list(range(15))
+
+
+def test_cli_append_key_rerun_after_cleanup(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    uri = str(tmp_path / "ds")
+    lance_ops.write_dataset(rows(0, 10), uri)
+    src = str(tmp_path / "in.parquet")
+    pq.write_table(rows(100, 4), src)
+    assert cli.main(["append", uri, src, "--idempotency-key", "ap-1", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    lance_ops.write_dataset(rows(200, 2), uri, mode="append")
+    cleanup(uri)
+    assert cli.main(["append", uri, src, "--idempotency-key", "ap-1", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (first["version"], first["rows_added"], first["already_committed"]) == (2, 4, False)
+    assert (again["already_committed"], again["rows_added"], again["rows"]) == (True, 0, 16)
+    assert ids(uri) == list(range(10)) + [100, 101, 102, 103, 200, 201]
