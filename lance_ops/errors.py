@@ -139,13 +139,15 @@ class CommitOutcomeUnknownError(CommitError):
 
 
 class IdempotencyUnknownError(CommitError):
-    """Whether an idempotency key was committed cannot be known (versions were removed without the
-    key ledger); the step committed nothing."""
+    """Whether an idempotency key was committed cannot be known (versions removed without the ledger).
+
+    The step committed nothing; the message names the versions and how to accept the gap."""
 
 
 class StagedResultError(CommitError):
-    """A staged result cannot be committed (a file it references is missing or has another size);
-    nothing was committed. The message names the file and what to do."""
+    """A staged result cannot be committed: a file it references is missing or has another size.
+
+    Nothing was committed; the message names the file and what to do."""
 
 
 # --- tags --------------------------------------------------------------------------------------
