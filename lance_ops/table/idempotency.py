@@ -223,6 +223,14 @@ def _missing(present: Iterable[int], above: int, latest: int) -> list[int]:
     return [v for v in range(above + 1, latest + 1) if v not in have]
 
 
+def _parallel_map(store, fn, items: list) -> list:
+    """``[fn(i) for i in items]``, side by side on remote stores (each item is a small read)."""
+    if len(items) <= 4 or getattr(store, "scheme", "") == "file":
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(_READERS, len(items)), thread_name_prefix="lance-ops-keys") as pool:
+        return list(pool.map(fn, items))
+
+
 def _load(store, base: str, locs: list) -> dict[int, tuple[ManifestFile, object] | None]:
     """version -> (manifest, transaction); None where the manifest vanished meanwhile."""
 
@@ -233,17 +241,23 @@ def _load(store, base: str, locs: list) -> dict[int, tuple[ManifestFile, object]
             return loc.version, None
         return loc.version, (mf, load_transaction(store, base, mf))
 
-    if len(locs) <= 4 or getattr(store, "scheme", "") == "file":
-        return dict(one(loc) for loc in locs)
-    with ThreadPoolExecutor(max_workers=min(_READERS, len(locs)), thread_name_prefix="lance-ops-keys") as pool:
-        return dict(pool.map(one, locs))
+    return dict(_parallel_map(store, one, locs))
+
+
+def _advance(store, base: str, latest: int) -> None:
+    """Move the coverage mark after a scan recorded every keyed version up to ``latest``."""
+    try:
+        _mark_covered(store, base, latest)
+    except Exception as exc:  # noqa: BLE001 - an optimisation only
+        log.debug("%s: could not move the key ledger mark: %s", store.uri(base), exc)
 
 
 def _unknown(uri: str, key: str, kind: str, ranges: list[tuple[int, int]]) -> IdempotencyUnknownError:
     shown = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:5])
     return IdempotencyUnknownError(
         f"{uri}: cannot tell whether the {kind} step with idempotency key {key!r} was already committed: "
-        f"version(s) {shown} were removed without lance_ops' key ledger (cleanup by another tool?). "
+        f"version(s) {shown} were removed without lance_ops' key ledger (cleanup by another tool?) or have no "
+        "readable transaction. "
         "Nothing was committed. Check the data; if the step never committed, re-run it with a new key, or "
         "accept the gap for good with `lance-ops keys URI --accept-lost` (lance_ops.table.idempotency.accept_lost)")
 
@@ -279,22 +293,31 @@ def lookup(store, base: str, key: str, kind: str | Iterable[str], *, since: int 
         loaded = _load(store, base, scan)
         found: KeyRecord | None = None
         keyed: list[KeyRecord] = []
+        unreadable: list[int] = []  # versions whose transaction (and so key) cannot be read
         for version in sorted(loaded):
             item = loaded[version]
             if item is None:
                 continue
+            if item[1] is None and item[0].manifest.transaction_file:
+                unreadable.append(version)
             r = KeyRecord.of(version, item[1])
             if r is None:
                 continue
             keyed.append(r)
             if found is None and r.key == key and r.kind in kinds:
                 found = r
+        recorded = True  # the mark may only move when every keyed version got its record
         for r in keyed:
             try:
                 write_record(store, base, r)
             except Exception as exc:  # noqa: BLE001 - an optimisation only
+                recorded = False
                 log.debug("%s: could not record key of version %d: %s", store.uri(base), r.version, exc)
+        advance = (recorded and not unreadable and len(scan) >= ADVANCE_AFTER
+                   and not _missing(by_version, before.covered, latest))
         if found is not None:
+            if advance:
+                _advance(store, base, latest)
             return found
         if any(item is None for item in loaded.values()):
             # removed by a concurrent cleanup, which records keys before deleting: look again
@@ -303,18 +326,15 @@ def lookup(store, base: str, key: str, kind: str | Iterable[str], *, since: int 
                 return rec
             continue
         after = read_state(store, base)
-        holes = [v for v in _missing(by_version, after.covered, latest) if v > since]
+        holes = [v for v in _missing(by_version, after.covered, latest) + unreadable if v > since]
         lost = [(max(a, since + 1), b) for a, b in after.lost if b > since]
         if holes or lost:
             rec = _read_any(store, base, kinds, key)
             if rec is not None:
                 return rec
             raise _unknown(store.uri(base), key, "/".join(kinds), sorted(lost + _ranges(holes)))
-        if len(scan) >= ADVANCE_AFTER and not _missing(by_version, before.covered, latest):
-            try:
-                _mark_covered(store, base, latest)
-            except Exception as exc:  # noqa: BLE001 - an optimisation only
-                log.debug("%s: could not move the key ledger mark: %s", store.uri(base), exc)
+        if advance:
+            _advance(store, base, latest)
         return None
     raise IdempotencyUnknownError(
         f"{store.uri(base)}: versions kept vanishing while looking up idempotency key {key!r} (a cleanup "
@@ -370,9 +390,10 @@ def carry_forward(store, base: str, manifests: Mapping[int, ManifestFile]) -> in
     state = read_state(store, base)  # read after the manifests: a concurrent cleanup's mark is seen
     latest = max(manifests)
     written = 0
-    for version in sorted(v for v in manifests if v > state.covered):
-        mf = manifests[version]
-        txn = load_transaction(store, base, mf)
+    todo = sorted(v for v in manifests if v > state.covered)
+    txns = dict(zip(todo, _parallel_map(store, lambda v: load_transaction(store, base, manifests[v]), todo)))
+    for version in todo:
+        mf, txn = manifests[version], txns[version]
         if txn is None and mf.manifest.transaction_file:
             # the transaction is unreadable: its key (if any) is unknown
             _mark_lost(store, base, version, version)

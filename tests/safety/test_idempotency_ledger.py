@@ -319,3 +319,64 @@ def test_cli_append_key_rerun_after_cleanup(tmp_path, capsys):
     assert (first["version"], first["rows_added"], first["already_committed"]) == (2, 4, False)
     assert (again["already_committed"], again["rows_added"], again["rows"]) == (True, 0, 16)
     assert ids(uri) == list(range(10)) + [100, 101, 102, 103, 200, 201]
+
+
+class _LedgerDenied:
+    """A store whose writes under ``_lance_ops/`` fail (the ledger cannot be carried forward)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def _check(self, path):
+        if "_lance_ops" in path:
+            from lance_ops.errors import StorageError
+
+            raise StorageError(f"put {path}: access denied")
+
+    def put(self, path, data):
+        self._check(path)
+        self._inner.put(path, data)
+
+    def put_if_absent(self, path, data):
+        self._check(path)
+        self._inner.put_if_absent(path, data)
+
+
+def test_cleanup_deletes_nothing_when_the_ledger_cannot_be_carried_forward(tmp_path):
+    from types import SimpleNamespace
+
+    from lance_ops.errors import StorageError
+    from lance_ops.table import naming
+
+    uri = str(tmp_path / "ds")
+    lance_ops.write_dataset(rows(0, 10), uri)
+    lance_ops.write_dataset(rows(10, 5), uri, mode="append", idempotency_key="a")
+    lance_ops.write_dataset(rows(20, 5), uri, mode="append")
+    shutil.rmtree(os.path.join(uri, "_lance_ops"))  # the best-effort record after the commit was lost
+    store, base = open_store(uri)
+    before = sorted(os.path.relpath(os.path.join(r, f), uri) for r, _, fs in os.walk(uri) for f in fs)
+    with pytest.raises(StorageError, match="access denied"):
+        cleanup_old_versions(SimpleNamespace(_store=_LedgerDenied(store), _base=base, uri=uri), ZERO)
+    after = sorted(os.path.relpath(os.path.join(r, f), uri) for r, _, fs in os.walk(uri) for f in fs)
+    assert after == before and [loc.version for loc in naming.list_versions(store, base)] == [1, 2, 3]
+    cleanup(uri)  # with a working store the key survives its version
+    assert [loc.version for loc in naming.list_versions(store, base)] == [3]
+    assert lance_ops.write_dataset(rows(10, 5), uri, mode="append", idempotency_key="a").version == 3
+    assert ids(uri) == list(range(15)) + list(range(20, 25))
+
+
+def test_lookups_move_the_coverage_mark(tmp_path):
+    uri = str(tmp_path / "ds")
+    lance_ops.write_dataset(rows(0, 1), uri)
+    for i in range(40):
+        lance_ops.write_dataset(rows(1 + i, 1), uri, mode="append", idempotency_key=f"k{i}" if i % 4 == 0 else None)
+    store, base = open_store(uri)
+    shutil.rmtree(os.path.join(uri, "_lance_ops"))
+    assert idempotency.lookup(store, base, "nope", "write") is None  # scans 41 versions, records 10 keys
+    assert idempotency.ledger_summary(store, base) == {"covered_through_version": 41, "lost_versions": []}
+    assert len(os.listdir(os.path.join(uri, "_lance_ops", "keys", "write"))) == 10
+    assert idempotency.lookup(store, base, "k8", "write").version == 10
+    assert idempotency.lookup(store, base, "k8", "delete") is None
