@@ -113,10 +113,9 @@ def test_write_dataset_key_rerun_after_cleanup(tmp_path):
 
 def test_keyed_delete_rerun_after_101_versions_and_cleanup(tmp_path):
     uri = str(tmp_path / "ds")
-    lance_ops.write_dataset(rows(0, 100), uri)
-    ds = lance_ops.dataset(uri)
-    assert ds.delete("id < 10", idempotency_key="del-1") == {"num_deleted_rows": 10}
-    deleted_at = ds.version
+    ds = lance_ops.write_dataset(rows(0, 100), uri)
+    assert ds.delete("id < 10", idempotency_key="del-1") == {"num_deleted_rows": 10} and ds.version == 2
+    deleted_at = 2
     for i in range(102):  # rows the delete would match again
         lance_ops.write_dataset(rows(i % 10, 1), uri, mode="append")
     model = ids(uri)
