@@ -123,7 +123,7 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
         earlier = idempotency.lookup(store, base, key, stage_kind(op), since=max(0, result.read_version))
         if earlier is not None:
             log.info("%s: key %s was already committed as version %d", uri, key, earlier.version)
-            mark_committed(store, base, key, earlier.version)
+            _mark(store, base, key, earlier.version)
             return _result(earlier.version, op, True, _replayed(result, earlier))
     if result.committed_version is not None:
         return _result(result.committed_version, op, True, _staged_metrics(result))
@@ -168,7 +168,7 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     already = bool(key) and landed is not None and landed.uuid != txn.uuid
     if key:
         idempotency.remember(store, base, mf)
-        mark_committed(store, base, key, mf.version)
+        _mark(store, base, key, mf.version)
     metrics = _staged_metrics(result)
     if create:
         metrics["created"] = True
@@ -189,7 +189,7 @@ def _commit_rewrite(uri: str, result: StagedResult, storage_options) -> dict:
         current = _latest(store, base, uri)
         version = current.version if current is not None else 0
     elif result.key:
-        mark_committed(store, base, result.key, version)
+        _mark(store, base, result.key, version)
     merged = dict(result.metrics)
     merged.update(metrics)
     return _result(version, "rewrite", already, merged)
@@ -233,6 +233,15 @@ def commit_staged(uri: str, key: str, *, storage_options: Mapping[str, Any] | No
     if staged.key != key:
         raise LanceOpsError(f"{uri}: _staging/{key}.json holds a result for key {staged.key!r}")
     return commit_result(uri, staged, storage_options=storage_options)
+
+
+def _mark(store, base: str, key: str, version: int) -> None:
+    """Mark the stage committed, best effort: the commit landed and the key ledger answers re-runs."""
+    try:
+        mark_committed(store, base, key, version)
+    except Exception as exc:  # noqa: BLE001 - never turn a landed commit into a failure
+        log.warning("%s: committed %s as version %d but could not mark its stage (%s); cleanup removes it "
+                    "once the key ledger has it", store.uri(base), key, version, exc)
 
 
 def _replayed(result: StagedResult | None, rec: idempotency.KeyRecord) -> dict[str, Any]:
