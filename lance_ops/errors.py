@@ -138,6 +138,13 @@ class CommitOutcomeUnknownError(CommitError):
     """The store failed in a way that leaves it unknown whether the commit landed."""
 
 
+class MixedFileVersionsError(CommitError):
+    """The dataset's data files mix storage versions (0.1 and 2.x, Lance 0.16): nothing but an
+    overwrite is committed; roll back to a version without the mix."""
+
+    pylance_raises = "delete / append / compact_files on a dataset mixing 0.1 and 2.0 files: OSError"
+
+
 class IdempotencyUnknownError(CommitError):
     """Whether an idempotency key was committed cannot be known (versions removed without the ledger).
 
