@@ -52,8 +52,9 @@ OWN_DIR = "_lance_ops"
 KEYS_DIR = f"{OWN_DIR}/keys"
 STATE_DIR = f"{KEYS_DIR}/_state"
 RECORD_FORMAT = "lance_ops.key/1"
-#: a lookup moves the ``covered`` mark only after scanning at least this many versions
-ADVANCE_AFTER = 32
+#: a lookup moves the ``covered`` mark after scanning at least this many versions (so a keyed
+#: step scans a handful of versions at most; each move is one small PUT, and the old mark goes)
+ADVANCE_AFTER = 4
 #: transaction properties of our own kept in a record (so a replay can report its result)
 _OWN_PREFIX = "lance_ops."
 _KINDS = {"append": "write", "overwrite": "write"}
@@ -244,10 +245,14 @@ def _load(store, base: str, locs: list) -> dict[int, tuple[ManifestFile, object]
     return dict(_parallel_map(store, one, locs))
 
 
-def _advance(store, base: str, latest: int) -> None:
-    """Move the coverage mark after a scan recorded every keyed version up to ``latest``."""
+def _advance(store, base: str, latest: int, before: LedgerState) -> None:
+    """Move the coverage mark after a scan recorded every keyed version up to ``latest``, and
+    drop the marks it supersedes (best effort: the highest mark wins anyway)."""
     try:
         _mark_covered(store, base, latest)
+        for version, path in before.covered_paths:
+            if version < latest:
+                store.delete(path)
     except Exception as exc:  # noqa: BLE001 - an optimisation only
         log.debug("%s: could not move the key ledger mark: %s", store.uri(base), exc)
 
@@ -317,7 +322,7 @@ def lookup(store, base: str, key: str, kind: str | Iterable[str], *, since: int 
                    and not _missing(by_version, before.covered, latest))
         if found is not None:
             if advance:
-                _advance(store, base, latest)
+                _advance(store, base, latest, before)
             return found
         if any(item is None for item in loaded.values()):
             # removed by a concurrent cleanup, which records keys before deleting: look again
@@ -325,7 +330,9 @@ def lookup(store, base: str, key: str, kind: str | Iterable[str], *, since: int 
             if rec is not None:
                 return rec
             continue
-        after = read_state(store, base)
+        # holes above the mark read first may be covered by now (a concurrent cleanup moves the
+        # mark before it deletes): look again. Without holes the first reading is the answer.
+        after = read_state(store, base) if _missing(by_version, before.covered, latest) else before
         holes = [v for v in _missing(by_version, after.covered, latest) + unreadable if v > since]
         lost = [(max(a, since + 1), b) for a, b in after.lost if b > since]
         if holes or lost:
@@ -334,7 +341,7 @@ def lookup(store, base: str, key: str, kind: str | Iterable[str], *, since: int 
                 return rec
             raise _unknown(store.uri(base), key, "/".join(kinds), sorted(lost + _ranges(holes)))
         if advance:
-            _advance(store, base, latest)
+            _advance(store, base, latest, before)
         return None
     raise IdempotencyUnknownError(
         f"{store.uri(base)}: versions kept vanishing while looking up idempotency key {key!r} (a cleanup "
