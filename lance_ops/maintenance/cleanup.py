@@ -411,7 +411,7 @@ def _staged_lifecycle(store, base: str, named: set[str], young_after: datetime |
     pinned: set[str] = set()
     drop: list[_File] = []
     for info in store.list_dir(store.join(base, STAGING_DIR)):
-        name = naming._basename(info.path)
+        name = info.path.replace("\\", "/").rsplit("/", 1)[-1]
         if not name.endswith(".json") or name.endswith(".plan.json") or name.startswith("."):
             continue
         try:

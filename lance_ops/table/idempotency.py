@@ -179,7 +179,7 @@ class LedgerState:
 def read_state(store, base: str) -> LedgerState:
     state = LedgerState()
     for info in store.list(store.join(base, STATE_DIR)):
-        name = naming._basename(info.path)
+        name = info.path.replace("\\", "/").rsplit("/", 1)[-1]
         m = _COVERED_RE.match(name)
         if m is not None:
             state.covered = max(state.covered, int(m.group(1)))

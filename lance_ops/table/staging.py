@@ -221,7 +221,7 @@ def list_staged(store, base: str) -> list[StageInfo]:
     """Every staged result under ``_staging/`` (compaction plans ``*.plan.json`` excluded)."""
     out = []
     for info in store.list_dir(store.join(base, STAGING_DIR)):
-        name = naming._basename(info.path)
+        name = info.path.replace("\\", "/").rsplit("/", 1)[-1]
         if not name.endswith(".json") or name.endswith(".plan.json") or name.startswith("."):
             continue
         key = name[: -len(".json")]
