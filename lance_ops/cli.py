@@ -8,6 +8,7 @@
     lance-ops rebuild-stats /data/events.lance
     lance-ops refresh-rowid-index /data/events.lance
     lance-ops cleanup /data/events.lance --older-than 7d --json
+    lance-ops keys /data/events.lance [--accept-lost]
     lance-ops verify /data/events.lance --all-versions --deep
 
 Every subcommand takes ``--storage-option KEY=VALUE`` (repeatable, pylance's option names),
@@ -252,6 +253,10 @@ def cmd_inspect(args) -> dict:
     cov = statistics_coverage(ds)
     health["statistics_coverage"] = f"{cov['with_stats']}/{cov['data_files']}"
     health["data_files_with_statistics"] = cov["with_stats"]
+    # staged results waiting for their commit step (lance_ops.maintenance.staged_commit)
+    from lance_ops.maintenance.staged_commit import pending_stages
+
+    health["pending_stages"] = pending_stages(args.uri, storage_options=args.storage_options)
     if args.versions:
         health["versions"] = [
             {"version": v["version"], "timestamp": v["timestamp"], "rows": int(v["metadata"]["total_rows"]),
@@ -289,8 +294,8 @@ def cmd_append(args) -> dict:
         ds = write_dataset(data, args.uri, mode="append" if current is not None else "create", **kwargs)
     finally:
         progress.close()
-    rows = ds.count_rows()
-    unchanged = ds.version == before
+    unchanged = ds.version <= before  # a keyed re-run returns the version first committed, never a new one
+    rows = (LanceDataset(args.uri, None, args.storage_options) if unchanged else ds).count_rows()
     return {"version": ds.version, "created": current is None, "rows_added": 0 if unchanged else rows - rows_before,
             "rows": rows, "already_committed": unchanged}
 
@@ -299,17 +304,31 @@ def cmd_delete(args) -> dict:
     ds = _open(args)
     if args.dry_run:
         return {"num_deleted_rows": ds.count_rows(args.predicate), "dry_run": True, "version": ds.version}
-    kwargs = {}
     if args.idempotency_key:
-        from lance_ops.table.commit import IDEMPOTENCY_KEY, find_idempotent_commit
+        from lance_ops.table import idempotency
 
-        earlier = find_idempotent_commit(ds._store, ds._base, args.idempotency_key, latest=ds.version, lookback=100)
+        # the key ledger (delete keys only): a re-run reports the first commit, even once cleaned up
+        earlier = idempotency.lookup(ds._store, ds._base, args.idempotency_key, "delete")
         if earlier is not None:
-            return {"num_deleted_rows": 0, "version": earlier.version, "already_committed": True}
-        kwargs["transaction_properties"] = {IDEMPOTENCY_KEY: args.idempotency_key}
-    result = dict(ds.delete(args.predicate, **kwargs))
+            return {"num_deleted_rows": int(earlier.properties.get("lance_ops.num_deleted_rows", 0)),
+                    "version": earlier.version, "already_committed": True}
+        result = dict(ds.delete(args.predicate, idempotency_key=args.idempotency_key))
+    else:
+        result = dict(ds.delete(args.predicate))
     result["version"] = ds.version
     return result
+
+
+def cmd_keys(args) -> dict:
+    """The idempotency-key ledger: coverage, lost version ranges; ``--accept-lost`` forgets them."""
+    from lance_ops.table import idempotency
+
+    ds = _open(args)
+    out: dict[str, Any] = {}
+    if args.accept_lost:
+        out["accepted_lost_versions"] = [list(r) for r in idempotency.accept_lost(ds._store, ds._base)]
+    out.update(idempotency.ledger_summary(ds._store, ds._base))
+    return out
 
 
 def _compaction():
@@ -502,6 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="deleted ratio above which a fragment needs materialization (default 0.1)")
     p.add_argument("--versions", action="store_true", help="also list every version")
 
+    p = add("keys", cmd_keys, "show the idempotency-key ledger (versions it covers, versions lost to it)")
+    p.add_argument("--accept-lost", action="store_true",
+                   help="forget lost version ranges (after checking no keyed step committed there will be re-run)")
     p = add("append", cmd_append, "append rows from a Parquet, CSV or Arrow IPC file")
     p.add_argument("file", help="input file")
     p.add_argument("--format", choices=["auto", "parquet", "csv", "arrow"], default="auto")

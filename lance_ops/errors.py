@@ -155,6 +155,18 @@ class MixedFileVersionsError(CommitError):
     pylance_raises = "delete / append / compact_files on a dataset mixing 0.1 and 2.0 files: OSError"
 
 
+class IdempotencyUnknownError(CommitError):
+    """Whether an idempotency key was committed cannot be known (versions removed without the ledger).
+
+    The step committed nothing; the message names the versions and how to accept the gap."""
+
+
+class StagedResultError(CommitError):
+    """A staged result cannot be committed: a file it references is missing or has another size.
+
+    Nothing was committed; the message names the file and what to do."""
+
+
 # --- tags --------------------------------------------------------------------------------------
 class TagError(LanceOpsError, ValueError):
     """A tag name is invalid, or a tag operation cannot be done; the message names the tag."""

@@ -88,7 +88,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     from lance_ops.spark._common import commit_or_stage, parse_kv
     from lance_ops.spark._tasks import CompactionTaskRunner
     from lance_ops.spark.datasource import register
-    from lance_ops.table.commit import find_idempotent_commit
+    from lance_ops.table import idempotency
     from lance_ops.table.dataset import LanceDataset
     from lance_ops.table.staging import StagedResult, read_staged, sanitize_key, write_staged
 
@@ -101,7 +101,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     summary: dict[str, Any] = {"job": "compact", "uri": uri, "staged_key": key, "operation": "rewrite"}
 
     if args.idempotency_key:
-        earlier = find_idempotent_commit(store, base, key, latest=ds.version, lookback=1000)
+        earlier = idempotency.lookup(store, base, key, "rewrite")  # the key ledger: survives cleanup
         if earlier is not None:
             summary.update(version=earlier.version, committed=True, already_committed=True,
                            rows=None, fragments=None, tasks=None)

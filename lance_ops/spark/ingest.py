@@ -100,7 +100,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     from lance_ops.spark._tasks import FRAGMENT_ROWS_DDL, WriteFragmentsTask
     from lance_ops.spark.datasource import register
     from lance_ops.table import versions
-    from lance_ops.table.commit import find_idempotent_commit
+    from lance_ops.table import idempotency
     from lance_ops.table.staging import StagedResult, read_staged, sanitize_key, write_staged
 
     register(spark)
@@ -112,7 +112,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 
     current = latest_manifest(store, base, uri)
     if current is not None and args.idempotency_key:
-        earlier = find_idempotent_commit(store, base, key, latest=current.version, lookback=1000)
+        earlier = idempotency.lookup(store, base, key, "write")  # the key ledger: survives cleanup
         if earlier is not None:
             log.info("key %s already committed as version %d: nothing to do", key, earlier.version)
             summary.update(version=earlier.version, committed=True, already_committed=True,
