@@ -3,21 +3,36 @@
 Callers catch :class:`LanceOpsError` for anything we diagnosed ourselves; the subclasses say what
 kind of problem it was so that retries (``RetryableCommitConflict``) can be told apart from bad
 input (``CorruptFileError``, ``SchemaMismatchError``) and from missing things (``DatasetNotFoundError``).
+
+Retry classification lives here and nowhere else: every class says in ``retryable`` whether running
+the same step again can succeed, and :func:`is_retryable` applies it to any exception (Airflow
+operators fail at once on non-retryable errors; Spark jobs exit with a distinct code).
 """
 from __future__ import annotations
 
 
 class LanceOpsError(Exception):
-    """Base class of every error raised by lance_ops."""
+    """Base class of every error raised by lance_ops.
+
+    ``retryable``: True if running the same step again may succeed (network, lost races), False
+    if it cannot (bad input, missing things, corrupt files), None if it depends on whether the
+    step is idempotency-keyed (see :func:`is_retryable`). Diagnosed errors default to False.
+    """
+
+    retryable: bool | None = False
 
 
 # --- storage -----------------------------------------------------------------------------------
 class StorageError(LanceOpsError, OSError):
     """An object store call failed (permissions, network, bad URI)."""
 
+    retryable = True
+
 
 class ObjectNotFoundError(StorageError, FileNotFoundError):
     """The object or file does not exist."""
+
+    retryable = False
 
 
 class AlreadyExistsError(StorageError, FileExistsError):
@@ -74,13 +89,21 @@ class CommitConflictError(CommitError):
 class RetryableCommitConflictError(CommitConflictError):
     """A concurrent transaction preempted ours; re-reading the dataset and retrying may succeed."""
 
+    retryable = True
+
 
 class CommitRetriesExhaustedError(RetryableCommitConflictError):
     """Lost the race more times than the configured number of retries."""
 
 
 class CommitOutcomeUnknownError(CommitError):
-    """The store failed in a way that leaves it unknown whether the commit landed."""
+    """The store failed in a way that leaves it unknown whether the commit landed.
+
+    Retryable only when the step is idempotency-keyed: the retry finds a landed commit by its key
+    instead of committing again. Without a key a retry could commit the same change twice.
+    """
+
+    retryable = None
 
 
 # --- tags --------------------------------------------------------------------------------------
@@ -94,3 +117,57 @@ class TagExistsError(TagError):
 
 class TagNotFoundError(TagError, DatasetNotFoundError):
     """No tag of that name exists."""
+
+
+# --- arguments and inputs --------------------------------------------------------------------------
+class UsageError(LanceOpsError, ValueError):
+    """Bad arguments to a command, Spark job or operator; the message names the argument."""
+
+
+class InputNotFoundError(LanceOpsError, FileNotFoundError):
+    """An input given to a job (a source path or table) does not exist; the message names it."""
+
+
+# --- classification --------------------------------------------------------------------------------
+#: builtin exceptions that mean bad input or a bug, never a transient condition
+_NEVER_RETRYABLE = (ValueError, TypeError, LookupError, NotImplementedError, FileNotFoundError,
+                    FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def is_retryable(exc: BaseException, *, idempotent: bool = False) -> bool:
+    """Whether running the failed step again may succeed.
+
+    lance_ops errors answer with their class's ``retryable``; ``None`` (an unknown commit
+    outcome) is retryable only if ``idempotent`` (the step looks up its idempotency key before
+    committing, so a retry cannot commit twice). A non-lance_ops exception caused by a lance_ops
+    error is judged by that cause. Builtin value/type/lookup/not-found errors are not retryable;
+    anything else (network errors, unknown failures) is, so Airflow's retries still apply.
+    """
+    cause = root_lance_error(exc)
+    if cause is not None:
+        flag = type(cause).retryable
+        return idempotent if flag is None else bool(flag)
+    if isinstance(exc, _NEVER_RETRYABLE):
+        return False
+    return True
+
+
+def root_lance_error(exc: BaseException) -> LanceOpsError | None:
+    """``exc`` itself if it is a LanceOpsError, else the first one in its ``raise ... from`` chain."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, LanceOpsError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__
+    return None
+
+
+def error_line(exc: BaseException, limit: int = 2000) -> str:
+    """``"<ErrorClass>: <message>"`` on one line (the root lance_ops error when there is one)."""
+    err = root_lance_error(exc) or exc
+    text = " ".join(part.strip() for part in str(err).splitlines() if part.strip())
+    if len(text) > limit:
+        text = text[:limit] + " ..."
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -72,14 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_source(spark, args):
+    from lance_ops.errors import UsageError
+
     if args.table:
         if args.path:
-            raise SystemExit("give either --table or --path, not both")
+            raise UsageError("give either --table or --path, not both")
         return spark.table(args.table)
     if not args.path:
-        raise SystemExit("give --path (with --format) or --table")
-    from lance_ops.spark._common import parse_kv
+        raise UsageError("give --path (with --format) or --table")
+    from lance_ops.spark._common import check_input_paths, parse_kv
 
+    check_input_paths(spark, args.path)
     reader = spark.read.format(args.format).options(**parse_kv(args.option, "option"))
     return reader.load(args.path if len(args.path) > 1 else args.path[0])
 
