@@ -282,9 +282,13 @@ def _remote_lance_error(exc: BaseException) -> LanceOpsError | None:
     if found is None:
         return None
     cls, message = found
-    err = cls.__new__(cls)  # the message is already formatted: skip class-specific __init__s
-    Exception.__init__(err, message)
-    return err
+    try:
+        return cls(message)
+    except TypeError:  # a class built from parts, e.g. CorruptFileError(path, problem)
+        try:
+            return cls(*message.split(": ", 1))
+        except TypeError:
+            return None
 
 
 def check_input_paths(spark, paths: Sequence[str]) -> None:
