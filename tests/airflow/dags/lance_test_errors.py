@@ -47,13 +47,13 @@ class UnkeyedUnknownOutcomeOperator(LanceBaseOperator):
         raise CommitOutcomeUnknownError(f"{uri}: version 7: the store failed after the put")
 
 
-with DAG(
-    dag_id="lance_test_errors",
-    schedule=None,
-    render_template_as_native_obj=True,
-    default_args=RETRY_ONCE,
-    params={"dataset_uri": Param(type="string", minLength=1), "missing_uri": Param(type="string", minLength=1)},
-) as errors_dag:
+def retrying_dag(dag_id: str, *param_names: str) -> DAG:
+    """A manually triggered DAG whose tasks may retry once at once; the params are required strings."""
+    return DAG(dag_id=dag_id, schedule=None, render_template_as_native_obj=True, default_args=RETRY_ONCE,
+               params={name: Param(type="string", minLength=1) for name in param_names})
+
+
+with retrying_dag("lance_test_errors", "dataset_uri", "missing_uri") as errors_dag:
     LanceDeleteOperator(task_id="missing_dataset", dataset_uri="{{ params.missing_uri }}", predicate="id < 5")
     LanceAppendOperator(task_id="schema_mismatch", dataset_uri=URI, data=[{"id": 1, "unexpected": "x"}])
     LanceDeleteOperator(task_id="bad_argument", dataset_uri=URI, predicate="   ")
@@ -62,11 +62,5 @@ with DAG(
     UnkeyedUnknownOutcomeOperator(task_id="unknown_outcome_unkeyed", dataset_uri=URI)
 
 
-with DAG(
-    dag_id="lance_test_spark_errors",
-    schedule=None,
-    render_template_as_native_obj=True,
-    default_args=RETRY_ONCE,
-    params={"dataset_uri": Param(type="string", minLength=1), "source_path": Param(type="string", minLength=1)},
-) as spark_errors_dag:
+with retrying_dag("lance_test_spark_errors", "dataset_uri", "source_path") as spark_errors_dag:
     lance_ingest_group("ingest", dataset_uri=URI, source_path="{{ params.source_path }}")
