@@ -8,6 +8,7 @@
     lance-ops rebuild-stats /data/events.lance
     lance-ops refresh-rowid-index /data/events.lance
     lance-ops cleanup /data/events.lance --older-than 7d --json
+    lance-ops verify /data/events.lance --all-versions --deep
 
 Every subcommand takes ``--storage-option KEY=VALUE`` (repeatable, pylance's option names),
 ``--json`` (one JSON document on stdout, nothing else), ``--debug`` (tracebacks, debug logs) and
@@ -15,8 +16,8 @@ Every subcommand takes ``--storage-option KEY=VALUE`` (repeatable, pylance's opt
 
 Exit codes: 0 success; 2 a lance_ops error or bad usage ("error: ..." on stderr, one line; a bad
 argument gets argparse's usage line and "lance-ops <command>: error: argument ...");
-3 the dataset (or version/tag) does not exist; 1 an unexpected error; 130 interrupted.
-With ``--json`` every error is instead ONE JSON object on stderr,
+3 the dataset (or version/tag) does not exist; 4 ``verify`` found problems; 1 an unexpected error;
+130 interrupted. With ``--json`` every error is instead ONE JSON object on stderr,
 ``{"error": {"type": ..., "message": ..., "exit_code": ...}}``; stdout then stays empty.
 Progress bars go to stderr, only when it is a terminal and ``--json`` is not given.
 
@@ -438,6 +439,29 @@ def cmd_cleanup(args) -> dict:
     return out
 
 
+#: exit code of ``verify`` when it found problems
+EXIT_VERIFY_PROBLEMS = 4
+
+
+def cmd_verify(args) -> Any:
+    """Check every file the selected manifests reference; exit 4 naming each problem."""
+    from lance_ops.maintenance.verify import verify_dataset
+
+    if args.version is not None and args.all_versions:
+        raise UsageError("give --version or --all-versions, not both")
+    progress = _progress(args, "verifying (fragments)")
+    try:
+        report = verify_dataset(args.uri, version=args.version, all_versions=args.all_versions, deep=args.deep,
+                                storage_options=args.storage_options, progress=progress)
+    finally:
+        progress.close()
+    if not report.ok:
+        args.exit_code = EXIT_VERIFY_PROBLEMS
+    if args.json:
+        return report.to_dict()
+    return "\n".join([f"problem: {p}" for p in report.problems] + [report.summary()])
+
+
 # --- parser -------------------------------------------------------------------------------------
 def _bounded_int(low: int, high: int, what: str = "an integer") -> Callable[[str], int]:
     """An argparse type: an integer in [low, high], else a message saying the range."""
@@ -545,8 +569,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="lance-ops", parents=[common],
         description="Inspect and maintain Lance datasets (local paths or s3:// URIs).",
-        epilog="exit codes: 0 ok, 2 error or bad usage, 3 dataset not found, 1 unexpected error. "
-               "Errors go to stderr: one line, or with --json one JSON object "
+        epilog="exit codes: 0 ok, 2 error or bad usage, 3 dataset not found, 4 verify found problems, "
+               "1 unexpected error. Errors go to stderr: one line, or with --json one JSON object "
                '{"error": {"type", "message", "exit_code"}} (stdout stays empty).')
     parser.add_argument("--version", action="version", version=f"lance-ops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -619,6 +643,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also delete unreferenced files younger than 7 days (only safe without concurrent writers)")
     p.add_argument("--no-error-if-tagged", action="store_true",
                    help="skip tagged old versions instead of failing")
+
+    p = add("verify", cmd_verify, "check that every file the manifest references exists, has the recorded size "
+            "and decodes; exit 4 naming each problem")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--version", dest="version", type=_version_arg, default=None, metavar="V",
+                   help="version number or tag (default: latest)")
+    g.add_argument("--all-versions", action="store_true", help="check every version under _versions/")
+    p.add_argument("--deep", action="store_true", help="also decode every page of every data file")
     return parser
 
 
@@ -664,7 +696,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.storage_options = parse_storage_options(args.storage_option)
         result = args.func(args)
         _print_result(result, args.json)
-        return EXIT_OK
+        return getattr(args, "exit_code", EXIT_OK)
     except KeyboardInterrupt:
         if not as_json:
             sys.stderr.write("interrupted\n")
