@@ -194,7 +194,7 @@ class TagNotFoundError(TagError, DatasetNotFoundError):
 
 # --- classification --------------------------------------------------------------------------------
 #: builtin exceptions that mean bad input or a bug, never a transient condition
-_NEVER_RETRYABLE = (ValueError, TypeError, LookupError, NotImplementedError, FileNotFoundError,
+_NEVER_RETRYABLE = (ValueError, TypeError, LookupError, ArithmeticError, NotImplementedError, FileNotFoundError,
                     FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
@@ -204,8 +204,8 @@ def is_retryable(exc: BaseException, *, idempotent: bool = False) -> bool:
     lance_ops errors answer with their class's ``retryable``; ``None`` (an unknown commit
     outcome) is retryable only if ``idempotent`` (the step looks up its idempotency key before
     committing, so a retry cannot commit twice). A non-lance_ops exception caused by a lance_ops
-    error is judged by that cause. Builtin value/type/lookup/not-found errors are not retryable;
-    anything else (network errors, unknown failures) is, so Airflow's retries still apply.
+    error is judged by that cause. Builtin value/type/lookup/arithmetic/not-found errors are not
+    retryable; anything else (network errors, unknown failures) is, so Airflow's retries apply.
     """
     cause = root_lance_error(exc)
     if cause is not None:

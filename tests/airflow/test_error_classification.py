@@ -67,7 +67,8 @@ def test_classification_table():
 
     never = [DatasetNotFoundError("no ds"), SchemaMismatchError("x"), UsageError("bad"), InputNotFoundError("p"),
              CorruptFileError("/d/x.lance", "bad magic"), UnsupportedError("v9"), CommitConflictError("c"),
-             ObjectNotFoundError("gone"), ValueError("v"), KeyError("k"), TypeError("t")]
+             ObjectNotFoundError("gone"), ValueError("v"), KeyError("k"), TypeError("t"),
+             OverflowError("date value out of range")]
     for exc in never:
         assert not is_retryable(exc), exc
         assert not is_retryable(exc, idempotent=True), exc
