@@ -347,12 +347,18 @@ def run_job(name: str, parser, run, argv=None) -> int:
     stages ...) or EXIT_RETRYABLE (75: storage/network errors, lost commit races; an unknown
     commit outcome only with an idempotency key).
     """
+    from lance_ops.io.options import parse_storage_option_args
+
     parser.error = _usage_error(parser)
     args = parser.parse_args(argv)
     configure_logging()
+    idempotent = bool(getattr(args, "idempotency_key", None))
+    try:  # before Spark starts: a typo in a storage option name is a usage error
+        parse_storage_option_args(getattr(args, "storage_option", None))
+    except UsageError as exc:
+        return report_failure(exc, idempotent=idempotent)
     from pyspark.sql import SparkSession
 
-    idempotent = bool(getattr(args, "idempotency_key", None))
     spark = SparkSession.builder.appName(f"lance-ops {name} {args.uri}").getOrCreate()
     try:
         summary = run(spark, args)

@@ -57,6 +57,22 @@ def test_usage_errors_exit_2_before_spark_starts(capsys):
                                    "invalid int value: 'many'")
 
 
+def test_unknown_storage_option_is_refused_before_spark_starts(capsys):
+    from lance_ops.spark import compact, ingest
+
+    assert ingest.main(["--path", "/x", "--uri", "s3://b/y.lance", "--storage-option", "aws_regoin=eu-west-1"]) \
+        == EXIT_NOT_RETRYABLE
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == ("lance-ops: error: UsageError: unknown storage option 'aws_regoin' "
+                                   "(did you mean 'region'?)")
+    secret = "wJalrXUtnFEMI/K7MDENG"
+    assert compact.main(["--uri", "s3://b/y.lance", "--storage-option", f"aws_secret_access_key{secret}"]) \
+        == EXIT_NOT_RETRYABLE
+    err = capsys.readouterr().err
+    assert err.splitlines()[0].startswith("lance-ops: error: UsageError: --storage-option expects KEY=VALUE")
+    assert secret not in err
+
+
 def test_exit_codes_and_secret_free_kv_errors():
     def code(exc, idempotent=False):
         out = io.StringIO()
