@@ -37,6 +37,17 @@ class CorruptFileError(LanceOpsError, ValueError):
         super().__init__(f"{path}: {problem}")
 
 
+class UnsafePathError(CorruptFileError):
+    """A path read from a manifest, deletion/row-id file, index entry or external store item
+    would lead outside the dataset (``..``, absolute, a URL or another bucket, a symlink leading
+    out); it is refused, never followed. ``path`` names the file holding it, ``field`` the entry."""
+
+    def __init__(self, where: str, field: str, offending: str, reason: str):
+        self.field = field
+        self.offending = offending
+        super().__init__(where, f"{field} {offending!r} {reason}; refusing to follow a path outside the dataset")
+
+
 class UnsupportedError(LanceOpsError, NotImplementedError):
     """A feature, version, encoding or type that lance_ops does not (yet) support."""
 
