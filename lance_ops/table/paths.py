@@ -82,7 +82,11 @@ def check_inside(store, base: str, path: str, *, under: Iterable[str] = (), what
         head = prefix.rstrip(os.sep) + os.sep
     if not path.startswith(head):
         raise UnsafePathError(where, what, path, f"is not below {store.uri(prefix)}")
-    return resolve_inside(store, prefix, path[len(head):], what=what, where=where)
+    reason = unsafe_reason(path[len(head):])
+    if reason is not None:
+        raise UnsafePathError(where, what, path, reason)
+    _check_local(store, prefix, path, path, what=what, where=where)
+    return path
 
 
 def dataset_where(ds) -> str:
