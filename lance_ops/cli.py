@@ -63,7 +63,8 @@ def parse_storage_options(items: Sequence[str] | None) -> dict[str, str]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"--storage-option expects KEY=VALUE, got {item!r}")
+            raise UsageError("--storage-option expects KEY=VALUE; got an item without a key or '=' "
+                             "(not shown: it may hold a secret)")
         out[key.strip()] = value
     return out
 
@@ -547,6 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             setattr(args, name, default)
     if args.debug:
         logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
+        from lance_ops.io import redact  # botocore logs request headers (credentials) at DEBUG
+        redact.install(logging.getLogger().handlers)
 
     from lance_ops.errors import DatasetNotFoundError, LanceOpsError
 

@@ -14,6 +14,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lance_ops.errors import LanceOpsError, ObjectNotFoundError, StorageError
+from lance_ops.io import redact
 
 # alias -> canonical pylance name
 _ALIASES = {
@@ -77,6 +78,7 @@ def get_client(storage_options: Mapping[str, Any] | None = None) -> Any:
 
 
 def _build_client(opts: dict[str, str]) -> Any:
+    redact.protect(opts)  # before the first request: botocore's DEBUG logs carry the credentials
     session = boto3.session.Session(
         aws_access_key_id=opts.get("aws_access_key_id"),
         aws_secret_access_key=opts.get("aws_secret_access_key"),

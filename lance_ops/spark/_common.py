@@ -22,12 +22,14 @@ STORAGE_OPTION_PREFIX = "storage_option."
 
 
 def parse_kv(pairs: Sequence[str] | None, what: str = "option") -> dict[str, str]:
-    """``["k=v", ...]`` -> ``{"k": "v"}``; a pair without ``=`` is an error naming it."""
+    """``["k=v", ...]`` -> ``{"k": "v"}``; a pair without ``=`` is an error (not echoed: it may be
+    a secret glued to its key)."""
     out: dict[str, str] = {}
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SystemExit(f"--{what.replace('_', '-')} expects KEY=VALUE, got {pair!r}")
+            raise SystemExit(f"--{what.replace('_', '-')} expects KEY=VALUE; got an item without a key or '=' "
+                             f"(item {len(out) + 1}, not shown: it may hold a secret)")
         out[key.strip()] = value
     return out
 

@@ -26,6 +26,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lance_ops.errors import AlreadyExistsError, StorageError, UnsafePathError
+from lance_ops.io import redact
 from lance_ops.table.paths import check_inside
 
 _clients: dict[tuple, Any] = {}
@@ -43,6 +44,7 @@ def _client(store) -> Any:
             if endpoint:
                 kwargs["endpoint_url"] = endpoint
             region = opts.get("region") or opts.get("aws_region") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+            redact.protect(opts)  # botocore's DEBUG logs carry the credentials
             session = boto3.session.Session(
                 aws_access_key_id=opts.get("aws_access_key_id"),
                 aws_secret_access_key=opts.get("aws_secret_access_key"),
