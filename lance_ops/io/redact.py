@@ -128,7 +128,8 @@ def install(handlers: Iterable[logging.Handler] = ()) -> None:
 
             def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
                 record = previous(*args, **kwargs)
-                if record.name.startswith(LOGGER_PREFIXES):
+                name = record.name  # None from logging.makeLogRecord (its dict is applied afterwards)
+                if isinstance(name, str) and name.startswith(LOGGER_PREFIXES):
                     redact_record(record)
                 return record
 
