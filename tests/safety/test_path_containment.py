@@ -307,3 +307,24 @@ def test_dynamodb_item_path_outside_versions_is_refused(request, item_path, touc
     with pytest.raises(UnsafePathError):
         lance_ops.write_dataset(rows(5, 6, "x"), uri, mode="append", storage_options=options)
     assert store.exists(victim)
+
+
+def test_branch_name_outside_is_refused_by_cleanup(tmp_path, touched):
+    """A branch file whose (percent-encoded) name climbs out of ``tree/`` would make cleanup read
+    manifests outside the dataset: cleanup refuses and deletes nothing."""
+    from datetime import timedelta
+
+    uri = str(tmp_path / "ds")
+    lance_ops.write_dataset(rows(0, 5, "in"), uri)
+    ds = lance_ops.write_dataset(rows(5, 10, "in"), uri, mode="append")
+    outside = lance_ops.write_dataset(rows(0, 1, "SECRET"), str(tmp_path / "victim"))
+    branches = tmp_path / "ds" / "_refs" / "branches"
+    branches.mkdir(parents=True)
+    (branches / "a%2F..%2F..%2F..%2Fvictim.json").write_text('{"parentVersion": 1}')
+    before = _snapshot(ds)
+    touched.clear()
+    with pytest.raises(UnsafePathError, match=r"branch name 'a/\.\./\.\./\.\./victim' has a '\.\.' segment"):
+        ds.cleanup_old_versions(older_than=timedelta(0))
+    _assert_contained(touched, ds)
+    assert _snapshot(ds) == before
+    assert lance_ops.dataset(str(tmp_path / "victim")).to_table().equals(outside.to_table())
