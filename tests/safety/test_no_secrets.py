@@ -181,8 +181,7 @@ def test_hook_masks_credentials_and_keeps_them_off_the_command_line(airflow_home
     assert leaks(" ".join(args)) == [] and "2" not in "".join(a for a in args if "secret" in a or "token" in a)
     assert env["AWS_ACCESS_KEY_ID"] == KEY_ID and env["AWS_SECRET_ACCESS_KEY"] in (SECRET, SECRET + "2")
     assert leaks(repr(hook)) == [] and leaks(str(hook.get_conn()[0])) == []
-    from airflow.sdk.log import mask_secret  # noqa: F401 - the masker the hook registered with
-    from airflow.sdk._shared.secrets_masker.secrets_masker import redact as airflow_redact
+    from airflow.sdk._shared.secrets_masker.secrets_masker import redact as airflow_redact  # the task-log masker
 
     assert leaks(str(airflow_redact(f"{KEY_ID} {SECRET} {TOKEN} {SECRET}2"))) == []
 
