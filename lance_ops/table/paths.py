@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from typing import Iterable
 
 from google.protobuf.message import Message
@@ -45,14 +46,26 @@ def unsafe_reason(relative: object) -> str | None:
     return None
 
 
-def _check_local(store, base: str, path: str, relative: str, *, what: str, where: str) -> None:
-    """On local disk: the real path (symlinks resolved) must stay below the real base."""
+def _check_local(store, base: str, parts: Iterable[str], path: str, shown: str, *, what: str,
+                 where: str) -> None:
+    """On local disk: no symlink below ``base`` may lead out of it. Each component of ``parts``
+    is lstat'ed (cheap; stops at the first missing one); only when one is a symlink are the real
+    paths of ``path`` and ``base`` compared."""
     if getattr(store, "scheme", "") != "file":
         return
-    real_base = os.path.realpath(base)
-    real = os.path.realpath(path)
-    if real != real_base and not real.startswith(real_base.rstrip(os.sep) + os.sep):
-        raise UnsafePathError(where, what, relative, f"resolves (through a symlink) to {real}")
+    current = base
+    for part in parts:
+        current = os.path.join(current, part)
+        try:
+            is_link = stat.S_ISLNK(os.lstat(current).st_mode)
+        except OSError:  # missing (or unreadable): nothing further down can be a link we follow
+            return
+        if is_link:
+            real_base = os.path.realpath(base)
+            real = os.path.realpath(path)
+            if real != real_base and not real.startswith(real_base.rstrip(os.sep) + os.sep):
+                raise UnsafePathError(where, what, shown, f"resolves (through a symlink) to {real}")
+            return
 
 
 def resolve_inside(store, base: str, relative: str, *, under: Iterable[str] = (), what: str,
@@ -65,8 +78,10 @@ def resolve_inside(store, base: str, relative: str, *, under: Iterable[str] = ()
     reason = unsafe_reason(relative)
     if reason is not None:
         raise UnsafePathError(where, what, str(relative), reason)
+    under = tuple(under)
     path = store.join(base, *under, relative)
-    _check_local(store, base, path, relative, what=what, where=where)
+    parts = [p for u in under for p in u.split("/") if p] + relative.split("/")
+    _check_local(store, base, parts, path, relative, what=what, where=where)
     return path
 
 
@@ -82,10 +97,11 @@ def check_inside(store, base: str, path: str, *, under: Iterable[str] = (), what
         head = prefix.rstrip(os.sep) + os.sep
     if not path.startswith(head):
         raise UnsafePathError(where, what, path, f"is not below {store.uri(prefix)}")
-    reason = unsafe_reason(path[len(head):])
+    rest = path[len(head):]
+    reason = unsafe_reason(rest)
     if reason is not None:
         raise UnsafePathError(where, what, path, reason)
-    _check_local(store, prefix, path, path, what=what, where=where)
+    _check_local(store, prefix, rest.split("/"), path, path, what=what, where=where)
     return path
 
 

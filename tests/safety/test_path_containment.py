@@ -328,3 +328,35 @@ def test_branch_name_outside_is_refused_by_cleanup(tmp_path, touched):
     _assert_contained(touched, ds)
     assert _snapshot(ds) == before
     assert lance_ops.dataset(str(tmp_path / "victim")).to_table().equals(outside.to_table())
+
+
+def test_symlinked_directories(tmp_path):
+    """A symlinked directory below the base that leads out is refused; a base that is itself a
+    symlink (or a symlink staying inside) is fine."""
+    store = LocalStore()
+    real = tmp_path / "real_ds"
+    (real / "data").mkdir(parents=True)
+    (real / "data" / "a.lance").write_bytes(b"x")
+    (real / "inner").symlink_to(real / "data")
+    link = tmp_path / "link_ds"
+    link.symlink_to(real)
+    assert resolve_inside(store, str(link), "a.lance", under=("data",), what="f", where="m") == str(link / "data" / "a.lance")
+    assert resolve_inside(store, str(real), "inner/a.lance", what="f", where="m") == str(real / "inner" / "a.lance")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (real / "_deletions").symlink_to(outside)
+    with pytest.raises(UnsafePathError, match=f"resolves \\(through a symlink\\) to {outside}"):
+        resolve_inside(store, str(real), "0-1-2.arrow", under=("_deletions",), what="deletion file", where="m")
+
+
+def test_symlinked_deletions_dir_is_refused_on_read(tmp_path, touched):
+    uri = str(tmp_path / "ds")
+    ds = lance_ops.write_dataset(rows(0, 5, "in"), uri)
+    ds.delete("id = 1")
+    outside = tmp_path / "outside"
+    (tmp_path / "ds" / "_deletions").rename(outside)
+    (tmp_path / "ds" / "_deletions").symlink_to(outside)
+    touched.clear()
+    with pytest.raises(UnsafePathError, match=r"deletion file of fragment 0 '_deletions/0-1-\d+\.arrow' resolves"):
+        lance_ops.dataset(uri).to_table()
+    _assert_contained(touched, ds)
