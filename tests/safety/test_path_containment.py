@@ -360,3 +360,14 @@ def test_symlinked_deletions_dir_is_refused_on_read(tmp_path, touched):
     with pytest.raises(UnsafePathError, match=r"deletion file of fragment 0 '_deletions/0-1-\d+\.arrow' resolves"):
         lance_ops.dataset(uri).to_table()
     _assert_contained(touched, ds)
+
+
+def test_unsafe_path_error_pickles():
+    """Spark ships errors from executors to the driver: the error survives a pickle round trip."""
+    import pickle
+
+    err = UnsafePathError("s3://b/ds/_versions/1.manifest", "data file path of fragment 1", "../x.lance",
+                          "has a '..' segment")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is UnsafePathError and str(back) == str(err)
+    assert (back.path, back.field, back.offending, back.reason) == (err.path, err.field, err.offending, err.reason)
