@@ -158,6 +158,13 @@ class CommitOutcomeUnknownError(CommitError):
     """The store failed in a way that leaves it unknown whether the commit landed."""
 
 
+class MixedFileVersionsError(CommitError):
+    """The dataset's data files mix storage versions (0.1 and 2.x, Lance 0.16): nothing but an
+    overwrite is committed; roll back to a version without the mix."""
+
+    pylance_raises = "delete / append / compact_files on a dataset mixing 0.1 and 2.0 files: OSError"
+
+
 # --- tags --------------------------------------------------------------------------------------
 class TagError(LanceOpsError, ValueError):
     """A tag name is invalid, or a tag operation cannot be done; the message names the tag."""
