@@ -38,6 +38,16 @@ class AlreadyExistsError(StorageError, FileExistsError):
     pylance_raises = "(internal to commits; surfaces as a commit conflict): OSError"
 
 
+class IncompleteResponseError(StorageError):
+    """A store answered a read with fewer bytes, or other bytes, than were asked for.
+
+    A transport fault (a body cut short, a 206 without a matching Content-Range), not a damaged
+    file: reads retry it and, if it persists, raise it naming the object.
+    """
+
+    pylance_raises = "a read whose response is cut short, after its retries: OSError"
+
+
 # --- input -------------------------------------------------------------------------------------
 class InvalidArgumentError(LanceOpsError, ValueError):
     """An argument is out of its domain (a negative limit or offset, an unknown option value)."""
