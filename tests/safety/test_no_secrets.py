@@ -187,48 +187,52 @@ def test_hook_masks_credentials_and_keeps_them_off_the_command_line(airflow_home
 
 
 @pytest.mark.slow
-def test_airflow_task_logs_and_rendered_templates_have_no_secrets(airflow_runner, airflow_home, moto_server,
-                                                                   s3_bucket, monkeypatch, capfd):
-    monkeypatch.setenv("AIRFLOW_CONN_LANCE_SECRET", json.dumps({
+def test_airflow_task_logs_and_rendered_templates_have_no_secrets(airflow_home, moto_server, s3_bucket):
+    """``airflow dags test`` (its own process, so DEBUG logging is configured from the start and
+    the test session's logging is left alone) runs the maintenance DAG on S3 with the secrets in
+    its connection; its output, task logs, XComs and rendered template fields are searched."""
+    conn = json.dumps({
         "conn_type": "aws", "login": KEY_ID, "password": SECRET,
         "extra": {"aws_session_token": TOKEN, "endpoint_url": moto_server.endpoint, "region_name": "us-east-1",
                   "allow_http": True, "base_uri": s3_bucket},
-    }))
+    })
     opts = options(moto_server.endpoint)
     uri = f"{s3_bucket}/events.lance"
     for i in range(4):
         lance_ops.write_dataset(rows(i * 40, i * 40 + 40), uri, mode="append" if i else "create",
                                 storage_options=opts)
-    from airflow.logging_config import configure_logging
-
-    monkeypatch.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "DEBUG")
-    configure_logging()
-    try:
-        res = airflow_runner.run("lance_maintenance", {
-            "dataset_uri": "events.lance", "lance_conn_id": "lance_secret", "target_rows_per_fragment": 1000,
-            "small_fragments_threshold": 3, "cleanup_older_than_seconds": 0,
-        })
-    finally:
-        monkeypatch.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
-        configure_logging()
-    res.assert_success(skipped=("compaction.spark_rewrite",))
-    out, err = capfd.readouterr()
-    texts = [out, err, json.dumps(res.xcoms, default=str)]
-    logs = [p for p in Path(airflow_home, "logs").rglob("*") if p.is_file()] if Path(airflow_home, "logs").exists() else []
-    texts += [p.read_text(errors="replace") for p in logs]
+    conf = {"dataset_uri": "events.lance", "lance_conn_id": "lance_secret", "target_rows_per_fragment": 1000,
+            "small_fragments_threshold": 3, "cleanup_older_than_seconds": 0, "dry_run": False,
+            "retain_versions": None}
+    env = dict(os.environ, AIRFLOW__LOGGING__LOGGING_LEVEL="DEBUG", AIRFLOW_CONN_LANCE_SECRET=conn)
+    proc = subprocess.run([str(Path(sys.executable).parent / "airflow"), "dags", "test", "lance_maintenance",
+                           "-c", json.dumps(conf)], capture_output=True, text=True, env=env, timeout=600)
+    texts = [proc.stdout, proc.stderr]
+    from airflow.models.dagrun import DagRun
     from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
     with create_session() as session:
+        run = session.query(DagRun).filter(DagRun.dag_id == "lance_maintenance").order_by(DagRun.id.desc()).first()
+        assert run is not None and run.conf.get("lance_conn_id") == "lance_secret", proc.stderr[-3000:]
+        states = {ti.task_id: str(ti.state) for ti in run.get_task_instances(session=session)}
         rendered = session.query(RenderedTaskInstanceFields).filter(
             RenderedTaskInstanceFields.dag_id == "lance_maintenance",
-            RenderedTaskInstanceFields.run_id == res.run_id).all()
+            RenderedTaskInstanceFields.run_id == run.run_id).all()
         texts += [json.dumps(r.rendered_fields, default=str) for r in rendered]
-    assert rendered, "no rendered template fields recorded"
+        xcoms = session.query(XComModel).filter(XComModel.dag_id == "lance_maintenance",
+                                                XComModel.run_id == run.run_id).all()
+        texts += [json.dumps(x.value, default=str) for x in xcoms]
+    assert states["cleanup"].endswith("success") and states["compaction.commit"].endswith("success"), states
+    assert lance_ops.dataset(uri, storage_options=opts).count_rows() == 160
+    logs = Path(airflow_home, "logs")
+    texts += [p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file()] if logs.exists() else []
+    assert rendered and xcoms, "no rendered template fields / XComs recorded"
     everything = "\n".join(texts)
     assert "lance_secret" in everything  # the rendered conn id is there, the credentials are not
     assert "x-amz-security-token:***" in everything  # botocore's DEBUG request logs were on
-    # dag.test()'s in-process supervisor comms (Airflow test mode only) log every MaskSecret
+    # dag test's in-process supervisor comms (Airflow's test mode only) log every MaskSecret
     # request body at DEBUG - Airflow's own masking of the connection included; the real
     # supervisor omits those bodies. They are Airflow's lines, not ours: set them aside.
     airflow_test_comms = re.compile(r"Sending request\s+.*msg=MaskSecret\(")
