@@ -710,6 +710,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             setattr(args, name, default)
     if args.debug:
         logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
+        from lance_ops.io import redact  # botocore logs request headers (credentials) at DEBUG
+        redact.install(logging.getLogger().handlers)
 
     from lance_ops.errors import DatasetNotFoundError, LanceOpsError
 

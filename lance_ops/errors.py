@@ -107,6 +107,26 @@ class CorruptFileError(LanceOpsError, ValueError, OSError):
         return (type(self), (self.path, self.problem))
 
 
+class UnsafePathError(CorruptFileError):
+    """A path read from a dataset's own files would lead outside the dataset; it is refused.
+
+    Manifest entries, row-id references, transaction and branch names and external-store items
+    with ``..``, absolute, URL/other-bucket paths or symlinks leading out are never followed.
+    ``path`` names the file holding the entry, ``field`` the entry, ``offending`` the path.
+    """
+
+    pylance_raises = "dataset read of a data file path with '..': ValueError (ArrowInvalid 'Not found')"
+
+    def __init__(self, where: str, field: str, offending: str, reason: str):
+        self.field = field
+        self.offending = offending
+        self.reason = reason
+        super().__init__(where, f"{field} {offending!r} {reason}; refusing to follow a path outside the dataset")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.field, self.offending, self.reason))
+
+
 class UnsupportedError(LanceOpsError, NotImplementedError):
     """A feature, version, encoding or type that lance_ops does not (yet) support."""
 

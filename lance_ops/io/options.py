@@ -11,6 +11,7 @@ with and without the ``aws_`` prefix) plus lance's own and lance_ops' (``dynamod
 from __future__ import annotations
 
 import difflib
+import re
 import logging
 from typing import Any, Mapping, Sequence
 
@@ -75,10 +76,24 @@ def suggest_option(key: str) -> str | None:
     return canonical_option(match[0]) if match else None
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+
+
+def _shown_key(key: str) -> str:
+    """The part of an unknown key that is safe to print: a known option name glued to more text
+    (``aws_secret_access_key<secret>``) shows only the name; anything that does not look like an
+    option name is not shown at all."""
+    low = key.strip().lower()
+    glued = [name for name in KNOWN_STORAGE_OPTIONS if low.startswith(name) and len(low) > len(name)]
+    if glued:
+        return max(glued, key=len) + "<...>"
+    return key.strip() if _PLAIN_KEY.fullmatch(key.strip()) else "<not shown>"
+
+
 def unknown_option_message(key: str) -> str:
-    """``unknown storage option 'aws_regoin' (did you mean 'region'?)``; the key is cut to 20
-    characters (a secret pasted where a key belongs is not echoed whole)."""
-    shown = key if len(key) <= 20 else key[:20] + "..."
+    """``unknown storage option 'aws_regoin' (did you mean 'region'?)``; a key that may carry a
+    secret pasted onto it is never echoed whole (:func:`_shown_key`)."""
+    shown = _shown_key(key)
     hint = suggest_option(key)
     return f"unknown storage option {shown!r}" + (f" (did you mean {hint!r}?)" if hint else "")
 

@@ -24,6 +24,7 @@ from botocore.parsers import ResponseParserError
 
 from lance_ops.errors import IncompleteResponseError, LanceOpsError, ObjectNotFoundError, StorageError
 from lance_ops.io.options import STORAGE_OPTION_ALIASES, check_storage_options
+from lance_ops.io import redact
 
 _ALIASES = STORAGE_OPTION_ALIASES  # alias -> canonical pylance name
 _USED = frozenset(
@@ -99,6 +100,7 @@ def get_client(storage_options: Mapping[str, Any] | None = None, *, retries: boo
 
 
 def _build_client(opts: dict[str, str], retries: bool = True) -> Any:
+    redact.protect(opts)  # before the first request: botocore's DEBUG logs carry the credentials
     session = boto3.session.Session(
         aws_access_key_id=opts.get("aws_access_key_id"),
         aws_secret_access_key=opts.get("aws_secret_access_key"),

@@ -97,6 +97,7 @@ from lance_ops.file.blob_v2 import parse_side_file
 from lance_ops.table import idempotency, naming
 from lance_ops.table.manifest import ManifestFile, read_manifest
 from lance_ops.table.staging import StagedResult
+from lance_ops.table.paths import resolve_inside
 from lance_ops.table.tags import tagged_versions
 
 __all__ = [
@@ -343,7 +344,8 @@ def _branches(store, base: str) -> tuple[list[str], set[int]]:
         name = naming._basename(info.path)
         if not name.endswith(".json") or name.startswith("."):
             continue
-        roots.append(store.join(base, TREE_DIR, *unquote(name[: -len(".json")]).split("/")))
+        roots.append(resolve_inside(store, base, unquote(name[: -len(".json")]), under=(TREE_DIR,),
+                                    what="branch name", where=store.uri(info.path)))
         try:
             doc = json.loads(store.read(info.path))
         except (ObjectNotFoundError, FileNotFoundError, ValueError):

@@ -56,6 +56,7 @@ from lance_ops.table.commit import (
 )
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.manifest import read_manifest
+from lance_ops.table.paths import resolve_inside
 from lance_ops.table.write import write_fragments
 
 from lance_ops.maintenance.compaction_plan import (
@@ -284,7 +285,8 @@ def _row_id_sequence(store, base: str, frag: table_pb2.DataFragment) -> rowids.R
         seq = rowids.RowIdSequence.from_bytes(frag.inline_row_ids, where)
     elif which == "external_row_ids":
         ext = frag.external_row_ids
-        path = store.join(base, ext.path)
+        path = resolve_inside(store, base, ext.path, what=f"external row-id path of fragment {frag.id}",
+                              where=store.uri(base))
         seq = rowids.RowIdSequence.from_bytes(store.read_range(path, ext.offset, ext.size), store.uri(path))
     else:
         raise LanceOpsError(f"{where}: the dataset uses stable row ids but fragment {frag.id} has none")

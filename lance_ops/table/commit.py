@@ -45,6 +45,7 @@ from lance_ops.table.idempotency import (  # noqa: F401 - IDEMPOTENCY_KEY, find_
 )
 from lance_ops.table.index_files import complete_index_metadata
 from lance_ops.table.manifest_builder import build_manifest
+from lance_ops.table.paths import check_message_paths
 from lance_ops.table.transaction_file import load_transaction, write_transaction_file
 
 log = logging.getLogger(__name__)
@@ -263,6 +264,7 @@ def commit_transaction(
     options = options or CommitOptions()
     txn = transaction_pb2.Transaction()
     txn.CopyFrom(transaction)
+    check_message_paths(txn, where=f"{store.uri(base)}: transaction to commit")  # nothing unsafe lands
     if not txn.uuid:
         txn.uuid = naming.new_transaction_uuid()
     key = txn.transaction_properties.get(IDEMPOTENCY_KEY)

@@ -22,6 +22,7 @@ from lance_ops.errors import (
     RetryableCommitConflictError,
 )
 from lance_ops.io import open_store
+from lance_ops.io.redact import RedactedOptions
 from lance_ops.schema import from_lance_fields
 from lance_ops.file import blob_v2
 from lance_ops.table import blobs as blobs_mod
@@ -81,7 +82,7 @@ class LanceDataset:
     def __init__(self, uri: str, version: int | str | None = None, storage_options: dict | None = None,
                  *, _manifest_file: ManifestFile | None = None, _store=None):
         self.uri = str(uri)
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = RedactedOptions(storage_options or {})  # repr() masks credentials
         if _store is None:
             self._store, self._base = open_store(self.uri, self.storage_options)
         else:

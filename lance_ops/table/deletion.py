@@ -24,6 +24,7 @@ from pyroaring import BitMap
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError
 from lance_ops.table import naming
+from lance_ops.table.paths import resolve_inside
 
 ARROW_ARRAY = table_pb2.DeletionFile.ARROW_ARRAY
 BITMAP = table_pb2.DeletionFile.BITMAP
@@ -144,7 +145,8 @@ def decode_bitmap_deletions(data: bytes, path: str = "<deletion file>") -> BitMa
 
 # --- files -----------------------------------------------------------------------------------
 def deletion_file_path(store, base: str, fragment_id: int, deletion_file) -> str:
-    return store.join(base, naming.deletion_file_path(fragment_id, deletion_file))
+    return resolve_inside(store, base, naming.deletion_file_path(fragment_id, deletion_file),  # symlinks
+                          what=f"deletion file of fragment {fragment_id}", where=store.uri(base))
 
 
 def read_deletion_file(store, base: str, fragment_id: int, deletion_file) -> Offsets:

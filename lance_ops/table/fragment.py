@@ -18,6 +18,7 @@ from lance_ops.file import blob_v2
 from lance_ops.file.dispatch import open_file_reader
 from lance_ops.file.reader import LanceFileReader
 from lance_ops.table import addresses, blobs, deletion, naming, rowids
+from lance_ops.table.paths import dataset_where, resolve_inside
 
 if TYPE_CHECKING:  # pragma: no cover
     from lance_ops.table.dataset import LanceDataset
@@ -145,7 +146,8 @@ class LanceFragment:
             if reader is not None:
                 self._readers[file_index] = reader
                 return reader
-            path = ds._store.join(ds._base, naming.DATA_DIR, df.path)
+            path = resolve_inside(ds._store, ds._base, df.path, under=(naming.DATA_DIR,),
+                                  what=f"data file path of fragment {self.metadata.id}", where=dataset_where(ds))
             # --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/file/reader_legacy.py) ---
             if legacy:
                 from lance_ops.file.reader_legacy import LegacyFileReader

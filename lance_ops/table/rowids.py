@@ -28,6 +28,7 @@ from google.protobuf.message import DecodeError
 
 from lance_ops._proto import rowids_pb2
 from lance_ops.errors import CorruptFileError
+from lance_ops.table.paths import resolve_inside
 
 _U64 = np.uint64
 _U64_MAX = (1 << 64) - 1
@@ -411,7 +412,8 @@ def read_fragment_row_ids(store, base: str, fragment) -> np.ndarray | None:
         return decode_row_ids(fragment.inline_row_ids, f"fragment {fragment.id} row ids")
     if which == "external_row_ids":
         ext = fragment.external_row_ids
-        path = store.join(base, ext.path)
+        path = resolve_inside(store, base, ext.path, what=f"external row-id path of fragment {fragment.id}",
+                              where=store.uri(base))
         return decode_row_ids(store.read_range(path, ext.offset, ext.size), path)
     return None
 
@@ -464,5 +466,5 @@ def read_fragment_versions(store, base: str, fragment, which: str = "created") -
     if kind == inline:
         return decode_version_sequence(getattr(fragment, inline), where)
     ext = getattr(fragment, kind)
-    path = store.join(base, ext.path)
+    path = resolve_inside(store, base, ext.path, what=f"{kind} path of fragment {fragment.id}", where=store.uri(base))
     return decode_version_sequence(store.read_range(path, ext.offset, ext.size), path)

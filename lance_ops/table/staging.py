@@ -28,6 +28,7 @@ from typing import Any
 from lance_ops._proto import table_pb2
 from lance_ops.errors import AlreadyExistsError, LanceOpsError, ObjectNotFoundError, StagedResultError
 from lance_ops.table import naming
+from lance_ops.table.paths import resolve_inside
 
 STAGING_DIR = "_staging"
 _KEY_RE = re.compile(r"^[A-Za-z0-9._=+-]{1,200}$")
@@ -134,10 +135,17 @@ def _parallel(store, fn, items: list) -> list:
         return list(pool.map(fn, items))
 
 
+def _data_file(store, base: str, result: StagedResult, df) -> str:
+    """The store path of a staged data file; UnsafePathError if it would lead outside the dataset."""
+    return resolve_inside(store, base, df.path, under=(naming.DATA_DIR,), what="data file path",
+                          where=store.uri(staged_path(store, base, result.key)))
+
+
 def record_file_sizes(store, base: str, result: StagedResult) -> None:
     """Fill in ``file_size_bytes`` of data files staged without it (read from the store)."""
     missing = [df for frag in result.fragments for df in frag.files if not df.file_size_bytes]
-    sizes = _parallel(store, lambda df: store.size(store.join(base, naming.DATA_DIR, df.path)), missing)
+    paths = [_data_file(store, base, result, df) for df in missing]
+    sizes = _parallel(store, store.size, paths)
     for df, size in zip(missing, sizes):
         df.file_size_bytes = size
 
@@ -146,15 +154,16 @@ def check_staged_files(store, base: str, result: StagedResult) -> int:
     """Refuse (StagedResultError, naming the first missing or resized file) a result whose data
     files are not all there with their recorded sizes; returns the number of files checked."""
     files = [df for frag in staged_fragments(result) for df in frag.files]
+    paths = [_data_file(store, base, result, df) for df in files]  # unsafe paths refused before any probe
 
-    def probe(df) -> int | None:
+    def probe(path: str) -> int | None:
         try:
-            return store.size(store.join(base, naming.DATA_DIR, df.path))
+            return store.size(path)
         except (ObjectNotFoundError, FileNotFoundError):
             return None
 
-    for df, size in zip(files, _parallel(store, probe, files)):
-        where = store.uri(store.join(base, naming.DATA_DIR, df.path))
+    for df, path, size in zip(files, paths, _parallel(store, probe, paths)):
+        where = store.uri(path)
         if size is None:
             raise StagedResultError(
                 f"{where}: data file of the result staged under key {result.key!r} is missing (removed by "

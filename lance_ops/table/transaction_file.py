@@ -12,11 +12,13 @@ from lance_ops._proto import transaction_pb2
 from lance_ops.errors import CorruptFileError, ObjectNotFoundError
 from lance_ops.table import naming
 from lance_ops.table.manifest import serialize_like_upstream
+from lance_ops.table.paths import resolve_inside
 
 
 def transaction_file_path(store, base: str, name: str) -> str:
     """Full store path of the transaction file ``name`` (relative to ``_transactions/``)."""
-    return store.join(base, naming.TRANSACTIONS_DIR, name)
+    return resolve_inside(store, base, name, under=(naming.TRANSACTIONS_DIR,), what="transaction file name",
+                          where=store.uri(base))
 
 
 def encode_transaction(transaction: transaction_pb2.Transaction) -> bytes:
