@@ -16,14 +16,13 @@ import pyarrow as pa
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import DatasetNotFoundError, LanceOpsError, RetryableCommitConflictError
 from lance_ops.io import open_store
-from lance_ops.schema import from_lance_fields
 from lance_ops.file import blob_v2
 from lance_ops.table import blobs as blobs_mod
 from lance_ops.table import feature_flags, naming, tags as tags_mod
 from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.filters import compile_filter
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.manifest import ManifestFile, read_manifest
+from lance_ops.table.manifest import ManifestFile, manifest_schema, read_manifest
 
 ROW_ID = "_rowid"
 ROW_ADDR = "_rowaddr"
@@ -98,7 +97,7 @@ class LanceDataset:
 
     @cached_property
     def schema(self) -> pa.Schema:
-        return from_lance_fields(self.manifest.fields, dict(self.manifest.schema_metadata))
+        return manifest_schema(self._manifest_file, self._store)
 
     @cached_property
     def _top_field_ids(self) -> dict[str, int]:
@@ -342,6 +341,9 @@ class LanceDataset:
         starts = np.concatenate([[0], np.cumsum(live)])
         total = int(starts[-1])
         if idx.size and (idx.min() < 0 or idx.max() >= total):
+            for f in frags:  # the counts come from the manifest: make sure it is not damaged
+                if f.num_deletions:
+                    f.deleted_offsets  # noqa: B018 (reading them checks them)
             bad = int(idx[(idx < 0) | (idx >= total)][0])
             raise IndexError(f"{self.uri}: index {bad} out of range for {total} rows")
         return np.searchsorted(starts, idx, side="right") - 1, starts

@@ -354,7 +354,50 @@ def _parse(message, blob: bytes, path: str, what: str):
         message.ParseFromString(blob)
     except (DecodeError, RuntimeError, ValueError) as e:
         raise CorruptFileError(path, f"{what} protobuf does not decode: {e}") from e
+    check_wire_types(message, blob, path, what)
     return message
+
+
+def check_wire_types(message, blob: bytes, path: str, what: str) -> None:
+    """CorruptFileError if a known field of ``message`` (parsed from ``blob``) came with the wrong
+    wire type.
+
+    Python's protobuf keeps such a field as an *unknown* field and leaves the real one at its
+    default (upstream's decoder refuses the message): a flipped bit in a tag would silently turn
+    e.g. a fragment's deletion file or row count into nothing. Unknown fields are dropped, as
+    upstream's decoder drops them; only when that changes the encoded size (a rare path: fields of
+    a newer writer, or damage) is the blob parsed again to look at them.
+    """
+    message.DiscardUnknownFields()
+    if message.ByteSize() == len(blob):
+        return
+    probe = type(message)()
+    probe.ParseFromString(blob)
+    bad = _misplaced_field(probe)
+    if bad is not None:
+        raise CorruptFileError(path, f"{what} protobuf does not decode: {bad}")
+
+
+def _misplaced_field(message, where: str = "") -> str | None:
+    """The first known field of ``message`` (recursively) stored with the wrong wire type."""
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    desc = message.DESCRIPTOR
+    name = where or desc.name
+    for unknown in UnknownFieldSet(message):
+        field = desc.fields_by_number.get(unknown.field_number)
+        if field is not None:
+            return f"field {name}.{field.name} (number {unknown.field_number}) has wire type {unknown.wire_type}"
+    for field, value in message.ListFields():
+        if field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue
+        values = value if field.is_repeated else [value]
+        for i, sub in enumerate(values):
+            bad = _misplaced_field(sub, f"{name}.{field.name}[{i}]" if field.is_repeated
+                                   else f"{name}.{field.name}")
+            if bad is not None:
+                return bad
+    return None
 
 
 def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
@@ -403,6 +446,25 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
 
     dictionaries = decode_dictionaries(manifest, data, manifest_pos, path) if dictionary_fields(manifest) else {}
     return ManifestFile(manifest, transaction, index_section, path, size, dictionaries)
+
+
+def manifest_schema(mf: ManifestFile, store=None) -> pa.Schema:
+    """The Arrow schema of a manifest; a field list that does not convert (an unknown logical
+    type, cyclic parent ids) raises the same error class with the manifest named."""
+    from lance_ops.errors import LanceOpsError
+    from lance_ops.schema import from_lance_fields
+
+    try:
+        return from_lance_fields(mf.manifest.fields, dict(mf.manifest.schema_metadata))
+    except LanceOpsError as exc:
+        where = store.uri(mf.path) if store is not None and mf.path else (mf.path or "<manifest>")
+        problem = exc.problem if isinstance(exc, CorruptFileError) else str(exc)
+        if isinstance(exc, CorruptFileError):
+            raise CorruptFileError(where, f"schema: {problem}") from exc
+        raise type(exc)(f"{where}: schema: {problem}") from exc
+    except (ValueError, KeyError, TypeError, IndexError, pa.ArrowException) as exc:
+        where = store.uri(mf.path) if store is not None and mf.path else (mf.path or "<manifest>")
+        raise CorruptFileError(where, f"schema does not convert: {type(exc).__name__}: {exc}") from exc
 
 
 def read_manifest(store, path: str) -> ManifestFile:

@@ -47,6 +47,7 @@ from lance_ops.table.transaction_file import read_transaction_file
 
 lance = pytest.importorskip("lance")
 import lance.file  # noqa: E402  (the oracle for damage no check can see)
+import lance.optimize as lance_optimize  # noqa: E402
 
 #: a damaged case taking longer than this is a hang
 CASE_SECONDS = 10
@@ -207,6 +208,9 @@ def pylance_op(name: str, uri: str, version: int, stable: bool):
         return ds.to_table(with_row_id=stable)
     if name == "take":
         return ds.take(TAKE)
+    if name == "compaction_plan":
+        plan = lance_optimize.Compaction.plan(ds, {"target_rows_per_fragment": 1000})
+        return [[f.fragment_id for f in task.fragments] for task in plan.tasks]
     if name == "delete":
         before = ds.count_rows()
         ds.delete(DELETE)
@@ -272,6 +276,8 @@ class Judge:
             self.problems.append(f"{case.case_id} {op}: wrong {what} returned silently "
                                  f"(pylance raises {type(exc).__name__}: {str(exc)[:200]})")
             return
+        if op == "compaction_plan" and theirs is not None:  # pylance's plan tells only the groups
+            got = [task["fragment_ids"] for task in got]
         if theirs is None or not _same(got, theirs):
             self.problems.append(f"{case.case_id} {op}: wrong {what} returned silently "
                                  f"(pylance {'has no such operation' if theirs is None else 'differs'})")
