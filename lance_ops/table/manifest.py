@@ -349,31 +349,40 @@ def _read_section(data: bytes, offset: int, end: int, path: str, what: str) -> b
     return data[offset + 4 : offset + 4 + length]
 
 
-def _parse(message, blob: bytes, path: str, what: str):
+def _parse(message, blob: bytes, path: str, what: str, keep_unknown: bool = False):
     try:
         message.ParseFromString(blob)
     except (DecodeError, RuntimeError, ValueError) as e:
         raise CorruptFileError(path, f"{what} protobuf does not decode: {e}") from e
-    check_wire_types(message, blob, path, what)
+    check_wire_types(message, blob, path, what, keep_unknown)
     return message
 
 
-def check_wire_types(message, blob: bytes, path: str, what: str) -> None:
+def check_wire_types(message, blob: bytes, path: str, what: str, keep_unknown: bool = False) -> None:
     """CorruptFileError if a known field of ``message`` (parsed from ``blob``) came with the wrong
     wire type.
 
     Python's protobuf keeps such a field as an *unknown* field and leaves the real one at its
     default (upstream's decoder refuses the message): a flipped bit in a tag would silently turn
-    e.g. a fragment's deletion file or row count into nothing. Unknown fields are dropped, as
-    upstream's decoder drops them; only when that changes the encoded size (a rare path: fields of
-    a newer writer, or damage) is the blob parsed again to look at them.
+    e.g. a fragment's deletion file or row count into nothing. Without unknown fields a message
+    encodes to exactly the blob's size (as written by pylance or us); only when it does not
+    (fields of a newer writer, or damage) are the unknown fields looked at one by one.
+
+    Unknown fields are dropped from ``message``, as upstream's decoder drops them (the cheap
+    path: about one parse's time), unless ``keep_unknown`` (then a copy is checked: the index
+    section of pylance 14 holds fields these protos do not know, and re-encoding reproduces them).
     """
-    message.DiscardUnknownFields()
-    if message.ByteSize() == len(blob):
+    probe = message
+    if keep_unknown:
+        probe = type(message)()
+        probe.CopyFrom(message)
+    probe.DiscardUnknownFields()
+    if probe.ByteSize() == len(blob):
         return
-    probe = type(message)()
-    probe.ParseFromString(blob)
-    bad = _misplaced_field(probe)
+    if not keep_unknown:  # the rare path: parse again to see what was dropped
+        message = type(message)()
+        message.ParseFromString(blob)
+    bad = _misplaced_field(message)
     if bad is not None:
         raise CorruptFileError(path, f"{what} protobuf does not decode: {bad}")
 
@@ -431,7 +440,7 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
     index_section = None
     if manifest.HasField("index_section"):
         blob = _read_section(data, manifest.index_section, manifest_pos, path, "index section")
-        index_section = _parse(table_pb2.IndexSection(), blob, path, "IndexSection")
+        index_section = _parse(table_pb2.IndexSection(), blob, path, "IndexSection", keep_unknown=True)
 
     transaction = None
     if manifest.HasField("transaction_section"):
@@ -442,7 +451,7 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
         txn_pos = None
     if txn_pos is not None:
         blob = _read_section(data, txn_pos, manifest_pos, path, "inline transaction")
-        transaction = _parse(transaction_pb2.Transaction(), blob, path, "Transaction")
+        transaction = _parse(transaction_pb2.Transaction(), blob, path, "Transaction", keep_unknown=True)
 
     dictionaries = decode_dictionaries(manifest, data, manifest_pos, path) if dictionary_fields(manifest) else {}
     return ManifestFile(manifest, transaction, index_section, path, size, dictionaries)

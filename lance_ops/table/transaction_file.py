@@ -30,7 +30,7 @@ def decode_transaction(data: bytes, path: str = "<transaction>") -> transaction_
         txn.ParseFromString(bytes(data))
     except (DecodeError, RuntimeError, ValueError) as e:
         raise CorruptFileError(path, f"Transaction protobuf does not decode: {e}") from e
-    check_wire_types(txn, bytes(data), path, "Transaction")
+    check_wire_types(txn, bytes(data), path, "Transaction", keep_unknown=True)
     return txn
 
 

@@ -219,6 +219,45 @@ def pylance_op(name: str, uri: str, version: int, stable: bool):
     return None
 
 
+def pylance_file(path: str) -> pa.Table:
+    """A data file read by pylance's LanceFileReader (the oracle for damaged data files)."""
+    return lance.file.LanceFileReader(path).read_all().to_table()
+
+
+class OracleCrashed(Exception):
+    """pylance took its process down (it aborts on some damage, e.g. absurd allocations)."""
+
+
+class Oracle:
+    """Runs pylance in a separate process: on some damaged files it aborts the whole process."""
+
+    def __init__(self):
+        self._pool = None
+
+    def __call__(self, fn: Callable, *args):
+        import concurrent.futures as cf
+        import multiprocessing
+
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            return self._pool.submit(fn, *args).result(timeout=120)
+        except (cf.process.BrokenProcessPool, cf.TimeoutError) as exc:
+            self.close()
+            raise OracleCrashed(f"pylance died: {type(exc).__name__}") from None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            procs = list((getattr(self._pool, "_processes", None) or {}).values())
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            for proc in procs:
+                proc.kill()  # a process we started, by its handle
+            self._pool = None
+
+
+ORACLE = Oracle()
+
+
 def _same(a, b) -> bool:
     if isinstance(a, pa.Table) and isinstance(b, pa.Table):
         return a.equals(b)
@@ -346,11 +385,12 @@ def pristine(tmp_path_factory) -> dict[str, Pristine]:
         bad = {k: v for k, v in expected.items() if v[0] != "ok"}
         assert not bad, bad
         for name in ("count_rows", "to_table", "take") if ext is None else ():  # lance_ops and pylance agree when undamaged
-            assert _same(expected[name][1], pylance_op(name, uri, version, stable)), (fmt, name)
+            assert _same(expected[name][1], ORACLE(pylance_op, name, uri, version, stable)), (fmt, name)
         shutil.copytree(uri, work + "_v1")
         expected_v1 = run_ops({k: v for k, v in dataset_ops(work + "_v1", 1, stable).items() if k in V1_OPS})
         out[fmt] = Pristine(fmt, stable, uri, version, expected, expected_v1, _find_files(uri, stable, ext))
-    return out
+    yield out
+    ORACLE.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,10 +419,10 @@ def judge_dataset_case(judge: Judge, p: Pristine, case: Case, ops_names=None, ve
 
             def oracle(other=other, src=src):
                 shutil.copytree(src, other)
-                return pylance_op("delete", str(other), version, p.stable)
+                return ORACLE(pylance_op, "delete", str(other), version, p.stable)
         else:
             def oracle(name=name):
-                return pylance_op(name, case.dataset + "_damaged", version, p.stable)
+                return ORACLE(pylance_op, name, case.dataset + "_damaged", version, p.stable)
         if status == "error":
             judge.error(case, name, value, oracle)
         else:
@@ -451,8 +491,7 @@ def judge_file_case(judge: Judge, p: Pristine, case: Case, original: bytes) -> N
         return
 
     def oracle():
-        r = lance.file.LanceFileReader(case.damaged)
-        return r.read_all().to_table()
+        return ORACLE(pylance_file, case.damaged)
 
     judge.different(case, "LanceFileReader", oracle, got["read_all"], "file data")
 
