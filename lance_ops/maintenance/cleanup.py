@@ -193,7 +193,10 @@ class _Refs:
                 data_add(df.path.lstrip("/"))
             has = frag.HasField
             if has("deletion_file"):
-                deletions_add(deletion_path(frag.id, frag.deletion_file))
+                try:
+                    deletions_add(deletion_path(frag.id, frag.deletion_file))
+                except ValueError as exc:  # an unknown file type: a damaged manifest
+                    raise CorruptFileError(mf.path or "<manifest>", f"fragment {frag.id}: {exc}") from None
             for name in _EXTERNAL_FILES:
                 if has(name):
                     paths_add(getattr(frag, name).path.lstrip("/"))

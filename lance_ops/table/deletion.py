@@ -172,6 +172,9 @@ def read_deletion_offsets(store, base: str, fragment_id: int, deletion_file,
     offset must address a row of the fragment; CorruptFileError naming the file (and the
     manifest, ``manifest_path``, which holds the other side) otherwise.
     """
+    if deletion_file is not None and deletion_file.file_type not in (ARROW_ARRAY, BITMAP):
+        raise CorruptFileError(manifest_path or "<manifest>",
+                               f"fragment {fragment_id} has a deletion file of unknown type {deletion_file.file_type}")
     got = read_deletion_file(store, base, fragment_id, deletion_file)
     # decode_arrow_deletions already returns sorted unique uint32 offsets
     offsets = got if isinstance(got, np.ndarray) else to_offsets(got)

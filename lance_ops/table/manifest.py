@@ -463,6 +463,13 @@ def manifest_schema(mf: ManifestFile, store=None) -> pa.Schema:
     from lance_ops.errors import LanceOpsError
     from lance_ops.schema import from_lance_fields
 
+    seen: set[int] = set()
+    for f in mf.manifest.fields:  # as upstream: a parent is listed before its children
+        if f.parent_id >= 0 and f.parent_id not in seen or f.id in seen or f.parent_id < -1:
+            where = store.uri(mf.path) if store is not None and mf.path else (mf.path or "<manifest>")
+            raise CorruptFileError(where, f"schema: field {f.name!r} (id {f.id}) has parent id {f.parent_id}, "
+                                          "which is not a field listed before it (or the id repeats)")
+        seen.add(f.id)
     try:
         return from_lance_fields(mf.manifest.fields, dict(mf.manifest.schema_metadata))
     except LanceOpsError as exc:
