@@ -8,7 +8,7 @@ Heavy submodules load lazily so ``import lance_ops`` stays cheap (Airflow import
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from lance_ops._version import __version__
 
 __all__ = ["__version__", "dataset", "write_dataset", "LanceDataset"]
 

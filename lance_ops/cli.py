@@ -450,7 +450,7 @@ def _common(default_suppress: bool) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lance_ops import __version__
+    from lance_ops._version import __version__
 
     common = _common(default_suppress=True)
     parser = argparse.ArgumentParser(

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Sequence
 import pyarrow as pa
 
 from lance_ops._proto import file_pb2
-from lance_ops.errors import CorruptFileError, SchemaMismatchError, UnsupportedTypeError
+from lance_ops.errors import CorruptFileError, InvalidArgumentError, SchemaMismatchError, UnsupportedTypeError
 
 _SIMPLE_TO_LOGICAL: dict[pa.DataType, str] = {
     pa.null(): "null",
@@ -139,8 +139,41 @@ def _check_storable(dt: pa.DataType, name: str) -> None:
         raise UnsupportedTypeError(f"field {name!r}: dictionary index type {dt.index_type} is not an integer")
 
 
+def check_metadata_utf8(schema: pa.Schema | Sequence[pa.Field], where: str = "") -> None:
+    """Refuse schema or field metadata whose keys or values are not UTF-8, as pylance does
+    (Lance stores metadata as strings; binary values must be base64-encoded by the caller)."""
+    def check(metadata, owner: str) -> None:
+        for key, value in (metadata or {}).items():
+            for part in (key, value):
+                if isinstance(part, bytes):
+                    try:
+                        part.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise InvalidArgumentError(
+                            f"{where + ': ' if where else ''}Metadata key {key!r} of {owner} is not valid utf8 "
+                            f"(its {'key' if part is key else 'value'} is binary). Consider base64 encode for "
+                            "generic binary metadata.") from None
+
+    def walk(f: pa.Field, path: str) -> None:
+        check(f.metadata, f"field {path!r}")
+        t = f.type
+        if pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                walk(t.field(i), f"{path}.{t.field(i).name}")
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            walk(t.value_field, f"{path}.{t.value_field.name}")
+
+    if isinstance(schema, pa.Schema):
+        check(schema.metadata, "the schema")
+    for f in schema:
+        walk(f, f.name)
+
+
 def to_lance_fields(schema: pa.Schema | Sequence[pa.Field], *, start_id: int = 0) -> list[file_pb2.Field]:
-    """Flatten an Arrow schema into Lance fields in pre-order, assigning ids from ``start_id``."""
+    """Flatten an Arrow schema into Lance fields in pre-order, assigning ids from ``start_id``.
+
+    Non-UTF-8 metadata is refused (:func:`check_metadata_utf8`)."""
+    check_metadata_utf8(schema)
     out: list[file_pb2.Field] = []
     next_id = start_id
 

@@ -27,6 +27,7 @@ from lance_ops._proto import file2_pb2, file_pb2
 from lance_ops.encoding import decode_v2_0 as dec
 from lance_ops.errors import (
     CorruptFileError,
+    OutOfRangeError,
     UnsupportedError,
     UnsupportedTypeError,
 )
@@ -424,7 +425,7 @@ class LanceFileReader(V2ReaderBase):
         """Rows ``[start, start + num_rows)``."""
         start, num_rows = int(start), int(num_rows)
         if start < 0 or num_rows < 0 or start + num_rows > self._num_rows:
-            raise IndexError(
+            raise OutOfRangeError(
                 f"{self._uri}: cannot read rows {start}..{start + num_rows} of a file with {self._num_rows} rows"
             )
         sel = _normalize(np.array([start], dtype=np.int64), np.array([start + num_rows], dtype=np.int64))
@@ -444,7 +445,7 @@ class LanceFileReader(V2ReaderBase):
         idx = idx.astype(np.int64, copy=False)
         if idx.size and (idx.min() < 0 or idx.max() >= self._num_rows):
             bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
-            raise IndexError(f"{self._uri}: row index {bad} out of range for a file with {self._num_rows} rows")
+            raise OutOfRangeError(f"{self._uri}: row index {bad} out of range for a file with {self._num_rows} rows")
         if idx.size > 1 and np.all(idx[1:] > idx[:-1]):
             uniq, inverse = idx, None
         else:

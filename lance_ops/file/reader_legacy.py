@@ -43,7 +43,7 @@ from google.protobuf.message import DecodeError
 
 from lance_ops._proto import file_pb2, table_pb2
 from lance_ops.encoding import decode_legacy as dec
-from lance_ops.errors import CorruptFileError, UnsupportedError, UnsupportedTypeError
+from lance_ops.errors import CorruptFileError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
 from lance_ops.file.format import FOOTER_VERSIONS, LEGACY_FOOTER_VERSION, MAGIC
 from lance_ops.file.reader_base import FileReaderBase
 from lance_ops.schema import FieldNode, field_tree
@@ -257,7 +257,7 @@ class LegacyFileReader(FileReaderBase):
         """Rows ``[start, start + num_rows)``."""
         start, num_rows = int(start), int(num_rows)
         if start < 0 or num_rows < 0 or start + num_rows > self.num_rows:
-            raise IndexError(
+            raise OutOfRangeError(
                 f"{self._uri}: cannot read rows {start}..{start + num_rows} of a file with {self.num_rows} rows"
             )
         nodes = self._select(columns)
@@ -286,7 +286,7 @@ class LegacyFileReader(FileReaderBase):
             raise TypeError(f"{self._uri}: take_rows needs a 1-d sequence of integers, got {idx.dtype} of shape {idx.shape}")
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_rows):
             bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
-            raise IndexError(f"{self._uri}: row index {bad} out of range for a file with {self.num_rows} rows")
+            raise OutOfRangeError(f"{self._uri}: row index {bad} out of range for a file with {self.num_rows} rows")
         idx = idx.astype(np.int64, copy=False)
         nodes = self._select(columns)
         if idx.size == 0:

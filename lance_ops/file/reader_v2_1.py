@@ -32,7 +32,7 @@ from lance_ops.encoding import decode_v2_1 as dec
 from lance_ops.encoding import v21_repdef as rd
 from lance_ops.encoding.v21_compressive import EncodingCorrupt, EncodingUnsupported
 from lance_ops.file import blob_v2
-from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError, UnsupportedTypeError
+from lance_ops.errors import CorruptFileError, LanceOpsError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
 from lance_ops.file.format import FOOTER_SIZE, PAGE_LAYOUT_URL, Footer, version_from_footer
 from lance_ops.file.reader_base import DECODE_ERRORS, V2ReaderBase
 from lance_ops.schema import FieldNode, field_tree, from_lance_fields
@@ -137,7 +137,7 @@ class LanceFileReaderV21(V2ReaderBase):
                    blob_descriptions: bool = False) -> pa.Table:
         start, num_rows = int(start), int(num_rows)
         if start < 0 or num_rows < 0 or start + num_rows > self._num_rows:
-            raise IndexError(
+            raise OutOfRangeError(
                 f"{self._uri}: cannot read rows {start}..{start + num_rows} of a file with {self._num_rows} rows")
         return self._read(columns, _ranges([(start, start + num_rows)]), None, blob_descriptions)
 
@@ -154,7 +154,7 @@ class LanceFileReaderV21(V2ReaderBase):
         idx = idx.astype(np.int64, copy=False)
         if idx.size and (idx.min() < 0 or idx.max() >= self._num_rows):
             bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
-            raise IndexError(f"{self._uri}: row index {bad} out of range for a file with {self._num_rows} rows")
+            raise OutOfRangeError(f"{self._uri}: row index {bad} out of range for a file with {self._num_rows} rows")
         if idx.size > 1 and np.all(idx[1:] > idx[:-1]):
             uniq, inverse = idx, None
         else:

@@ -324,7 +324,9 @@ class LanceFileWriter:
             return self._rows
         if self._schema is None:
             raise SchemaMismatchError(
-                "no schema was given and no data was written: the file's schema is unknown")
+                f"{self.path}: no schema was provided when the writer was opened and no data was written, so "
+                "the schema is unknown and the file cannot be created (pass schema= or write a batch); "
+                "nothing was written")
         try:
             for encoder in self._encoders:
                 self._write_pages(encoder.flush())

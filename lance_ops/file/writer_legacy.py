@@ -59,7 +59,7 @@ _FOOTER = struct.Struct("<QHH4s")
 
 
 def _default_writer_version() -> tuple[str, str]:
-    from lance_ops import __version__
+    from lance_ops._version import __version__
 
     return "lance-ops", __version__
 
@@ -269,7 +269,10 @@ class LegacyFileWriter:
         if self._closed:
             return self._rows
         if self._schema is None:
-            raise SchemaMismatchError("no schema was given and no data was written: the file's schema is unknown")
+            raise SchemaMismatchError(
+                f"{self.path}: no schema was provided when the writer was opened and no data was written, so "
+                "the schema is unknown and the file cannot be created (pass schema= or write a batch); "
+                "nothing was written")
         try:
             if self._buffered:
                 self._flush_group(self._buffered)

@@ -38,7 +38,7 @@ def parse_uri(uri: str | os.PathLike[str]) -> ParsedUri:
     if match is None:
         if text[:5].lower() == "file:":  # file:/abs/path (no authority)
             return ParsedUri("local", _file_uri_path(text))
-        return ParsedUri("local", os.path.abspath(text))
+        return ParsedUri("local", os.path.abspath(os.path.expanduser(text)))  # "~/x" as pylance
     scheme = match.group(1).lower()
     rest = match.group(2)
     if scheme == "file":

@@ -8,19 +8,25 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import table_pb2, transaction_pb2
-from lance_ops.errors import DatasetNotFoundError, LanceOpsError, RetryableCommitConflictError
+from lance_ops.errors import (
+    DatasetNotFoundError,
+    InvalidArgumentError,
+    LanceOpsError,
+    OutOfRangeError,
+    RetryableCommitConflictError,
+)
 from lance_ops.io import open_store
 from lance_ops.file import blob_v2
 from lance_ops.table import blobs as blobs_mod
 from lance_ops.table import feature_flags, naming, tags as tags_mod
 from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
-from lance_ops.table.filters import compile_filter
+from lance_ops.table.filters import compile_expression, compile_filter
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.manifest import ManifestFile, manifest_schema, read_manifest
 
@@ -173,7 +179,7 @@ class LanceDataset:
             columns = [columns]
         unknown = [c for c in columns if c not in self._top_field_ids and c not in (ROW_ID, ROW_ADDR)]
         if unknown:
-            raise LanceOpsError(
+            raise InvalidArgumentError(
                 f"{self.uri}: unknown column(s) {unknown}; the dataset has {list(self._top_field_ids)}"
             )
         return list(columns)
@@ -283,20 +289,27 @@ class LanceDataset:
         Blob columns come as their descriptions, or as bytes with ``blob_handling="all_binary"``
         (as pylance)."""
         blobs = blobs_mod.check_blob_handling(blob_handling)
+        plan = _ColumnPlan(self, columns)
         metadata = self.schema.metadata
-        for table in self._fragment_tables(columns, filter, with_row_id, with_row_address, blobs=blobs):
-            if table.num_columns:
+        for table in self._fragment_tables(plan.read, filter, with_row_id, with_row_address, blobs=blobs):
+            table = plan.apply(table, with_row_id, with_row_address)
+            if table.num_columns and not plan.computed:
                 table = table.replace_schema_metadata(metadata)
             yield from table.to_batches(max_chunksize=batch_size)
 
     def to_table(self, columns: Sequence[str] | None = None, filter=None, limit: int | None = None,
                  offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False,
                  blob_handling: str | None = None) -> pa.Table:
-        """The matching rows; blob columns as descriptions, or bytes with ``blob_handling="all_binary"``."""
+        """The matching rows; blob columns as descriptions, or bytes with ``blob_handling="all_binary"``.
+
+        ``columns`` may map output names to SQL expressions (``{"a": "b * 100"}``), as pylance's
+        computed projections; ``offset`` and ``limit`` must not be negative."""
+        _check_offset_limit(offset, limit)
         blobs = blobs_mod.check_blob_handling(blob_handling)
-        out_columns = self._resolve_columns(columns)
-        schema = self._output_schema(out_columns, with_row_id, with_row_address, blobs)
-        tables = list(self._fragment_tables(out_columns, filter, with_row_id, with_row_address, blobs=blobs))
+        plan = _ColumnPlan(self, columns)
+        schema = plan.schema(with_row_id, with_row_address, blobs)
+        tables = [plan.apply(t, with_row_id, with_row_address)
+                  for t in self._fragment_tables(plan.read, filter, with_row_id, with_row_address, blobs=blobs)]
         if len(schema) == 0:
             # no columns: only the row count matters (concat_tables and replace_schema_metadata
             # would both reset it to 0 on column-less tables)
@@ -324,6 +337,7 @@ class LanceDataset:
                 batch_size: int | None = None, blob_handling: str | None = None) -> "Scanner":
         """A scan to run later (``to_table`` / ``to_batches`` / ``count_rows``), as pylance's."""
         blobs_mod.check_blob_handling(blob_handling)
+        _check_offset_limit(offset, limit)
         return Scanner(self, columns, filter, limit, offset, with_row_id, with_row_address, batch_size, blob_handling)
 
     # --- takes -----------------------------------------------------------------------------------
@@ -336,7 +350,7 @@ class LanceDataset:
                                    idx - starts[which], columns)
 
     def _locate_live(self, frags, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Fragment of each live-row position in ``idx`` and each fragment's first position (IndexError if out of range)."""
+        """Fragment of each live-row position in ``idx`` and each fragment's first position (OutOfRangeError if out of range)."""
         live = np.array([f.count_rows() for f in frags], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(live)])
         total = int(starts[-1])
@@ -345,7 +359,8 @@ class LanceDataset:
                 if f.num_deletions:
                     f.deleted_offsets  # noqa: B018 (reading them checks them)
             bad = int(idx[(idx < 0) | (idx >= total)][0])
-            raise IndexError(f"{self.uri}: index {bad} out of range for {total} rows")
+            raise OutOfRangeError(f"{self.uri}: take index {bad} out of range for {total} rows "
+                                  f"(valid positions are 0..{total - 1})")
         return np.searchsorted(starts, idx, side="right") - 1, starts
 
     def _take_physical(self, frags, which, to_offsets, positions, columns) -> pa.Table:
@@ -404,13 +419,13 @@ class LanceDataset:
             which = np.array([pos_of.get(x, -2) for x in uniq.tolist()], dtype=np.int64)[inverse.reshape(-1)]
             if (which == -2).any():
                 bad = int(vals[which == -2][0])
-                raise ValueError(f"{self.uri}: row address {bad} belongs to non-existent fragment {bad >> 32}")
+                raise OutOfRangeError(f"{self.uri}: row address {bad} belongs to non-existent fragment {bad >> 32}")
             for f in np.unique(which).tolist():
                 sel = np.flatnonzero(which == f)
                 frag = frags[f]
                 o = offs[sel].astype(np.int64)
                 if (o >= frag.physical_rows).any():
-                    raise ValueError(f"{self.uri}: row address offset {int(o.max())} is beyond the "
+                    raise OutOfRangeError(f"{self.uri}: row address offset {int(o.max())} is beyond the "
                                      f"{frag.physical_rows} rows of fragment {frag.fragment_id}")
                 mask = frag.live_mask()
                 if mask is not None:
@@ -523,8 +538,8 @@ class Scanner:
     @property
     def projected_schema(self) -> pa.Schema:
         ds, a = self.dataset, self._args
-        return ds._output_schema(ds._resolve_columns(a["columns"]), a["with_row_id"], a["with_row_address"],
-                                 blobs_mod.check_blob_handling(a["blob_handling"]))
+        return _ColumnPlan(ds, a["columns"]).schema(a["with_row_id"], a["with_row_address"],
+                                                    blobs_mod.check_blob_handling(a["blob_handling"]))
 
     def to_table(self) -> pa.Table:
         return self.dataset.to_table(limit=self._limit, offset=self._offset, **self._args)
@@ -540,6 +555,61 @@ class Scanner:
     def count_rows(self) -> int:
         return self.to_table().num_rows if (self._limit is not None or self._offset) else \
             self.dataset.count_rows(self._args["filter"])
+
+
+def _check_offset_limit(offset, limit) -> None:
+    """pylance's rule: offset and limit, when given, are integers >= 0."""
+    for name, value in (("Offset", offset), ("Limit", limit)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise InvalidArgumentError(f"{name} must be an integer, got {value!r}")
+        if value < 0:
+            raise InvalidArgumentError(f"{name} must be non-negative (got {value})")
+
+
+class _ColumnPlan:
+    """What a scan reads and how it shapes the output: a list of column names, or (pylance's
+    computed projections) a mapping of output names to SQL expressions over the columns."""
+
+    def __init__(self, ds: LanceDataset, columns):
+        self._ds = ds
+        self.computed: list[tuple[str, object]] | None = None
+        if isinstance(columns, Mapping) and not columns:
+            columns = []  # pylance: an empty projection
+        if isinstance(columns, Mapping):
+            computed = []
+            for name, sql in columns.items():
+                if not isinstance(name, str):
+                    raise InvalidArgumentError(f"{ds.uri}: computed column names must be strings, got {name!r}")
+                computed.append((name, compile_expression(sql, ds.schema)))
+            needed = set().union(*(p.columns for _, p in computed))
+            order = [f.name for f in ds.schema] + [ROW_ID, ROW_ADDR]
+            self.read = [c for c in order if c in needed]
+            self.computed = computed
+        else:
+            self.read = ds._resolve_columns(columns)
+
+    def schema(self, with_row_id: bool, with_row_address: bool, blobs: str) -> pa.Schema:
+        if self.computed is None:
+            return self._ds._output_schema(self.read, with_row_id, with_row_address, blobs)
+        fields = [pa.field(name, p.type, nullable=p.nullable) for name, p in self.computed]
+        fields += [pa.field(c, pa.uint64()) for c in _output_names([], with_row_id, with_row_address)]
+        return pa.schema(fields)
+
+    def apply(self, table: pa.Table, with_row_id: bool, with_row_address: bool) -> pa.Table:
+        """``table`` (holding ``self.read`` plus the row id/address columns) in the output shape."""
+        if self.computed is None:
+            return table
+        import pyarrow.dataset as pds
+
+        source = table if table.num_columns else pa.table({"__rows": pa.nulls(table.num_rows)})
+        projection = {name: p.expression for name, p in self.computed}
+        for c in _output_names([], with_row_id, with_row_address):
+            projection[c] = pds.field(c)
+        out = pds.dataset(source).to_table(columns=projection)
+        want = self.schema(with_row_id, with_row_address, "blobs_descriptions")
+        return out if out.schema.equals(want) else out.cast(want)
 
 
 class _LiveOffsets:

@@ -35,10 +35,10 @@ from sqlglot import exp, generator, tokens
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 
-from lance_ops.errors import FilterError
+from lance_ops.errors import FilterError, InvalidArgumentTypeError
 from lance_ops.table import stats_pruning as sp
 
-__all__ = ["Filter", "compile_filter", "SPECIAL_COLUMNS"]
+__all__ = ["Filter", "Projection", "compile_filter", "compile_expression", "SPECIAL_COLUMNS"]
 
 #: Columns a filter may reference although they are not in the dataset schema.
 SPECIAL_COLUMNS: dict[str, pa.DataType] = {"_rowid": pa.uint64(), "_rowaddr": pa.uint64()}
@@ -93,6 +93,30 @@ def compile_filter(predicate: str | pc.Expression | None, schema: pa.Schema) -> 
         raise FilterError("a filter must be a SQL string or a pyarrow.compute.Expression, "
                           f"not {type(predicate).__name__}")
     return _Compiler(predicate, schema).compile()
+
+
+@dataclass(frozen=True, eq=False)
+class Projection:
+    """A compiled value expression (a computed column of ``to_table(columns={name: sql})``)."""
+
+    expression: pc.Expression
+    type: pa.DataType
+    columns: frozenset[str]
+    sql: str
+    #: False for a constant that is not null (pylance marks such output fields non-nullable)
+    nullable: bool = True
+
+
+def compile_expression(sql: str, schema: pa.Schema) -> Projection:
+    """Compile a SQL value expression (``"b * 100"``, ``"upper(s)"``) against ``schema``.
+
+    It goes through the same translation as filters, so types, literals and errors (with a
+    caret under the position) follow the same pylance rules.
+    """
+    if not isinstance(sql, str):
+        raise InvalidArgumentTypeError(
+            f"a computed column must be a SQL expression string, not {type(sql).__name__}")
+    return _Compiler(sql, schema, what="expression").compile_value()
 
 
 # --- pyarrow expressions -----------------------------------------------------------------------
@@ -218,8 +242,36 @@ def _caret(sql: str, start: int, end: int) -> str:
     return f"    {pre}{sql[lo:hi]}{post}\n    {pad}{'^' * width}"
 
 
+def _is_unexpected(err: dict) -> bool:
+    return "Unexpected token" in (err.get("description") or "")
+
+
+_OPERATOR_WORDS = {"EQ": "=", "NEQ": "!=", "GT": ">", "GTE": ">=", "LT": "<", "LTE": "<=", "And": "AND",
+                   "Or": "OR", "Not": "NOT", "Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Mod": "%",
+                   "Like": "LIKE", "ILike": "ILIKE", "In": "IN", "Is": "IS", "Between": "BETWEEN"}
+
+
+def _parse_problem(err: dict, at_end: bool) -> str:
+    """What the parser expected and what it found, in the user's terms (no parser internals)."""
+    desc = err.get("description") or ""
+    found = "end of input" if at_end else repr(err.get("highlight") or "")
+    m = re.match(r"Required keyword: '(\w+)' missing for <class '[\w.]*?(\w+)'>", desc)
+    if m:
+        word = _OPERATOR_WORDS.get(m.group(2), m.group(2).upper())
+        if m.group(1) == "high":
+            return f"expected AND and an upper bound after BETWEEN, found {found}"
+        return f"expected an expression after {word}, found {found}"
+    m = re.match(r"Expecting (.+)", desc)
+    if m:
+        return f"expected {m.group(1).strip()!r}, found {found}"
+    if _is_unexpected(err):
+        return f"unexpected {found}"
+    return re.sub(r"<class '[\w.]*?(\w+)'>", r"\1", desc) + f" (found {found})"
+
+
 class _Compiler:
-    def __init__(self, sql: str, schema: pa.Schema):
+    def __init__(self, sql: str, schema: pa.Schema, what: str = "filter"):
+        self.what = what
         self.sql = sql
         self.fields = {f.name: f for f in _with_specials(schema)}
         self.columns: set[str] = set()
@@ -250,30 +302,52 @@ class _Compiler:
         return Filter(expression, frozenset(self.columns), constant,
                       node.sql(dialect=_LanceSQL, copy=False), v.tree or sp.UNKNOWN)
 
+    def compile_value(self) -> Projection:
+        try:
+            node = self._parse()
+            v = self.visit(node)
+        except RecursionError:
+            raise FilterError(f"Invalid expression: nested too deeply ({len(self.sql)} characters)") from None
+        expression = v.expr if v.lit is None else pc.scalar(v.lit)
+        for n in self.as_string:
+            n.replace(exp.Literal.string(n.name))
+        return Projection(expression, v.type, frozenset(self.columns), node.sql(dialect=_LanceSQL, copy=False),
+                          nullable=v.lit is None or not v.lit.is_valid)
+
     def _parse(self) -> exp.Expression:
         if not self.sql.strip():
-            raise FilterError("Invalid filter: the predicate is empty")
+            raise FilterError(f"Invalid {self.what}: the {self.what} is empty")
         try:
             return sqlglot.parse_one(self.sql, read=_LanceSQL, into=exp.Condition)
         except ParseError as e:
             err = e.errors[0] if e.errors else {}
             line, col = err.get("line"), err.get("col")
-            desc = err.get("description") or str(e)
             if line is None or col is None:
-                raise FilterError(f"Syntax error in filter {self.sql!r}: {desc}") from None
-            length = len(err.get("highlight") or "") or 1
+                raise FilterError(f"Syntax error in {self.what} {self.sql!r}: {_parse_problem(err, True)}") from None
+            highlight = err.get("highlight") or ""
+            length = len(highlight) or 1
             offset = sum(len(x) + 1 for x in self.sql.split("\n")[: line - 1])
             start = offset + max(col - length, 0)
+            at_end = not err.get("end_context") and not _is_unexpected(err)
+            if at_end:  # the parser ran out of input: point just past the last token
+                start, length = len(self.sql.rstrip()), 1
+                line = self.sql.count("\n", 0, start) + 1
+                col = start - (self.sql.rfind("\n", 0, start) + 1) + 1
+            else:
+                col = col - length + 1
             raise FilterError(
-                f"Syntax error in filter at line {line}, column {col - length + 1}: {desc}\n"
+                f"Syntax error in {self.what} at line {line}, column {col}: {_parse_problem(err, at_end)}\n"
                 f"{_caret(self.sql, start, start + length - 1)}") from None
         except TokenError as e:
             m = re.search(r"from (\d+):(\d+)", str(e.__cause__ or ""))
             pos = int(m.group(2)) if m else (e.start or 0)
-            raise FilterError(f"Syntax error in filter at position {pos}: "
-                              f"{e.__cause__ or e}\n{_caret(self.sql, pos, pos)}") from None
+            problem = str(e.__cause__ or e)
+            if problem.startswith("Missing '"):
+                problem = "unterminated string literal (a ' without its closing ')"
+            raise FilterError(f"Syntax error in {self.what} at position {pos}: "
+                              f"{problem}\n{_caret(self.sql, pos, pos)}") from None
         except SqlglotError as e:
-            raise FilterError(f"Syntax error in filter {self.sql!r}: {e}") from None
+            raise FilterError(f"Syntax error in {self.what} {self.sql!r}: {e}") from None
 
     def _fail(self, node: exp.Expression, message: str) -> FilterError:
         ids = [node] if isinstance(node, exp.Identifier) else list(node.find_all(exp.Identifier))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from lance_ops import __version__
+from lance_ops._version import __version__
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import RetryableCommitConflictError, UnsupportedError
 from lance_ops.table import feature_flags, rowids

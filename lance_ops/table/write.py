@@ -15,6 +15,7 @@ dictionary lacks is refused (pylance would silently mis-key it).
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Iterable, Iterator, Mapping
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from lance_ops._proto import file_pb2, table_pb2, transaction_pb2
 from lance_ops.errors import (
     DatasetExistsError,
     DatasetNotFoundError,
+    InvalidArgumentError,
     RetryableCommitConflictError,
     SchemaMismatchError,
     UnsupportedError,
@@ -32,7 +34,7 @@ from lance_ops.file.format import MANIFEST_VERSIONS
 from lance_ops.file.writer import LanceFileWriter
 from lance_ops.file.writer_legacy import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileWriter
 from lance_ops.io import open_store
-from lance_ops.schema import field_tree, from_lance_fields, to_lance_fields
+from lance_ops.schema import check_metadata_utf8, field_tree, from_lance_fields, to_lance_fields
 from lance_ops.table import feature_flags, naming, versions
 from lance_ops.table.commit import IDEMPOTENCY_KEY, CommitContext, CommitOptions, commit_transaction, find_idempotent_commit
 from lance_ops.table.dataset import LanceDataset, open_manifest
@@ -77,6 +79,7 @@ def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReade
 
 def check_append_schema(dataset_schema: pa.Schema, data_schema: pa.Schema, uri: str) -> None:
     """Refuse data whose columns or types differ from the dataset's; name every offending field."""
+    check_metadata_utf8(data_schema, uri)
     want = {f.name: f for f in dataset_schema}
     have = {f.name: f for f in data_schema}
     problems = []
@@ -392,7 +395,7 @@ def _refuse_legacy_blob_append_at_2_2(dataset_schema: pa.Schema, version: str, u
 
 def write_dataset(
     data: Any,
-    uri: str,
+    uri: "str | LanceDataset",
     schema: pa.Schema | None = None,
     mode: str = "create",
     *,
@@ -416,10 +419,16 @@ def write_dataset(
 
     Blob columns at 2.2+ are stored as ``lance.blob.v2`` as pylance does; values given as
     external URIs are kept as references only with ``allow_external_blob_outside_bases=True``.
+    ``uri`` may be a dataset object (its URI and storage options are used, as pylance does).
     """
     if mode not in ("create", "append", "overwrite"):
-        raise ValueError(f"mode must be 'create', 'append' or 'overwrite', not {mode!r}")
-    uri = str(uri)
+        raise InvalidArgumentError(f"mode must be 'create', 'append' or 'overwrite', not {mode!r}")
+    if isinstance(uri, LanceDataset):
+        storage_options = uri.storage_options if storage_options is None else storage_options
+        uri = uri.uri
+    uri = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
+    if not isinstance(uri, str):
+        raise InvalidArgumentError(f"write_dataset needs a URI, a path or a dataset, not {type(uri).__name__}")
     store, base = open_store(uri, storage_options)
     props = dict(transaction_properties or {})
     if commit_message:

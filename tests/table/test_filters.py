@@ -259,9 +259,13 @@ def test_syntax_error_shows_caret():
     msg = str(e.value)
     assert "line 1, column 8" in msg
     assert "    id > 5 foo\n           ^^^" in msg
-    with pytest.raises(FilterError, match=r"(?s)column 8.*\n    id > 5 AND\n {11}\^\^\^$"):
+    # like pylance: what was expected and what was found; the caret points past the last token
+    with pytest.raises(FilterError, match=r"(?s)column 11: expected an expression after AND, found end of input"
+                                          r"\n    id > 5 AND\n {14}\^$"):
         compile_filter("id > 5 AND", schema)
-    with pytest.raises(FilterError, match=r"(?s)Missing '.*\n    id = 'abc\n         \^"):
+    with pytest.raises(FilterError, match=r"column 6: expected an expression after =, found '='\n    id = = 1\n {9}\^$"):
+        compile_filter("id = = 1", schema)
+    with pytest.raises(FilterError, match=r"(?s)unterminated string literal.*\n    id = 'abc\n         \^"):
         compile_filter("id = 'abc", schema)
     with pytest.raises(FilterError, match=r"(?s)line 2.*\n    OR id <\n"):
         compile_filter("id = 1\nOR id <", schema)

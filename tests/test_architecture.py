@@ -1,0 +1,176 @@
+"""The layer rule and the no-cycle rule of docs/architecture.md, read from lance_ops' import graph.
+
+Every ``import`` / ``from ... import`` in lance_ops (at module level *and* inside functions) is an
+edge. An edge may not run up the floors, and modules may not import each other in a loop.
+
+The redesign step removes today's violations; until then they are listed in ``KNOWN_*`` below as a
+ratchet: a violation not on the list fails the suite (new code cannot add one), and a listed one
+that is gone fails too (so the list only shrinks and stays true).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "lance_ops"
+
+#: floor of each top-level part of lance_ops (docs/architecture.md); the package face is above all
+FLOORS = {
+    "errors": 0, "_proto": 0, "_version": 0,
+    "io": 1, "schema": 1,
+    "encoding": 2, "file": 2, "format": 2,
+    "table": 3,
+    "maintenance": 4,
+    "spark": 5, "cli": 5, "demo": 5,
+}
+
+#: upward edges that exist today (importer -> imported); the redesign removes them
+KNOWN_UPWARD = {
+    ("lance_ops.file.writer_legacy", "lance_ops.table.manifest"),
+    ("lance_ops.table.dataset", "lance_ops.maintenance.cleanup"),
+    ("lance_ops.table.dataset", "lance_ops.maintenance.compaction"),
+}
+
+#: import cycles that exist today (each as the sorted modules of one strongly connected component)
+KNOWN_CYCLES = {
+    ("lance_ops.maintenance.compaction", "lance_ops.maintenance.compaction_exec",
+     "lance_ops.maintenance.compaction_plan", "lance_ops.table.blobs", "lance_ops.table.dataset",
+     "lance_ops.table.fragment", "lance_ops.table.write"),
+    ("lance_ops.encoding.encode_v20_blob", "lance_ops.encoding.fields_v2_0"),
+    ("lance_ops.encoding.v21_chunks", "lance_ops.encoding.v21_compressive"),
+    ("lance_ops.io.s3", "lance_ops.io.s3_writer"),
+    ("lance_ops.table.external_store", "lance_ops.table.naming"),
+    ("lance_ops.table.filters", "lance_ops.table.stats_pruning"),
+}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py") if "_proto" not in p.parts}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """lance_ops modules ``name`` imports anywhere in its file (``from pkg import mod`` counts as mod)."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            targets = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in known else prefix for a in node.names]
+        else:
+            continue
+        for target in targets:
+            if target.startswith("lance_ops._proto"):  # generated code: floor 0, imports nothing of ours
+                continue
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name and target.startswith("lance_ops"):
+                out.add(target)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: imports_of(name, path, known) for name, path in mods.items()}
+
+
+def floor(name: str) -> int | None:
+    parts = name.split(".")
+    if len(parts) == 1:  # the package face stands above every floor
+        return None
+    return FLOORS.get(parts[1])
+
+
+def strongly_connected(g: dict[str, set[str]]) -> list[set[str]]:
+    """Tarjan's algorithm, iterative."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[set[str]] = []
+    counter = 0
+    for root in g:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(g[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in g:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(g[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.add(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    out.append(component)
+    return out
+
+
+def test_every_part_has_a_floor():
+    unplaced = sorted({n.split(".")[1] for n in modules() if "." in n and floor(n) is None})
+    assert not unplaced, f"add these parts of lance_ops to FLOORS (docs/architecture.md): {unplaced}"
+
+
+def test_imports_never_run_up_the_floors():
+    upward = set()
+    for importer, targets in graph().items():
+        f = floor(importer)
+        if f is None:
+            continue
+        upward |= {(importer, t) for t in targets if floor(t) is not None and floor(t) > f}
+    assert upward - KNOWN_UPWARD == set(), "imports from a lower floor to a higher one (docs/architecture.md)"
+    assert KNOWN_UPWARD - upward == set(), "these are gone: remove them from KNOWN_UPWARD"
+
+
+def test_no_import_cycles():
+    cycles = {tuple(sorted(c)) for c in strongly_connected(graph())}
+    new = cycles - KNOWN_CYCLES
+    assert not new, f"modules that import each other in a loop: {sorted(new)}"
+    assert KNOWN_CYCLES - cycles == set(), "these cycles are gone (or changed): update KNOWN_CYCLES"
+
+
+def test_the_checker_sees_cycles_and_upward_edges():
+    """The analysis itself: a made-up graph with one loop and one upward edge."""
+    g = {"lance_ops.table.a": {"lance_ops.table.b"}, "lance_ops.table.b": {"lance_ops.table.a"},
+         "lance_ops.io.c": {"lance_ops.table.a"}}
+    assert [sorted(c) for c in strongly_connected(g)] == [["lance_ops.table.a", "lance_ops.table.b"]]
+    assert floor("lance_ops.io.c") < floor("lance_ops.table.a")
