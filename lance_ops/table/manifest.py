@@ -457,6 +457,15 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
     return ManifestFile(manifest, transaction, index_section, path, size, dictionaries)
 
 
+def check_row_id_sequences(mf: ManifestFile, where: str) -> None:
+    """With stable row ids every fragment carries a row-id sequence (upstream refuses to open
+    a manifest where one does not): CorruptFileError naming ``where`` otherwise."""
+    which = "row_id_sequence"
+    missing = [f.id for f in mf.manifest.fragments if f.WhichOneof(which) is None]
+    if missing:
+        raise CorruptFileError(where, f"stable row ids are enabled but fragments {missing[:10]} have no row-id sequence")
+
+
 def manifest_schema(mf: ManifestFile, store=None) -> pa.Schema:
     """The Arrow schema of a manifest; a field list that does not convert (an unknown logical
     type, cyclic parent ids) raises the same error class with the manifest named."""

@@ -60,14 +60,12 @@ DELETE = "id % 7 = 3"
 #: what is done with a damaged old version (version 1)
 V1_OPS = ("open", "count_rows", "to_table", "take", "cleanup_dry_run")
 
-#: open findings (issue 16 notes): damage inside a data file's *values* or encoding parameters
-#: that pylance's decoders refuse and lance_ops's still decode into different values. They are
-#: reported by the test (``known_open``) instead of failing it; any other silent difference fails.
-KNOWN_OPEN = (
-    "invalid utf-8",  # string bytes: pylance validates UTF-8, lance_ops returns them as they are
-    "Flat mini-block requires a positive bit width",  # 2.1 mini-block with a zeroed bit width
-    "Any.type_url: invalid string value",  # 2.1 encoding envelope with a non-UTF-8 type url
-)
+#: open finding (issue 16 notes): a damaged byte inside a data file's string *values* that makes
+#: them invalid UTF-8. pylance validates UTF-8 while decoding and refuses; lance_ops returns the
+#: bytes as they are (validating would cost ~10x the read of a string column: 23 ms against 2.3 ms
+#: for 1M strings), so it is left to a deep verify. Reported by the test (``known_open``) instead
+#: of failing it; any other silent difference fails.
+KNOWN_OPEN = ("invalid utf-8",)
 
 #: manifest (and transaction) fields whose damage no consistency check can detect: a flipped
 #: value that is still valid reads back changed in pylance too. Filled from the observed cases.
@@ -325,7 +323,7 @@ class Judge:
             self.counts["oracle_crashed"] += 1
             return
         except Exception as exc:  # pylance detects it: so must we
-            if case.case_id.startswith("data") and any(k in str(exc) for k in KNOWN_OPEN):
+            if case.case_id.startswith("data") and any(k in str(exc).lower() for k in KNOWN_OPEN):
                 self.counts["known_open"] += 1
                 self.known_open.append(f"{case.case_id} {op}: {str(exc)[:120]}")
                 return
