@@ -295,7 +295,7 @@ def _check_data_file(reader, df: table_pb2.DataFile, frag: table_pb2.DataFragmen
                     covered.add(fid)
                     fid = stored[fid]
                 covered.add(fid)
-            missing = [fid for fid, parent in stored.items() if parent < 0 and fid not in covered]
+            missing = [fid for fid, parent in stored.items() if parent < 0 <= fid and fid not in covered]
             if missing:
                 problem = (f"fragment {frag.id} lists field ids {ids}, which leave the data file's top-level "
                            f"field(s) {missing} out")
