@@ -28,7 +28,7 @@ from lance_ops.table import feature_flags, naming, tags as tags_mod
 from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.filters import compile_expression, compile_filter
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.manifest import ManifestFile, check_row_id_sequences, manifest_schema, read_manifest
+from lance_ops.table.manifest import ManifestFile, check_fragments, manifest_schema, read_manifest
 
 ROW_ID = "_rowid"
 ROW_ADDR = "_rowaddr"
@@ -52,8 +52,7 @@ def open_manifest(store, base: str, version: int | str | None, uri: str) -> Mani
             raise DatasetNotFoundError(f"{uri}: version {version} does not exist")
     mf = read_manifest(store, loc.path)
     feature_flags.check_reader_flags(mf.manifest.reader_feature_flags, store.uri(loc.path))
-    if mf.manifest.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS:
-        check_row_id_sequences(mf, store.uri(loc.path))
+    check_fragments(mf, store.uri(loc.path), bool(mf.manifest.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS))
     return mf
 
 

@@ -457,13 +457,29 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
     return ManifestFile(manifest, transaction, index_section, path, size, dictionaries)
 
 
-def check_row_id_sequences(mf: ManifestFile, where: str) -> None:
-    """With stable row ids every fragment carries a row-id sequence (upstream refuses to open
-    a manifest where one does not): CorruptFileError naming ``where`` otherwise."""
-    which = "row_id_sequence"
-    missing = [f.id for f in mf.manifest.fragments if f.WhichOneof(which) is None]
-    if missing:
-        raise CorruptFileError(where, f"stable row ids are enabled but fragments {missing[:10]} have no row-id sequence")
+def check_fragments(mf: ManifestFile, where: str, stable_row_ids: bool) -> None:
+    """Consistency of a manifest's fragment list, checked when a version is opened (one pass,
+    ~0.2 µs per fragment): fragment ids are unique and not above ``max_fragment_id`` (else
+    addresses collide, or a later append reuses an id), and with stable row ids every fragment
+    carries a row-id sequence (upstream refuses such a manifest). CorruptFileError naming ``where``.
+    """
+    m = mf.manifest
+    frags = m.fragments
+    if not frags:
+        return
+    ids = np.fromiter((f.id for f in frags), dtype=np.uint64, count=len(frags))
+    if len(frags) > 1:
+        order = np.sort(ids)
+        dup = order[1:][order[1:] == order[:-1]]
+        if dup.size:
+            raise CorruptFileError(where, f"fragment id {int(dup[0])} is used by more than one fragment")
+    if m.HasField("max_fragment_id") and int(ids.max()) > m.max_fragment_id:
+        raise CorruptFileError(where, f"fragment id {int(ids.max())} is above max_fragment_id {m.max_fragment_id}")
+    if stable_row_ids:
+        missing = [f.id for f in frags if f.WhichOneof("row_id_sequence") is None]
+        if missing:
+            raise CorruptFileError(
+                where, f"stable row ids are enabled but fragments {missing[:10]} have no row-id sequence")
 
 
 def manifest_schema(mf: ManifestFile, store=None) -> pa.Schema:

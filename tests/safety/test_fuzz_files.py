@@ -703,3 +703,23 @@ def test_cleanup_refuses_when_a_kept_version_names_a_missing_data_file(tmp_path)
     assert os.path.exists(os.path.join(uri, naming.DATA_DIR, real))  # the real file is still there
     with pytest.raises(ObjectNotFoundError, match="fragment 0 in manifest"):
         ds.to_table()
+
+
+def test_fragment_ids_unique_and_row_id_sequences_present(tmp_path):
+    from lance_ops.errors import CorruptFileError
+
+    uri = str(tmp_path / "ds")
+    lance_ops.write_dataset(rows(0, 20), uri, max_rows_per_file=10, enable_stable_row_ids=True)
+    store, base = open_store(uri)
+    mpath = naming.latest_version(store, base).path
+    original = Path(mpath).read_bytes()
+    for edit, message in [
+        (lambda m: setattr(m.fragments[1], "id", 0), "fragment id 0 is used by more than one fragment"),
+        (lambda m: setattr(m, "max_fragment_id", 0), "fragment id 1 is above max_fragment_id 0"),
+        (lambda m: m.fragments[1].ClearField("inline_row_ids"), r"fragments \[1\] have no row-id sequence"),
+    ]:
+        Path(mpath).write_bytes(original)
+        _rewrite(store, mpath, edit)
+        with pytest.raises(CorruptFileError, match=message) as ei:
+            lance_ops.dataset(uri)
+        assert ei.value.path == mpath
