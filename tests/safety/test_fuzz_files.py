@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -380,10 +380,34 @@ def _find_files(uri: str, stable: bool, ext_rowids: str | None) -> dict[str, str
     return files
 
 
+def deterministic(mp: pytest.MonkeyPatch) -> None:
+    """File names, deletion file ids, transaction uuids and timestamps from a fixed seed, so that
+    the pristine files, and therefore every damaged copy, are the same bytes on every run."""
+    import secrets
+    import uuid
+
+    rng = random.Random(16)
+    clock = iter(range(1_767_225_600_000_000_000, 1 << 63, 1_000_000_000))  # 2026-01-01, +1 s per call
+    mp.setattr(uuid, "uuid4", lambda: uuid.UUID(int=rng.getrandbits(128), version=4))
+    mp.setattr(secrets, "randbits", rng.getrandbits)
+    mp.setattr(time, "time_ns", lambda: next(clock))
+
+
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> dict[str, Pristine]:
+def pristine(tmp_path_factory) -> Iterator[dict[str, Pristine]]:
     root = tmp_path_factory.mktemp("fuzz")
     out = {}
+    with pytest.MonkeyPatch.context() as mp:
+        deterministic(mp)
+        build_all(root, out)
+    for p in out.values():  # lance_ops and pylance agree when undamaged
+        for name in ("count_rows", "to_table", "take") if p.fmt != EXTERNAL else ():
+            assert _same(p.expected[name][1], ORACLE(pylance_op, name, p.uri, p.version, p.stable)), (p.fmt, name)
+    yield out
+    ORACLE.close()
+
+
+def build_all(root: Path, out: dict[str, Pristine]) -> None:
     for fmt in FORMATS + [EXTERNAL]:
         stable = fmt in ("2.0", "2.2", EXTERNAL)
         uri = str(root / f"ds_{fmt}")
@@ -399,13 +423,9 @@ def pristine(tmp_path_factory) -> dict[str, Pristine]:
         expected = run_ops(dataset_ops(work, version, stable))
         bad = {k: v for k, v in expected.items() if v[0] != "ok"}
         assert not bad, bad
-        for name in ("count_rows", "to_table", "take") if ext is None else ():  # lance_ops and pylance agree when undamaged
-            assert _same(expected[name][1], ORACLE(pylance_op, name, uri, version, stable)), (fmt, name)
         shutil.copytree(uri, work + "_v1")
         expected_v1 = run_ops({k: v for k, v in dataset_ops(work + "_v1", 1, stable).items() if k in V1_OPS})
         out[fmt] = Pristine(fmt, stable, uri, version, expected, expected_v1, _find_files(uri, stable, ext))
-    yield out
-    ORACLE.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -548,13 +568,28 @@ def _targets(p: Pristine) -> list[str]:
     return [t for t in TARGETS if t in p.files]
 
 
+#: a case allocating this much more than the process ever held before is a memory blow-up
+MAX_PEAK_GROWTH = 1 << 30
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
 def fuzz(pristine: dict[str, Pristine], work: Path, seeds: range) -> Judge:
     judge = Judge()
+    peak = _peak_rss()
     for fmt in FORMATS + [EXTERNAL]:
         p = pristine[fmt]
         for target in _targets(p):
             for seed in seeds:
                 run_case(judge, p, target, seed, work)
+                if _peak_rss() - peak > MAX_PEAK_GROWTH:
+                    judge.problems.append(f"{target}/{fmt}/{seed}: peak memory grew by "
+                                          f"{(_peak_rss() - peak) >> 20} MiB")
+                    peak = _peak_rss()
     print(judge.report())
     print("undetectable (oracle agreed):", UNDETECTABLE)
     print("known open:", *judge.known_open, sep="\n  ")
