@@ -22,7 +22,7 @@ import pyarrow.ipc as ipc
 from pyroaring import BitMap
 
 from lance_ops._proto import table_pb2
-from lance_ops.errors import CorruptFileError
+from lance_ops.errors import CorruptFileError, ObjectNotFoundError
 from lance_ops.table import naming
 
 ARROW_ARRAY = table_pb2.DeletionFile.ARROW_ARRAY
@@ -175,7 +175,13 @@ def read_deletion_offsets(store, base: str, fragment_id: int, deletion_file,
     if deletion_file is not None and deletion_file.file_type not in (ARROW_ARRAY, BITMAP):
         raise CorruptFileError(manifest_path or "<manifest>",
                                f"fragment {fragment_id} has a deletion file of unknown type {deletion_file.file_type}")
-    got = read_deletion_file(store, base, fragment_id, deletion_file)
+    try:
+        got = read_deletion_file(store, base, fragment_id, deletion_file)
+    except ObjectNotFoundError as exc:
+        if manifest_path is None:
+            raise
+        # a missing file is a damaged manifest as often as a removed file: name both
+        raise ObjectNotFoundError(f"{exc} (deletion file of fragment {fragment_id} in manifest {manifest_path})") from exc
     # decode_arrow_deletions already returns sorted unique uint32 offsets
     offsets = got if isinstance(got, np.ndarray) else to_offsets(got)
     if deletion_file is not None:

@@ -27,7 +27,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from lance_ops._proto import rowids_pb2
-from lance_ops.errors import CorruptFileError
+from lance_ops.errors import CorruptFileError, ObjectNotFoundError
 
 _U64 = np.uint64
 _U64_MAX = (1 << 64) - 1
@@ -419,7 +419,10 @@ def read_fragment_row_ids(store, base: str, fragment, manifest_path: str = "<man
         ext = fragment.external_row_ids
         path = store.join(base, ext.path)
         where, what = store.uri(path), f"row ids of fragment {fragment.id}"
-        data = store.read_range(path, ext.offset, ext.size)
+        try:
+            data = store.read_range(path, ext.offset, ext.size)
+        except ObjectNotFoundError as exc:
+            raise ObjectNotFoundError(f"{exc} (row ids of fragment {fragment.id} in manifest {manifest_path})") from exc
     else:
         return None
     rows = int(fragment.physical_rows)
