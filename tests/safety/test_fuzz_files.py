@@ -12,12 +12,35 @@ Allowed outcomes per operation:
 * the result equals the one of the undamaged dataset (the damage hit padding or unused bytes);
 * a :class:`~lance_ops.errors.LanceOpsError` whose message names the damaged file;
 * a different result that pylance 14.0.2 returns as well for the same damaged file: damage no
-  consistency check can see (no checksums in the format). Which fields these are is recorded in
-  ``UNDETECTABLE`` below and printed by the test.
+  consistency check can see (the format has no checksums). pylance runs in a separate process (it
+  aborts on some damage); the fields seen are recorded in ``UNDETECTABLE`` and printed.
+
+Undetectable by design (no check can tell the damaged value from a valid one):
+
+* manifest: column names (a name flipped into another valid one renames the column; a filter on
+  the old name then fails with FilterError, as in pylance), ``nullable``, schema/field metadata,
+  timestamps, ``tag``, ``writer_version``, ``config``/``table_metadata`` values, ``next_row_id``
+  above the real one, ``max_fragment_id`` above the real one, a fragment id changed into another
+  unused id (of a fragment without deletion file), ``file_size_bytes``/``column_indices`` (not
+  used for reading); ``physical_rows`` and ``num_deleted_rows`` for metadata-only operations
+  (``count_rows()`` without filter, the compaction plan): both are checked as soon as the data or
+  deletion file is read;
+* transaction files: everything but ``read_version`` and ``uuid`` (checked against the name);
+* data files: values (numbers, valid UTF-8 strings, validity bits) inside pages.
+
+What is detected: protobuf that does not decode or carries a known field with the wrong wire type;
+offsets/lengths outside the file; fragment ids repeated or above ``max_fragment_id``; a fragment's
+``physical_rows`` against its data file's footer; ``DataFile.fields`` against the file's field ids;
+deletion offsets past ``physical_rows`` and their count against ``num_deleted_rows``; row-id
+sequences whose length is not ``physical_rows`` (checked before expanding) or that are missing with
+stable row ids; schema parent ids; a transaction file whose content does not match its name;
+cleanup refusing a kept version whose data files are missing.
 
 Anything else (another exception type, an error not naming the file, wrong data pylance does not
-return, a case slower than ``CASE_SECONDS``) fails. Seeds are fixed: a failure message carries the
-case id (``target/format/seed``) and ``reproduce(case_id)`` replays it.
+return, a case slower than ``CASE_SECONDS``, peak memory growing by more than ``MAX_PEAK_GROWTH``)
+fails. The pristine files are byte-identical on every run (seeded ids, uuids and clock) and the
+damage is seeded per case: a failure names its case (``target/format/seed/mutation``) and comes
+back with the same seeds.
 """
 from __future__ import annotations
 
