@@ -467,16 +467,16 @@ def check_fragments(mf: ManifestFile, where: str, stable_row_ids: bool) -> None:
     frags = m.fragments
     if not frags:
         return
-    ids = np.fromiter((f.id for f in frags), dtype=np.uint64, count=len(frags))
-    if len(frags) > 1:
-        order = np.sort(ids)
-        dup = order[1:][order[1:] == order[:-1]]
-        if dup.size:
-            raise CorruptFileError(where, f"fragment id {int(dup[0])} is used by more than one fragment")
-    if m.HasField("max_fragment_id") and int(ids.max()) > m.max_fragment_id:
-        raise CorruptFileError(where, f"fragment id {int(ids.max())} is above max_fragment_id {m.max_fragment_id}")
+    ids = [f.id for f in frags]
+    if len(set(ids)) != len(ids):
+        seen: set[int] = set()
+        dup = next(i for i in ids if i in seen or seen.add(i))
+        raise CorruptFileError(where, f"fragment id {dup} is used by more than one fragment")
+    if m.HasField("max_fragment_id") and max(ids) > m.max_fragment_id:
+        raise CorruptFileError(where, f"fragment id {max(ids)} is above max_fragment_id {m.max_fragment_id}")
     if stable_row_ids:
-        missing = [f.id for f in frags if f.WhichOneof("row_id_sequence") is None]
+        which = "row_id_sequence"
+        missing = [f.id for f in frags if f.WhichOneof(which) is None]
         if missing:
             raise CorruptFileError(
                 where, f"stable row ids are enabled but fragments {missing[:10]} have no row-id sequence")
