@@ -4,7 +4,11 @@
 `maintenance_needed` (deferrable sensor, soft_fail) -> `compaction` (bin-packs small fragments;
 plan in-process, small plans compact right there, big ones go to Spark and a commit task) ->
 `materialize_deletions` (rewrites fragments whose deleted-row ratio exceeds the threshold, whatever
-their size) -> `rebuild_statistics` -> `refresh_row_id_index` -> `cleanup`.
+their size) -> `rebuild_statistics` -> `refresh_row_id_index` -> `verify` -> `cleanup`.
+
+`verify` checks that every file the latest manifest references exists with its recorded size and
+decodes (`verify_deep` also decodes every page). If anything is wrong the task fails at once, naming
+each problem, and `cleanup` does not run: the old versions and their files stay for recovery.
 
 A healthy dataset skips the whole run: the sensor checks once and, if no threshold is reached
 within `sensor_timeout_seconds` (default 0: check once), skips, and everything after it is
@@ -38,6 +42,7 @@ from operators import (
     LanceMaterializeDeletionsOperator,
     LanceRebuildStatisticsOperator,
     LanceRefreshRowIdIndexOperator,
+    LanceVerifyOperator,
     lance_compaction_group,
 )
 from sensors import LanceMaintenanceNeededSensor
@@ -71,6 +76,8 @@ with DAG(
         "materialize_deletions_threshold": Param(0.1, type="number", minimum=0, maximum=1),
         "spark_threshold_rows": Param(5_000_000, type=["null", "integer"], minimum=0,
                                       description="compactions rewriting more rows run on Spark"),
+        "verify_deep": Param(False, type="boolean",
+                             description="verify: also decode every page of every data file (reads all data)"),
         "cleanup_older_than_seconds": Param(14 * 24 * 3600, type="number", minimum=0),
         "retain_versions": Param(None, type=["null", "integer"], minimum=1),
         "delete_unverified": Param(False, type="boolean",
@@ -115,6 +122,9 @@ with DAG(
     )
     statistics = LanceRebuildStatisticsOperator(task_id="rebuild_statistics", dataset_uri=URI, lance_conn_id=CONN)
     rowid_index = LanceRefreshRowIdIndexOperator(task_id="refresh_row_id_index", dataset_uri=URI, lance_conn_id=CONN)
+    verify = LanceVerifyOperator(
+        task_id="verify", dataset_uri=URI, lance_conn_id=CONN, deep="{{ params.verify_deep }}",
+    )
     cleanup = LanceCleanupOperator(
         task_id="cleanup",
         dataset_uri=URI,
@@ -124,4 +134,4 @@ with DAG(
         delete_unverified="{{ params.delete_unverified }}",
         dry_run="{{ params.dry_run }}",
     )
-    needed >> compaction >> materialize >> statistics >> rowid_index >> cleanup
+    needed >> compaction >> materialize >> statistics >> rowid_index >> verify >> cleanup

@@ -8,13 +8,15 @@
     lance-ops rebuild-stats /data/events.lance
     lance-ops refresh-rowid-index /data/events.lance
     lance-ops cleanup /data/events.lance --older-than 7d --json
+    lance-ops verify /data/events.lance --all-versions --deep
 
 Every subcommand takes ``--storage-option KEY=VALUE`` (repeatable, pylance's option names),
 ``--json`` (one JSON document on stdout, nothing else), ``--debug`` (tracebacks, debug logs) and
 ``--no-progress``. Commands that rewrite or delete data take ``--dry-run``.
 
 Exit codes: 0 success; 2 a lance_ops error or bad usage ("error: ..." on stderr, one line);
-3 the dataset (or version/tag) does not exist; 1 an unexpected error; 130 interrupted.
+3 the dataset (or version/tag) does not exist; 4 ``verify`` found problems; 1 an unexpected error;
+130 interrupted.
 Progress bars go to stderr, only when it is a terminal and ``--json`` is not given.
 """
 from __future__ import annotations
@@ -399,6 +401,29 @@ def cmd_cleanup(args) -> dict:
     return out
 
 
+#: exit code of ``verify`` when it found problems
+EXIT_VERIFY_PROBLEMS = 4
+
+
+def cmd_verify(args) -> Any:
+    """Check every file the selected manifests reference; exit 4 naming each problem."""
+    from lance_ops.maintenance.verify import verify_dataset
+
+    if args.version is not None and args.all_versions:
+        raise UsageError("give --version or --all-versions, not both")
+    progress = _progress(args, "verifying (fragments)")
+    try:
+        report = verify_dataset(args.uri, version=args.version, all_versions=args.all_versions, deep=args.deep,
+                                storage_options=args.storage_options, progress=progress)
+    finally:
+        progress.close()
+    if not report.ok:
+        args.exit_code = EXIT_VERIFY_PROBLEMS
+    if args.json:
+        return report.to_dict()
+    return "\n".join([f"problem: {p}" for p in report.problems] + [report.summary()])
+
+
 # --- parser -------------------------------------------------------------------------------------
 def _positive_int(text: str) -> int:
     try:
@@ -456,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lance-ops", parents=[common],
         description="Inspect and maintain Lance datasets (local paths or s3:// URIs).",
-        epilog="exit codes: 0 ok, 2 error or bad usage, 3 dataset not found, 1 unexpected error")
+        epilog="exit codes: 0 ok, 2 error or bad usage, 3 dataset not found, 4 verify found problems, 1 unexpected error")
     parser.add_argument("--version", action="version", version=f"lance-ops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -527,6 +552,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also delete unreferenced files younger than 7 days (only safe without concurrent writers)")
     p.add_argument("--no-error-if-tagged", action="store_true",
                    help="skip tagged old versions instead of failing")
+
+    p = add("verify", cmd_verify, "check that every file the manifest references exists, has the recorded size "
+            "and decodes; exit 4 naming each problem")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--version", dest="version", type=_version_arg, default=None, metavar="V",
+                   help="version number or tag (default: latest)")
+    g.add_argument("--all-versions", action="store_true", help="check every version under _versions/")
+    p.add_argument("--deep", action="store_true", help="also decode every page of every data file")
     return parser
 
 
@@ -554,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.storage_options = parse_storage_options(args.storage_option)
         result = args.func(args)
         _print_result(result, args.json)
-        return EXIT_OK
+        return getattr(args, "exit_code", EXIT_OK)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return EXIT_INTERRUPTED

@@ -38,6 +38,16 @@ class AlreadyExistsError(StorageError, FileExistsError):
     pylance_raises = "(internal to commits; surfaces as a commit conflict): OSError"
 
 
+class IncompleteResponseError(StorageError):
+    """A store answered a read with fewer bytes, or other bytes, than were asked for.
+
+    A transport fault (a body cut short, a 206 without a matching Content-Range), not a damaged
+    file: reads retry it and, if it persists, raise it naming the object.
+    """
+
+    pylance_raises = "a read whose response is cut short, after its retries: OSError"
+
+
 # --- input -------------------------------------------------------------------------------------
 class InvalidArgumentError(LanceOpsError, ValueError):
     """An argument is out of its domain (a negative limit or offset, an unknown option value)."""
@@ -136,6 +146,13 @@ class CommitRetriesExhaustedError(RetryableCommitConflictError):
 
 class CommitOutcomeUnknownError(CommitError):
     """The store failed in a way that leaves it unknown whether the commit landed."""
+
+
+class MixedFileVersionsError(CommitError):
+    """The dataset's data files mix storage versions (0.1 and 2.x, Lance 0.16): nothing but an
+    overwrite is committed; roll back to a version without the mix."""
+
+    pylance_raises = "delete / append / compact_files on a dataset mixing 0.1 and 2.0 files: OSError"
 
 
 # --- tags --------------------------------------------------------------------------------------

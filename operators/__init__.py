@@ -21,6 +21,7 @@ from operators.lance import (
     LanceMaterializeDeletionsOperator,
     LanceRebuildStatisticsOperator,
     LanceRefreshRowIdIndexOperator,
+    LanceVerifyOperator,
 )
 from operators.spark import (
     LanceCompactionCommitOperator,
@@ -43,6 +44,7 @@ __all__ = [
     "LanceRebuildStatisticsOperator",
     "LanceRefreshRowIdIndexOperator",
     "LanceSparkSubmitOperator",
+    "LanceVerifyOperator",
     "dataset_asset_uri",
     "idempotency_key",
     "lance_compaction_group",

@@ -511,3 +511,62 @@ class LanceCleanupOperator(LanceBaseOperator):
         changed = not dry and bool(stats.get("old_versions") or stats.get("bytes_removed")
                                    or stats.get("files_removed"))
         return {"version": ds.latest_version, "dry_run": dry, "changed": changed, "metrics": stats}
+
+
+# -- verify -----------------------------------------------------------------------------------------
+class LanceVerifyOperator(LanceBaseOperator):
+    """Check that every file the dataset's manifest references exists, has its recorded size and
+    decodes (see :func:`lance_ops.maintenance.verify.verify_dataset`); read-only.
+
+    Problems fail the task at once (``AirflowFailException``: a retry cannot repair files). The
+    first error line of the log says how many problems there are and names the first; one line
+    per further problem follows (up to ``max_problems_logged``); the whole report is pushed as the
+    XCom ``verify_report``. On success the XCom is the usual metrics dict.
+
+    :param version: version number or tag to check (default: the latest). (templated)
+    :param all_versions: check every version instead. (templated)
+    :param deep: also decode every page of every data file. (templated)
+    :param max_problems_logged: log at most this many problems.
+    """
+
+    template_fields = LanceBaseOperator.template_fields + ("version", "all_versions", "deep")
+    operation = "verify"
+    ui_color = "#fff3c4"
+
+    def __init__(self, *, version: int | str | None = None, all_versions: bool | str = False,
+                 deep: bool | str = False, max_problems_logged: int = 100, **kwargs: Any) -> None:
+        kwargs.setdefault("emit_asset_event", False)  # nothing changes: downstream DAGs must not fire
+        super().__init__(**kwargs)
+        self.version = version
+        self.all_versions = all_versions
+        self.deep = deep
+        self.max_problems_logged = max_problems_logged
+
+    def run(self, context, uri, storage_options, key):
+        from lance_ops.maintenance.verify import verify_dataset
+
+        version = self.version
+        if isinstance(version, str):
+            version = None if version.strip() in ("", "None", "null") else \
+                int(version) if version.strip().isdigit() else version.strip()
+        self.check_cancelled()
+        report = verify_dataset(uri, version=version, all_versions=as_bool(self.all_versions),
+                                deep=as_bool(self.deep), storage_options=storage_options)
+        metrics = {**report.counts, "problems": len(report.problems), "versions_checked": list(report.versions)}
+        if not report.ok:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            first = report.problems[0]
+            self.log.error("verify found %d problem(s) in %s; first: %s", len(report.problems), uri, first)
+            for problem in report.problems[1:self.max_problems_logged]:
+                self.log.error("problem: %s", problem)
+            if len(report.problems) > self.max_problems_logged:
+                self.log.error("... and %d more", len(report.problems) - self.max_problems_logged)
+            ti = context.get("ti") if hasattr(context, "get") else None
+            if ti is not None:
+                ti.xcom_push(key="verify_report", value={**report.to_dict(),
+                                                         "problems": [p.to_dict() for p in report.problems[:1000]]})
+            raise AirflowFailException(
+                f"{uri}: verify found {len(report.problems)} problem(s); first: {first}")
+        self.log.info("%s", report.summary())
+        return {"version": report.versions[-1] if report.versions else None, "changed": False, "metrics": metrics}

@@ -154,6 +154,14 @@ class _List:
 
 
 @dataclass
+class _ListBinary(_List):
+    """A string/binary field that Lance <= 0.14 wrote as ``list<uint8>`` (an offsets column, then
+    a u8 items column); read as ``list_type``, returned as ``dtype`` (pylance still reads these)."""
+
+    list_type: Optional[pa.DataType] = None
+
+
+@dataclass
 class _EncodingInfo:
     """A parsed page encoding and what the reader derives from it (shared by equal pages)."""
 
@@ -324,9 +332,31 @@ def _row_lengths(row_real: np.ndarray, span_start: np.ndarray, row_counts: np.nd
     return row_real - prev
 
 
+def _is_binary(t: pa.DataType) -> bool:
+    return t in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary())
+
+
+def _has_binary(schema: pa.Schema) -> bool:
+    """True if a (possibly nested) field of ``schema`` is string or binary."""
+    def walk(t: pa.DataType) -> bool:
+        return _is_binary(t) or any(walk(t.field(i).type) for i in range(t.num_fields))
+    return any(walk(f.type) for f in schema)
+
+
+def _list_to_binary(arr: pa.Array, binary_type: pa.DataType) -> pa.Array:
+    """``list<uint8>`` (items without nulls) as the same values of ``binary_type``."""
+    values = arr.values
+    if values.offset:
+        values = pa.concat_arrays([values])
+    return pa.Array.from_buffers(binary_type, len(arr), [arr.buffers()[0], arr.buffers()[1], values.buffers()[1]],
+                                 null_count=arr.null_count, offset=arr.offset)
+
+
 def _described(node):
     """A copy of a column-node tree whose blob leaves return their descriptions (and whose
     parents' types say so)."""
+    if isinstance(node, _ListBinary):
+        return node
     if isinstance(node, _Blob):
         return _Blob(node.column, blob_v2.DESCRIPTION_TYPE, node.path, True)
     if isinstance(node, _Struct):
@@ -551,13 +581,23 @@ class LanceFileReader(V2ReaderBase):
             _remember(_SCHEMA_LAYOUTS, schema_key, layout, _SCHEMA_CACHE_LIMIT)
         self._schema, self._nodes, self._roles, self._top_names, self._described = (
             layout.schema, layout.nodes, layout.roles, layout.top_names, layout.described)
+        if layout.num_columns != footer.num_columns and _has_binary(layout.schema):
+            # a file of Lance <= 0.14: its string/binary fields may be list-encoded (two columns)
+            old = self._layout(layout.schema, field_tree(descriptor.schema.fields), list_binary=True)
+            if old.num_columns == footer.num_columns:
+                self._schema, self._nodes, self._roles, self._top_names, self._described = (
+                    old.schema, old.nodes, old.roles, old.top_names, old.described)
+                layout = old
         if layout.num_columns != footer.num_columns:
             raise self._corrupt(
                 f"schema needs {layout.num_columns} columns but the footer lists {footer.num_columns}"
             )
 
-    def _layout(self, schema: pa.Schema, tree: list[FieldNode]) -> "_SchemaLayout":
-        """Column nodes of the fields (pre-order column numbering) and each column's role."""
+    def _layout(self, schema: pa.Schema, tree: list[FieldNode], list_binary: bool = False) -> "_SchemaLayout":
+        """Column nodes of the fields (pre-order column numbering) and each column's role.
+
+        ``list_binary``: string/binary fields whose first page is list-encoded take two columns.
+        """
         roles: dict[int, tuple[str, str]] = {}
         counter = [0]
 
@@ -582,6 +622,14 @@ class LanceFileReader(V2ReaderBase):
             if blob_v2.is_legacy_blob(node.arrow):
                 roles[col] = (path, "blob")
                 return _Blob(col, t, path)
+            if list_binary and _is_binary(t) and self._first_page_is_list(col):
+                roles[col] = (path, "list_offsets")
+                item = counter[0]
+                counter[0] += 1
+                roles[item] = (path + ".item", "values")
+                u8 = pa.field("item", pa.uint8(), nullable=False)
+                lt = pa.large_list(u8) if t in (pa.large_string(), pa.large_binary()) else pa.list_(u8)
+                return _ListBinary(col, _Leaf(item, pa.uint8(), path + ".item"), t, path, lt)
             roles[col] = (path, "packed_struct" if pa.types.is_struct(t) else "values")
             return _Leaf(col, t, path)
 
@@ -594,6 +642,13 @@ class LanceFileReader(V2ReaderBase):
         if any(r == "blob" for _, r in roles.values()):
             described = {name: _described(n) for name, n in nodes.items()}
         return _SchemaLayout(schema, nodes, roles, [n.proto.name for n in tree], counter[0], described)
+
+    def _first_page_is_list(self, col: int) -> bool:
+        """True if column ``col`` exists and its first page is list-encoded (as pylance decides)."""
+        if col >= len(self._column_meta) or not self._column_meta[col].pages:
+            return False
+        info = self._page_encoding(self._column_meta[col].pages[0], f"column {col} page 0")
+        return dec.encoding_kind(info.encoding) == "list"
 
     def _top_node(self, name: str):
         try:
@@ -845,6 +900,9 @@ class LanceFileReader(V2ReaderBase):
 
     def _read_node(self, node, starts: np.ndarray, ends: np.ndarray) -> _Gen:
         """Generator returning the chunks of ``node`` for the row ranges ``[starts, ends)``."""
+        if isinstance(node, _ListBinary):
+            chunks = yield from self._read_list(_List(node.column, node.child, node.list_type, node.path), starts, ends)
+            return [_list_to_binary(c, node.dtype) for c in chunks]
         if isinstance(node, _Blob):
             return (yield from self._read_blob(node, starts, ends))
         if isinstance(node, _Leaf):

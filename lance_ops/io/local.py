@@ -298,7 +298,13 @@ class LocalStore(ObjectStore):
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         if not os.path.isdir(prefix):
             return
-        for dirpath, dirnames, filenames in os.walk(prefix):
+
+        def failed(err: OSError) -> None:  # os.walk would skip the directory silently
+            if isinstance(err, (FileNotFoundError, NotADirectoryError)):
+                return  # removed while we listed
+            raise StorageError(f"list {prefix} failed: {err}") from err
+
+        for dirpath, dirnames, filenames in os.walk(prefix, onerror=failed):
             self.metrics.add(list_requests=1)
             dirnames.sort()
             for name in sorted(filenames):
@@ -325,6 +331,8 @@ class LocalStore(ObjectStore):
             st = os.stat(path)
         except FileNotFoundError:  # deleted while we listed
             return None
+        except OSError as e:
+            raise StorageError(f"list: cannot stat {path}: {e}") from e
         return _info(path, st) if stat.S_ISREG(st.st_mode) else None
 
     def delete(self, path: str) -> None:

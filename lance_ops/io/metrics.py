@@ -15,6 +15,7 @@ _COUNTERS = (
     "bytes_written",
     "list_requests",
     "delete_requests",
+    "retries",  # read attempts repeated after a transient failure (S3)
 )
 
 

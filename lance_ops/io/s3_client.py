@@ -6,14 +6,23 @@ instance metadata). Clients are thread-safe and cached per distinct set of optio
 """
 from __future__ import annotations
 
+import http.client
 import threading
 from typing import Any, Mapping
 
 import boto3
+import urllib3.exceptions
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError as BotoConnectionError,
+    HTTPClientError,
+    IncompleteReadError,
+)
+from botocore.parsers import ResponseParserError
 
-from lance_ops.errors import LanceOpsError, ObjectNotFoundError, StorageError
+from lance_ops.errors import IncompleteResponseError, LanceOpsError, ObjectNotFoundError, StorageError
 
 # alias -> canonical pylance name
 _ALIASES = {
@@ -41,6 +50,25 @@ _USED = frozenset(
     }
 )
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound", "NoSuchBucket"})
+_TRANSIENT_CODES = frozenset(
+    {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "Throttling",
+     "ThrottlingException", "RequestLimitExceeded", "TooManyRequests"}
+)
+# A body cut short, a reset while streaming, a response cut inside the headers, a body that no
+# longer parses: botocore wraps most of these, the others can escape from the raw stream.
+_TRANSIENT_TRANSPORT = (
+    HTTPClientError,
+    BotoConnectionError,
+    IncompleteReadError,
+    ResponseParserError,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    ConnectionError,
+    TimeoutError,
+)
+
+#: every exception a client call can raise for a failed request (mapped by :func:`map_error`)
+CLIENT_ERRORS: tuple[type[Exception], ...] = (ClientError, BotoCoreError) + _TRANSIENT_TRANSPORT
 
 _clients: dict[tuple[tuple[str, str], ...], Any] = {}
 _clients_lock = threading.Lock()
@@ -64,19 +92,23 @@ def normalize_options(storage_options: Mapping[str, Any] | None) -> dict[str, st
     return out
 
 
-def get_client(storage_options: Mapping[str, Any] | None = None) -> Any:
-    """A cached, thread-safe boto3 S3 client for these storage options."""
+def get_client(storage_options: Mapping[str, Any] | None = None, *, retries: bool = True) -> Any:
+    """A cached, thread-safe boto3 S3 client for these storage options.
+
+    ``retries=False`` gives a client that makes exactly one attempt per call, for callers that
+    retry the whole request-and-read step themselves (see :mod:`lance_ops.io.retry`).
+    """
     opts = normalize_options(storage_options)
-    key = tuple(sorted(opts.items()))
+    key = tuple(sorted(opts.items())) + ((("botocore_retries", "off"),) if not retries else ())
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
-            client = _build_client(opts)
+            client = _build_client(opts, retries)
             _clients[key] = client
         return client
 
 
-def _build_client(opts: dict[str, str]) -> Any:
+def _build_client(opts: dict[str, str], retries: bool = True) -> Any:
     session = boto3.session.Session(
         aws_access_key_id=opts.get("aws_access_key_id"),
         aws_secret_access_key=opts.get("aws_secret_access_key"),
@@ -85,7 +117,7 @@ def _build_client(opts: dict[str, str]) -> Any:
     )
     config_kwargs: dict[str, Any] = {
         "max_pool_connections": 32,
-        "retries": {"mode": "standard", "max_attempts": 4},
+        "retries": {"mode": "standard", "max_attempts": 4} if retries else {"total_max_attempts": 1},
     }
     if "aws_virtual_hosted_style_request" in opts:
         style = "virtual" if _truthy(opts["aws_virtual_hosted_style_request"]) else "path"
@@ -108,7 +140,19 @@ def http_status(err: ClientError) -> int:
     return int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
 
 
-def map_error(err: Exception, op: str, uri: str) -> LanceOpsError:
+def is_transient(err: BaseException) -> bool:
+    """Whether retrying the read that raised ``err`` may succeed (transport faults, 5xx, throttling)."""
+    if isinstance(err, IncompleteResponseError):
+        return True
+    if isinstance(err, LanceOpsError):
+        return False
+    if isinstance(err, ClientError):
+        status = http_status(err)
+        return status >= 500 or status == 429 or error_code(err) in _TRANSIENT_CODES
+    return isinstance(err, _TRANSIENT_TRANSPORT)
+
+
+def map_error(err: BaseException, op: str, uri: str) -> LanceOpsError:
     """The lance_ops error for a botocore failure of ``op`` on ``uri``."""
     if isinstance(err, LanceOpsError):
         return err

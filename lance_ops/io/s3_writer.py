@@ -9,10 +9,9 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
+from lance_ops.errors import StorageError
 from lance_ops.io.base import ObjectWriter
-from lance_ops.io.s3_client import map_error
+from lance_ops.io.s3_client import CLIENT_ERRORS, map_error
 
 if TYPE_CHECKING:
     from lance_ops.io.s3 import S3Store
@@ -46,7 +45,7 @@ class S3Writer(ObjectWriter):
             return getattr(self._store.client, method)(
                 Bucket=self._store.bucket, Key=self._key, **kwargs
             )
-        except (ClientError, BotoCoreError) as e:
+        except CLIENT_ERRORS as e:
             raise map_error(e, op, self._store.uri(self._key)) from e
 
     def _upload_part(self) -> None:
@@ -83,6 +82,6 @@ class S3Writer(ObjectWriter):
         self._buffer = bytearray()
         if self._upload_id is not None:
             upload_id, self._upload_id = self._upload_id, None
-            with contextlib.suppress(ClientError, BotoCoreError):
+            with contextlib.suppress(StorageError):  # best effort: S3 expires abandoned uploads
                 self._call("abort", "abort_multipart_upload", UploadId=upload_id)
                 self._store.metrics.add(delete_requests=1)

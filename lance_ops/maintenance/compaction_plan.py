@@ -43,7 +43,7 @@ import numpy as np
 
 from lance_ops._proto import file_pb2, table_pb2
 from lance_ops.errors import LanceOpsError, UnsupportedError
-from lance_ops.table import deletion
+from lance_ops.table import deletion, versions
 
 TASK_FORMAT = "lance_ops.compaction_task/1"
 PLAN_FORMAT = "lance_ops.compaction_plan/1"
@@ -377,6 +377,7 @@ def plan_compaction(ds, options: CompactionOptions | None = None, **kwargs) -> C
     elif kwargs:
         raise TypeError("pass either options or keyword arguments, not both")
     check_no_indices(ds._manifest_file, ds.uri)
+    versions.refuse_mixed(ds.manifest)
     target = options.target_rows_per_fragment
     runs: list[list[tuple[table_pb2.DataFragment, int, bool]]] = []
     current: list[tuple[table_pb2.DataFragment, int, bool]] | None = None
@@ -432,6 +433,7 @@ def plan_materialization(ds, threshold: float = 0.1, *, max_rows_per_file: int |
         max_source_fragments=max_source_fragments,
     )
     check_no_indices(ds._manifest_file, ds.uri)
+    versions.refuse_mixed(ds.manifest)
     tasks = []
     for frag, physical, deleted in _fragment_stats(ds):
         if not (options.materialize_deletions and deleted_ratio_exceeds(deleted, physical, threshold)):

@@ -36,6 +36,8 @@ from lance_ops.table.manifest import (
     read_manifest,
     write_manifest,
 )
+from lance_ops.table.fragment_stats import fill_fragment_stats
+from lance_ops.table.index_files import complete_index_metadata
 from lance_ops.table.manifest_builder import build_manifest
 from lance_ops.table.transaction_file import load_transaction, write_transaction_file
 
@@ -312,14 +314,15 @@ def commit_transaction(
             enable_stable_row_ids=options.enable_stable_row_ids, restored=restored,
         )
         _check_data_file_versions(manifest, txn, store.uri(base))
+        fill_fragment_stats(store, base, manifest)  # old datasets: as pylance's commit fills them
         # legacy datasets: the dictionary values go into the manifest file (offsets set here too);
         # missing values are refused here, before anything of this attempt is written
         dictionaries = _new_dictionaries(txn, current, restored_file, ctx)
         prefix = place_dictionaries(manifest, dictionaries) if dictionary_fields(manifest) else b""
         manifest.transaction_file = write_transaction_file(store, base, txn)
         path = store.join(base, naming.manifest_path(version, v2))
+        index_section = complete_index_metadata(store, base, _carried_indices(txn, current, restored_file))
         try:
-            index_section = _carried_indices(txn, current, restored_file)
             size = _publish(store, base, version, path, manifest, txn, v2, index_section, dictionaries)
         except AlreadyExistsError:
             mine = _published(store, path, txn.uuid)

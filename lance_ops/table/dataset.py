@@ -94,6 +94,16 @@ class LanceDataset:
         return self._manifest_file.manifest
 
     @property
+    def manifest_file(self) -> ManifestFile:
+        """The decoded manifest file of this version (with its index and transaction sections)."""
+        return self._manifest_file
+
+    @property
+    def object_store(self) -> tuple:
+        """``(store, base path)`` holding the dataset, for maintenance tools that check its files."""
+        return self._store, self._base
+
+    @property
     def version(self) -> int:
         return self.manifest.version
 

@@ -130,6 +130,10 @@ class LanceFragment:
         return ids if offsets is None else ids[offsets.astype(np.int64)]
 
     # --- data ------------------------------------------------------------------------------
+    def data_file_reader(self, file_index: int) -> LanceFileReader:
+        """The (cached) reader of data file ``file_index`` of this fragment, of its file version."""
+        return self._reader(file_index)
+
     def _reader(self, file_index: int) -> LanceFileReader:
         reader = self._readers.get(file_index)
         if reader is None:

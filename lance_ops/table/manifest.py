@@ -42,6 +42,7 @@ from google.protobuf.message import DecodeError
 
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import CorruptFileError, UnsupportedError
+from lance_ops.table import versions
 
 MAGIC = b"LANC"
 MAJOR_VERSION = 0
@@ -436,6 +437,7 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
     manifest = _parse(
         table_pb2.Manifest(), data[manifest_pos + 4 : body_end], path, "Manifest"
     )
+    versions.fill_missing_data_format(manifest, path)  # Lance <= 0.15 recorded no storage version
 
     index_section = None
     if manifest.HasField("index_section"):

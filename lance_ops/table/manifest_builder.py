@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import time
 
+from google.protobuf import unknown_fields
+
 from lance_ops._version import __version__
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import RetryableCommitConflictError, UnsupportedError
-from lance_ops.table import feature_flags, rowids
+from lance_ops.table import feature_flags, rowids, versions
 
 WRITER_LIBRARY = "lance-ops"
 
@@ -115,6 +117,8 @@ def build_manifest(
     ``enable_stable_row_ids`` only matters when the dataset is created (it cannot be turned on later).
     """
     op = transaction.WhichOneof("operation")
+    if previous is not None and op not in ("overwrite", "restore"):
+        versions.refuse_mixed(previous)
     out = table_pb2.Manifest()
     if op == "restore":
         if restored is None:
@@ -209,6 +213,7 @@ def build_manifest(
     if not out.HasField("data_format") or not out.data_format.version:
         out.data_format.file_format = "lance"
         out.data_format.version = data_storage_version
+    versions.repair_legacy_version(out)
     if out.fragments or out.HasField("max_fragment_id") or next_id > 0:
         high = max([next_id - 1, *(f.id for f in out.fragments)])
         if high >= 0:
@@ -218,4 +223,17 @@ def build_manifest(
     out.ClearField("transaction_section_v1")
     out.version_aux_data = 0
     feature_flags.apply_flags(out, stable_row_ids=stable)
+    _drop_retired_field_attributes(out)
     return out
+
+
+#: Field attributes older Lance wrote that pylance 14 no longer knows and so drops on commit
+#: (11: ``storage_class``, which Lance 0.20 wrote as "default")
+_RETIRED_FIELD_NUMBERS = {11}
+
+
+def _drop_retired_field_attributes(manifest: table_pb2.Manifest) -> None:
+    for f in manifest.fields:
+        unknown = {u.field_number for u in unknown_fields.UnknownFieldSet(f)}
+        if unknown and unknown <= _RETIRED_FIELD_NUMBERS:
+            f.DiscardUnknownFields()

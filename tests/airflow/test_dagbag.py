@@ -50,10 +50,11 @@ def test_maintenance_dag_shape(dagbag):
     assert dag.catchup is False
     assert dag.schedule == "@daily"
     order = ["maintenance_needed", "compaction.plan", "compaction.spark_rewrite", "compaction.commit",
-             "materialize_deletions", "rebuild_statistics", "refresh_row_id_index", "cleanup"]
+             "materialize_deletions", "rebuild_statistics", "refresh_row_id_index", "verify", "cleanup"]
     assert set(dag.task_dict) == set(order)
     assert dag.task_dict["materialize_deletions"].upstream_task_ids == {"compaction.commit"}
     assert dag.task_dict["compaction.commit"].upstream_task_ids == {"compaction.plan", "compaction.spark_rewrite"}
+    assert dag.task_dict["cleanup"].upstream_task_ids == {"verify"}
     sensor = dag.task_dict["maintenance_needed"]
     assert sensor.deferrable and sensor.soft_fail
     for name in ("dataset_uri", "lance_conn_id", "small_fragments_threshold", "deleted_ratio_threshold",
