@@ -164,13 +164,15 @@ def read_deletion_file(store, base: str, fragment_id: int, deletion_file) -> Off
 
 
 def read_deletion_offsets(store, base: str, fragment_id: int, deletion_file,
-                          physical_rows: int | None = None, manifest_path: str | None = None) -> np.ndarray:
+                          physical_rows: int | None = None, manifest_path: str | None = None,
+                          *, check: bool = True) -> np.ndarray:
     """Like :func:`read_deletion_file` but always a sorted ``uint32`` numpy array.
 
     The offsets are checked against the manifest: their number must equal the deletion file's
     ``num_deleted_rows`` (0 means unknown: very old writers) and, given ``physical_rows``, every
     offset must address a row of the fragment; CorruptFileError naming the file (and the
-    manifest, ``manifest_path``, which holds the other side) otherwise.
+    manifest, ``manifest_path``, which holds the other side) otherwise. ``check=False`` skips
+    that (for ``verify``, which reports each disagreement itself).
     """
     if deletion_file is not None and deletion_file.file_type not in (ARROW_ARRAY, BITMAP):
         raise CorruptFileError(manifest_path or "<manifest>",
@@ -184,7 +186,7 @@ def read_deletion_offsets(store, base: str, fragment_id: int, deletion_file,
         raise ObjectNotFoundError(f"{exc} (deletion file of fragment {fragment_id} in manifest {manifest_path})") from exc
     # decode_arrow_deletions already returns sorted unique uint32 offsets
     offsets = got if isinstance(got, np.ndarray) else to_offsets(got)
-    if deletion_file is not None:
+    if deletion_file is not None and check:
         check_deletion_offsets(offsets, deletion_file, fragment_id, physical_rows,
                                store.uri(deletion_file_path(store, base, fragment_id, deletion_file)), manifest_path)
     return offsets

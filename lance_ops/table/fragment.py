@@ -130,11 +130,14 @@ class LanceFragment:
         return ids if offsets is None else ids[offsets.astype(np.int64)]
 
     # --- data ------------------------------------------------------------------------------
-    def data_file_reader(self, file_index: int) -> LanceFileReader:
-        """The (cached) reader of data file ``file_index`` of this fragment, of its file version."""
-        return self._reader(file_index)
+    def data_file_reader(self, file_index: int, *, check: bool = True) -> LanceFileReader:
+        """The (cached) reader of data file ``file_index`` of this fragment, of its file version.
 
-    def _reader(self, file_index: int) -> LanceFileReader:
+        A newly opened file is checked against the manifest (row count, field ids) unless
+        ``check=False`` (for ``verify``, which reports each disagreement itself)."""
+        return self._reader(file_index, check)
+
+    def _reader(self, file_index: int, check: bool = True) -> LanceFileReader:
         reader = self._readers.get(file_index)
         if reader is None:
             df = self.metadata.files[file_index]
@@ -172,7 +175,8 @@ class LanceFragment:
                 raise ObjectNotFoundError(
                     f"{exc} (data file {df.path!r} of fragment {self.fragment_id} in manifest "
                     f"{_manifest_uri(ds)})") from exc
-            _check_data_file(reader, df, self.metadata, ds, legacy)
+            if check:
+                _check_data_file(reader, df, self.metadata, ds, legacy)
             self._readers[file_index] = reader
             _remember(cache, key, reader, _READER_CACHE_LIMIT)
         return reader

@@ -461,19 +461,17 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
 
 def check_fragments(mf: ManifestFile, where: str, stable_row_ids: bool) -> None:
     """Consistency of a manifest's fragment list, checked when a version is opened (one pass,
-    ~0.2 µs per fragment): fragment ids are unique and not above ``max_fragment_id`` (else
-    addresses collide, or a later append reuses an id), and with stable row ids every fragment
-    carries a row-id sequence (upstream refuses such a manifest). CorruptFileError naming ``where``.
+    ~0.2 µs per fragment): no fragment id is above ``max_fragment_id`` (a later append would reuse
+    it), and with stable row ids every fragment carries a row-id sequence (upstream refuses such a
+    manifest). CorruptFileError naming ``where``.
     """
     m = mf.manifest
     frags = m.fragments
     if not frags:
         return
+    # (repeated fragment ids are not refused: datasets written by Lance 0.16 have them, and
+    # pylance opens them)
     ids = [f.id for f in frags]
-    if len(set(ids)) != len(ids):
-        seen: set[int] = set()
-        dup = next(i for i in ids if i in seen or seen.add(i))
-        raise CorruptFileError(where, f"fragment id {dup} is used by more than one fragment")
     if m.HasField("max_fragment_id") and max(ids) > m.max_fragment_id:
         raise CorruptFileError(where, f"fragment id {max(ids)} is above max_fragment_id {m.max_fragment_id}")
     if stable_row_ids:

@@ -404,12 +404,15 @@ def decode_row_ids(data: bytes, where: str = "<row ids>") -> np.ndarray:
     return RowIdSequence.from_bytes(data, where).to_numpy()
 
 
-def read_fragment_row_ids(store, base: str, fragment, manifest_path: str = "<manifest>") -> np.ndarray | None:
+def read_fragment_row_ids(store, base: str, fragment, manifest_path: str = "<manifest>", *,
+                          check: bool = True) -> np.ndarray | None:
     """Row ids of a ``DataFragment`` (inline or external), None if it has none.
 
     The sequence must hold exactly one id per physical row; its length is checked before any
     segment is expanded, so a damaged range cannot make us allocate more than the fragment needs.
     CorruptFileError names the file the sequence was read from: ``manifest_path`` for inline ids.
+    ``check=False`` (for ``verify``, which reports a wrong length itself) only refuses sequences
+    longer than the fragment (the allocation guard).
     """
     which = fragment.WhichOneof("row_id_sequence")
     if which == "inline_row_ids":
@@ -429,10 +432,10 @@ def read_fragment_row_ids(store, base: str, fragment, manifest_path: str = "<man
     try:
         msg = _parse(rowids_pb2.RowIdSequence(), data, where)
         count = sum(segment_length(seg, where) for seg in msg.segments)
-        if count != rows:
+        if count > rows or check and count != rows:
             raise CorruptFileError(where, f"{count} row ids for {rows} physical rows")
         ids = RowIdSequence.from_proto(msg, where).to_numpy()
-        if ids.size != rows:
+        if ids.size > rows or check and ids.size != rows:
             raise CorruptFileError(where, f"{ids.size} row ids for {rows} physical rows")
     except CorruptFileError as exc:
         raise CorruptFileError(where, f"{what}: {exc.problem}") from None
