@@ -481,15 +481,17 @@ class LanceDataset:
         With ``idempotency_key``, a delete already committed under that key (e.g. by an Airflow
         try that failed after committing) is not applied again: the earlier result is returned.
         """
-        from lance_ops.table.commit import IDEMPOTENCY_KEY, find_idempotent_commit
+        from lance_ops.table import idempotency
+        from lance_ops.table.commit import IDEMPOTENCY_KEY
         from lance_ops.table.delete import plan_delete
 
         if idempotency_key:
-            earlier = find_idempotent_commit(self._store, self._base, idempotency_key, lookback=100)
+            # the key ledger knows keys of versions cleanup removed (table/idempotency.py)
+            earlier = idempotency.lookup(self._store, self._base, idempotency_key, "delete")
             if earlier is not None:
-                self._adopt(earlier)
-                return {"num_deleted_rows": int(earlier.transaction.transaction_properties.get(_DELETED_ROWS, 0))
-                        if earlier.transaction is not None else 0}
+                mf = idempotency.manifest_of(self._store, self._base, earlier)
+                self._adopt(mf if mf is not None else self._reopen_latest()._manifest_file)
+                return {"num_deleted_rows": int(earlier.properties.get(_DELETED_ROWS, 0))}
         ds = self
         for attempt in range(conflict_retries + 1):
             feature_flags.check_writer_flags(ds.manifest.writer_feature_flags, ds.uri)
@@ -507,6 +509,10 @@ class LanceDataset:
                 ds = ds._reopen_latest()
                 continue
             self._adopt(mf)
+            if idempotency_key:
+                idempotency.remember(self._store, self._base, mf)
+                if mf.transaction is not None and mf.transaction.uuid != txn.uuid:  # a concurrent try won
+                    count = int(mf.transaction.transaction_properties.get(_DELETED_ROWS, 0))
             return {"num_deleted_rows": count}
         raise AssertionError("unreachable")
 
