@@ -92,7 +92,7 @@ from urllib.parse import unquote
 from google.protobuf.message import DecodeError
 
 from lance_ops._proto import table_pb2
-from lance_ops.errors import LanceOpsError, ObjectNotFoundError, TagError
+from lance_ops.errors import CorruptFileError, LanceOpsError, ObjectNotFoundError, TagError
 from lance_ops.file.blob_v2 import parse_side_file
 from lance_ops.table import idempotency, naming
 from lance_ops.table.manifest import ManifestFile, read_manifest
@@ -206,7 +206,10 @@ class _Refs:
                 data_add(df.path.lstrip("/"))
             has = frag.HasField
             if has("deletion_file"):
-                deletions_add(deletion_path(frag.id, frag.deletion_file))
+                try:
+                    deletions_add(deletion_path(frag.id, frag.deletion_file))
+                except ValueError as exc:  # an unknown file type: a damaged manifest
+                    raise CorruptFileError(mf.path or "<manifest>", f"fragment {frag.id}: {exc}") from None
             for name in _EXTERNAL_FILES:
                 if has(name):
                     paths_add(getattr(frag, name).path.lstrip("/"))
@@ -308,6 +311,26 @@ def _read_all(store, paths: list[str]) -> dict[str, ManifestFile | None]:
         return {p: one(p) for p in paths}
     with ThreadPoolExecutor(max_workers=min(_READERS, len(paths))) as pool:
         return dict(zip(paths, pool.map(one, paths)))
+
+
+def _check_protected_data(store, versions: dict[int, "_Version"], protect_from: int, listed: set[str]) -> None:
+    """Refuse (CorruptFileError naming the manifest) when a version cleanup must keep names a data
+    file that is not there: its manifest is damaged or the dataset already lost data, and the
+    files it really needs would otherwise look unreferenced and be deleted."""
+    for v, info in versions.items():
+        if v < protect_from:
+            continue  # an older version may lose its files to a concurrent cleanup
+        m = info.manifest.manifest
+        for frag in m.fragments:
+            for df in frag.files:
+                if df.HasField("base_id"):
+                    continue  # stored under another base path: not in this listing
+                if df.path.lstrip("/") not in listed:
+                    where = info.manifest.path
+                    raise CorruptFileError(
+                        store.uri(where) if where else f"version {v}",
+                        f"names data file {df.path!r} (fragment {frag.id}), which does not exist; "
+                        "cleanup refuses to run on a dataset whose kept versions are incomplete")
 
 
 def _load_versions(store, base: str, skip: Iterable[int] = ()) -> dict[int, _Version]:
@@ -719,6 +742,7 @@ def cleanup_old_versions(
         listed = list(_list_area(store, base, area))
         if area == naming.DATA_DIR:
             planner.owner_times = {f.rel[len(area) + 1:]: f.last_modified for f in listed if f.rel.endswith(".lance")}
+            _check_protected_data(store, versions, protect_from, {f.rel[len(area) + 1:] for f in listed})
         for f in listed:
             c = planner.classify(f)
             if c is not None:

@@ -17,20 +17,18 @@ from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import (
     DatasetNotFoundError,
     InvalidArgumentError,
-    LanceOpsError,
     OutOfRangeError,
     RetryableCommitConflictError,
 )
 from lance_ops.io import open_store
 from lance_ops.io.redact import RedactedOptions
-from lance_ops.schema import from_lance_fields
 from lance_ops.file import blob_v2
 from lance_ops.table import blobs as blobs_mod
 from lance_ops.table import feature_flags, naming, tags as tags_mod
 from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.filters import compile_expression, compile_filter
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.manifest import ManifestFile, read_manifest
+from lance_ops.table.manifest import ManifestFile, check_fragments, manifest_schema, read_manifest
 
 ROW_ID = "_rowid"
 ROW_ADDR = "_rowaddr"
@@ -54,6 +52,7 @@ def open_manifest(store, base: str, version: int | str | None, uri: str) -> Mani
             raise DatasetNotFoundError(f"{uri}: version {version} does not exist")
     mf = read_manifest(store, loc.path)
     feature_flags.check_reader_flags(mf.manifest.reader_feature_flags, store.uri(loc.path))
+    check_fragments(mf, store.uri(loc.path), bool(mf.manifest.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS))
     return mf
 
 
@@ -115,7 +114,7 @@ class LanceDataset:
 
     @cached_property
     def schema(self) -> pa.Schema:
-        return from_lance_fields(self.manifest.fields, dict(self.manifest.schema_metadata))
+        return manifest_schema(self._manifest_file, self._store)
 
     @cached_property
     def _top_field_ids(self) -> dict[str, int]:
@@ -367,6 +366,9 @@ class LanceDataset:
         starts = np.concatenate([[0], np.cumsum(live)])
         total = int(starts[-1])
         if idx.size and (idx.min() < 0 or idx.max() >= total):
+            for f in frags:  # the counts come from the manifest: make sure it is not damaged
+                if f.num_deletions:
+                    f.deleted_offsets  # noqa: B018 (reading them checks them)
             bad = int(idx[(idx < 0) | (idx >= total)][0])
             raise OutOfRangeError(f"{self.uri}: take index {bad} out of range for {total} rows "
                                   f"(valid positions are 0..{total - 1})")
