@@ -8,16 +8,24 @@
     lance-ops rebuild-stats /data/events.lance
     lance-ops refresh-rowid-index /data/events.lance
     lance-ops cleanup /data/events.lance --older-than 7d --json
+    lance-ops keys /data/events.lance [--accept-lost]
     lance-ops verify /data/events.lance --all-versions --deep
 
 Every subcommand takes ``--storage-option KEY=VALUE`` (repeatable, pylance's option names),
 ``--json`` (one JSON document on stdout, nothing else), ``--debug`` (tracebacks, debug logs) and
 ``--no-progress``. Commands that rewrite or delete data take ``--dry-run``.
 
-Exit codes: 0 success; 2 a lance_ops error or bad usage ("error: ..." on stderr, one line);
+Exit codes: 0 success; 2 a lance_ops error or bad usage ("error: ..." on stderr, one line; a bad
+argument gets argparse's usage line and "lance-ops <command>: error: argument ...");
 3 the dataset (or version/tag) does not exist; 4 ``verify`` found problems; 1 an unexpected error;
-130 interrupted.
+130 interrupted. With ``--json`` every error is instead ONE JSON object on stderr,
+``{"error": {"type": ..., "message": ..., "exit_code": ...}}``; stdout then stays empty.
 Progress bars go to stderr, only when it is a terminal and ``--json`` is not given.
+
+Input is checked before anything is read: numbers are bounded (row counts and fragment ids up to
+2**32 - 1, versions up to 2**63 - 1, threads up to 1024, ages up to 36500 days), thresholds are
+fractions in [0, 1], ``--fragment`` ids must exist, and ``--storage-option`` keys must be storage
+options pylance knows (a typo gets a "did you mean"); a ``--storage-option`` value is never echoed.
 """
 from __future__ import annotations
 
@@ -31,6 +39,8 @@ import time
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Callable, Iterator, Sequence
+
+from lance_ops import errors as _errors
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1
@@ -48,26 +58,41 @@ _UNITS = {
 }
 
 
-class UsageError(Exception):
-    """Bad command-line input discovered after parsing (exit 2)."""
+#: upper bounds of numeric options (a fragment holds at most 2**32 rows: row offsets are u32)
+MAX_ROWS = 2**32 - 1
+MAX_FRAGMENT_ID = 2**32 - 1
+MAX_VERSION = 2**63 - 1
+MAX_THREADS = 1024
+MAX_AGE_DAYS = 36500
+
+#: bad command-line input (exit 2); the library's class, so the API and the CLI agree
+UsageError = _errors.UsageError
+
+
+def _shown(text: Any, limit: int = 24) -> str:
+    """``text`` quoted for an error message, cut to ``limit`` characters."""
+    text = str(text)
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def parse_duration(text: str) -> timedelta:
-    """``7d``, ``12h``, ``30m``, ``45s``, ``2w``, ``1.5h`` or a number of seconds (``0``)."""
+    """``7d``, ``12h``, ``30m``, ``45s``, ``2w``, ``1.5h`` or a number of seconds (``0``);
+    at most MAX_AGE_DAYS days."""
     m = _DURATION_RE.match(str(text))
     if m is None or m.group(2).lower() not in _UNITS:
-        raise UsageError(f"cannot parse duration {text!r}: use e.g. 7d, 12h, 30m, 45s or 0")
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2).lower()])
+        raise UsageError(f"cannot parse duration {_shown(text)}: use e.g. 7d, 12h, 30m, 45s or 0")
+    seconds = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if seconds > MAX_AGE_DAYS * 86400:
+        raise UsageError(f"duration {_shown(text)} is too long: at most {MAX_AGE_DAYS} days")
+    return timedelta(seconds=seconds)
 
 
 def parse_storage_options(items: Sequence[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--storage-option expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value
-    return out
+    """``KEY=VALUE`` arguments -> storage options; unknown keys and pairs without ``=`` are
+    refused (see :func:`lance_ops.io.options.parse_storage_option_args`)."""
+    from lance_ops.io.options import parse_storage_option_args
+
+    return parse_storage_option_args(items)
 
 
 # --- output ------------------------------------------------------------------------------------
@@ -252,6 +277,10 @@ def cmd_inspect(args) -> dict:
     cov = statistics_coverage(ds)
     health["statistics_coverage"] = f"{cov['with_stats']}/{cov['data_files']}"
     health["data_files_with_statistics"] = cov["with_stats"]
+    # staged results waiting for their commit step (lance_ops.maintenance.staged_commit)
+    from lance_ops.maintenance.staged_commit import pending_stages
+
+    health["pending_stages"] = pending_stages(args.uri, storage_options=args.storage_options)
     if args.versions:
         health["versions"] = [
             {"version": v["version"], "timestamp": v["timestamp"], "rows": int(v["metadata"]["total_rows"]),
@@ -289,8 +318,8 @@ def cmd_append(args) -> dict:
         ds = write_dataset(data, args.uri, mode="append" if current is not None else "create", **kwargs)
     finally:
         progress.close()
-    rows = ds.count_rows()
-    unchanged = ds.version == before
+    unchanged = ds.version <= before  # a keyed re-run returns the version first committed, never a new one
+    rows = (LanceDataset(args.uri, None, args.storage_options) if unchanged else ds).count_rows()
     return {"version": ds.version, "created": current is None, "rows_added": 0 if unchanged else rows - rows_before,
             "rows": rows, "already_committed": unchanged}
 
@@ -299,17 +328,31 @@ def cmd_delete(args) -> dict:
     ds = _open(args)
     if args.dry_run:
         return {"num_deleted_rows": ds.count_rows(args.predicate), "dry_run": True, "version": ds.version}
-    kwargs = {}
     if args.idempotency_key:
-        from lance_ops.table.commit import IDEMPOTENCY_KEY, find_idempotent_commit
+        from lance_ops.table import idempotency
 
-        earlier = find_idempotent_commit(ds._store, ds._base, args.idempotency_key, latest=ds.version, lookback=100)
+        # the key ledger (delete keys only): a re-run reports the first commit, even once cleaned up
+        earlier = idempotency.lookup(ds._store, ds._base, args.idempotency_key, "delete")
         if earlier is not None:
-            return {"num_deleted_rows": 0, "version": earlier.version, "already_committed": True}
-        kwargs["transaction_properties"] = {IDEMPOTENCY_KEY: args.idempotency_key}
-    result = dict(ds.delete(args.predicate, **kwargs))
+            return {"num_deleted_rows": int(earlier.properties.get("lance_ops.num_deleted_rows", 0)),
+                    "version": earlier.version, "already_committed": True}
+        result = dict(ds.delete(args.predicate, idempotency_key=args.idempotency_key))
+    else:
+        result = dict(ds.delete(args.predicate))
     result["version"] = ds.version
     return result
+
+
+def cmd_keys(args) -> dict:
+    """The idempotency-key ledger: coverage, lost version ranges; ``--accept-lost`` forgets them."""
+    from lance_ops.table import idempotency
+
+    ds = _open(args)
+    out: dict[str, Any] = {}
+    if args.accept_lost:
+        out["accepted_lost_versions"] = [list(r) for r in idempotency.accept_lost(ds._store, ds._base)]
+    out.update(idempotency.ledger_summary(ds._store, ds._base))
+    return out
 
 
 def _compaction():
@@ -356,10 +399,24 @@ def cmd_materialize(args) -> dict:
         progress.close()
 
 
+def _require_fragments(ds, uri: str, ids: Sequence[int] | None) -> None:
+    """UsageError naming the fragment ids (given with --fragment) that ``ds`` does not have."""
+    if not ids:
+        return
+    have = {f.fragment_id for f in ds.get_fragments()}
+    missing = sorted(set(ids) - have)
+    if missing:
+        some = sorted(have)[:10]
+        listing = ", ".join(map(str, some)) + (", ..." if len(have) > len(some) else "") if have else "none"
+        raise UsageError(f"no fragment {', '.join(map(str, missing))} in {uri} (version {ds.version}; "
+                         f"its fragments: {listing})")
+
+
 def cmd_rebuild_stats(args) -> dict:
     from lance_ops.maintenance.statistics import rebuild_statistics, statistics_coverage
 
     ds = _open(args)
+    _require_fragments(ds, args.uri, args.fragment)
     progress = _progress(args, "statistics")
     try:
         result = rebuild_statistics(ds, args.fragment or None, args.force, dry_run=args.dry_run, progress=progress)
@@ -425,48 +482,98 @@ def cmd_verify(args) -> Any:
 
 
 # --- parser -------------------------------------------------------------------------------------
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _bounded_int(low: int, high: int, what: str = "an integer") -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high], else a message saying the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what} from {low} to {high}, got {_shown(text)}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {what} from {low} to {high}, got {_shown(text)}")
+        return value
+
+    parse.__name__ = f"int[{low},{high}]"
+    return parse
+
+
+_positive_int = _bounded_int(1, MAX_ROWS, "a positive integer")
+_rows = _bounded_int(1, MAX_ROWS, "a number of rows")
+_threads = _bounded_int(1, MAX_THREADS, "a number of threads")
+_fragment_id = _bounded_int(0, MAX_FRAGMENT_ID, "a fragment id")
+_versions_count = _bounded_int(1, MAX_VERSION, "a number of versions")
 
 
 def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+    return _bounded_int(0, MAX_VERSION, "an integer")(text)
 
 
 def _ratio(text: str) -> float:
+    """A fraction in [0, 1] (deleted rows / rows)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a fraction from 0 to 1, got {_shown(text)}") from None
+    if not 0.0 <= value <= 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a fraction from 0 to 1 (a ratio of rows), got {_shown(text)}")
     return value
 
 
+def _duration_arg(text: str) -> str:
+    """An age such as 7d (checked here, parsed by the command)."""
+    try:
+        parse_duration(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _storage_option_arg(text: str) -> str:
+    """One ``KEY=VALUE`` storage option with a known key (the value is never shown)."""
+    from lance_ops.io.options import parse_storage_option_args
+
+    try:
+        parse_storage_option_args([text])
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("--storage-option ", "")) from None
+    return text
+
+
 def _version_arg(text: str) -> int | str:
-    return int(text) if text.isdigit() else text
+    if not text.isdigit():
+        return text
+    value = int(text)
+    if value > MAX_VERSION:
+        raise argparse.ArgumentTypeError(f"expected a version from 0 to {MAX_VERSION} (or a tag), got {_shown(text)}")
+    return value
+
+
+class _ArgumentError(Exception):
+    """argparse found bad usage: reported by main() as text or JSON."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str):
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are raised (main() prints them), not printed + exited."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise _ArgumentError(self, message)
 
 
 def _common(default_suppress: bool) -> argparse.ArgumentParser:
     d = argparse.SUPPRESS if default_suppress else None
-    p = argparse.ArgumentParser(add_help=False)
+    p = _Parser(add_help=False)
     g = p.add_argument_group("common options")
     g.add_argument("-s", "--storage-option", dest="storage_option", action="append", metavar="KEY=VALUE",
-                   default=d, help="object store option (repeatable), e.g. region=eu-west-1")
+                   type=_storage_option_arg, default=d,
+                   help="object store option (repeatable), e.g. region=eu-west-1; unknown keys are refused")
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS if default_suppress else False,
-                   help="print the result as JSON")
+                   help="print the result as JSON on stdout; errors as one JSON object on stderr")
     g.add_argument("--debug", action="store_true", default=argparse.SUPPRESS if default_suppress else False,
                    help="show tracebacks and debug logs")
     g.add_argument("--no-progress", action="store_true",
@@ -478,10 +585,12 @@ def build_parser() -> argparse.ArgumentParser:
     from lance_ops._version import __version__
 
     common = _common(default_suppress=True)
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="lance-ops", parents=[common],
         description="Inspect and maintain Lance datasets (local paths or s3:// URIs).",
-        epilog="exit codes: 0 ok, 2 error or bad usage, 3 dataset not found, 4 verify found problems, 1 unexpected error")
+        epilog="exit codes: 0 ok, 2 error or bad usage, 3 dataset not found, 4 verify found problems, "
+               "1 unexpected error. Errors go to stderr: one line, or with --json one JSON object "
+               '{"error": {"type", "message", "exit_code"}} (stdout stays empty).')
     parser.add_argument("--version", action="version", version=f"lance-ops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -496,18 +605,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("inspect", cmd_inspect, "show versions, fragments, rows, deletions, statistics coverage and size")
     p.add_argument("--version", dest="version", type=_version_arg, default=None, metavar="V",
                    help="version number or tag (default: latest)")
-    p.add_argument("--target-rows-per-fragment", type=_positive_int, default=1024 * 1024,
+    p.add_argument("--target-rows-per-fragment", type=_rows, default=1024 * 1024,
                    help="fragments below this many rows count as small (default 1048576)")
     p.add_argument("--deletion-threshold", type=_ratio, default=0.1,
                    help="deleted ratio above which a fragment needs materialization (default 0.1)")
     p.add_argument("--versions", action="store_true", help="also list every version")
 
+    p = add("keys", cmd_keys, "show the idempotency-key ledger (versions it covers, versions lost to it)")
+    p.add_argument("--accept-lost", action="store_true",
+                   help="forget lost version ranges (after checking no keyed step committed there will be re-run)")
     p = add("append", cmd_append, "append rows from a Parquet, CSV or Arrow IPC file")
     p.add_argument("file", help="input file")
     p.add_argument("--format", choices=["auto", "parquet", "csv", "arrow"], default="auto")
     p.add_argument("--create", action="store_true", help="create the dataset if it does not exist")
     p.add_argument("--enable-stable-row-ids", action="store_true", help="with --create: use stable row ids")
-    p.add_argument("--max-rows-per-file", type=_positive_int, default=None)
+    p.add_argument("--max-rows-per-file", type=_rows, default=None)
     p.add_argument("--idempotency-key", default=None, help="a retry with the same key appends nothing")
 
     p = add("delete", cmd_delete, "delete the rows matching a SQL predicate", dry_run=True)
@@ -515,26 +627,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idempotency-key", default=None)
 
     p = add("compact", cmd_compact, "merge small fragments and materialize deletions", dry_run=True)
-    p.add_argument("--target-rows-per-fragment", type=_positive_int, default=None)
-    p.add_argument("--max-rows-per-file", type=_positive_int, default=None)
+    p.add_argument("--target-rows-per-fragment", type=_rows, default=None)
+    p.add_argument("--max-rows-per-file", type=_rows, default=None)
     p.add_argument("--materialize-deletions-threshold", type=_ratio, default=None)
     p.add_argument("--no-materialize-deletions", action="store_true")
     p.add_argument("--max-source-fragments", type=_positive_int, default=None)
-    p.add_argument("--num-threads", type=_positive_int, default=None)
+    p.add_argument("--num-threads", type=_threads, default=None)
     p.add_argument("--idempotency-key", default=None)
 
     p = add("materialize-deletions", cmd_materialize,
             "rewrite fragments whose deleted ratio exceeds a threshold", dry_run=True)
-    p.add_argument("--threshold", type=_ratio, default=0.1, help="deleted ratio (default 0.1; 0 = every deletion)")
-    p.add_argument("--max-rows-per-file", type=_positive_int, default=None)
+    p.add_argument("--threshold", type=_ratio, default=0.1,
+                   help="deleted ratio from 0 to 1 (default 0.1; 0 = every deletion)")
+    p.add_argument("--max-rows-per-file", type=_rows, default=None)
     p.add_argument("--max-source-fragments", type=_positive_int, default=None)
-    p.add_argument("--num-threads", type=_positive_int, default=None)
+    p.add_argument("--num-threads", type=_threads, default=None)
     p.add_argument("--idempotency-key", default=None)
 
     p = add("rebuild-stats", cmd_rebuild_stats, "write page statistics for data files that have none",
             dry_run=True)
-    p.add_argument("--fragment", type=_non_negative_int, action="append", metavar="ID",
-                   help="only this fragment (repeatable)")
+    p.add_argument("--fragment", type=_fragment_id, action="append", metavar="ID",
+                   help="only this fragment (repeatable; it must exist)")
     p.add_argument("--force", action="store_true", help="recompute statistics that already exist")
     p.add_argument("--list-files", action="store_true", help="list the statistics files in text output")
 
@@ -543,10 +656,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idempotency-key", default=None)
 
     p = add("cleanup", cmd_cleanup, "delete old versions and the files only they use", dry_run=True)
-    p.add_argument("--older-than", default=None, metavar="AGE",
+    p.add_argument("--older-than", type=_duration_arg, default=None, metavar="AGE",
                    help="remove versions older than this (7d, 12h, 30m, 0); default 14d unless "
                         "--retain-versions is given")
-    p.add_argument("--retain-versions", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--retain-versions", type=_versions_count, default=None, metavar="N",
                    help="always keep the newest N versions")
     p.add_argument("--delete-unverified", action="store_true",
                    help="also delete unreferenced files younger than 7 days (only safe without concurrent writers)")
@@ -568,45 +681,65 @@ def _one_line(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+def _report(message: str, exit_code: int, as_json: bool, error_type: str) -> int:
+    """Print an error: one ``error: ...`` line, or with --json one JSON object (both on stderr)."""
+    if as_json:
+        sys.stderr.write(json.dumps({"error": {"type": error_type, "message": message, "exit_code": exit_code}}) + "\n")
+    else:
+        sys.stderr.write(f"error: {message}\n")
+    return exit_code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    json_errors = "--json" in argv
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version, usage errors (argparse printed the message)
+    except _ArgumentError as exc:  # bad usage: argparse's message (with the usage line), or JSON
+        if json_errors:
+            return _report(f"{exc.parser.prog}: {exc.message}", EXIT_ERROR, True, "UsageError")
+        exc.parser.print_usage(sys.stderr)
+        sys.stderr.write(f"{exc.parser.prog}: error: {exc.message}\n")
+        return EXIT_ERROR
+    except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     for name, default in (("json", False), ("debug", False), ("no_progress", False), ("storage_option", None)):
         if not hasattr(args, name):
             setattr(args, name, default)
     if args.debug:
         logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
+        from lance_ops.io import redact  # botocore logs request headers (credentials) at DEBUG
+        redact.install(logging.getLogger().handlers)
 
     from lance_ops.errors import DatasetNotFoundError, LanceOpsError
 
+    as_json = bool(args.json)
     try:
         args.storage_options = parse_storage_options(args.storage_option)
         result = args.func(args)
         _print_result(result, args.json)
         return getattr(args, "exit_code", EXIT_OK)
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        return EXIT_INTERRUPTED
+        if not as_json:
+            sys.stderr.write("interrupted\n")
+            return EXIT_INTERRUPTED
+        return _report("interrupted", EXIT_INTERRUPTED, as_json, "KeyboardInterrupt")
     except DatasetNotFoundError as exc:
         if args.debug:
             raise
-        sys.stderr.write(f"error: {_one_line(exc)}\n")
-        return EXIT_NOT_FOUND
-    except (LanceOpsError, UsageError, ValueError, KeyError, IndexError) as exc:
+        return _report(_one_line(exc), EXIT_NOT_FOUND, as_json, type(exc).__name__)
+    except (LanceOpsError, ValueError, KeyError, IndexError) as exc:
         # KeyError/IndexError/ValueError: bad ids, indexes or arguments reported by the library
         if args.debug:
             raise
-        sys.stderr.write(f"error: {_one_line(exc)}\n")
-        return EXIT_ERROR
+        return _report(_one_line(exc), EXIT_ERROR, as_json, type(exc).__name__)
     except Exception as exc:  # noqa: BLE001 - the CLI promises no tracebacks without --debug
         if args.debug:
             raise
-        sys.stderr.write(f"error: {type(exc).__name__}: {_one_line(exc)} (run with --debug for details)\n")
-        return EXIT_UNEXPECTED
+        return _report(f"{type(exc).__name__}: {_one_line(exc)} (run with --debug for details)", EXIT_UNEXPECTED,
+                       as_json, type(exc).__name__)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,10 @@ Callers catch :class:`LanceOpsError` for anything we diagnosed ourselves; the su
 kind of problem it was so that retries (``RetryableCommitConflict``) can be told apart from bad
 input (``CorruptFileError``, ``SchemaMismatchError``) and from missing things (``DatasetNotFoundError``).
 
+Retry classification lives here and nowhere else: every class says in ``retryable`` whether running
+the same step again can succeed, and :func:`is_retryable` applies it to any exception (Airflow
+operators fail at once on non-retryable errors; Spark jobs exit with a distinct code).
+
 Code written against pylance catches the builtin exceptions pylance raises (it has no classes of
 its own), so each class here is *also* an instance of the builtin pylance 14 raises for the same
 case; ``pylance_raises`` says which case that is. ``docs/errors.md`` is generated from these
@@ -13,7 +17,14 @@ from __future__ import annotations
 
 
 class LanceOpsError(Exception):
-    """Base class of every error raised by lance_ops."""
+    """Base class of every error raised by lance_ops.
+
+    ``retryable``: True if running the same step again may succeed (network, lost races), False
+    if it cannot (bad input, missing things, corrupt files), None if it depends on whether the
+    step is idempotency-keyed (see :func:`is_retryable`). Diagnosed errors default to False.
+    """
+
+    retryable: bool | None = False
 
     #: the pylance 14 call that raises the same builtin for the same case ("" = no pylance twin)
     pylance_raises: str = ""
@@ -23,12 +34,14 @@ class LanceOpsError(Exception):
 class StorageError(LanceOpsError, OSError):
     """An object store call failed (permissions, network, bad URI)."""
 
+    retryable = True
     pylance_raises = "any read or write that fails in the object store: OSError"
 
 
 class ObjectNotFoundError(StorageError, FileNotFoundError, ValueError):
     """The object or file does not exist."""
 
+    retryable = False
     pylance_raises = "LanceFileReader(path) on a missing file: ValueError ('Not found: ...')"
 
 
@@ -68,6 +81,14 @@ class OutOfRangeError(InvalidArgumentError, IndexError, OSError):
                       "dataset take([n]) with n >= count_rows(): OSError")
 
 
+class UsageError(InvalidArgumentError):
+    """Bad arguments to a command, Spark job or operator; the message names the argument."""
+
+
+class InputNotFoundError(LanceOpsError, FileNotFoundError):
+    """An input given to a job (a source path or table) does not exist; the message names it."""
+
+
 # --- files -------------------------------------------------------------------------------------
 class CorruptFileError(LanceOpsError, ValueError, OSError):
     """A file is truncated, has the wrong magic, or its metadata does not decode.
@@ -84,6 +105,26 @@ class CorruptFileError(LanceOpsError, ValueError, OSError):
 
     def __reduce__(self):
         return (type(self), (self.path, self.problem))
+
+
+class UnsafePathError(CorruptFileError):
+    """A path read from a dataset's own files would lead outside the dataset; it is refused.
+
+    Manifest entries, row-id references, transaction and branch names and external-store items
+    with ``..``, absolute, URL/other-bucket paths or symlinks leading out are never followed.
+    ``path`` names the file holding the entry, ``field`` the entry, ``offending`` the path.
+    """
+
+    pylance_raises = "dataset read of a data file path with '..': ValueError (ArrowInvalid 'Not found')"
+
+    def __init__(self, where: str, field: str, offending: str, reason: str):
+        self.field = field
+        self.offending = offending
+        self.reason = reason
+        super().__init__(where, f"{field} {offending!r} {reason}; refusing to follow a path outside the dataset")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.field, self.offending, self.reason))
 
 
 class UnsupportedError(LanceOpsError, NotImplementedError):
@@ -137,6 +178,7 @@ class CommitConflictError(CommitError):
 class RetryableCommitConflictError(CommitConflictError):
     """A concurrent transaction preempted ours; re-reading the dataset and retrying may succeed."""
 
+    retryable = True
     pylance_raises = "a preempted commit: OSError ('Retryable commit conflict ...')"
 
 
@@ -145,7 +187,13 @@ class CommitRetriesExhaustedError(RetryableCommitConflictError):
 
 
 class CommitOutcomeUnknownError(CommitError):
-    """The store failed in a way that leaves it unknown whether the commit landed."""
+    """The store failed in a way that leaves it unknown whether the commit landed.
+
+    Retryable only when the step is idempotency-keyed: the retry finds a landed commit by its key
+    instead of committing again. Without a key a retry could commit the same change twice.
+    """
+
+    retryable = None
 
 
 class MixedFileVersionsError(CommitError):
@@ -153,6 +201,18 @@ class MixedFileVersionsError(CommitError):
     overwrite is committed; roll back to a version without the mix."""
 
     pylance_raises = "delete / append / compact_files on a dataset mixing 0.1 and 2.0 files: OSError"
+
+
+class IdempotencyUnknownError(CommitError):
+    """Whether an idempotency key was committed cannot be known (versions removed without the ledger).
+
+    The step committed nothing; the message names the versions and how to accept the gap."""
+
+
+class StagedResultError(CommitError):
+    """A staged result cannot be committed: a file it references is missing or has another size.
+
+    Nothing was committed; the message names the file and what to do."""
 
 
 # --- tags --------------------------------------------------------------------------------------
@@ -172,3 +232,48 @@ class TagNotFoundError(TagError, DatasetNotFoundError):
     """No tag of that name exists."""
 
     pylance_raises = "tags.delete(name) / lance.dataset(uri, version=name) without the tag: ValueError"
+
+
+# --- classification --------------------------------------------------------------------------------
+#: builtin exceptions that mean bad input or a bug, never a transient condition
+_NEVER_RETRYABLE = (ValueError, TypeError, LookupError, ArithmeticError, NotImplementedError, FileNotFoundError,
+                    FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def is_retryable(exc: BaseException, *, idempotent: bool = False) -> bool:
+    """Whether running the failed step again may succeed.
+
+    lance_ops errors answer with their class's ``retryable``; ``None`` (an unknown commit
+    outcome) is retryable only if ``idempotent`` (the step looks up its idempotency key before
+    committing, so a retry cannot commit twice). A non-lance_ops exception caused by a lance_ops
+    error is judged by that cause. Builtin value/type/lookup/arithmetic/not-found errors are not
+    retryable; anything else (network errors, unknown failures) is, so Airflow's retries apply.
+    """
+    cause = root_lance_error(exc)
+    if cause is not None:
+        flag = type(cause).retryable
+        return idempotent if flag is None else bool(flag)
+    if isinstance(exc, _NEVER_RETRYABLE):
+        return False
+    return True
+
+
+def root_lance_error(exc: BaseException) -> LanceOpsError | None:
+    """``exc`` itself if it is a LanceOpsError, else the first one in its ``raise ... from`` chain."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, LanceOpsError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__
+    return None
+
+
+def error_line(exc: BaseException, limit: int = 2000) -> str:
+    """``"<ErrorClass>: <message>"`` on one line (the root lance_ops error when there is one)."""
+    err = root_lance_error(exc) or exc
+    text = " ".join(part.strip() for part in str(err).splitlines() if part.strip())
+    if len(text) > limit:
+        text = text[:limit] + " ..."
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

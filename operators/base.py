@@ -16,12 +16,19 @@ event for ``Asset(<resolved uri>)`` through the alias. Every event carries ``ext
 "version", "operation", "metrics"}``. Alias events are only added when the dataset changed (not on
 dry runs or no-ops), so asset-scheduled DAGs are not woken up for nothing; static ``Asset`` outlets
 always get an event from Airflow, with ``extra["changed"]`` telling the two apart.
+
+Errors: :func:`classify_failure` logs the cause as ONE error line (``"<ErrorClass>: <message>"``,
+the first error line of the task log) and turns errors that a retry cannot fix (missing dataset
+or input, schema mismatch, bad arguments, corrupt files, refused stages; see
+``lance_ops.errors.is_retryable``) into ``AirflowFailException``, so the task fails at once.
+Retryable ones (storage/network errors, lost commit races, an unknown commit outcome of a
+keyed commit) are re-raised unchanged and keep the task's ``retries``.
 """
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NoReturn
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
@@ -122,6 +129,28 @@ def find_committed(ds, key: str):
     return find_idempotent_commit(ds._store, ds._base, key, lookback=IDEMPOTENCY_LOOKBACK)
 
 
+# -- error classification -----------------------------------------------------------------------
+def classify_failure(log: Any, exc: BaseException, *, idempotent: bool = False) -> NoReturn:
+    """Log ``exc``'s cause as one error line, then fail at once (not retryable) or re-raise it.
+
+    Airflow's own exceptions (skip, sensor timeout, fail) pass through without a line.
+    ``idempotent``: the step finds its earlier commit by key, so an unknown commit outcome may
+    be retried.
+    """
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from lance_ops.errors import error_line, is_retryable
+
+    if isinstance(exc, AirflowException):
+        raise exc
+    line = error_line(exc)
+    if is_retryable(exc, idempotent=idempotent):
+        log.error("%s (retryable)", line)
+        raise exc
+    log.error("%s", line)
+    raise AirflowFailException(f"{line} (not retryable)") from exc
+
+
 # -- assets and lineage ---------------------------------------------------------------------------
 def dataset_asset_uri(uri: str) -> str:
     """The Airflow asset URI of a dataset: ``file:///abs/path`` locally, the URI itself on S3."""
@@ -173,6 +202,9 @@ class LanceBaseOperator(BaseOperator):
     operation = "lance"
     #: whether the dataset is also an input (lineage)
     reads_dataset = True
+    #: whether a retry finds this step's earlier commit by its key (then an unknown commit
+    #: outcome may be retried; see ``lance_ops.errors.is_retryable``)
+    idempotent_retries = False
 
     def __init__(
         self,
@@ -220,10 +252,13 @@ class LanceBaseOperator(BaseOperator):
 
     # -- the template method ----------------------------------------------------------------------
     def execute(self, context: Any) -> dict[str, Any]:
-        uri, options = self.resolve()
-        key = self.key(context)
-        self.log.info("%s on %s (idempotency key %s)", self.operation, uri, key)
-        outcome = self.run(context, uri, options, key)
+        try:
+            uri, options = self.resolve()
+            key = self.key(context)
+            self.log.info("%s on %s (idempotency key %s)", self.operation, uri, key)
+            outcome = self.run(context, uri, options, key)
+        except Exception as exc:  # noqa: BLE001 - classified: fail at once or keep the retries
+            classify_failure(self.log, exc, idempotent=self.idempotent_retries)
         result = {
             "operation": outcome.pop("operation", self.operation),
             "uri": uri,

@@ -36,14 +36,38 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from lance_ops.io.redact import RedactedOptions
+
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
-#: storage options that are secrets, and the environment variable boto3 reads each from
+#: storage options that are secrets (every spelling lance_ops accepts), and the environment
+#: variable boto3 reads each from
 SECRET_OPTIONS = {
     "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+    "access_key_id": "AWS_ACCESS_KEY_ID",
     "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "secret_access_key": "AWS_SECRET_ACCESS_KEY",
     "aws_session_token": "AWS_SESSION_TOKEN",
+    "session_token": "AWS_SESSION_TOKEN",
+    "aws_token": "AWS_SESSION_TOKEN",
+    "token": "AWS_SESSION_TOKEN",
 }
+
+
+def _mask_secrets(options: dict[str, str]) -> None:
+    """Register the credential values with Airflow's secrets masker (task logs, rendered
+    fields) and with lance_ops' log redaction; the access key id too, which Airflow does not
+    treat as secret by itself."""
+    from lance_ops.io import redact
+
+    redact.protect(options)
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # pragma: no cover - older task SDKs
+        return
+    for key, value in options.items():
+        if key.lower() in SECRET_OPTIONS and value:
+            mask_secret(value)
 
 
 def _truthy(value: Any) -> bool:
@@ -107,13 +131,14 @@ class LanceHook(BaseHook):
         if isinstance(more, str):
             more = json.loads(more)
         options.update({str(k): str(v) for k, v in more.items()})
+        _mask_secrets(options)
         base_uri = extra.get("base_uri") or extra.get("root")
-        self._resolved = (options, str(base_uri) if base_uri else None)
+        self._resolved = (RedactedOptions(options), str(base_uri) if base_uri else None)
         return self._resolved
 
     def get_storage_options(self) -> dict[str, str]:
         """lance_ops / pylance storage options for the connection ({} for local datasets)."""
-        return dict(self._load()[0])
+        return RedactedOptions(self._load()[0])  # a dict whose repr() masks the credentials
 
     def resolve_uri(self, dataset_uri: str) -> str:
         """The full dataset URI: absolute URIs as given, relative ones under ``base_uri`` (or cwd)."""
@@ -143,8 +168,8 @@ class LanceHook(BaseHook):
         args: list[str] = []
         env: dict[str, str] = {}
         for key, value in sorted(self.get_storage_options().items()):
-            if key in SECRET_OPTIONS:
-                env[SECRET_OPTIONS[key]] = value
+            if key.lower() in SECRET_OPTIONS:
+                env[SECRET_OPTIONS[key.lower()]] = value
             else:
                 args += ["--storage-option", f"{key}={value}"]
         return args, env

@@ -54,6 +54,8 @@ def _latest_version(uri: str, options: Mapping[str, str]) -> int:
 class _CommittingOperator(LanceBaseOperator):
     """Shared flow: look for this task's earlier commit, else run once and report the new version."""
 
+    idempotent_retries = True
+
     def already(self, ds, key: str) -> dict[str, Any] | None:
         earlier = find_committed(ds, key)
         if earlier is None:

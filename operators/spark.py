@@ -14,6 +14,13 @@ data files, which cleanup removes after its safety age.
 Secrets: storage credentials from the Lance connection reach spark-submit as environment
 variables (``AWS_ACCESS_KEY_ID`` ...), set at execute time, never as arguments or rendered
 template fields; endpoint/region/allow_http are passed as ``--storage-option`` arguments.
+
+Errors: a failed job prints its cause first as ``lance-ops: error: <ErrorClass>: <message>`` and
+exits 2 when a retry cannot help (missing input path or dataset, schema mismatch, bad arguments)
+or 75 when it may (storage/network errors, lost commit races). The Spark task logs that line as
+its first error line and fails at once (``AirflowFailException``) on exit 2; other failures keep
+the task's retries. This needs the driver's output in spark-submit's output (client mode, local
+or standalone); in cluster modes every failure is retried as before.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import json
 import os
 from typing import Any, Sequence
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import TaskGroup
 
@@ -54,6 +62,32 @@ def _clean_args(args: Sequence[Any]) -> list[str]:
         out.append(str(item))
         i += 1
     return out
+
+
+#: what a failed lance_ops job prints first, and its exit code when a retry cannot help
+#: (lance_ops.spark._common.ERROR_PREFIX / EXIT_NOT_RETRYABLE, repeated here so that parsing a DAG
+#: does not import lance_ops)
+JOB_ERROR_PREFIX = "lance-ops: error: "
+JOB_EXIT_NOT_RETRYABLE = 2
+
+
+class _LanceSparkSubmitHook(SparkSubmitHook):
+    """SparkSubmitHook that also keeps the job's ``lance-ops: error:`` lines (the whole output
+    streams through it; the provider only keeps a short tail)."""
+
+    job_error_lines: list[str]
+
+    def _process_spark_submit_log(self, itr):
+        self.job_error_lines = []
+
+        def watch():
+            for raw in itr:
+                text = str(raw).strip()
+                if text.startswith(JOB_ERROR_PREFIX):
+                    self.job_error_lines.append(text[len(JOB_ERROR_PREFIX):])
+                yield raw
+
+        return super()._process_spark_submit_log(watch())
 
 
 class LanceSparkSubmitOperator(SparkSubmitOperator):
@@ -112,9 +146,35 @@ class LanceSparkSubmitOperator(SparkSubmitOperator):
         self.env_vars = {**(self.env_vars or {}), **secret_env}
         self._hook = None  # built in super().execute() from the arguments above
         self.log.info("spark %s job for %s, key %s", self.job, uri, key)
-        super().execute(context)
+        try:
+            super().execute(context)
+        except Exception as exc:  # noqa: BLE001 - classified from the job's exit code and error line
+            self._classify_failure(exc)
+            raise
         summary = self._summary()
         return {"uri": uri, "idempotency_key": key, "job": self.job, "summary": summary}
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        if type(hook) is SparkSubmitHook:
+            hook.__class__ = _LanceSparkSubmitHook
+        return hook
+
+    def _classify_failure(self, exc: BaseException) -> None:
+        """Log the job's one-line cause first; fail at once (no retry) when it exited 2."""
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        if not isinstance(exc, AirflowException) or type(exc) is not AirflowException:
+            return  # skips, or our own errors before the submit: handled by Airflow as they are
+        lines = list(getattr(self._hook, "job_error_lines", None) or [])
+        process = getattr(self._hook, "_submit_sp", None)
+        returncode = getattr(process, "returncode", None)
+        if not lines:
+            return
+        self.log.error("%s", lines[0])
+        if returncode == JOB_EXIT_NOT_RETRYABLE:
+            raise AirflowFailException(f"{lines[0]} (spark {self.job} job exit code {returncode}: "
+                                       f"not retryable)") from exc
 
     def _summary(self) -> dict[str, Any] | None:
         lines = list(getattr(self._hook, "_last_submit_log_lines", None) or [])

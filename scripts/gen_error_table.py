@@ -45,15 +45,21 @@ def render() -> str:
         "pylance 14 raises for the same case (`except ValueError:` around `lance_ops.dataset(uri)` catches",
         "a missing dataset as it does with `lance.dataset(uri)`).",
         "",
-        "| lance_ops class | parent | also a builtin | pylance raises for the same case | meaning |",
-        "|---|---|---|---|---|",
+        "Retry: whether running the failed step again may succeed (`lance_ops.errors.is_retryable`, the",
+        "class attribute `retryable`). Airflow tasks fail at once on the others, Spark jobs exit 2 for them",
+        "and 75 for retryable ones. \"if keyed\": only a step that looks up its idempotency key before",
+        "committing may retry (it then finds a commit that landed instead of committing twice).",
+        "",
+        "| lance_ops class | parent | also a builtin | pylance raises for the same case | retry | meaning |",
+        "|---|---|---|---|---|---|",
     ]
     for cls in error_classes():
         parent = next((b.__name__ for b in cls.__bases__ if b.__module__ == errors.__name__), "")
         doc = (inspect.getdoc(cls) or "").split("\n")[0]
         builtins = ", ".join(f"`{b}`" for b in builtin_bases(cls)) or "-"
         case = cls.__dict__.get("pylance_raises", "") or "-"
-        lines.append(f"| `{cls.__name__}` | {f'`{parent}`' if parent else '-'} | {builtins} | {case} | {doc} |")
+        retry = {True: "yes", False: "no", None: "if keyed"}[cls.retryable]
+        lines.append(f"| `{cls.__name__}` | {f'`{parent}`' if parent else '-'} | {builtins} | {case} | {retry} | {doc} |")
     return "\n".join(lines) + "\n"
 
 

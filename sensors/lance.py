@@ -6,6 +6,10 @@ holds or the timeout passes, then resumes in ``execute_complete``. Otherwise the
 BaseSensorOperator poke / reschedule loop runs. Either way the XCom is the check's result dict,
 and a timeout with ``soft_fail=True`` skips the task (and, through trigger rules, what follows).
 
+Errors are classified like the operators' (:func:`operators.base.classify_failure`): a check that
+cannot succeed on a retry (corrupt manifest, bad argument) fails the task at once with its cause
+as the first error line; retryable ones keep the task's retries.
+
 ``wait_timeout`` (templated, seconds) overrides ``timeout`` at run time, so a DAG can take it
 from a Param.
 """
@@ -17,7 +21,7 @@ from typing import Any
 
 from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue
 
-from operators.base import as_optional_float, as_optional_int
+from operators.base import as_optional_float, as_optional_int, classify_failure
 from sensors.checks import check_maintenance, check_new_version
 from sensors.triggers import LanceMaintenanceNeededTrigger, LanceNewVersionTrigger
 
@@ -59,6 +63,12 @@ class _LanceSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=self.finish(context, payload))
 
     def execute(self, context: Any) -> Any:
+        try:
+            return self._execute(context)
+        except Exception as exc:  # noqa: BLE001 - classified: fail at once or keep the retries
+            classify_failure(self.log, exc)
+
+    def _execute(self, context: Any) -> Any:
         self._apply_wait_timeout()
         if not self.deferrable:
             return super().execute(context)
@@ -80,9 +90,13 @@ class _LanceSensor(BaseSensorOperator):
             return self.finish(context, event.get("result"))
         if status == "timeout":
             self._timed_out(event.get("message", "timed out"))
-        from airflow.sdk.exceptions import AirflowException
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        raise AirflowException(f"{self.task_id}: trigger failed: {event.get('message', event)}")
+        message = str(event.get("message", event))
+        self.log.error("%s", message)
+        if event.get("retryable") is False:
+            raise AirflowFailException(f"{self.task_id}: {message} (not retryable)")
+        raise AirflowException(f"{self.task_id}: trigger failed: {message}")
 
     def _timed_out(self, message: str) -> None:
         from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException

@@ -7,7 +7,9 @@ the check). The timeout is an absolute ``deadline`` (epoch seconds) fixed when t
 deferred, so a triggerer restart does not extend it.
 
 Events: ``{"status": "success", "result": {...}}``, ``{"status": "timeout", "message", "last"}``
-or ``{"status": "error", "message"}`` (after ``max_errors`` consecutive failed checks).
+or ``{"status": "error", "message", "retryable"}`` (after ``max_errors`` consecutive failed
+checks, or at once when the error is not retryable, e.g. a corrupt manifest or a bad URI; the
+message is the one-line ``"<ErrorClass>: <message>"``).
 """
 from __future__ import annotations
 
@@ -47,10 +49,14 @@ class _PollingTrigger(BaseTrigger):
                 done, last = await asyncio.to_thread(self._check)
                 errors = 0
             except Exception as exc:  # noqa: BLE001 - reported in the event after max_errors tries
+                from lance_ops.errors import error_line, is_retryable
+
                 errors += 1
-                self.log.warning("check of %s failed (%d/%d): %s", self.dataset_uri, errors, self.max_errors, exc)
-                if errors >= self.max_errors:
-                    yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+                retryable = is_retryable(exc)
+                self.log.warning("check of %s failed (%d/%d): %s", self.dataset_uri, errors, self.max_errors,
+                                 error_line(exc))
+                if errors >= self.max_errors or not retryable:
+                    yield TriggerEvent({"status": "error", "message": error_line(exc), "retryable": retryable})
                     return
                 done = False
             if done:

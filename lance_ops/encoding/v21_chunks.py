@@ -163,6 +163,8 @@ def batch_values(enc: pb.CompressiveEncoding, buf: np.ndarray, bufs: Sequence[Sp
     total = int(counts.sum())
     if which == "flat" and not enc.flat.HasField("data") and bufs:
         bits = enc.flat.bits_per_value
+        if bits == 0 and total:
+            raise EncodingCorrupt(f"flat encoding of {total} values with a bit width of 0")
         s, z = bufs[0]
         if bits and bits % 8 == 0:
             w = bits // 8

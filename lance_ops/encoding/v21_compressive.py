@@ -243,6 +243,8 @@ def _flat(f: pb.Flat, buf, n: int) -> Vals:
     if f.HasField("data"):
         buf = general_decompress(f.data, buf)
     bits = f.bits_per_value
+    if bits == 0 and n:  # as upstream: flat values need a positive width (a damaged layout)
+        raise EncodingCorrupt(f"flat encoding of {n} values with a bit width of 0")
     arr = np.frombuffer(bytes(buf), dtype=np.uint8)
     if bits == 1:
         if len(arr) * 8 < n:

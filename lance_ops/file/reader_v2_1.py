@@ -241,6 +241,9 @@ class LanceFileReaderV21(V2ReaderBase):
             meta = file2_pb2.ColumnMetadata()
             try:
                 meta.ParseFromString(take(pos, length))
+                if meta.encoding.WhichOneof("location") == "direct":
+                    # not needed to read the column, but its envelope must decode (as upstream checks)
+                    any_pb2.Any().ParseFromString(meta.encoding.direct.encoding)
             except DecodeError as exc:
                 raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
             self._column_meta.append(meta)

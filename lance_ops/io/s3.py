@@ -20,6 +20,7 @@ from lance_ops.errors import (
     ObjectNotFoundError,
     StorageError,
 )
+from lance_ops.io import redact
 from lance_ops.io.base import ObjectInfo, ObjectStore, ObjectWriter
 from lance_ops.io.retry import RetryPolicy
 from lance_ops.io.s3_client import (
@@ -113,7 +114,7 @@ class S3Store(ObjectStore):
     ) -> None:
         super().__init__()
         self.bucket = bucket
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = redact.RedactedOptions(storage_options or {})
         self.ddb_table_name = ddb_table_name
         self.coalesce_gap = coalesce_gap
         self.part_size = part_size

@@ -23,21 +23,10 @@ from botocore.exceptions import (
 from botocore.parsers import ResponseParserError
 
 from lance_ops.errors import IncompleteResponseError, LanceOpsError, ObjectNotFoundError, StorageError
+from lance_ops.io.options import STORAGE_OPTION_ALIASES, check_storage_options
+from lance_ops.io import redact
 
-# alias -> canonical pylance name
-_ALIASES = {
-    "aws_region": "region",
-    "aws_endpoint": "endpoint",
-    "aws_endpoint_url": "endpoint",
-    "endpoint_url": "endpoint",
-    "aws_allow_http": "allow_http",
-    "access_key_id": "aws_access_key_id",
-    "secret_access_key": "aws_secret_access_key",
-    "aws_token": "aws_session_token",
-    "session_token": "aws_session_token",
-    "token": "aws_session_token",
-    "virtual_hosted_style_request": "aws_virtual_hosted_style_request",
-}
+_ALIASES = STORAGE_OPTION_ALIASES  # alias -> canonical pylance name
 _USED = frozenset(
     {
         "aws_access_key_id",
@@ -81,7 +70,9 @@ def _truthy(value: Any) -> bool:
 
 
 def normalize_options(storage_options: Mapping[str, Any] | None) -> dict[str, str]:
-    """Canonical option names (lower-case, aliases resolved); unknown options are dropped."""
+    """Canonical option names (lower-case, aliases resolved); options lance_ops does not use are
+    dropped, and ones nobody knows (typos) are logged once, like pylance ignoring them."""
+    check_storage_options(storage_options)
     out: dict[str, str] = {}
     for key, value in (storage_options or {}).items():
         if value is None:
@@ -109,6 +100,7 @@ def get_client(storage_options: Mapping[str, Any] | None = None, *, retries: boo
 
 
 def _build_client(opts: dict[str, str], retries: bool = True) -> Any:
+    redact.protect(opts)  # before the first request: botocore's DEBUG logs carry the credentials
     session = boto3.session.Session(
         aws_access_key_id=opts.get("aws_access_key_id"),
         aws_secret_access_key=opts.get("aws_secret_access_key"),

@@ -45,10 +45,18 @@ What is deleted
        version that was committed, local ``.<name>.<hex>.tmp`` and ``<name>#<n>`` upload
        staging files), under the same age rule as unverified files.
 
-    Data files named by a staged result that was never committed (``_staging/<key>.json`` of
-    :mod:`lance_ops.table.staging`; committed = some listed manifest names one of its files)
-    count as referenced, whatever their age and even with ``delete_unverified``: the commit
-    step of a distributed write may be retried days later.
+    Staged results (``_staging/<key>.json`` of :mod:`lance_ops.table.staging`) have a lifecycle:
+    a committed one (marked by its commit step, its key in the key ledger, or - older stages -
+    some listed manifest naming one of its files) is removed once the ledger records its key (a
+    re-run asks the ledger); a pending one pins its data files while it is younger than the
+    unverified-file guard; an older one is *abandoned*: its JSON is deleted and its files are
+    left to the unverified-file rule (so they go in the same run). ``*.plan.json`` files are
+    left alone.
+
+    The idempotency-key ledger (``_lance_ops/keys/``, :mod:`lance_ops.table.idempotency`) is
+    carried forward before any manifest is deleted: every keyed version gets its record and the
+    coverage mark moves to the newest version. If that fails nothing is deleted. Nothing in
+    ``_lance_ops/`` is ever deleted here except superseded coverage marks.
 
     Nothing outside those areas is ever listed or deleted: user files in the dataset directory,
     ``_refs/``, ``tree/`` (branches) and ``_versions/latest_version_hint.json`` are left alone.
@@ -93,10 +101,12 @@ from urllib.parse import unquote
 from google.protobuf.message import DecodeError
 
 from lance_ops._proto import table_pb2
-from lance_ops.errors import LanceOpsError, ObjectNotFoundError, TagError
+from lance_ops.errors import CorruptFileError, LanceOpsError, ObjectNotFoundError, TagError
 from lance_ops.file.blob_v2 import parse_side_file
-from lance_ops.table import naming
+from lance_ops.table import idempotency, naming
 from lance_ops.table.manifest import ManifestFile, read_manifest
+from lance_ops.table.staging import StagedResult
+from lance_ops.table.paths import resolve_inside
 from lance_ops.table.tags import tagged_versions
 
 __all__ = [
@@ -147,6 +157,7 @@ _COUNTERS = {
     "stats": "statistics_files_removed",
     "rowid_index": "rowid_index_files_removed",
     "temporary": "temporary_files_removed",
+    "staging": "staged_results_removed",
 }
 
 
@@ -169,6 +180,8 @@ class CleanupStats:
     statistics_files_removed: int = 0
     rowid_index_files_removed: int = 0
     temporary_files_removed: int = 0
+    #: ``_staging/<key>.json`` of committed (ledger-known) or abandoned staged results
+    staged_results_removed: int = 0
     failed_deletes: int = 0
     planned: list[str] = field(default_factory=list)
 
@@ -207,7 +220,10 @@ class _Refs:
                 data_add(df.path.lstrip("/"))
             has = frag.HasField
             if has("deletion_file"):
-                deletions_add(deletion_path(frag.id, frag.deletion_file))
+                try:
+                    deletions_add(deletion_path(frag.id, frag.deletion_file))
+                except ValueError as exc:  # an unknown file type: a damaged manifest
+                    raise CorruptFileError(mf.path or "<manifest>", f"fragment {frag.id}: {exc}") from None
             for name in _EXTERNAL_FILES:
                 if has(name):
                     paths_add(getattr(frag, name).path.lstrip("/"))
@@ -311,6 +327,26 @@ def _read_all(store, paths: list[str]) -> dict[str, ManifestFile | None]:
         return dict(zip(paths, pool.map(one, paths)))
 
 
+def _check_protected_data(store, versions: dict[int, "_Version"], protect_from: int, listed: set[str]) -> None:
+    """Refuse (CorruptFileError naming the manifest) when a version cleanup must keep names a data
+    file that is not there: its manifest is damaged or the dataset already lost data, and the
+    files it really needs would otherwise look unreferenced and be deleted."""
+    for v, info in versions.items():
+        if v < protect_from:
+            continue  # an older version may lose its files to a concurrent cleanup
+        m = info.manifest.manifest
+        for frag in m.fragments:
+            for df in frag.files:
+                if df.HasField("base_id"):
+                    continue  # stored under another base path: not in this listing
+                if df.path.lstrip("/") not in listed:
+                    where = info.manifest.path
+                    raise CorruptFileError(
+                        store.uri(where) if where else f"version {v}",
+                        f"names data file {df.path!r} (fragment {frag.id}), which does not exist; "
+                        "cleanup refuses to run on a dataset whose kept versions are incomplete")
+
+
 def _load_versions(store, base: str, skip: Iterable[int] = ()) -> dict[int, _Version]:
     """Every committed version (except those in ``skip``) with its decoded manifest."""
     skip = set(skip)
@@ -345,7 +381,8 @@ def _branches(store, base: str) -> tuple[list[str], set[int]]:
         name = naming._basename(info.path)
         if not name.endswith(".json") or name.startswith("."):
             continue
-        roots.append(store.join(base, TREE_DIR, *unquote(name[: -len(".json")]).split("/")))
+        roots.append(resolve_inside(store, base, unquote(name[: -len(".json")]), under=(TREE_DIR,),
+                                    what="branch name", where=store.uri(info.path)))
         try:
             doc = json.loads(store.read(info.path))
         except (ObjectNotFoundError, FileNotFoundError, ValueError):
@@ -404,29 +441,52 @@ def _staged_data_files(doc) -> set[str]:
     return out
 
 
-def _pending_staged(store, base: str, named: set[str]) -> set[str]:
-    """Data files of staged results that were never committed: they must survive.
+def _staged_lifecycle(store, base: str, named: set[str], young_after: datetime | None) -> tuple[set[str], list[_File]]:
+    """``(data files to pin, stage JSONs to delete)``; see the module docstring.
 
-    A staged result (``_staging/<key>.json``) counts as committed as soon as any listed manifest
-    (kept or being removed) names one of its data files - file names are random, so only its
-    own commit can. Otherwise its files are pinned, however old (a retried commit step may come
-    much later). Its JSON is left alone; deleting it is the staging module's business.
+    ``named``: data files some listed manifest names (file names are random, so a stage whose
+    file is named was committed). Call after the key ledger was carried forward.
     """
     pinned: set[str] = set()
+    drop: list[_File] = []
     for info in store.list_dir(store.join(base, STAGING_DIR)):
-        if not info.path.endswith(".json"):
+        name = info.path.replace("\\", "/").rsplit("/", 1)[-1]
+        if not name.endswith(".json") or name.endswith(".plan.json") or name.startswith("."):
             continue
         try:
-            files = _staged_data_files(json.loads(store.read(info.path)))
+            raw = store.read(info.path)
+            doc = json.loads(raw)
         except (ObjectNotFoundError, FileNotFoundError):
             continue
         except ValueError:
             log.warning("cleanup: %s is not JSON; the files it may stage are not pinned",
                         store.uri(info.path))
             continue
-        if files and not (files & named):
-            pinned |= files
-    return pinned
+        files = _staged_data_files(doc)
+        try:
+            result = StagedResult.from_json(raw, store.uri(info.path))
+        except LanceOpsError:
+            result = None
+        known = None
+        if result is not None and result.key:
+            try:
+                known = idempotency.read_record(store, base, idempotency.kind_of_operation(result.operation),
+                                                result.key)
+            except LanceOpsError:
+                known = None
+        f = _File(info.path, f"{STAGING_DIR}/{name}", info.size, info.last_modified)
+        committed = known is not None or (result is not None and result.committed_version is not None) or bool(
+            files & named)
+        if committed:
+            if known is not None:  # a re-run is answered by the ledger
+                drop.append(f)
+            continue
+        if young_after is not None and info.last_modified >= young_after:
+            pinned |= files  # pending: its commit step may still come
+            continue
+        log.info("cleanup: removing abandoned staged result %s (never committed)", store.uri(info.path))
+        drop.append(f)
+    return pinned, drop
 
 
 # --- policy -----------------------------------------------------------------------------------
@@ -725,7 +785,10 @@ def cleanup_old_versions(
     removed = _Refs()
     for v, info in versions.items():
         (removed if v in removed_versions else kept).add(info.manifest, v)
-    kept.data |= _pending_staged(store, base, kept.data | removed.data)
+    if not dry_run:  # before any manifest goes: every keyed version's key is in the ledger
+        idempotency.carry_forward(store, base, {v: info.manifest for v, info in versions.items()})
+    pinned_data, stage_files = _staged_lifecycle(store, base, kept.data | removed.data, young_after)
+    kept.data |= pinned_data
 
     planner = _Planner(kept, removed, removed_versions, latest, young_after)
     candidates: list[_Candidate] = []
@@ -733,10 +796,12 @@ def cleanup_old_versions(
         listed = list(_list_area(store, base, area))
         if area == naming.DATA_DIR:
             planner.owner_times = {f.rel[len(area) + 1:]: f.last_modified for f in listed if f.rel.endswith(".lance")}
+            _check_protected_data(store, versions, protect_from, {f.rel[len(area) + 1:] for f in listed})
         for f in listed:
             c = planner.classify(f)
             if c is not None:
                 candidates.append(c)
+    staged = [_Candidate(f, "staging", True) for f in stage_files]
     manifest_files: list[tuple[_File, int]] = []
     for v in sorted(removed_versions):
         for loc in versions[v].locations:
@@ -746,9 +811,11 @@ def cleanup_old_versions(
     if dry_run:
         stats.old_versions = len(removed_versions)
         stats.bytes_removed = sum(f.size for f, _ in manifest_files)
+        candidates += staged
         _tally(stats, [(c.kind, c.file) for c in candidates])
         stats.planned = [f.path for f, _ in manifest_files] + [c.file.path for c in candidates]
         return stats
+    candidates += staged
 
     # progress: over every planned delete (files dropped in step 2 count as done at once)
     total = len(manifest_files) + len(candidates)
@@ -776,7 +843,7 @@ def cleanup_old_versions(
     owner_times = planner.owner_times
     planner = _Planner(kept, removed, removed_versions, latest, young_after)
     planner.owner_times = owner_times
-    files = [c for c in candidates if planner.classify(c.file) is not None]
+    files = [c for c in candidates if c.kind == "staging" or planner.classify(c.file) is not None]
     if total and len(files) < len(candidates):
         tick(len(candidates) - len(files))
 

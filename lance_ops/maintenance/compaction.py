@@ -37,14 +37,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from lance_ops.errors import CommitConflictError, RetryableCommitConflictError, UnsupportedError
-from lance_ops.table.commit import find_idempotent_commit
 
 from lance_ops.maintenance.compaction_exec import (
-    IDEMPOTENCY_LOOKBACK,
     RewriteResult,
     commit_compaction,
     discard_results,
     execute_task,
+    find_committed_rewrite,
     replayed_metrics,
     zero_metrics,
 )
@@ -114,9 +113,10 @@ def _run(ds, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempot
     """Plan, execute and commit with conflict retries; returns ``(metrics, manifest_file or None)``."""
     t0 = time.perf_counter()
     if idempotency_key and not dry_run:
-        earlier = find_idempotent_commit(ds._store, ds._base, idempotency_key, lookback=IDEMPOTENCY_LOOKBACK)
-        if earlier is not None:
-            out = replayed_metrics(earlier)
+        found = find_committed_rewrite(ds._store, ds._base, idempotency_key)
+        if found is not None:
+            rec, earlier = found
+            out = replayed_metrics(rec)
             out.update(dry_run=False, seconds=time.perf_counter() - t0)
             return out, earlier
     cached: dict[bytes, RewriteResult] = {}

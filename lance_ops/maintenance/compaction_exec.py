@@ -47,16 +47,16 @@ import pyarrow as pa
 
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
-from lance_ops.table import deletion, naming, rowids, versions
+from lance_ops.table import deletion, idempotency, naming, rowids, versions
 from lance_ops.table.commit import (
     IDEMPOTENCY_KEY,
     CommitContext,
     CommitOptions,
     commit_transaction,
-    find_idempotent_commit,
 )
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.manifest import read_manifest
+from lance_ops.table.paths import resolve_inside
 from lance_ops.table.write import write_fragments
 
 from lance_ops.maintenance.compaction_plan import (
@@ -73,7 +73,6 @@ RESULT_FORMAT = "lance_ops.compaction_result/1"
 #: transaction property holding the compaction metrics (so an idempotent replay can report them)
 METRICS_PROPERTY = "lance_ops.compaction.metrics"
 OPERATION_PROPERTY = "lance_ops.operation"
-IDEMPOTENCY_LOOKBACK = 100
 
 METRIC_KEYS = (
     "fragments_removed", "fragments_added", "files_removed", "files_added",
@@ -286,7 +285,8 @@ def _row_id_sequence(store, base: str, frag: table_pb2.DataFragment) -> rowids.R
         seq = rowids.RowIdSequence.from_bytes(frag.inline_row_ids, where)
     elif which == "external_row_ids":
         ext = frag.external_row_ids
-        path = store.join(base, ext.path)
+        path = resolve_inside(store, base, ext.path, what=f"external row-id path of fragment {frag.id}",
+                              where=store.uri(base))
         seq = rowids.RowIdSequence.from_bytes(store.read_range(path, ext.offset, ext.size), store.uri(path))
     else:
         raise LanceOpsError(f"{where}: the dataset uses stable row ids but fragment {frag.id} has none")
@@ -466,19 +466,32 @@ def sum_metrics(results: Sequence[RewriteResult]) -> dict[str, int]:
     return out
 
 
-def replayed_metrics(manifest_file) -> dict[str, Any]:
-    """Metrics recorded by an earlier commit with the same idempotency key."""
-    txn = manifest_file.transaction
-    raw = txn.transaction_properties.get(METRICS_PROPERTY) if txn is not None else None
+def replayed_metrics(earlier) -> dict[str, Any]:
+    """Metrics recorded by an earlier commit with the same idempotency key (a ManifestFile, or
+    the key ledger's record when that version was cleaned up)."""
+    if isinstance(earlier, idempotency.KeyRecord):
+        raw = earlier.properties.get(METRICS_PROPERTY)
+    else:
+        txn = earlier.transaction
+        raw = txn.transaction_properties.get(METRICS_PROPERTY) if txn is not None else None
     out: dict[str, Any] = zero_metrics()
     if raw:
         try:
             out.update({k: int(v) for k, v in json.loads(raw).items() if k in METRIC_KEYS})
         except ValueError:
             pass
-    out["version"] = manifest_file.version
+    out["version"] = earlier.version
     out["already_committed"] = True
     return out
+
+
+def find_committed_rewrite(store, base: str, key: str, since: int = 0):
+    """``(record, manifest or None)`` of the rewrite committed with ``key``, or None (see
+    :func:`lance_ops.table.idempotency.lookup`; ``since``: the plan's read version)."""
+    rec = idempotency.lookup(store, base, key, "rewrite", since=since)
+    if rec is None:
+        return None
+    return rec, idempotency.manifest_of(store, base, rec)
 
 
 def commit_compaction(ds_or_uri, results: Sequence[RewriteResult], *, storage_options=None,
@@ -498,10 +511,12 @@ def commit_compaction(ds_or_uri, results: Sequence[RewriteResult], *, storage_op
     results = [r for r in results if r.original_fragments]
     metrics: dict[str, Any] = sum_metrics(results)
     if idempotency_key:
-        earlier = find_idempotent_commit(store, base, idempotency_key, lookback=IDEMPOTENCY_LOOKBACK)
-        if earlier is not None:
-            log.info("compaction key %s already committed as version %d", idempotency_key, earlier.version)
-            out = replayed_metrics(earlier)
+        since = min((r.read_version for r in results), default=0)
+        found = find_committed_rewrite(store, base, idempotency_key, since)
+        if found is not None:
+            rec, earlier = found
+            log.info("compaction key %s already committed as version %d", idempotency_key, rec.version)
+            out = replayed_metrics(rec)
             out["seconds"] = time.perf_counter() - t0
             return (out, earlier) if _return_manifest else out
     if not results:
@@ -554,6 +569,8 @@ def commit_compaction(ds_or_uri, results: Sequence[RewriteResult], *, storage_op
     if max_retries is not None:
         options.max_retries = max_retries
     mf = commit_transaction(store, base, txn, CommitContext(read_mf), options)
+    if idempotency_key:
+        idempotency.remember(store, base, mf)
     if idempotency_key and mf.transaction is not None and mf.transaction.uuid != txn.uuid:
         out = replayed_metrics(mf)
         out["seconds"] = time.perf_counter() - t0

@@ -9,10 +9,17 @@ executors and stages *what* it wrote under ``_staging/{key}.json`` (see
 * ``overwrite`` -> an Overwrite transaction (creates the dataset when it is missing);
 * ``rewrite``   -> the compaction commit (:func:`lance_ops.maintenance.compaction.commit_compaction`).
 
-The key is recorded in the transaction properties (``lance_ops.idempotency_key``); before
-committing, recent versions are searched for it, so committing the same key twice (an Airflow
-retry of the commit step, or a re-run Spark job that finds its own earlier stage) is a no-op that
-returns the version committed the first time.
+The key is recorded in the transaction properties (``lance_ops.idempotency_key``) and in the
+dataset's key ledger (:mod:`lance_ops.table.idempotency`), which cleanup carries forward; before
+committing the ledger is consulted, so committing the same key twice (an Airflow retry of the
+commit step, a cleared old run, or a re-run Spark job that finds its own earlier stage) is a
+no-op that returns the version committed the first time - also after compaction and cleanup
+removed that version. Keys are scoped by kind: ``write`` (append/overwrite) or ``rewrite``.
+
+Before committing, every data file the stage references is checked to exist with its recorded
+size (else :class:`~lance_ops.errors.StagedResultError`, nothing committed); after committing the
+stage is marked with the version (``committed_version``). :func:`pending_stages` lists the stages
+still waiting for their commit (``lance-ops inspect`` shows them).
 
     from lance_ops.maintenance.staged_commit import commit_staged
     commit_staged("s3://bkt/events.lance", "dag.run.task.0", storage_options={...})
@@ -25,27 +32,35 @@ import logging
 from typing import Any, Mapping
 
 from lance_ops._proto import file_pb2, transaction_pb2
-from lance_ops.errors import DatasetNotFoundError, LanceOpsError
+from lance_ops.errors import DatasetNotFoundError, LanceOpsError, ObjectNotFoundError
 from lance_ops.io import open_store
-from lance_ops.table import naming, versions
+from lance_ops.table import idempotency, naming, versions
 from lance_ops.table.commit import (
     IDEMPOTENCY_KEY,
     CommitContext,
     CommitOptions,
     commit_transaction,
-    find_idempotent_commit,
 )
 from lance_ops.table.dataset import open_manifest
 from lance_ops.table.manifest import ManifestFile
-from lance_ops.table.staging import StagedResult, read_staged, sanitize_key
+from lance_ops.table.staging import (
+    StagedResult,
+    check_staged_files,
+    list_staged,
+    mark_committed,
+    read_staged,
+    sanitize_key,
+)
 from lance_ops.table.transaction_file import load_transaction
 
 log = logging.getLogger(__name__)
 
-#: how many recent versions are searched for an earlier commit of the same key
-IDEMPOTENCY_LOOKBACK = 1000
+__all__ = ["commit_staged", "commit_result", "fields_to_b64", "fields_from_b64", "pending_stages", "stage_kind"]
 
-__all__ = ["commit_staged", "commit_result", "fields_to_b64", "fields_from_b64", "IDEMPOTENCY_LOOKBACK"]
+
+def stage_kind(operation: str) -> str:
+    """The idempotency-key kind a staged operation commits under."""
+    return idempotency.kind_of_operation(operation)
 
 
 def fields_to_b64(fields) -> list[str]:
@@ -100,18 +115,22 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     uri = str(uri)
     store, base = open_store(uri, storage_options)
     key = result.key
+    op = result.operation
+    if op not in ("append", "overwrite", "rewrite"):
+        raise LanceOpsError(f"{uri}: staged result {key!r} has unknown operation {op!r}")
     current = _latest(store, base, uri)
     if current is not None and key:
-        earlier = find_idempotent_commit(store, base, key, latest=current.version, lookback=IDEMPOTENCY_LOOKBACK)
+        earlier = idempotency.lookup(store, base, key, stage_kind(op), since=max(0, result.read_version))
         if earlier is not None:
             log.info("%s: key %s was already committed as version %d", uri, key, earlier.version)
-            return _result(earlier.version, result.operation, True, _staged_metrics(result))
+            _mark(store, base, key, earlier.version)
+            return _result(earlier.version, op, True, _replayed(result, earlier))
+    if result.committed_version is not None:
+        return _result(result.committed_version, op, True, _staged_metrics(result))
+    check_staged_files(store, base, result)
 
-    op = result.operation
     if op == "rewrite":
         return _commit_rewrite(uri, result, storage_options)
-    if op not in ("append", "overwrite"):
-        raise LanceOpsError(f"{uri}: staged result {key!r} has unknown operation {op!r}")
 
     props = dict(transaction_properties or {})
     if key:
@@ -147,6 +166,9 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     mf = commit_transaction(store, base, txn, CommitContext(read), options)
     landed = load_transaction(store, base, mf)
     already = bool(key) and landed is not None and landed.uuid != txn.uuid
+    if key:
+        idempotency.remember(store, base, mf)
+        _mark(store, base, key, mf.version)
     metrics = _staged_metrics(result)
     if create:
         metrics["created"] = True
@@ -162,10 +184,12 @@ def _commit_rewrite(uri: str, result: StagedResult, storage_options) -> dict:
                                                 idempotency_key=result.key or None))
     version = metrics.pop("version", None)
     already = bool(metrics.pop("already_committed", False))
+    store, base = open_store(uri, storage_options)
     if version is None:  # nothing to rewrite: no new version
-        store, base = open_store(uri, storage_options)
         current = _latest(store, base, uri)
         version = current.version if current is not None else 0
+    elif result.key:
+        _mark(store, base, result.key, version)
     merged = dict(result.metrics)
     merged.update(metrics)
     return _result(version, "rewrite", already, merged)
@@ -194,23 +218,74 @@ def commit_staged(uri: str, key: str, *, storage_options: Mapping[str, Any] | No
     uri = str(uri)
     key = sanitize_key(key)
     store, base = open_store(uri, storage_options)
-    current = _latest(store, base, uri)
-    if current is not None:
-        earlier = find_idempotent_commit(store, base, key, latest=current.version, lookback=IDEMPOTENCY_LOOKBACK)
-        if earlier is not None:
-            try:
-                staged = read_staged(store, base, key)
-                op, metrics = staged.operation, _staged_metrics(staged)
-            except LanceOpsError:
-                op, metrics = _operation_of(store, base, earlier), {}
-            log.info("%s: key %s was already committed as version %d", uri, key, earlier.version)
-            return _result(earlier.version, op, True, metrics)
-    staged = read_staged(store, base, key)
+    try:
+        staged = read_staged(store, base, key)
+    except ObjectNotFoundError:
+        staged = None
+    if staged is None:
+        # the stage may be gone because it was committed and cleanup removed it: ask the ledger
+        if _latest(store, base, uri) is not None:
+            earlier = idempotency.lookup(store, base, key, ("write", "rewrite"))
+            if earlier is not None:
+                log.info("%s: key %s was already committed as version %d", uri, key, earlier.version)
+                return _result(earlier.version, earlier.operation, True, _replayed(None, earlier))
+        read_staged(store, base, key)  # raises ObjectNotFoundError naming the key
     if staged.key != key:
         raise LanceOpsError(f"{uri}: _staging/{key}.json holds a result for key {staged.key!r}")
     return commit_result(uri, staged, storage_options=storage_options)
 
 
-def _operation_of(store, base: str, mf: ManifestFile) -> str:
-    txn = load_transaction(store, base, mf)
-    return (txn.WhichOneof("operation") or "unknown") if txn is not None else "unknown"
+def _mark(store, base: str, key: str, version: int) -> None:
+    """Mark the stage committed, best effort: the commit landed and the key ledger answers re-runs."""
+    try:
+        mark_committed(store, base, key, version)
+    except Exception as exc:  # noqa: BLE001 - never turn a landed commit into a failure
+        log.warning("%s: committed %s as version %d but could not mark its stage (%s); cleanup removes it "
+                    "once the key ledger has it", store.uri(base), key, version, exc)
+
+
+def _replayed(result: StagedResult | None, rec: idempotency.KeyRecord) -> dict[str, Any]:
+    """Metrics of a replay: the stage's when it is still there, else what the ledger kept."""
+    if result is not None:
+        metrics = _staged_metrics(result)
+    else:
+        metrics = {}
+    raw = rec.properties.get("lance_ops.compaction.metrics")
+    if raw:
+        import json
+
+        try:
+            metrics.update(json.loads(raw))
+        except ValueError:
+            pass
+    return metrics
+
+
+def pending_stages(uri: str, *, storage_options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Staged results still waiting for their commit step (not marked, key not in the ledger):
+    ``[{"key", "operation", "read_version", "rows", "fragments", "files", "bytes", "staged_at"}]``."""
+    store, base = open_store(str(uri), storage_options)
+    out = []
+    for info in list_staged(store, base):
+        res = info.result
+        if res is not None and res.committed_version is not None:
+            continue
+        if res is not None and res.key:
+            try:
+                if idempotency.read_record(store, base, stage_kind(res.operation), res.key) is not None:
+                    continue
+            except LanceOpsError:
+                pass
+        entry: dict[str, Any] = {"key": info.key, "staged_at": info.last_modified.isoformat()}
+        if res is None:
+            entry["error"] = "not a valid staged result"
+        else:
+            from lance_ops.table.staging import staged_fragments
+
+            frags = staged_fragments(res)
+            entry.update(operation=res.operation, read_version=res.read_version,
+                         rows=sum(f.physical_rows for f in frags), fragments=len(frags),
+                         files=sum(len(f.files) for f in frags),
+                         bytes=sum(df.file_size_bytes for f in frags for df in f.files))
+        out.append(entry)
+    return sorted(out, key=lambda e: e["staged_at"])

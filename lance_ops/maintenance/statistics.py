@@ -14,6 +14,7 @@ import pyarrow as pa
 from lance_ops.errors import LanceOpsError, ObjectNotFoundError  # noqa: F401
 from lance_ops.schema import from_lance_fields  # noqa: F401
 from lance_ops.table import naming
+from lance_ops.table.paths import dataset_where, resolve_inside
 from lance_ops.table.statistics import *  # noqa: F401,F403 - re-exported for callers of this module
 from lance_ops.table.statistics import (  # noqa: F401
     LIST_THRESHOLD, STATS_DIR, STATS_SUFFIX, TRUNCATE_BYTES, FileStats, PageStat, _Record, _cache,
@@ -104,7 +105,9 @@ def rebuild_statistics(ds, fragments=None, force: bool = False, *, dry_run: bool
             try:
                 reader = None
                 if df.file_major_version >= 2 or (df.file_major_version, df.file_minor_version) == (0, 3):
-                    reader = LanceFileReader(ds._store.join(ds._base, naming.DATA_DIR, df.path), store=ds._store)
+                    reader = LanceFileReader(resolve_inside(ds._store, ds._base, df.path, under=(naming.DATA_DIR,),
+                                                            what=f"data file path of fragment {frag.metadata.id}",
+                                                            where=dataset_where(ds)), store=ds._store)
                 if reader is None or reader.version != "2.0":  # legacy (0.1) and 2.1+ files
                     result["unsupported"] += 1
                 else:

@@ -249,7 +249,7 @@ class _Verifier:
         if df.file_size_bytes and size != df.file_size_bytes:
             return [f"data file is {size} bytes but the manifest records {df.file_size_bytes}"], None
         try:
-            reader = frag.data_file_reader(index)
+            reader = frag.data_file_reader(index, check=False)
             if hasattr(type(reader), "metadata"):
                 reader.metadata  # decode every column's metadata too (the 2.0 reader does it lazily)
             rows = int(reader.num_rows)
@@ -332,7 +332,7 @@ class _Verifier:
         if self._size(self._path(rel)) is None:
             return ["deletion file is missing"]
         try:
-            offsets = deletion_mod.read_deletion_offsets(self.store, self.base, frag.fragment_id, df)
+            offsets = deletion_mod.read_deletion_offsets(self.store, self.base, frag.fragment_id, df, check=False)
         except StorageError as exc:
             if not isinstance(exc, ObjectNotFoundError):
                 raise
@@ -368,7 +368,7 @@ class _Verifier:
             if not self._check_external(v, fid, proto.external_row_ids, "row-id sequence"):
                 return None
         try:
-            ids = rowids.read_fragment_row_ids(self.store, self.base, proto)
+            ids = rowids.read_fragment_row_ids(self.store, self.base, proto, check=False)
         except StorageError as exc:
             if not isinstance(exc, ObjectNotFoundError):
                 raise

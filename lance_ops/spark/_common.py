@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
-from typing import Any, Iterable, Mapping, Sequence
+import traceback
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
-from lance_ops.errors import DatasetNotFoundError
+from lance_ops.errors import DatasetNotFoundError, InputNotFoundError, LanceOpsError, UsageError
 from lance_ops.table.dataset import open_manifest
 from lance_ops.table.manifest import ManifestFile
 from lance_ops.table.write import check_append_schema
@@ -22,12 +24,13 @@ STORAGE_OPTION_PREFIX = "storage_option."
 
 
 def parse_kv(pairs: Sequence[str] | None, what: str = "option") -> dict[str, str]:
-    """``["k=v", ...]`` -> ``{"k": "v"}``; a pair without ``=`` is an error naming it."""
+    """``["k=v", ...]`` -> ``{"k": "v"}``; a pair without ``=`` is a UsageError (the value is
+    not echoed: it may be a secret)."""
     out: dict[str, str] = {}
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--{what.replace('_', '-')} expects KEY=VALUE, got {pair!r}")
+        if not sep or not key.strip():
+            raise UsageError(f"--{what.replace('_', '-')} expects KEY=VALUE (an argument lacks '=' or a key)")
         out[key.strip()] = value
     return out
 
@@ -204,16 +207,165 @@ def commit_or_stage(summary: dict, args, uri: str, key: str, storage_options, ve
     return summary
 
 
+# --- failures -------------------------------------------------------------------------------------
+#: exit code of a job failure that a retry cannot fix (bad input, usage, missing dataset ...)
+EXIT_NOT_RETRYABLE = 2
+#: exit code of a failure a retry may fix (storage/network errors, lost commit races); EX_TEMPFAIL
+EXIT_RETRYABLE = 75
+#: the prefix of the one-line cause a failed job prints first on stderr
+ERROR_PREFIX = "lance-ops: error: "
+
+_REMOTE_ERROR_RE = re.compile(r"lance_ops\.errors\.([A-Za-z_]\w*): (.*)")
+_MISSING_CONDITIONS = ("PATH_NOT_FOUND", "TABLE_OR_VIEW_NOT_FOUND")
+
+
+def translate_job_error(exc: BaseException) -> BaseException:
+    """Spark's and Python's ways of saying "bad input" as lance_ops errors (others unchanged).
+
+    A missing input path (Spark's ``PATH_NOT_FOUND``, a FileNotFoundError) or table becomes
+    InputNotFoundError naming it; other analysis errors (unknown columns, bad options) become
+    UsageError; a lance_ops error raised in an executor (seen by the driver as a Python worker
+    traceback) becomes that error class again, so it is classified like a local one.
+    """
+    if isinstance(exc, LanceOpsError):
+        return exc
+    if isinstance(exc, FileNotFoundError):
+        path = exc.filename if exc.filename is not None else exc
+        return _chain(InputNotFoundError(f"input path does not exist: {path}"), exc)
+    condition, params, first = _spark_error_parts(exc)
+    if condition is not None and condition.split(".")[0] in _MISSING_CONDITIONS:
+        what = params.get("path") or params.get("relationName") or first
+        kind = "input path" if condition.startswith("PATH_NOT_FOUND") else "input table"
+        return _chain(InputNotFoundError(f"{kind} does not exist: {what}"), exc)
+    if _is_analysis_error(exc):
+        return _chain(UsageError(first), exc)
+    remote = _remote_lance_error(exc)
+    return _chain(remote, exc) if remote is not None else exc
+
+
+def _chain(new: BaseException, cause: BaseException) -> BaseException:
+    new.__cause__ = cause
+    return new
+
+
+def _is_analysis_error(exc: BaseException) -> bool:
+    try:
+        from pyspark.errors import AnalysisException
+    except ImportError:  # pragma: no cover - pyspark is there whenever a job runs
+        return False
+    return isinstance(exc, AnalysisException)
+
+
+def _spark_error_parts(exc: BaseException) -> tuple[str | None, dict[str, str], str]:
+    """(error condition, message parameters, first message line) of a PySpark error."""
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    getter = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    if getter is None:
+        return None, {}, first
+    try:
+        condition = getter()
+        params = dict(exc.getMessageParameters() or {})  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - the JVM may be gone; the message still says enough
+        return None, {}, first
+    return condition, {str(k): str(v) for k, v in params.items()}, first
+
+
+def _remote_lance_error(exc: BaseException) -> LanceOpsError | None:
+    """The last ``lance_ops.errors.X: message`` of an executor traceback inside ``exc``, as X."""
+    from lance_ops import errors
+
+    found = None
+    for match in _REMOTE_ERROR_RE.finditer(str(exc)):
+        cls = getattr(errors, match.group(1), None)
+        if isinstance(cls, type) and issubclass(cls, LanceOpsError):
+            found = (cls, match.group(2).strip())
+    if found is None:
+        return None
+    cls, message = found
+    try:
+        return cls(message)
+    except TypeError:  # a class built from parts, e.g. CorruptFileError(path, problem)
+        try:
+            return cls(*message.split(": ", 1))
+        except TypeError:
+            return None
+
+
+def check_input_paths(spark, paths: Sequence[str]) -> None:
+    """Raise InputNotFoundError naming the first of ``paths`` (no glob patterns) that does not
+    exist, before Spark's reader logs a Java stack trace for it. Paths the check cannot
+    resolve (unknown file systems, glob patterns) are left to Spark."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return
+    try:
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+    except Exception:  # noqa: BLE001 - no JVM context: let Spark report it
+        return
+    for path in paths:
+        if any(ch in path for ch in "*?[{"):
+            continue
+        try:
+            hpath = jvm.org.apache.hadoop.fs.Path(path)
+            exists = hpath.getFileSystem(conf).exists(hpath)
+        except Exception:  # noqa: BLE001 - e.g. no file system for the scheme: Spark says why
+            continue
+        if not exists:
+            raise InputNotFoundError(f"input path does not exist: {path}")
+
+
+def report_failure(exc: BaseException, *, idempotent: bool, stream=None) -> int:
+    """Print the cause as ONE line first (``lance-ops: error: <ErrorClass>: <message>``), then
+    the trace; returns the exit code: EXIT_NOT_RETRYABLE or EXIT_RETRYABLE."""
+    from lance_ops.errors import error_line, is_retryable
+
+    stream = stream or sys.stderr
+    err = translate_job_error(exc)
+    retryable = is_retryable(err, idempotent=idempotent)
+    stream.write(f"{ERROR_PREFIX}{error_line(err)}\n")
+    stream.write(f"lance-ops: the job failed; {'a retry may succeed' if retryable else 'retrying cannot help'}"
+                 f" (exit code {EXIT_RETRYABLE if retryable else EXIT_NOT_RETRYABLE}); trace follows\n")
+    stream.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    stream.flush()
+    return EXIT_RETRYABLE if retryable else EXIT_NOT_RETRYABLE
+
+
+def _usage_error(parser) -> Callable[[str], None]:
+    def error(message: str) -> None:
+        sys.stderr.write(f"{ERROR_PREFIX}UsageError: {message}\n")
+        parser.print_usage(sys.stderr)
+        sys.exit(EXIT_NOT_RETRYABLE)
+
+    return error
+
+
 def run_job(name: str, parser, run, argv=None) -> int:
-    """Parse arguments, run ``run(spark, args)`` in a SparkSession, print the JSON summary line."""
+    """Parse arguments, run ``run(spark, args)`` in a SparkSession, print the JSON summary line.
+
+    A failure prints its cause as the first line on stderr and the trace below it, and returns
+    EXIT_NOT_RETRYABLE (2: usage errors, missing input or dataset, schema mismatch, refused
+    stages ...) or EXIT_RETRYABLE (75: storage/network errors, lost commit races; an unknown
+    commit outcome only with an idempotency key).
+    """
+    from lance_ops.io.options import parse_storage_option_args
+
+    parser.error = _usage_error(parser)
     args = parser.parse_args(argv)
     configure_logging()
+    idempotent = bool(getattr(args, "idempotency_key", None))
+    try:  # before Spark starts: a typo in a storage option name is a usage error
+        parse_storage_option_args(getattr(args, "storage_option", None))
+    except UsageError as exc:
+        return report_failure(exc, idempotent=idempotent)
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName(f"lance-ops {name} {args.uri}").getOrCreate()
     try:
         summary = run(spark, args)
-    finally:
+    except Exception as exc:  # noqa: BLE001 - reported as one line + trace, classified exit code
+        code = report_failure(exc, idempotent=idempotent)  # while the JVM is up (Spark errors ask it)
         spark.stop()
+        return code
+    spark.stop()
     print_summary(summary)
     return 0

@@ -83,25 +83,26 @@ def _group(result) -> dict[str, Any]:
 def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     """Run the compaction with an existing SparkSession; returns the summary dict."""
     from lance_ops.errors import ObjectNotFoundError
+    from lance_ops.io.options import parse_storage_option_args
     from lance_ops.maintenance.compaction import CompactionOptions, CompactionPlan, plan_compaction
     from lance_ops.maintenance.staged_commit import commit_staged
-    from lance_ops.spark._common import commit_or_stage, parse_kv
+    from lance_ops.spark._common import commit_or_stage
     from lance_ops.spark._tasks import CompactionTaskRunner
     from lance_ops.spark.datasource import register
-    from lance_ops.table.commit import find_idempotent_commit
+    from lance_ops.table import idempotency
     from lance_ops.table.dataset import LanceDataset
     from lance_ops.table.staging import StagedResult, read_staged, sanitize_key, write_staged
 
     register(spark)
     uri = args.uri
-    storage_options = parse_kv(args.storage_option, "storage_option")
+    storage_options = parse_storage_option_args(args.storage_option)
     key = sanitize_key(args.idempotency_key or f"compact-{uuid.uuid4().hex}")
     ds = LanceDataset(uri, None, storage_options)
     store, base = ds._store, ds._base
     summary: dict[str, Any] = {"job": "compact", "uri": uri, "staged_key": key, "operation": "rewrite"}
 
     if args.idempotency_key:
-        earlier = find_idempotent_commit(store, base, key, latest=ds.version, lookback=1000)
+        earlier = idempotency.lookup(store, base, key, "rewrite")  # the key ledger: survives cleanup
         if earlier is not None:
             summary.update(version=earlier.version, committed=True, already_committed=True,
                            rows=None, fragments=None, tasks=None)

@@ -360,7 +360,7 @@ class LanceWriter(DataSourceArrowWriter):
         from lance_ops.maintenance.staged_commit import fields_to_b64
         from lance_ops.schema import from_lance_fields, to_lance_fields
         from lance_ops.table import versions
-        from lance_ops.table.commit import find_idempotent_commit
+        from lance_ops.table import idempotency
         from lance_ops.table.staging import sanitize_key
 
         self.uri = uri
@@ -374,7 +374,7 @@ class LanceWriter(DataSourceArrowWriter):
         self.read_version = current.version if current is not None else 0
         self.already_committed = bool(
             raw_key and current is not None
-            and find_idempotent_commit(store, base, self.key, latest=current.version, lookback=1000) is not None
+            and idempotency.lookup(store, base, self.key, "write") is not None
         )
         data_schema = spark_to_arrow_schema(spark_schema)
         self.appending = current is not None and not overwrite

@@ -72,14 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_source(spark, args):
+    from lance_ops.errors import UsageError
+
     if args.table:
         if args.path:
-            raise SystemExit("give either --table or --path, not both")
+            raise UsageError("give either --table or --path, not both")
         return spark.table(args.table)
     if not args.path:
-        raise SystemExit("give --path (with --format) or --table")
-    from lance_ops.spark._common import parse_kv
+        raise UsageError("give --path (with --format) or --table")
+    from lance_ops.spark._common import check_input_paths, parse_kv
 
+    check_input_paths(spark, args.path)
     reader = spark.read.format(args.format).options(**parse_kv(args.option, "option"))
     return reader.load(args.path if len(args.path) > 1 else args.path[0])
 
@@ -88,31 +91,31 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     """Run the ingestion with an existing SparkSession; returns the summary dict."""
     from lance_ops.errors import DatasetExistsError, ObjectNotFoundError
     from lance_ops.io import open_store
+    from lance_ops.io.options import parse_storage_option_args
     from lance_ops.maintenance.staged_commit import commit_staged, fields_to_b64
     from lance_ops.schema import to_lance_fields
     from lance_ops.spark._common import (
         check_spark_append,
         commit_or_stage,
         latest_manifest,
-        parse_kv,
         spark_to_arrow_schema,
     )
     from lance_ops.spark._tasks import FRAGMENT_ROWS_DDL, WriteFragmentsTask
     from lance_ops.spark.datasource import register
     from lance_ops.table import versions
-    from lance_ops.table.commit import find_idempotent_commit
+    from lance_ops.table import idempotency
     from lance_ops.table.staging import StagedResult, read_staged, sanitize_key, write_staged
 
     register(spark)
     uri = args.uri
-    storage_options = parse_kv(args.storage_option, "storage_option")
+    storage_options = parse_storage_option_args(args.storage_option)
     key = sanitize_key(args.idempotency_key or f"ingest-{uuid.uuid4().hex}")
     store, base = open_store(uri, storage_options)
     summary: dict[str, Any] = {"job": "ingest", "uri": uri, "staged_key": key, "mode": args.mode}
 
     current = latest_manifest(store, base, uri)
     if current is not None and args.idempotency_key:
-        earlier = find_idempotent_commit(store, base, key, latest=current.version, lookback=1000)
+        earlier = idempotency.lookup(store, base, key, "write")  # the key ledger: survives cleanup
         if earlier is not None:
             log.info("key %s already committed as version %d: nothing to do", key, earlier.version)
             summary.update(version=earlier.version, committed=True, already_committed=True,

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from lance_ops.errors import CorruptFileError, UnsupportedError
 from lance_ops.file import blob_v2
 from lance_ops.table import naming
+from lance_ops.table.paths import dataset_where, resolve_inside
 
 if TYPE_CHECKING:  # pragma: no cover
     from lance_ops.table.dataset import LanceDataset
@@ -172,7 +173,8 @@ class _Locations:
 
 
 def _data_path(ds: "LanceDataset", data_file) -> str:
-    return ds._store.join(ds._base, naming.DATA_DIR, data_file.path)
+    return resolve_inside(ds._store, ds._base, data_file.path, under=(naming.DATA_DIR,),
+                          what="data file path", where=dataset_where(ds))
 
 
 def _as_array(col) -> pa.Array:
@@ -216,8 +218,9 @@ def v2_locations(ds: "LanceDataset", data_file, desc) -> _Locations:
         ids, inverse = np.unique(blob_id[side], return_inverse=True)
         base = len(loc.targets)
         for b in ids.tolist():  # one target per side file
-            loc.targets.append((ds._store, ds._store.join(ds._base, naming.DATA_DIR,
-                                                          blob_v2.side_file_path(data_file.path, b))))
+            loc.targets.append((ds._store, resolve_inside(
+                ds._store, ds._base, blob_v2.side_file_path(data_file.path, b), under=(naming.DATA_DIR,),
+                what="blob side file path", where=dataset_where(ds))))
         loc.target[side] = base + inverse.reshape(-1)
     ext = valid & (kind == blob_v2.KIND_EXTERNAL)
     if ext.any():
@@ -241,11 +244,12 @@ def v2_locations(ds: "LanceDataset", data_file, desc) -> _Locations:
 
 def _external_uri(ds: "LanceDataset", uri: str) -> str:
     """An external blob URI: absolute as stored (what pylance writes with
-    ``allow_external_blob_outside_bases``); a relative one is taken below the dataset root (not
-    checked against pylance's registered external bases)."""
+    ``allow_external_blob_outside_bases``); a relative one is taken below the dataset root and
+    refused if it leads outside (not checked against pylance's registered external bases)."""
     if "://" in uri or uri.startswith("/"):
         return uri
-    return ds._store.uri(ds._store.join(ds._base, uri))
+    return ds._store.uri(resolve_inside(ds._store, ds._base, uri, what="relative external blob URI",
+                                        where=dataset_where(ds)))
 
 
 def materialize(loc: _Locations) -> pa.Array:

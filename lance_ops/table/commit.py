@@ -55,8 +55,15 @@ from lance_ops.table.manifest import (
     write_manifest,
 )
 from lance_ops.table.fragment_stats import fill_fragment_stats
+from lance_ops.table.idempotency import (  # noqa: F401 - IDEMPOTENCY_KEY, find_idempotent_commit re-exported
+    IDEMPOTENCY_KEY,
+    find_idempotent_commit,
+    find_in_versions,
+    kind_of,
+)
 from lance_ops.table.index_files import complete_index_metadata
 from lance_ops.table.manifest_builder import build_manifest
+from lance_ops.table.paths import check_message_paths
 from lance_ops.table.transaction_file import load_transaction, write_transaction_file
 
 log = logging.getLogger(__name__)
@@ -66,7 +73,6 @@ DEFAULT_MAX_RETRIES = 20  # upstream CommitConfig default
 MAX_STORE_FAILURES = 3
 #: reads of the manifest we may have written, before its outcome counts as uncertain
 _CHECK_READS = 3
-IDEMPOTENCY_KEY = "lance_ops.idempotency_key"
 
 
 @dataclass
@@ -386,24 +392,6 @@ def _carried_indices(txn, current: ManifestFile | None, restored: ManifestFile |
     return current.index_section if current is not None else None
 
 
-def find_idempotent_commit(store, base, key: str, *, latest: int | None = None, lookback: int = 1000) -> ManifestFile | None:
-    """The version whose transaction carries idempotency ``key``, searching the newest ``lookback`` versions."""
-    if latest is None:
-        loc = naming.latest_version(store, base)
-        if loc is None:
-            return None
-        latest = loc.version
-    for version in range(latest, max(0, latest - lookback), -1):
-        loc = naming.find_version(store, base, version)
-        if loc is None:
-            continue
-        mf = read_manifest(store, loc.path)
-        txn = load_transaction(store, base, mf)
-        if txn is not None and txn.transaction_properties.get(IDEMPOTENCY_KEY) == key:
-            return mf
-    return None
-
-
 #: data file footer numbers -> the storage version they belong to
 _FILE_VERSIONS = {(0, 1): "0.1", (0, 2): "0.1", (0, 3): "2.0", (2, 0): "2.0", (2, 1): "2.1", (2, 2): "2.2",
                   (2, 3): "2.3"}
@@ -448,10 +436,8 @@ def _attempt(store, base, txn, ctx: CommitContext, options: CommitOptions, state
     latest = naming.latest_version(store, base, known=current.version if current is not None else None)
     if latest is not None and (current is None or latest.version > current.version):
         if key:
-            earlier = find_idempotent_commit(
-                store, base, key, latest=latest.version,
-                lookback=latest.version - (current.version if current else 0),
-            )
+            earlier = find_in_versions(store, base, key, kind_of(txn),
+                                       (current.version if current else 0) + 1, latest.version)
             if earlier is not None:
                 return earlier
         current, ours = _catch_up(store, base, txn, ctx, current, latest.version, state)
@@ -541,6 +527,7 @@ def commit_transaction(
     options = options or CommitOptions()
     txn = transaction_pb2.Transaction()
     txn.CopyFrom(transaction)
+    check_message_paths(txn, where=f"{store.uri(base)}: transaction to commit")  # nothing unsafe lands
     if not txn.uuid:
         txn.uuid = naming.new_transaction_uuid()
     key = txn.transaction_properties.get(IDEMPOTENCY_KEY)

@@ -17,19 +17,18 @@ from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import (
     DatasetNotFoundError,
     InvalidArgumentError,
-    LanceOpsError,
     OutOfRangeError,
     RetryableCommitConflictError,
 )
 from lance_ops.io import open_store
-from lance_ops.schema import from_lance_fields
+from lance_ops.io.redact import RedactedOptions
 from lance_ops.file import blob_v2
 from lance_ops.table import blobs as blobs_mod
 from lance_ops.table import feature_flags, naming, tags as tags_mod
 from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.filters import compile_expression, compile_filter
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.manifest import ManifestFile, read_manifest
+from lance_ops.table.manifest import ManifestFile, check_fragments, manifest_schema, read_manifest
 
 ROW_ID = "_rowid"
 ROW_ADDR = "_rowaddr"
@@ -53,6 +52,7 @@ def open_manifest(store, base: str, version: int | str | None, uri: str) -> Mani
             raise DatasetNotFoundError(f"{uri}: version {version} does not exist")
     mf = read_manifest(store, loc.path)
     feature_flags.check_reader_flags(mf.manifest.reader_feature_flags, store.uri(loc.path))
+    check_fragments(mf, store.uri(loc.path), bool(mf.manifest.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS))
     return mf
 
 
@@ -81,7 +81,7 @@ class LanceDataset:
     def __init__(self, uri: str, version: int | str | None = None, storage_options: dict | None = None,
                  *, _manifest_file: ManifestFile | None = None, _store=None):
         self.uri = str(uri)
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = RedactedOptions(storage_options or {})  # repr() masks credentials
         if _store is None:
             self._store, self._base = open_store(self.uri, self.storage_options)
         else:
@@ -114,7 +114,7 @@ class LanceDataset:
 
     @cached_property
     def schema(self) -> pa.Schema:
-        return from_lance_fields(self.manifest.fields, dict(self.manifest.schema_metadata))
+        return manifest_schema(self._manifest_file, self._store)
 
     @cached_property
     def _top_field_ids(self) -> dict[str, int]:
@@ -366,6 +366,9 @@ class LanceDataset:
         starts = np.concatenate([[0], np.cumsum(live)])
         total = int(starts[-1])
         if idx.size and (idx.min() < 0 or idx.max() >= total):
+            for f in frags:  # the counts come from the manifest: make sure it is not damaged
+                if f.num_deletions:
+                    f.deleted_offsets  # noqa: B018 (reading them checks them)
             bad = int(idx[(idx < 0) | (idx >= total)][0])
             raise OutOfRangeError(f"{self.uri}: take index {bad} out of range for {total} rows "
                                   f"(valid positions are 0..{total - 1})")
@@ -478,15 +481,17 @@ class LanceDataset:
         With ``idempotency_key``, a delete already committed under that key (e.g. by an Airflow
         try that failed after committing) is not applied again: the earlier result is returned.
         """
-        from lance_ops.table.commit import IDEMPOTENCY_KEY, find_idempotent_commit
+        from lance_ops.table import idempotency
+        from lance_ops.table.commit import IDEMPOTENCY_KEY
         from lance_ops.table.delete import plan_delete
 
         if idempotency_key:
-            earlier = find_idempotent_commit(self._store, self._base, idempotency_key, lookback=100)
+            # the key ledger knows keys of versions cleanup removed (table/idempotency.py)
+            earlier = idempotency.lookup(self._store, self._base, idempotency_key, "delete")
             if earlier is not None:
-                self._adopt(earlier)
-                return {"num_deleted_rows": int(earlier.transaction.transaction_properties.get(_DELETED_ROWS, 0))
-                        if earlier.transaction is not None else 0}
+                mf = idempotency.manifest_of(self._store, self._base, earlier)
+                self._adopt(mf if mf is not None else self._reopen_latest()._manifest_file)
+                return {"num_deleted_rows": int(earlier.properties.get(_DELETED_ROWS, 0))}
         ds = self
         for attempt in range(conflict_retries + 1):
             feature_flags.check_writer_flags(ds.manifest.writer_feature_flags, ds.uri)
@@ -505,6 +510,10 @@ class LanceDataset:
                 ds = ds._reopen_latest()
                 continue
             self._adopt(mf)
+            if idempotency_key:
+                idempotency.remember(self._store, self._base, mf)
+                if mf.transaction is not None and mf.transaction.uuid != txn.uuid:  # a concurrent try won
+                    count = int(mf.transaction.transaction_properties.get(_DELETED_ROWS, 0))
             return {"num_deleted_rows": count}
         raise AssertionError("unreachable")
 

@@ -22,8 +22,9 @@ import pyarrow.ipc as ipc
 from pyroaring import BitMap
 
 from lance_ops._proto import table_pb2
-from lance_ops.errors import CorruptFileError
+from lance_ops.errors import CorruptFileError, ObjectNotFoundError
 from lance_ops.table import naming
+from lance_ops.table.paths import resolve_inside
 
 ARROW_ARRAY = table_pb2.DeletionFile.ARROW_ARRAY
 BITMAP = table_pb2.DeletionFile.BITMAP
@@ -144,7 +145,8 @@ def decode_bitmap_deletions(data: bytes, path: str = "<deletion file>") -> BitMa
 
 # --- files -----------------------------------------------------------------------------------
 def deletion_file_path(store, base: str, fragment_id: int, deletion_file) -> str:
-    return store.join(base, naming.deletion_file_path(fragment_id, deletion_file))
+    return resolve_inside(store, base, naming.deletion_file_path(fragment_id, deletion_file),  # symlinks
+                          what=f"deletion file of fragment {fragment_id}", where=store.uri(base))
 
 
 def read_deletion_file(store, base: str, fragment_id: int, deletion_file) -> Offsets:
@@ -163,12 +165,48 @@ def read_deletion_file(store, base: str, fragment_id: int, deletion_file) -> Off
     raise CorruptFileError(path, f"unknown deletion file type {deletion_file.file_type}")
 
 
-def read_deletion_offsets(store, base: str, fragment_id: int, deletion_file) -> np.ndarray:
-    """Like :func:`read_deletion_file` but always a sorted ``uint32`` numpy array."""
-    got = read_deletion_file(store, base, fragment_id, deletion_file)
-    if isinstance(got, np.ndarray):
-        return got  # decode_arrow_deletions already returns sorted unique uint32 offsets
-    return to_offsets(got)
+def read_deletion_offsets(store, base: str, fragment_id: int, deletion_file,
+                          physical_rows: int | None = None, manifest_path: str | None = None,
+                          *, check: bool = True) -> np.ndarray:
+    """Like :func:`read_deletion_file` but always a sorted ``uint32`` numpy array.
+
+    The offsets are checked against the manifest: their number must equal the deletion file's
+    ``num_deleted_rows`` (0 means unknown: very old writers) and, given ``physical_rows``, every
+    offset must address a row of the fragment; CorruptFileError naming the file (and the
+    manifest, ``manifest_path``, which holds the other side) otherwise. ``check=False`` skips
+    that (for ``verify``, which reports each disagreement itself).
+    """
+    if deletion_file is not None and deletion_file.file_type not in (ARROW_ARRAY, BITMAP):
+        raise CorruptFileError(manifest_path or "<manifest>",
+                               f"fragment {fragment_id} has a deletion file of unknown type {deletion_file.file_type}")
+    try:
+        got = read_deletion_file(store, base, fragment_id, deletion_file)
+    except ObjectNotFoundError as exc:
+        if manifest_path is None:
+            raise
+        # a missing file is a damaged manifest as often as a removed file: name both
+        raise ObjectNotFoundError(f"{exc} (deletion file of fragment {fragment_id} in manifest {manifest_path})") from exc
+    # decode_arrow_deletions already returns sorted unique uint32 offsets
+    offsets = got if isinstance(got, np.ndarray) else to_offsets(got)
+    if deletion_file is not None and check:
+        check_deletion_offsets(offsets, deletion_file, fragment_id, physical_rows,
+                               store.uri(deletion_file_path(store, base, fragment_id, deletion_file)), manifest_path)
+    return offsets
+
+
+def check_deletion_offsets(offsets: np.ndarray, deletion_file, fragment_id: int, physical_rows: int | None,
+                           path: str, manifest_path: str | None = None) -> None:
+    """CorruptFileError(path) unless the sorted ``offsets`` agree with the manifest's record of them."""
+    manifest = f"the manifest {manifest_path}" if manifest_path else "the manifest"
+    expected = int(deletion_file.num_deleted_rows)
+    if expected and offsets.size != expected:
+        raise CorruptFileError(
+            path, f"deletion file of fragment {fragment_id} holds {offsets.size} offsets but {manifest} "
+                  f"records {expected} deleted rows")
+    if physical_rows is not None and offsets.size and int(offsets[-1]) >= physical_rows:
+        raise CorruptFileError(
+            path, f"deletion file of fragment {fragment_id} deletes offset {int(offsets[-1])}, past the "
+                  f"{physical_rows} rows {manifest} records for the fragment")
 
 
 def _previous_kind(previous) -> int | None:

@@ -25,7 +25,9 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lance_ops.errors import AlreadyExistsError, StorageError
+from lance_ops.errors import AlreadyExistsError, StorageError, UnsafePathError
+from lance_ops.io import redact
+from lance_ops.table.paths import check_inside
 
 _clients: dict[tuple, Any] = {}
 _lock = threading.Lock()
@@ -42,6 +44,7 @@ def _client(store) -> Any:
             if endpoint:
                 kwargs["endpoint_url"] = endpoint
             region = opts.get("region") or opts.get("aws_region") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+            redact.protect(opts)  # botocore's DEBUG logs carry the credentials
             session = boto3.session.Session(
                 aws_access_key_id=opts.get("aws_access_key_id"),
                 aws_secret_access_key=opts.get("aws_secret_access_key"),
@@ -104,11 +107,23 @@ def _finish(store, base: str, version: int, path: str, v2: bool) -> str:
     return final
 
 
+def _item_path(store, base: str, item: dict, version: int) -> str:
+    """The item's manifest path, refused unless it is a file directly in the dataset's
+    ``_versions/``: we copy and delete what it names, so it must never lead elsewhere."""
+    from lance_ops.table import naming
+
+    where = f"DynamoDB table {store.ddb_table_name!r} item ({_base_uri(store, base)}, version {version})"
+    path = check_inside(store, base, item["path"]["S"], under=(naming.VERSIONS_DIR,), what="path", where=where)
+    if "/" in path[len(store.join(base, naming.VERSIONS_DIR)):].strip("/"):
+        raise UnsafePathError(where, "path", item["path"]["S"], "is not a manifest directly in _versions/")
+    return path
+
+
 def _item_location(store, base: str, item: dict, v2: bool):
     from lance_ops.table import naming
 
     version = int(item["version"]["N"])
-    path = item["path"]["S"]
+    path = _item_path(store, base, item, version)
     if _is_staged(path):
         path = _finish(store, base, version, path, v2)
     size = store.size(path)

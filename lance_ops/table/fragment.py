@@ -14,10 +14,12 @@ import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import table_pb2
+from lance_ops.errors import CorruptFileError, ObjectNotFoundError
 from lance_ops.file import blob_v2
 from lance_ops.file.dispatch import open_file_reader
 from lance_ops.file.reader import LanceFileReader
 from lance_ops.table import addresses, blobs, deletion, naming, rowids
+from lance_ops.table.paths import dataset_where, resolve_inside
 
 if TYPE_CHECKING:  # pragma: no cover
     from lance_ops.table.dataset import LanceDataset
@@ -91,7 +93,8 @@ class LanceFragment:
         cache = _dataset_cache(self._dataset, _DELETIONS_ATTR)
         offsets = cache.get(key)
         if offsets is None:
-            offsets = deletion.read_deletion_offsets(self._dataset._store, self._dataset._base, self.fragment_id, df)
+            offsets = deletion.read_deletion_offsets(self._dataset._store, self._dataset._base, self.fragment_id, df,
+                                                     self.physical_rows, _manifest_uri(self._dataset))
             offsets.flags.writeable = False
             _remember(cache, key, offsets, _DELETION_CACHE_LIMIT)
         return offsets
@@ -117,7 +120,8 @@ class LanceFragment:
     @cached_property
     def stable_row_ids(self) -> np.ndarray | None:
         """Per physical row stable ids, None when the dataset has none."""
-        return rowids.read_fragment_row_ids(self._dataset._store, self._dataset._base, self.metadata)
+        return rowids.read_fragment_row_ids(self._dataset._store, self._dataset._base, self.metadata,
+                                            manifest_path=_manifest_uri(self._dataset))
 
     def row_ids(self, offsets: np.ndarray | None = None) -> np.ndarray:
         """``_rowid`` values: stable ids when enabled, else row addresses."""
@@ -127,11 +131,14 @@ class LanceFragment:
         return ids if offsets is None else ids[offsets.astype(np.int64)]
 
     # --- data ------------------------------------------------------------------------------
-    def data_file_reader(self, file_index: int) -> LanceFileReader:
-        """The (cached) reader of data file ``file_index`` of this fragment, of its file version."""
-        return self._reader(file_index)
+    def data_file_reader(self, file_index: int, *, check: bool = True) -> LanceFileReader:
+        """The (cached) reader of data file ``file_index`` of this fragment, of its file version.
 
-    def _reader(self, file_index: int) -> LanceFileReader:
+        A newly opened file is checked against the manifest (row count, field ids) unless
+        ``check=False`` (for ``verify``, which reports each disagreement itself)."""
+        return self._reader(file_index, check)
+
+    def _reader(self, file_index: int, check: bool = True) -> LanceFileReader:
         reader = self._readers.get(file_index)
         if reader is None:
             df = self.metadata.files[file_index]
@@ -145,21 +152,30 @@ class LanceFragment:
             if reader is not None:
                 self._readers[file_index] = reader
                 return reader
-            path = ds._store.join(ds._base, naming.DATA_DIR, df.path)
-            # --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/file/reader_legacy.py) ---
-            if legacy:
-                from lance_ops.file.reader_legacy import LegacyFileReader
+            path = resolve_inside(ds._store, ds._base, df.path, under=(naming.DATA_DIR,),
+                                  what=f"data file path of fragment {self.metadata.id}", where=dataset_where(ds))
+            try:
+                # --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/file/reader_legacy.py) ---
+                if legacy:
+                    from lance_ops.file.reader_legacy import LegacyFileReader
 
-                # dictionary values: the version's (decoded from its manifest file, as pylance
-                # reads them), else the manifest file itself for the reader to look up
-                mf = ds._manifest_file
-                reader = LegacyFileReader(
-                    path, store=ds._store, schema_fields=ds.manifest.fields, field_ids=list(df.fields),
-                    dictionaries=mf.dictionaries or mf.path or None, schema_metadata=dict(ds.manifest.schema_metadata),
-                )
-            else:
-                reader = open_file_reader(path, store=ds._store)
-            # --- end legacy dispatch ---
+                    # dictionary values: the version's (decoded from its manifest file, as pylance
+                    # reads them), else the manifest file itself for the reader to look up
+                    mf = ds._manifest_file
+                    reader = LegacyFileReader(
+                        path, store=ds._store, schema_fields=ds.manifest.fields, field_ids=list(df.fields),
+                        dictionaries=mf.dictionaries or mf.path or None, schema_metadata=dict(ds.manifest.schema_metadata),
+                    )
+                else:
+                    reader = open_file_reader(path, store=ds._store)
+                # --- end legacy dispatch ---
+            except ObjectNotFoundError as exc:
+                # a missing file is a damaged manifest as often as a removed file: name both
+                raise ObjectNotFoundError(
+                    f"{exc} (data file {df.path!r} of fragment {self.fragment_id} in manifest "
+                    f"{_manifest_uri(ds)})") from exc
+            if check:
+                _check_data_file(reader, df, self.metadata, ds, legacy)
             self._readers[file_index] = reader
             _remember(cache, key, reader, _READER_CACHE_LIMIT)
         return reader
@@ -254,6 +270,44 @@ class LanceFragment:
             return col
         return pa.chunked_array([blobs.v2_bytes(self._dataset, self.metadata.files[file_index], col)],
                                 pa.large_binary())
+
+
+def _manifest_uri(ds) -> str:
+    """Where the dataset's manifest was read from (for error messages)."""
+    mf = ds._manifest_file
+    return ds._store.uri(mf.path) if mf.path else ds.uri
+
+
+def _check_data_file(reader, df: table_pb2.DataFile, frag: table_pb2.DataFragment, ds, legacy: bool) -> None:
+    """The manifest's record of a data file must agree with the file's own footer: its row count
+    with ``physical_rows`` and its field ids with ``DataFile.fields`` (each id once, each one
+    stored in the file, every top-level field of the file covered). Costs no I/O: the footer
+    was read to open the file. CorruptFileError naming the manifest and the data file otherwise.
+    """
+    problem = None
+    if reader.num_rows != frag.physical_rows:
+        problem = (f"fragment {frag.id} records {frag.physical_rows} physical rows but its data file holds "
+                   f"{reader.num_rows}")
+    elif not legacy:
+        ids = list(df.fields)
+        stored = {f.id: f.parent_id for f in reader.lance_fields}
+        live = [fid for fid in ids if fid >= 0]  # negative ids: dropped columns (tombstones)
+        listed = set(live)
+        if len(listed) != len(live) or not listed <= stored.keys():
+            problem = f"fragment {frag.id} lists field ids {ids} but its data file stores {sorted(stored)}"
+        elif len(live) == len(ids):
+            covered = set()
+            for fid in listed:  # walk up to the top-level field of each listed id
+                while stored.get(fid, -1) >= 0 and fid not in covered:
+                    covered.add(fid)
+                    fid = stored[fid]
+                covered.add(fid)
+            missing = [fid for fid, parent in stored.items() if parent < 0 <= fid and fid not in covered]
+            if missing:
+                problem = (f"fragment {frag.id} lists field ids {ids}, which leave the data file's top-level "
+                           f"field(s) {missing} out")
+    if problem is not None:
+        raise CorruptFileError(_manifest_uri(ds), f"{problem} ({reader.path})")
 
 
 def _empty_columns(num_rows: int) -> pa.Table:

@@ -41,7 +41,7 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from lance_ops._proto import table_pb2, transaction_pb2
-from lance_ops.errors import CorruptFileError, UnsupportedError
+from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError
 from lance_ops.table import versions
 
 MAGIC = b"LANC"
@@ -350,12 +350,64 @@ def _read_section(data: bytes, offset: int, end: int, path: str, what: str) -> b
     return data[offset + 4 : offset + 4 + length]
 
 
-def _parse(message, blob: bytes, path: str, what: str):
+def _parse(message, blob: bytes, path: str, what: str, keep_unknown: bool = False):
     try:
         message.ParseFromString(blob)
     except (DecodeError, RuntimeError, ValueError) as e:
         raise CorruptFileError(path, f"{what} protobuf does not decode: {e}") from e
+    check_wire_types(message, blob, path, what, keep_unknown)
     return message
+
+
+def check_wire_types(message, blob: bytes, path: str, what: str, keep_unknown: bool = False) -> None:
+    """CorruptFileError if a known field of ``message`` (parsed from ``blob``) came with the wrong
+    wire type.
+
+    Python's protobuf keeps such a field as an *unknown* field and leaves the real one at its
+    default (upstream's decoder refuses the message): a flipped bit in a tag would silently turn
+    e.g. a fragment's deletion file or row count into nothing. Without unknown fields a message
+    encodes to exactly the blob's size (as written by pylance or us); only when it does not
+    (fields of a newer writer, or damage) are the unknown fields looked at one by one.
+
+    Unknown fields are dropped from ``message``, as upstream's decoder drops them (the cheap
+    path: about one parse's time), unless ``keep_unknown`` (then a copy is checked: the index
+    section of pylance 14 holds fields these protos do not know, and re-encoding reproduces them).
+    """
+    probe = message
+    if keep_unknown:
+        probe = type(message)()
+        probe.CopyFrom(message)
+    probe.DiscardUnknownFields()
+    if probe.ByteSize() == len(blob):
+        return
+    if not keep_unknown:  # the rare path: parse again to see what was dropped
+        message = type(message)()
+        message.ParseFromString(blob)
+    bad = _misplaced_field(message)
+    if bad is not None:
+        raise CorruptFileError(path, f"{what} protobuf does not decode: {bad}")
+
+
+def _misplaced_field(message, where: str = "") -> str | None:
+    """The first known field of ``message`` (recursively) stored with the wrong wire type."""
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    desc = message.DESCRIPTOR
+    name = where or desc.name
+    for unknown in UnknownFieldSet(message):
+        field = desc.fields_by_number.get(unknown.field_number)
+        if field is not None:
+            return f"field {name}.{field.name} (number {unknown.field_number}) has wire type {unknown.wire_type}"
+    for field, value in message.ListFields():
+        if field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue
+        values = value if field.is_repeated else [value]
+        for i, sub in enumerate(values):
+            bad = _misplaced_field(sub, f"{name}.{field.name}[{i}]" if field.is_repeated
+                                   else f"{name}.{field.name}")
+            if bad is not None:
+                return bad
+    return None
 
 
 def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
@@ -390,7 +442,7 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
     index_section = None
     if manifest.HasField("index_section"):
         blob = _read_section(data, manifest.index_section, manifest_pos, path, "index section")
-        index_section = _parse(table_pb2.IndexSection(), blob, path, "IndexSection")
+        index_section = _parse(table_pb2.IndexSection(), blob, path, "IndexSection", keep_unknown=True)
 
     transaction = None
     if manifest.HasField("transaction_section"):
@@ -401,10 +453,55 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
         txn_pos = None
     if txn_pos is not None:
         blob = _read_section(data, txn_pos, manifest_pos, path, "inline transaction")
-        transaction = _parse(transaction_pb2.Transaction(), blob, path, "Transaction")
+        transaction = _parse(transaction_pb2.Transaction(), blob, path, "Transaction", keep_unknown=True)
 
     dictionaries = decode_dictionaries(manifest, data, manifest_pos, path) if dictionary_fields(manifest) else {}
     return ManifestFile(manifest, transaction, index_section, path, size, dictionaries)
+
+
+def check_fragments(mf: ManifestFile, where: str, stable_row_ids: bool) -> None:
+    """Consistency of a manifest's fragment list, checked when a version is opened (well under a
+    microsecond per fragment): no fragment id is above ``max_fragment_id`` (a later append would reuse
+    it), and with stable row ids every fragment carries a row-id sequence (upstream refuses such a
+    manifest). CorruptFileError naming ``where``.
+    """
+    m = mf.manifest
+    frags = m.fragments
+    if not frags:
+        return
+    # (repeated fragment ids are not refused: datasets written by Lance 0.16 have them, and
+    # pylance opens them)
+    ids = [f.id for f in frags]
+    if m.HasField("max_fragment_id") and max(ids) > m.max_fragment_id:
+        raise CorruptFileError(where, f"fragment id {max(ids)} is above max_fragment_id {m.max_fragment_id}")
+    if stable_row_ids:
+        which = "row_id_sequence"
+        missing = [f.id for f in frags if f.WhichOneof(which) is None]
+        if missing:
+            raise CorruptFileError(
+                where, f"stable row ids are enabled but fragments {missing[:10]} have no row-id sequence")
+
+
+def manifest_schema(mf: ManifestFile, store=None) -> pa.Schema:
+    """The Arrow schema of a manifest; a field list that does not convert (an unknown logical
+    type, parent ids that do not point at an earlier field) raises with the manifest named."""
+    from lance_ops.schema import from_lance_fields
+
+    where = store.uri(mf.path) if store is not None and mf.path else (mf.path or "<manifest>")
+    seen: set[int] = set()
+    for f in mf.manifest.fields:  # as upstream: a parent is listed before its children
+        if f.parent_id >= 0 and f.parent_id not in seen or f.id in seen or f.parent_id < -1:
+            raise CorruptFileError(where, f"schema: field {f.name!r} (id {f.id}) has parent id {f.parent_id}, "
+                                          "which is not a field listed before it (or the id repeats)")
+        seen.add(f.id)
+    try:
+        return from_lance_fields(mf.manifest.fields, dict(mf.manifest.schema_metadata))
+    except CorruptFileError as exc:
+        raise CorruptFileError(where, f"schema: {exc.problem}") from exc
+    except LanceOpsError as exc:  # e.g. UnsupportedTypeError: same class, manifest named
+        raise type(exc)(f"{where}: schema: {exc}") from exc
+    except (ValueError, KeyError, TypeError, IndexError, pa.ArrowException) as exc:
+        raise CorruptFileError(where, f"schema does not convert: {type(exc).__name__}: {exc}") from exc
 
 
 def read_manifest(store, path: str) -> ManifestFile:

@@ -56,7 +56,8 @@ def _add_new_fragments(
 
 
 def _replace_groups(out: table_pb2.Manifest, groups, next_id: int, stable: bool, version: int) -> int:
-    """Rewrite: each group's old fragments are replaced, in place, by its new fragments."""
+    """Rewrite: each group's old fragments are replaced by its new fragments (the manifest is
+    ordered by fragment id afterwards, as pylance orders it)."""
     position_of = {f.id: i for i, f in enumerate(out.fragments)}
     replacement: dict[int, list[table_pb2.DataFragment]] = {}
     removed: set[int] = set()
@@ -214,6 +215,13 @@ def build_manifest(
         out.data_format.file_format = "lance"
         out.data_format.version = data_storage_version
     versions.repair_legacy_version(out)
+    # pylance keeps fragments ordered by id in every manifest it builds (its row-id lookups rely on
+    # it: with a rewrite placed "in place" it misses rows of fragments listed out of order), and so
+    # do we; this also repairs manifests older lance-ops compactions left out of order.
+    if any(a.id > b.id for a, b in zip(out.fragments, out.fragments[1:])):
+        ordered = sorted(out.fragments, key=lambda f: f.id)
+        del out.fragments[:]
+        out.fragments.extend(ordered)
     if out.fragments or out.HasField("max_fragment_id") or next_id > 0:
         high = max([next_id - 1, *(f.id for f in out.fragments)])
         if high >= 0:

@@ -27,7 +27,8 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from lance_ops._proto import rowids_pb2
-from lance_ops.errors import CorruptFileError
+from lance_ops.errors import CorruptFileError, ObjectNotFoundError
+from lance_ops.table.paths import resolve_inside
 
 _U64 = np.uint64
 _U64_MAX = (1 << 64) - 1
@@ -404,16 +405,43 @@ def decode_row_ids(data: bytes, where: str = "<row ids>") -> np.ndarray:
     return RowIdSequence.from_bytes(data, where).to_numpy()
 
 
-def read_fragment_row_ids(store, base: str, fragment) -> np.ndarray | None:
-    """Row ids of a ``DataFragment`` (inline or external), None if it has none."""
+def read_fragment_row_ids(store, base: str, fragment, manifest_path: str = "<manifest>", *,
+                          check: bool = True) -> np.ndarray | None:
+    """Row ids of a ``DataFragment`` (inline or external), None if it has none.
+
+    The sequence must hold exactly one id per physical row; its length is checked before any
+    segment is expanded, so a damaged range cannot make us allocate more than the fragment needs.
+    CorruptFileError names the file the sequence was read from: ``manifest_path`` for inline ids.
+    ``check=False`` (for ``verify``, which reports a wrong length itself) only refuses sequences
+    longer than the fragment (the allocation guard).
+    """
     which = fragment.WhichOneof("row_id_sequence")
     if which == "inline_row_ids":
-        return decode_row_ids(fragment.inline_row_ids, f"fragment {fragment.id} row ids")
-    if which == "external_row_ids":
+        where, what = manifest_path, f"inline row ids of fragment {fragment.id}"
+        data = fragment.inline_row_ids
+    elif which == "external_row_ids":
         ext = fragment.external_row_ids
-        path = store.join(base, ext.path)
-        return decode_row_ids(store.read_range(path, ext.offset, ext.size), path)
-    return None
+        path = resolve_inside(store, base, ext.path, what=f"external row-id path of fragment {fragment.id}",
+                              where=manifest_path)
+        where, what = store.uri(path), f"row ids of fragment {fragment.id}"
+        try:
+            data = store.read_range(path, ext.offset, ext.size)
+        except ObjectNotFoundError as exc:
+            raise ObjectNotFoundError(f"{exc} (row ids of fragment {fragment.id} in manifest {manifest_path})") from exc
+    else:
+        return None
+    rows = int(fragment.physical_rows)
+    try:
+        msg = _parse(rowids_pb2.RowIdSequence(), data, where)
+        count = sum(segment_length(seg, where) for seg in msg.segments)
+        if count > rows or check and count != rows:
+            raise CorruptFileError(where, f"{count} row ids for {rows} physical rows")
+        ids = RowIdSequence.from_proto(msg, where).to_numpy()
+        if ids.size > rows or check and ids.size != rows:
+            raise CorruptFileError(where, f"{ids.size} row ids for {rows} physical rows")
+    except CorruptFileError as exc:
+        raise CorruptFileError(where, f"{what}: {exc.problem}") from None
+    return ids
 
 
 # --- RowDatasetVersionSequence ---------------------------------------------------------------
@@ -464,5 +492,5 @@ def read_fragment_versions(store, base: str, fragment, which: str = "created") -
     if kind == inline:
         return decode_version_sequence(getattr(fragment, inline), where)
     ext = getattr(fragment, kind)
-    path = store.join(base, ext.path)
+    path = resolve_inside(store, base, ext.path, what=f"{kind} path of fragment {fragment.id}", where=store.uri(base))
     return decode_version_sequence(store.read_range(path, ext.offset, ext.size), path)

@@ -8,17 +8,27 @@ the transaction properties) and writes nothing. Staged files are written with pu
 a re-run of the write step with the same key cannot silently replace what a first run staged;
 it is told the key is taken and may use ``overwrite=True`` only when it knows the first run's
 result was never committed.
+
+Lifecycle: staging records the size of every data file the result references; the commit step
+checks each one still exists with that size (:func:`check_staged_files`) and refuses otherwise;
+after committing it marks the result (``committed_version``). Cleanup removes committed results
+once the key ledger knows them, and abandoned ones (never committed, older than the unverified-
+file guard) together with their data files. ``{key}.plan.json`` files next to them are
+compaction plans stored by the Airflow operators, not staged results.
 """
 from __future__ import annotations
 
 import base64
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from lance_ops._proto import table_pb2
-from lance_ops.errors import AlreadyExistsError, LanceOpsError, ObjectNotFoundError
+from lance_ops.errors import AlreadyExistsError, LanceOpsError, ObjectNotFoundError, StagedResultError
+from lance_ops.table import naming
+from lance_ops.table.paths import resolve_inside
 
 STAGING_DIR = "_staging"
 _KEY_RE = re.compile(r"^[A-Za-z0-9._=+-]{1,200}$")
@@ -66,9 +76,13 @@ class StagedResult:
     schema_metadata: dict[str, str] = field(default_factory=dict)
     data_storage_version: str = "2.0"
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: set by the commit step once the result is committed (the version it landed in)
+    committed_version: int | None = None
 
     def to_json(self) -> str:
+        extra = {} if self.committed_version is None else {"committed_version": int(self.committed_version)}
         return json.dumps({
+            **extra,
             "key": self.key,
             "operation": self.operation,
             "read_version": self.read_version,
@@ -92,14 +106,81 @@ class StagedResult:
                 schema_metadata=dict(raw.get("schema_metadata", {})),
                 data_storage_version=raw.get("data_storage_version", "2.0"),
                 metrics=dict(raw.get("metrics", {})),
+                committed_version=(int(raw["committed_version"]) if raw.get("committed_version") is not None
+                                   else None),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise LanceOpsError(f"{where}: not a valid staged result: {exc}") from exc
 
 
+def staged_fragments(result: StagedResult) -> list[table_pb2.DataFragment]:
+    """Every new fragment ``result`` would commit (appended/overwritten or rewrite groups' new ones)."""
+    out = list(result.fragments)
+    for group in result.rewrite_groups:
+        texts = group.get("new_fragments") if isinstance(group, dict) else None
+        if texts is None and isinstance(group, dict) and "result" in group:
+            inner = group["result"]
+            try:
+                texts = (json.loads(inner) if isinstance(inner, str) else inner).get("new_fragments", [])
+            except (ValueError, AttributeError):
+                texts = []
+        out.extend(fragment_from_b64(t) for t in texts or [])
+    return out
+
+
+def _parallel(store, fn, items: list) -> list:
+    if len(items) <= 4 or getattr(store, "scheme", "") == "file":
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(8, len(items)), thread_name_prefix="lance-ops-stage") as pool:
+        return list(pool.map(fn, items))
+
+
+def _data_file(store, base: str, result: StagedResult, df) -> str:
+    """The store path of a staged data file; UnsafePathError if it would lead outside the dataset."""
+    return resolve_inside(store, base, df.path, under=(naming.DATA_DIR,), what="data file path",
+                          where=store.uri(staged_path(store, base, result.key)))
+
+
+def record_file_sizes(store, base: str, result: StagedResult) -> None:
+    """Fill in ``file_size_bytes`` of data files staged without it (read from the store)."""
+    missing = [df for frag in result.fragments for df in frag.files if not df.file_size_bytes]
+    paths = [_data_file(store, base, result, df) for df in missing]
+    sizes = _parallel(store, store.size, paths)
+    for df, size in zip(missing, sizes):
+        df.file_size_bytes = size
+
+
+def check_staged_files(store, base: str, result: StagedResult) -> int:
+    """Refuse (StagedResultError, naming the first missing or resized file) a result whose data
+    files are not all there with their recorded sizes; returns the number of files checked."""
+    files = [df for frag in staged_fragments(result) for df in frag.files]
+    paths = [_data_file(store, base, result, df) for df in files]  # unsafe paths refused before any probe
+
+    def probe(path: str) -> int | None:
+        try:
+            return store.size(path)
+        except (ObjectNotFoundError, FileNotFoundError):
+            return None
+
+    for df, path, size in zip(files, paths, _parallel(store, probe, paths)):
+        where = store.uri(path)
+        if size is None:
+            raise StagedResultError(
+                f"{where}: data file of the result staged under key {result.key!r} is missing (removed by "
+                "cleanup as abandoned, or never fully written); nothing was committed. Re-run the write step "
+                "that staged it (its staged result is replaced) or discard the stage")
+        if df.file_size_bytes and size != df.file_size_bytes:
+            raise StagedResultError(
+                f"{where}: data file of the result staged under key {result.key!r} has {size} bytes, the "
+                f"stage recorded {df.file_size_bytes}; nothing was committed. Re-run the write step that staged it")
+    return len(files)
+
+
 def write_staged(store, base: str, result: StagedResult, *, overwrite: bool = False) -> str:
-    """Store ``result`` under its key; AlreadyExistsError if the key was staged before."""
+    """Store ``result`` under its key (recording its data files' sizes); AlreadyExistsError if
+    the key was staged before."""
     path = staged_path(store, base, result.key)
+    record_file_sizes(store, base, result)
     data = result.to_json().encode()
     if overwrite:
         store.put(path, data)
@@ -118,3 +199,46 @@ def read_staged(store, base: str, key: str) -> StagedResult:
     except ObjectNotFoundError as exc:
         raise ObjectNotFoundError(f"{store.uri(path)}: nothing is staged under key {key!r}") from exc
     return StagedResult.from_json(data, store.uri(path))
+
+
+def mark_committed(store, base: str, key: str, version: int) -> bool:
+    """Mark the result staged under ``key`` as committed at ``version`` (no-op if it is gone or
+    already marked); True when a mark was written."""
+    try:
+        staged = read_staged(store, base, key)
+    except (ObjectNotFoundError, LanceOpsError):
+        return False
+    if staged.committed_version is not None:
+        return False
+    staged.committed_version = int(version)
+    store.put(staged_path(store, base, key), staged.to_json().encode())
+    return True
+
+
+@dataclass
+class StageInfo:
+    """One ``_staging/{key}.json`` as listed (``result`` None when it does not parse)."""
+
+    key: str
+    path: str
+    size: int
+    last_modified: Any
+    result: StagedResult | None
+
+
+def list_staged(store, base: str) -> list[StageInfo]:
+    """Every staged result under ``_staging/`` (compaction plans ``*.plan.json`` excluded)."""
+    out = []
+    for info in store.list_dir(store.join(base, STAGING_DIR)):
+        name = info.path.replace("\\", "/").rsplit("/", 1)[-1]
+        if not name.endswith(".json") or name.endswith(".plan.json") or name.startswith("."):
+            continue
+        key = name[: -len(".json")]
+        try:
+            result = StagedResult.from_json(store.read(info.path), store.uri(info.path))
+        except (ObjectNotFoundError, FileNotFoundError):
+            continue
+        except LanceOpsError:
+            result = None
+        out.append(StageInfo(key, info.path, info.size, info.last_modified, result))
+    return out

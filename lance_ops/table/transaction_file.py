@@ -11,12 +11,14 @@ from google.protobuf.message import DecodeError
 from lance_ops._proto import transaction_pb2
 from lance_ops.errors import CorruptFileError, ObjectNotFoundError
 from lance_ops.table import naming
-from lance_ops.table.manifest import serialize_like_upstream
+from lance_ops.table.manifest import check_wire_types, serialize_like_upstream
+from lance_ops.table.paths import resolve_inside
 
 
 def transaction_file_path(store, base: str, name: str) -> str:
     """Full store path of the transaction file ``name`` (relative to ``_transactions/``)."""
-    return store.join(base, naming.TRANSACTIONS_DIR, name)
+    return resolve_inside(store, base, name, under=(naming.TRANSACTIONS_DIR,), what="transaction file name",
+                          where=store.uri(base))
 
 
 def encode_transaction(transaction: transaction_pb2.Transaction) -> bytes:
@@ -30,6 +32,7 @@ def decode_transaction(data: bytes, path: str = "<transaction>") -> transaction_
         txn.ParseFromString(bytes(data))
     except (DecodeError, RuntimeError, ValueError) as e:
         raise CorruptFileError(path, f"Transaction protobuf does not decode: {e}") from e
+    check_wire_types(txn, bytes(data), path, "Transaction", keep_unknown=True)
     return txn
 
 
@@ -50,7 +53,14 @@ def write_transaction_file(store, base: str, transaction: transaction_pb2.Transa
 def read_transaction_file(store, base: str, name: str) -> transaction_pb2.Transaction:
     """Read the transaction file ``name``; ObjectNotFoundError if it is missing."""
     path = transaction_file_path(store, base, name)
-    return decode_transaction(store.read(path), path)
+    txn = decode_transaction(store.read(path), path)
+    # the name is made of the transaction's own read version and uuid: the only check there is
+    # on the content of a file without checksum
+    parsed = naming.parse_transaction_file_name(name)
+    if parsed is not None and parsed != (txn.read_version, txn.uuid):
+        raise CorruptFileError(
+            store.uri(path), f"holds the transaction {txn.read_version}-{txn.uuid!r}, which does not match its name")
+    return txn
 
 
 def load_transaction(store, base: str, manifest_file) -> transaction_pb2.Transaction | None:

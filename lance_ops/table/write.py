@@ -37,13 +37,13 @@ from lance_ops.file.writer_legacy import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileW
 from lance_ops.io import open_store
 from lance_ops.schema import check_metadata_utf8, field_tree, from_lance_fields, to_lance_fields
 from lance_ops.table import feature_flags, naming, versions
-from lance_ops.table.commit import IDEMPOTENCY_KEY, CommitContext, CommitOptions, commit_transaction, find_idempotent_commit
+from lance_ops.table import idempotency
+from lance_ops.table.commit import IDEMPOTENCY_KEY, CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.dataset import LanceDataset, open_manifest
 
 log = logging.getLogger(__name__)
 
 MAX_BYTES_PER_FILE = 90 * 1024**3
-IDEMPOTENCY_LOOKBACK = 100
 
 
 def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReader:
@@ -463,9 +463,15 @@ def write_dataset(
     current = _open_or_absent(store, base, uri)
     if current is not None and key:
         # before the mode="create" check: a retried create whose first try committed is a no-op too
-        earlier = find_idempotent_commit(store, base, key, latest=current.version, lookback=IDEMPOTENCY_LOOKBACK)
+        # (the key ledger remembers keys of versions cleanup removed since; see table/idempotency.py)
+        earlier = idempotency.lookup(store, base, key, "write")
         if earlier is not None:
             log.info("idempotency key %s already committed as version %d; nothing written", key, earlier.version)
+            if idempotency.manifest_of(store, base, earlier) is None:  # cleaned up since: the latest
+                log.info("version %d was cleaned up; returning the latest version %d", earlier.version,
+                         current.version)
+                return LanceDataset(uri, current.version, storage_options, _manifest_file=current,
+                                    _store=(store, base))
             return LanceDataset(uri, earlier.version, storage_options, _store=(store, base))
     if current is not None and mode == "create":
         raise DatasetExistsError(f"Dataset already exists: {uri}")
@@ -525,4 +531,6 @@ def write_dataset(
         if current is None and mode == "create":
             raise DatasetExistsError(f"Dataset already exists: {uri} (created concurrently)") from exc
         raise
+    if key:
+        idempotency.remember(store, base, mf)
     return LanceDataset(uri, mf.version, storage_options, _manifest_file=mf, _store=(store, base))

@@ -418,9 +418,22 @@ def test_cronjob_script_continue_on_error(helm_bin, helm_env, tmp_path):
     proc, argvs = _run_cronjob_script(one(docs, "CronJob"), tmp_path, fail_on="compact")
     assert proc.returncode == 1  # the run fails, but only after every step was tried
     assert [(a[0], a[1]) for a in argvs] == [
-        ("compact", "/data/a.lance"), ("cleanup", "/data/a.lance"),
-        ("compact", "/data/b.lance"), ("cleanup", "/data/b.lance")]
-    assert argvs[1] == ["cleanup", "/data/a.lance", "--json", "--older-than", "7d"]
+        ("compact", "/data/a.lance"), ("verify", "/data/a.lance"), ("cleanup", "/data/a.lance"),
+        ("compact", "/data/b.lance"), ("verify", "/data/b.lance"), ("cleanup", "/data/b.lance")]
+    assert argvs[2] == ["cleanup", "/data/a.lance", "--json", "--older-than", "7d"]
+
+
+def test_cronjob_failed_verify_skips_that_datasets_cleanup(helm_bin, helm_env, tmp_path):
+    docs = parse(template(helm_bin, helm_env, "--set", "cronjob.enabled=true",
+                          "--set", "cronjob.datasets[0].uri=/data/a.lance",
+                          "--set", "cronjob.datasets[1].uri=/data/b.lance").stdout)
+    proc, argvs = _run_cronjob_script(one(docs, "CronJob"), tmp_path, fail_on="verify")
+    assert proc.returncode == 1
+    # verify fails for both datasets: neither is cleaned up, every other step still runs
+    assert [(a[0], a[1]) for a in argvs] == [
+        ("compact", "/data/a.lance"), ("verify", "/data/a.lance"),
+        ("compact", "/data/b.lance"), ("verify", "/data/b.lance")]
+    assert "step skipped: lance-ops cleanup /data/a.lance (verify failed" in proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------

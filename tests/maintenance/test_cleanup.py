@@ -63,7 +63,10 @@ def listing(uri: str, opts: dict | None = None) -> dict[str, int]:
     out = {}
     for info in store.list(base):
         p = info.path.replace("\\", "/")
-        out[p[len(prefix) + 1:] if prefix else p] = info.size
+        rel = p[len(prefix) + 1:] if prefix else p
+        if rel.startswith("_lance_ops/"):  # lance_ops' key ledger: written by cleanup, never a data file
+            continue
+        out[rel] = info.size
     return out
 
 
@@ -511,15 +514,28 @@ def test_pending_staged_results_pin_their_files(tmp_path):
     committed = {"key": "k0", "operation": "overwrite", "read_version": 0,
                  "fragments": [], "files": [a.split("/")[1]]}   # v1's file: committed long ago
     for name, doc in (("k1", pending), ("k2", rewrite), ("k0", committed)):
-        put(os.path.join(uri, "_staging", f"{name}.json"), json.dumps(doc).encode(), old=True)
+        put(os.path.join(uri, "_staging", f"{name}.json"), json.dumps(doc).encode())  # young: pending
     put(os.path.join(uri, "_staging", "broken.json"), b"{not json", old=True)
 
-    stats = cleanup_old_versions(our_ds(uri), ZERO, delete_unverified=True)
+    stats = cleanup_old_versions(our_ds(uri), ZERO)
     left = set(listing(uri))
-    assert staged_b64 in left and staged_plain in left
+    assert staged_b64 in left and staged_plain in left   # pinned by young stages, though old themselves
     assert abandoned not in left and a not in left
-    assert stats.data_files_removed == 2 and stats.old_versions == 2
+    assert stats.data_files_removed == 2 and stats.old_versions == 2 and stats.staged_results_removed == 0
     assert {f"_staging/{k}.json" for k in ("k0", "k1", "k2", "broken")} <= left
+
+    # past the unverified-file guard a pending stage is abandoned: it goes, and its files with it.
+    # k0 (committed before the key ledger existed; the version naming its file is gone now, so
+    # nothing tells it from an abandoned stage) goes too - its file is gone, it could never commit.
+    # The broken file stays.
+    for name in ("k0", "k1", "k2"):
+        set_old(os.path.join(uri, "_staging", f"{name}.json"))
+    stats = cleanup_old_versions(our_ds(uri), ZERO)
+    left = set(listing(uri))
+    assert staged_b64 not in left and staged_plain not in left
+    assert stats.data_files_removed == 2 and stats.staged_results_removed == 3
+    assert "_staging/broken.json" in left
+    assert not {f"_staging/{k}.json" for k in ("k0", "k1", "k2")} & left
 
 
 class FlakyStore:

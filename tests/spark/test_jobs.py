@@ -78,6 +78,22 @@ def test_ingest_stage_only_then_commit_and_reruns_are_noops(spark, tmp_path, sma
     assert ds.version == 2 and ds.count_rows() == 121_000
     assert ds.to_table().sort_by("id").equals(pa.concat_tables([make_rows(-1000, 0), table]))
 
+    # issue 16: after compaction and cleanup removed version 2 and the staged files, the old run's
+    # job and commit step again: the key ledger answers, nothing is appended, pylance still opens it
+    from datetime import timedelta
+
+    from lance_ops.maintenance.cleanup import cleanup_old_versions
+
+    compact_files(lance_ops.dataset(uri), target_rows_per_fragment=1_000_000)
+    cleanup_old_versions(lance_ops.dataset(uri), timedelta(0))
+    assert not os.path.exists(os.path.join(uri, "_staging", "dag.run1.ingest.0.json"))  # committed: removed
+    assert commit_staged(uri, "dag.run1.ingest.0")["version"] == 2
+    rerun = ingest.run(spark, ingest_args(*argv))
+    assert rerun["already_committed"] is True and rerun["version"] == 2
+    ds = lance.dataset(uri)
+    assert ds.version == 3 and ds.count_rows() == 121_000
+    assert ds.to_table().sort_by("id").equals(pa.concat_tables([make_rows(-1000, 0), table]))
+
 
 def test_ingest_schema_mismatch_names_fields_and_changes_nothing(spark, tmp_path):
     uri = str(tmp_path / "ds.lance")

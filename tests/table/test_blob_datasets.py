@@ -50,11 +50,14 @@ def read_handles(files) -> list:
 
 
 def files_under(uri: str) -> dict[str, int]:
+    """Every file of the dataset but lance_ops' own bookkeeping (_lance_ops/: the key ledger)."""
     out = {}
     for root, _, names in os.walk(uri):
         for n in names:
             p = os.path.join(root, n)
-            out[os.path.relpath(p, uri)] = os.path.getsize(p)
+            rel = os.path.relpath(p, uri)
+            if not rel.startswith("_lance_ops" + os.sep):
+                out[rel] = os.path.getsize(p)
     return out
 
 

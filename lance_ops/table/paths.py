@@ -1,0 +1,136 @@
+"""Containment of paths read from untrusted files.
+
+Manifests, transaction files, row-id references and external-store items name other files of
+the dataset by relative path. Anything that could lead outside the dataset's base - ``..`` or
+``.`` or empty segments, absolute paths, URLs and other buckets (``s3://other/x``), backslashes,
+NULs and, on local disk, symlinks resolving outside the base - is refused with
+:class:`~lance_ops.errors.UnsafePathError` before a byte is read, copied or deleted.
+
+lance_ops does not model multi-base datasets (``base_paths``/``base_id``): every path resolves
+against the dataset's own base, so the base is the only place a path may lead to.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+from typing import Iterable
+
+from google.protobuf.message import Message
+
+from lance_ops.errors import UnsafePathError
+
+# "s3:", "file:", "C:" ... at the start of a path: a URL or a drive, never a dataset-relative path
+_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+
+
+def unsafe_reason(relative: object) -> str | None:
+    """Why ``relative`` is not a plain dataset-relative path, or None if it is one."""
+    if not isinstance(relative, str):
+        return f"is a {type(relative).__name__}, not a string"
+    if not relative:
+        return "is empty"
+    if "\x00" in relative:
+        return "contains a NUL character"
+    if "\\" in relative:
+        return "contains a backslash"
+    if relative.startswith("/"):
+        return "is absolute"
+    if _SCHEME_RE.match(relative):
+        return "is a URL or names another store"
+    for segment in relative.split("/"):
+        if segment == "..":
+            return "has a '..' segment"
+        if segment in ("", "."):
+            return "has an empty or '.' segment"
+    return None
+
+
+def _check_local(store, base: str, parts: Iterable[str], path: str, shown: str, *, what: str,
+                 where: str) -> None:
+    """On local disk: no symlink below ``base`` may lead out of it. Each component of ``parts``
+    is lstat'ed (cheap; stops at the first missing one); only when one is a symlink are the real
+    paths of ``path`` and ``base`` compared."""
+    if getattr(store, "scheme", "") != "file":
+        return
+    current = base
+    for part in parts:
+        current = os.path.join(current, part)
+        try:
+            is_link = stat.S_ISLNK(os.lstat(current).st_mode)
+        except OSError:  # missing (or unreadable): nothing further down can be a link we follow
+            return
+        if is_link:
+            real_base = os.path.realpath(base)
+            real = os.path.realpath(path)
+            if real != real_base and not real.startswith(real_base.rstrip(os.sep) + os.sep):
+                raise UnsafePathError(where, what, shown, f"resolves (through a symlink) to {real}")
+            return
+
+
+def resolve_inside(store, base: str, relative: str, *, under: Iterable[str] = (), what: str,
+                   where: str) -> str:
+    """The store path of ``relative`` below ``base/<under...>``, or UnsafePathError.
+
+    ``what`` names the field (e.g. "data file path of fragment 3"), ``where`` the file it was
+    read from (a manifest URI); both go into the error message.
+    """
+    reason = unsafe_reason(relative)
+    if reason is not None:
+        raise UnsafePathError(where, what, str(relative), reason)
+    under = tuple(under)
+    path = store.join(base, *under, relative)
+    parts = [p for u in under for p in u.split("/") if p] + relative.split("/")
+    _check_local(store, base, parts, path, relative, what=what, where=where)
+    return path
+
+
+def check_inside(store, base: str, path: str, *, under: Iterable[str] = (), what: str,
+                 where: str) -> str:
+    """``path`` (a full store path read from an untrusted source) if it lies below
+    ``base/<under...>`` and passes :func:`resolve_inside`'s rules; UnsafePathError otherwise."""
+    prefix = store.join(base, *under)
+    if not isinstance(path, str):
+        raise UnsafePathError(where, what, str(path), f"is a {type(path).__name__}, not a string")
+    head = prefix.rstrip("/") + "/" if prefix.rstrip("/") else ""
+    if getattr(store, "scheme", "") == "file":
+        head = prefix.rstrip(os.sep) + os.sep
+    if not path.startswith(head):
+        raise UnsafePathError(where, what, path, f"is not below {store.uri(prefix)}")
+    rest = path[len(head):]
+    reason = unsafe_reason(rest)
+    if reason is not None:
+        raise UnsafePathError(where, what, path, reason)
+    _check_local(store, prefix, rest.split("/"), path, path, what=what, where=where)
+    return path
+
+
+def dataset_where(ds) -> str:
+    """The URI of the manifest ``ds`` was opened from (the dataset URI if it has none): the
+    ``where`` of errors about paths its manifest holds."""
+    mf = getattr(ds, "_manifest_file", None)
+    return ds._store.uri(mf.path) if mf is not None and mf.path else ds._store.uri(ds._base)
+
+
+_PATH_MESSAGES = {"lance.table.DataFile": "data file path", "lance.table.ExternalFile": "external file path"}
+
+
+def check_message_paths(message, *, where: str) -> None:
+    """Refuse a protobuf message (a transaction, a fragment) holding any ``DataFile`` or
+    ``ExternalFile`` with an unsafe path (:func:`unsafe_reason`), so that nothing we commit
+    can point outside the dataset."""
+    stack = [message]
+    while stack:
+        msg = stack.pop()
+        what = _PATH_MESSAGES.get(msg.DESCRIPTOR.full_name)
+        if what is not None:
+            reason = unsafe_reason(msg.path)
+            if reason is not None:
+                raise UnsafePathError(where, what, msg.path, reason)
+        for fd, value in msg.ListFields():
+            if fd.message_type is None:
+                continue
+            if isinstance(value, Message):
+                stack.append(value)
+            elif not fd.message_type.GetOptions().map_entry:  # repeated messages (maps hold no files)
+                stack.extend(value)
