@@ -5,7 +5,15 @@ What is kept
     at), every tagged version, and every version that does not match the policy: a version is
     *removable* iff its manifest timestamp is older than ``now - older_than`` (when given) and it
     is not among the newest ``retain_versions`` (when given). With neither given,
-    ``older_than = 14 days`` (pylance 14 default). Detached manifests (``_versions/d*.manifest``)
+    ``older_than = 14 days`` (pylance 14 default). Whatever the policy, a version that stopped
+    being the latest less than ``min_superseded_age`` ago is kept (default
+    :data:`DEFAULT_MIN_SUPERSEDED_AGE`, 5 minutes; environment variable
+    ``LANCE_OPS_CLEANUP_MIN_SUPERSEDED_SECONDS`` overrides the default): a commit in progress
+    catches up through the versions committed since it read the dataset and must find them
+    there, and a just-superseded version may still be read. "Stopped being the latest" is when
+    the next existing version was committed (its manifest timestamp or its object's
+    modification time, whichever is later). Give ``min_superseded_age=timedelta(0)`` (tests, or
+    no concurrent writers or readers) to remove versions superseded a moment ago. Detached manifests (``_versions/d*.manifest``)
     and the manifests of branches (``tree/<branch>/``, found through ``_refs/branches/``) are
     never removed here and everything they name counts as referenced; the main versions that
     branches were created from (``parentVersion``) are kept like tagged ones, silently.
@@ -81,6 +89,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import re
 import uuid as _uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -104,6 +113,7 @@ __all__ = [
     "CleanupStats",
     "cleanup_old_versions",
     "DEFAULT_OLDER_THAN",
+    "DEFAULT_MIN_SUPERSEDED_AGE",
     "UNVERIFIED_THRESHOLD",
     "STATS_DIR",
     "ROWID_INDEX_DIR",
@@ -111,6 +121,10 @@ __all__ = [
 
 #: pylance 14's default ``older_than`` when neither ``older_than`` nor ``retain_versions`` is given
 DEFAULT_OLDER_THAN = timedelta(days=14)
+#: versions superseded less than this long ago are kept whatever the policy (module doc)
+DEFAULT_MIN_SUPERSEDED_AGE = timedelta(minutes=5)
+#: environment variable overriding DEFAULT_MIN_SUPERSEDED_AGE (seconds, >= 0)
+MIN_SUPERSEDED_AGE_ENV = "LANCE_OPS_CLEANUP_MIN_SUPERSEDED_SECONDS"
 #: unreferenced files nobody ever committed are only deleted once they are this old
 UNVERIFIED_THRESHOLD = timedelta(days=7)
 #: lance_ops extension area: per-data-file statistics, ``_stats/<data-file-stem>...``
@@ -476,6 +490,36 @@ def _staged_lifecycle(store, base: str, named: set[str], young_after: datetime |
 
 
 # --- policy -----------------------------------------------------------------------------------
+def _superseded_times(versions: dict[int, _Version]) -> dict[int, datetime]:
+    """Version -> when it stopped being the latest: the commit time of the next existing version
+    (the later of its manifest timestamp and its object's modification time); the latest maps
+    to the end of time (never superseded)."""
+    out: dict[int, datetime] = {}
+    following = datetime.max.replace(tzinfo=timezone.utc)
+    for v in sorted(versions, reverse=True):
+        out[v] = following
+        info = versions[v]
+        times = [info.timestamp] + [loc.last_modified for loc in info.locations]
+        following = max(t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc) for t in times)
+    return out
+
+
+def _min_superseded_age(value: timedelta | None) -> timedelta:
+    if value is None:
+        raw = os.environ.get(MIN_SUPERSEDED_AGE_ENV)
+        if raw is None or raw.strip() == "":
+            return DEFAULT_MIN_SUPERSEDED_AGE
+        try:
+            value = timedelta(seconds=float(raw))
+        except ValueError:
+            raise ValueError(f"{MIN_SUPERSEDED_AGE_ENV} must be a number of seconds, got {raw!r}") from None
+    if not isinstance(value, timedelta):
+        raise TypeError(f"min_superseded_age must be a datetime.timedelta, got {type(value).__name__}")
+    if value < timedelta(0):
+        raise ValueError(f"min_superseded_age must not be negative, got {value}")
+    return value
+
+
 def _tagged_error(hits: dict[str, int]) -> TagError:
     listing = json.dumps(dict(sorted(hits.items())))
     return TagError(
@@ -493,13 +537,17 @@ def _select_removed(
     pinned: set[int],
     tags: dict[int, list[str]],
     error_if_tagged_old_versions: bool,
+    superseded_after: datetime | None = None,
 ) -> set[int]:
     newest = set(sorted(versions, reverse=True)[:retain_versions]) if retain_versions else set()
+    superseded = _superseded_times(versions) if superseded_after is not None else {}
     removed: set[int] = set()
     tag_hits: dict[str, int] = {}
     for v, info in versions.items():
         if v >= protect_from or v in newest or v in pinned:
             continue
+        if superseded_after is not None and not superseded[v] < superseded_after:
+            continue  # stopped being the latest too recently
         if cutoff is not None and not info.timestamp < cutoff:
             continue
         if v in tags:
@@ -676,6 +724,7 @@ def cleanup_old_versions(
     error_if_tagged_old_versions: bool = True,
     dry_run: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    min_superseded_age: timedelta | None = None,
 ) -> CleanupStats:
     """Delete old versions of ``ds`` and every file that only they referenced.
 
@@ -694,6 +743,9 @@ def cleanup_old_versions(
             lists the store paths that would be deleted.
         progress: optional ``progress(done, total)``, called as the planned deletes (manifests
             and files) are carried out; not called by a dry run or when nothing is deleted.
+        min_superseded_age: keep every version that stopped being the latest less than this
+            long ago, whatever ``older_than`` says (None: ``$LANCE_OPS_CLEANUP_MIN_SUPERSEDED_SECONDS``
+            or 5 minutes). ``timedelta(0)`` turns the rule off.
 
     Returns:
         :class:`CleanupStats`. Failed deletes are counted in ``failed_deletes``, not raised.
@@ -701,6 +753,7 @@ def cleanup_old_versions(
     See the module docstring for the exact rules, the order of deletes and why.
     """
     _check_args(older_than, retain_versions)
+    min_age = _min_superseded_age(min_superseded_age)
     if older_than is None and retain_versions is None:
         older_than = DEFAULT_OLDER_THAN
     store, base = ds._store, ds._base
@@ -727,6 +780,7 @@ def cleanup_old_versions(
         pinned,
         tagged_versions(store, base),
         error_if_tagged_old_versions,
+        now - min_age if min_age > timedelta(0) else None,
     )
     removed = _Refs()
     for v, info in versions.items():

@@ -145,6 +145,13 @@ def _run(ds, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempot
         try:
             executed = _execute_all([t for _, t in to_run], current, num_threads, progress,
                                     offset=len(plan.tasks) - len(to_run), total=len(plan.tasks))
+        except RetryableCommitConflictError as exc:  # the read version was cleaned up meanwhile
+            discard_results(ds._store, [r for r in results if r is not None], base=ds._base)
+            if attempt >= conflict_retries:
+                raise
+            log.info("compaction of %s preempted while rewriting (%s); re-planning", ds.uri, exc)
+            current = current._reopen_latest()
+            continue
         except BaseException:
             discard_results(ds._store, [r for r in results if r is not None], base=ds._base)
             raise

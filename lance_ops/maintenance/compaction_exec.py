@@ -363,7 +363,8 @@ def _open_read_version(task: CompactionTask, store, base: str):
     try:
         ds = LanceDataset(uri, task.read_version, _store=(store, base))
     except DatasetNotFoundError as exc:
-        raise LanceOpsError(
+        # retryable: compact_files re-plans from the newest version (issue 16)
+        raise RetryableCommitConflictError(
             f"{uri}: the compaction task was planned at version {task.read_version}, which no longer "
             "exists (cleaned up?); re-plan the compaction"
         ) from exc

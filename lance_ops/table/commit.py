@@ -5,9 +5,25 @@ transaction against ours with :mod:`lance_ops.table.conflicts`), write the trans
 the manifest on top of the newest version, and publish it with put-if-absent. Losing the race
 (the manifest name already exists) means another writer won: back off and try again on top of
 it. Writers never overwrite a manifest, so no commit is ever half-applied or silently lost.
+
+Outcomes are never guessed. When the store fails so that we cannot tell whether our manifest
+landed (an error after the write, a failed or truncated read of the name we wrote), the version
+is remembered as *uncertain*: the next attempt's catch-up compares every newer version's
+transaction uuid with ours (a match means ours landed: it is returned, never committed again),
+and a write that can neither be confirmed nor ruled out ends in CommitOutcomeUnknownError.
+Versions removed by a concurrent cleanup while we catch up are judged together with the next
+version that still exists, from the two manifests (see :func:`_check_gap`), so deletes, updates
+and compactions rebase over them instead of failing.
+
+Publishing at ``latest + 1`` with put-if-absent is only safe while no newer version can have
+been committed and removed since we listed: ``_versions/`` is listed again right before the
+put, and cleanup keeps every version superseded less than its minimum age (5 minutes by
+default) ago, far longer than that listing-to-publish window. An empty listing is never taken for "no versions" when we know better
+(``naming.latest_version(known=...)``).
 """
 from __future__ import annotations
 
+import enum
 import logging
 import random
 import time
@@ -22,6 +38,8 @@ from lance_ops.errors import (
     CommitOutcomeUnknownError,
     CommitRetriesExhaustedError,
     DatasetNotFoundError,
+    LanceOpsError,
+    ObjectNotFoundError,
     RetryableCommitConflictError,
     SchemaMismatchError,
     StorageError,
@@ -51,6 +69,10 @@ from lance_ops.table.transaction_file import load_transaction, write_transaction
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RETRIES = 20  # upstream CommitConfig default
+#: failed manifest writes (not found afterwards) retried at the same version before giving up
+MAX_STORE_FAILURES = 3
+#: reads of the manifest we may have written, before its outcome counts as uncertain
+_CHECK_READS = 3
 
 
 @dataclass
@@ -89,22 +111,21 @@ def _fragment_map(manifest: table_pb2.Manifest | None) -> dict[int, table_pb2.Da
     return {} if manifest is None else {f.id: f for f in manifest.fragments}
 
 
-def _deleted_between(store, base, before: ManifestFile | None, txn, ) -> dict[int, np.ndarray]:
-    """For a committed Delete: fragment id -> offsets it newly deleted (vs the version before it)."""
+def _their_deletions(store, base, ours, theirs) -> dict[int, np.ndarray]:
+    """For a committed Delete: fragment id -> every offset deleted in the fragments both touch.
+
+    Our new offsets were live at our read version, so they overlap the other delete's iff they
+    meet its (cumulative) vector: the version before it is not needed (cleanup may have removed
+    it and its deletion files).
+    """
     out: dict[int, np.ndarray] = {}
-    if txn is None or txn.WhichOneof("operation") != "delete":
+    if theirs is None or theirs.WhichOneof("operation") != "delete":
         return out
-    old = _fragment_map(before.manifest if before else None)
-    for frag in txn.delete.updated_fragments:
-        now = deletion.read_deletion_offsets(
-            store, base, frag.id, frag.deletion_file if frag.HasField("deletion_file") else None
-        )
-        prev_frag = old.get(frag.id)
-        prev = deletion.read_deletion_offsets(
-            store, base, frag.id,
-            prev_frag.deletion_file if prev_frag is not None and prev_frag.HasField("deletion_file") else None,
-        )
-        out[frag.id] = np.setdiff1d(now, prev, assume_unique=True)
+    mine = {f.id for f in ours.delete.updated_fragments} | set(ours.delete.deleted_fragment_ids)
+    for frag in theirs.delete.updated_fragments:
+        if frag.id in mine:
+            out[frag.id] = deletion.read_deletion_offsets(
+                store, base, frag.id, frag.deletion_file if frag.HasField("deletion_file") else None)
     return out
 
 
@@ -113,6 +134,7 @@ def _rebase_deletions(store, base, txn, latest: table_pb2.Manifest, fragment_ids
     current = _fragment_map(latest)
     d = txn.delete
     keep = [f for f in d.updated_fragments if f.id not in fragment_ids]
+    emptied = []  # applied only once every read succeeded (a read may fail under cleanup)
     for frag_id in sorted(fragment_ids):
         newest = current[frag_id]
         old_file = newest.deletion_file if newest.HasField("deletion_file") else None
@@ -120,7 +142,7 @@ def _rebase_deletions(store, base, txn, latest: table_pb2.Manifest, fragment_ids
             deletion.read_deletion_offsets(store, base, frag_id, old_file), ctx.deleted_offsets[frag_id]
         )
         if merged.size >= newest.physical_rows:
-            d.deleted_fragment_ids.append(frag_id)
+            emptied.append(frag_id)
             continue
         updated = table_pb2.DataFragment()
         updated.CopyFrom(newest)
@@ -128,40 +150,183 @@ def _rebase_deletions(store, base, txn, latest: table_pb2.Manifest, fragment_ids
             deletion.write_deletion_file(store, base, frag_id, txn.read_version, merged, old_file)
         )
         keep.append(updated)
+    d.deleted_fragment_ids.extend(emptied)
     del d.updated_fragments[:]
     d.updated_fragments.extend(keep)
 
 
-def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None, latest_version: int):
-    """Check every version after ``current`` up to ``latest_version``; returns the newest ManifestFile."""
-    for version in range(current.version + 1 if current else 1, latest_version + 1):
+def _txn_uuid(mf: ManifestFile, txn) -> str | None:
+    """The uuid of the transaction that produced ``mf`` (inline copy, else its file's name)."""
+    if txn is not None and txn.uuid:
+        return txn.uuid
+    parsed = naming.parse_transaction_file_name(mf.manifest.transaction_file)
+    return parsed[1] if parsed else None
+
+
+def _schema_key(manifest: table_pb2.Manifest) -> list:
+    return [(f.id, f.parent_id, f.name, f.logical_type) for f in manifest.fields]
+
+
+def _index_ids(mf: ManifestFile) -> set[bytes]:
+    section = mf.index_section
+    return set() if section is None else {bytes(i.uuid.uuid) for i in section.indices}
+
+
+def _check_gap(store, base, txn, ctx: CommitContext, before: ManifestFile, after: ManifestFile) -> conflicts.Outcome:
+    """Verdict for committing ``txn`` on ``after`` when versions between ``before`` and ``after``
+    were removed (by cleanup) and their transactions cannot be read.
+
+    The two manifests are compared instead: an Append (or fragment reservation) only needs the
+    schema unchanged; a Delete, Update, Rewrite or DataReplacement needs every fragment it
+    touches to be there with the same data files and (except for deletes on other rows, which
+    REBASE) the same deletion vector; a Rewrite also needs the same indices. Anything else is
+    RETRYABLE: re-read the dataset and redo the operation. Never a guess that could lose rows.
+    """
+    op = txn.WhichOneof("operation")
+    label = f"{op} over versions {before.version + 1}..{after.version - 1} removed by cleanup"
+    if op in ("restore", "overwrite"):
+        return conflicts.Outcome(conflicts.Verdict.OK)
+    schema_same = _schema_key(before.manifest) == _schema_key(after.manifest)
+    if op in ("append", "reserve_fragments", "update_bases"):
+        if schema_same:
+            return conflicts.Outcome(conflicts.Verdict.OK)
+        return conflicts.Outcome(conflicts.Verdict.RETRYABLE, f"{label}: the schema changed")
+    if op not in ("delete", "update", "rewrite", "data_replacement"):
+        return conflicts.Outcome(conflicts.Verdict.RETRYABLE, f"{label}: cannot be checked")
+    if not schema_same:
+        return conflicts.Outcome(conflicts.Verdict.RETRYABLE, f"{label}: the schema changed")
+    if op == "rewrite" and _index_ids(before) != _index_ids(after):
+        return conflicts.Outcome(conflicts.Verdict.RETRYABLE, f"{label}: the indices changed")
+    old, new = _fragment_map(before.manifest), _fragment_map(after.manifest)
+    emptied = set(txn.delete.deleted_fragment_ids) if op == "delete" else set()
+    rebase: set[int] = set()
+    for frag_id in sorted(conflicts.touched_fragments(txn)):
+        a, b = old.get(frag_id), new.get(frag_id)
+        if a is None or b is None:
+            return conflicts.Outcome(conflicts.Verdict.RETRYABLE, f"{label}: fragment {frag_id} was removed")
+        if [(f.path, list(f.fields)) for f in a.files] != [(f.path, list(f.fields)) for f in b.files]:
+            return conflicts.Outcome(conflicts.Verdict.RETRYABLE, f"{label}: fragment {frag_id} was rewritten")
+        if a.deletion_file == b.deletion_file and a.physical_rows == b.physical_rows:
+            continue
+        ours = ctx.deleted_offsets.get(frag_id)
+        if op != "delete" or frag_id in emptied or ours is None:
+            return conflicts.Outcome(conflicts.Verdict.RETRYABLE, f"{label}: fragment {frag_id} changed")
+        theirs = deletion.read_deletion_offsets(
+            store, base, frag_id, b.deletion_file if b.HasField("deletion_file") else None)
+        if np.intersect1d(ours, theirs).size:
+            return conflicts.Outcome(conflicts.Verdict.RETRYABLE, f"{label}: rows of fragment {frag_id} "
+                                                                  "were deleted concurrently")
+        rebase.add(frag_id)
+    if rebase:
+        return conflicts.Outcome(conflicts.Verdict.REBASE, label, rebase_fragments=rebase)
+    return conflicts.Outcome(conflicts.Verdict.OK)
+
+
+def _apply(store, base, txn, ctx: CommitContext, outcome: conflicts.Outcome, theirs_file: ManifestFile,
+           version: int) -> None:
+    if outcome.verdict == conflicts.Verdict.INCOMPATIBLE:
+        raise CommitConflictError(
+            f"{store.uri(base)}: commit conflicts with version {version}: {outcome.reason}"
+        )
+    if outcome.verdict == conflicts.Verdict.RETRYABLE:
+        raise RetryableCommitConflictError(
+            f"{store.uri(base)}: preempted by concurrent version {version} ({outcome.reason}); "
+            "re-read the dataset and retry"
+        )
+    if outcome.verdict == conflicts.Verdict.REBASE:
+        _rebase_deletions(store, base, txn, theirs_file.manifest, outcome.rebase_fragments, ctx)
+
+
+@dataclass
+class _State:
+    """What one commit carries from attempt to attempt."""
+
+    current: ManifestFile | None
+    #: a version our manifest may have landed at (see the module doc)
+    uncertain: int | None = None
+    #: failed manifest writes so far
+    store_failures: int = 0
+
+
+def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None, latest_version: int,
+              state: _State | None = None) -> tuple[ManifestFile | None, ManifestFile | None]:
+    """Check every version after ``current`` up to ``latest_version``.
+
+    Returns ``(newest ManifestFile, ours)``: ``ours`` is the version carrying our transaction
+    uuid if one does (an earlier attempt landed after all), else None. Versions that vanished
+    (cleanup) are judged together with the next one that exists (:func:`_check_gap`); if the
+    uncertain version of ``state`` (one we may have written) vanished, the outcome is unknown;
+    once it is read and is not ours, it is cleared.
+    """
+    uncertain = state.uncertain if state is not None else None
+    version = current.version + 1 if current else 1
+    gap: list[int] = []
+    relists = 0
+    missing: ObjectNotFoundError | None = None  # the last file found missing in a listed version
+    while True:
+        if version > latest_version:
+            if not gap:
+                return current, None
+            # the versions we were told about went away: newer ones replaced them
+            newest = naming.latest_version(store, base, known=version - 1)
+            relists += 1
+            if newest is None or newest.version < version or relists > 3:
+                if missing is not None:
+                    raise missing
+                raise RetryableCommitConflictError(
+                    f"{store.uri(base)}: versions {gap[0]}..{gap[-1]} vanished while committing and no newer "
+                    "version was found; re-read the dataset and retry")
+            latest_version = newest.version
+            continue
         loc = naming.find_version(store, base, version)
-        if loc is None:
-            raise CommitOutcomeUnknownError(f"{store.uri(base)}: version {version} vanished while committing")
-        theirs_file = read_manifest(store, loc.path)
+        theirs_file = None
+        if loc is not None:
+            try:
+                theirs_file = read_manifest(store, loc.path)
+            except ObjectNotFoundError:
+                theirs_file = None
+        if theirs_file is None:
+            if version == uncertain:
+                raise CommitOutcomeUnknownError(
+                    f"{store.uri(base)}: version {version}, which this commit may have written, was removed "
+                    "before it could be checked; the commit may or may not have landed — re-open the dataset "
+                    "to find out")
+            gap.append(version)
+            version += 1
+            continue
         # Never rebuild on top of a version whose writer features we do not understand.
         feature_flags.check_writer_flags(theirs_file.manifest.writer_feature_flags, store.uri(loc.path))
         theirs = load_transaction(store, base, theirs_file)
-        their_deleted = (
-            _deleted_between(store, base, current, theirs)
-            if txn.WhichOneof("operation") == "delete" and ctx.deleted_offsets else None
-        )
-        outcome = conflicts.check(
-            txn, theirs, our_deleted=ctx.deleted_offsets or None, their_deleted=their_deleted
-        )
-        if outcome.verdict == conflicts.Verdict.INCOMPATIBLE:
-            raise CommitConflictError(
-                f"{store.uri(base)}: commit conflicts with version {version}: {outcome.reason}"
-            )
-        if outcome.verdict == conflicts.Verdict.RETRYABLE:
-            raise RetryableCommitConflictError(
-                f"{store.uri(base)}: preempted by concurrent version {version} ({outcome.reason}); "
-                "re-read the dataset and retry"
-            )
-        if outcome.verdict == conflicts.Verdict.REBASE:
-            _rebase_deletions(store, base, txn, theirs_file.manifest, outcome.rebase_fragments, ctx)
+        if _txn_uuid(theirs_file, theirs) == txn.uuid:
+            return theirs_file, theirs_file  # ours landed (an earlier attempt's response was lost)
+        if version == uncertain:
+            state.uncertain = uncertain = None  # read, and not ours
+        try:
+            if current is not None and gap:
+                log.info("%s: versions %d..%d were removed while committing; checking against version %d",
+                         store.uri(base), gap[0], gap[-1], version)
+                outcome = _check_gap(store, base, txn, ctx, current, theirs_file)
+            else:
+                if theirs is None and naming.find_version(store, base, version) is None:
+                    raise ObjectNotFoundError(f"{store.uri(loc.path)}: removed while reading")
+                their_deleted = (
+                    _their_deletions(store, base, txn, theirs)
+                    if txn.WhichOneof("operation") == "delete" and ctx.deleted_offsets else None
+                )
+                outcome = conflicts.check(
+                    txn, theirs, our_deleted=ctx.deleted_offsets or None, their_deleted=their_deleted
+                )
+            _apply(store, base, txn, ctx, outcome, theirs_file, version)
+        except ObjectNotFoundError as exc:
+            # a file of this version was removed by cleanup while we read it (the version is
+            # going away): judge it together with the next version that exists
+            missing = exc
+            gap.append(version)
+            version += 1
+            continue
         current = theirs_file
-    return current
+        gap = []
+        version += 1
 
 
 def _new_dictionaries(txn, current: ManifestFile | None, restored: ManifestFile | None,
@@ -181,13 +346,29 @@ def _new_dictionaries(txn, current: ManifestFile | None, restored: ManifestFile 
     return {**inherited, **(ctx.dictionaries or {})}
 
 
-def _published(store, path: str, txn_uuid: str) -> ManifestFile | None:
-    """Our manifest, if the ambiguous write actually landed."""
-    try:
-        mf = read_manifest(store, path)
-    except Exception:  # noqa: BLE001 - we only want to know whether it is ours
-        return None
-    return mf if mf.transaction is not None and mf.transaction.uuid == txn_uuid else None
+class _Landed(enum.Enum):
+    OURS = "ours"          # our manifest is there
+    THEIRS = "theirs"      # another writer's manifest is there: we lost the race
+    ABSENT = "absent"      # nothing is there (the store said "not found")
+    UNKNOWN = "unknown"    # it could not be read: it may or may not be ours
+
+
+def _check_landed(store, path: str, txn_uuid: str) -> tuple[_Landed, ManifestFile | None]:
+    """Whether the manifest at ``path`` (our ambiguous write) is ours. A failed or truncated read
+    is UNKNOWN, never "not ours": treating it as a lost race would commit the transaction twice."""
+    for attempt in range(_CHECK_READS):
+        try:
+            mf = read_manifest(store, path)
+        except ObjectNotFoundError:
+            return _Landed.ABSENT, None
+        except (LanceOpsError, OSError) as exc:  # I/O error, truncated body, garbled bytes
+            log.info("could not read back %s (%s); try %d of %d", store.uri(path), exc, attempt + 1, _CHECK_READS)
+            time.sleep(0.05 * (2 ** attempt))
+            continue
+        if _txn_uuid(mf, mf.transaction) == txn_uuid:
+            return _Landed.OURS, mf
+        return _Landed.THEIRS, None
+    return _Landed.UNKNOWN, None
 
 
 def _publish(store, base, version, path, manifest, txn, v2: bool, index_section=None, dictionaries=None) -> int:
@@ -248,6 +429,88 @@ def _check_data_file_versions(manifest, txn: transaction_pb2.Transaction, where:
                     "was committed.")
 
 
+def _attempt(store, base, txn, ctx: CommitContext, options: CommitOptions, state: _State, restored,
+             restored_file, key, v2: bool, attempt: int) -> ManifestFile | None:
+    """One commit attempt: the committed (or found) version, or None to try again."""
+    current = state.current
+    latest = naming.latest_version(store, base, known=current.version if current is not None else None)
+    if latest is not None and (current is None or latest.version > current.version):
+        if key:
+            earlier = find_in_versions(store, base, key, kind_of(txn),
+                                       (current.version if current else 0) + 1, latest.version)
+            if earlier is not None:
+                return earlier
+        current, ours = _catch_up(store, base, txn, ctx, current, latest.version, state)
+        if ours is not None:
+            return ours
+        state.current = current
+    elif latest is None and current is not None:
+        raise DatasetNotFoundError(f"{store.uri(base)}: the dataset disappeared while committing")
+
+    version = current.version + 1 if current else 1
+    manifest = build_manifest(
+        current.manifest if current else None, txn, version=version, transaction_file="",
+        data_storage_version=options.data_storage_version,
+        enable_stable_row_ids=options.enable_stable_row_ids, restored=restored,
+    )
+    _check_data_file_versions(manifest, txn, store.uri(base))
+    fill_fragment_stats(store, base, manifest)  # old datasets: as pylance's commit fills them
+    # legacy datasets: the dictionary values go into the manifest file (offsets set here too);
+    # missing values are refused here, before anything of this attempt is written
+    dictionaries = _new_dictionaries(txn, current, restored_file, ctx)
+    prefix = place_dictionaries(manifest, dictionaries) if dictionary_fields(manifest) else b""
+    manifest.transaction_file = write_transaction_file(store, base, txn)
+    path = store.join(base, naming.manifest_path(version, v2))
+    index_section = complete_index_metadata(store, base, _carried_indices(txn, current, restored_file))
+    # List once more right before publishing: put-if-absent cannot tell "nobody has this version
+    # yet" from "a cleanup removed it after newer ones came" (a publish there would land below
+    # the latest, invisible). This keeps that window to one request, far below cleanup's minimum
+    # age for superseded versions however long the catch-up took.
+    if current is not None:
+        fresh = naming.latest_version(store, base, known=current.version)
+        if fresh is not None and fresh.version > current.version:
+            log.info("version %d of %s appeared while preparing the commit; catching up", fresh.version,
+                     store.uri(base))
+            return None
+    try:
+        size = _publish(store, base, version, path, manifest, txn, v2, index_section, dictionaries)
+    except AlreadyExistsError:
+        landed, mine = _check_landed(store, path, txn.uuid)
+        if landed == _Landed.OURS:  # a retried request of ours landed
+            return mine
+        if landed == _Landed.UNKNOWN:
+            state.uncertain = version
+        log.info("lost the race for version %d of %s (attempt %d)", version, store.uri(base), attempt + 1)
+        _backoff(options, attempt)
+        return None
+    except (StorageError, OSError) as exc:
+        landed, mine = _check_landed(store, path, txn.uuid)
+        if landed == _Landed.OURS:
+            return mine
+        if landed == _Landed.THEIRS:
+            _backoff(options, attempt)
+            return None
+        # ABSENT: not there now, but a request still in flight might land later; UNKNOWN: unreadable.
+        # Either way the next attempt (at this version, or catching up over it) settles it by uuid.
+        state.uncertain = version
+        state.store_failures += 1
+        if state.store_failures >= MAX_STORE_FAILURES:
+            raise CommitOutcomeUnknownError(
+                f"{store.uri(path)}: writing the manifest failed {state.store_failures} times (last: {exc}); the "
+                f"commit of version {version} may or may not have landed — re-open the dataset to find out"
+            ) from exc
+        log.warning("writing %s failed (%s); the manifest is %s, retrying", store.uri(path), exc, landed.value)
+        _backoff(options, attempt)
+        return None
+    if options.write_version_hint:
+        try:
+            naming.write_version_hint(store, base, version)
+        except (StorageError, OSError):
+            pass  # the hint is an optimisation only
+    stored = decode_dictionaries(manifest, prefix, path=path) if prefix else {}
+    return ManifestFile(manifest, txn, index_section, path, size, stored)
+
+
 def commit_transaction(
     store,
     base: str,
@@ -269,9 +532,12 @@ def commit_transaction(
         txn.uuid = naming.new_transaction_uuid()
     key = txn.transaction_properties.get(IDEMPOTENCY_KEY)
 
-    scheme = naming.detect_scheme(store, base)
-    v2 = options.enable_v2_manifest_paths if scheme is None else scheme == naming.NamingScheme.V2
     current = ctx.read
+    # the naming scheme of the version we read, if any: an empty listing must not make a V1
+    # dataset get a V2 name (a mixed directory nobody can open)
+    parsed = naming.parse_manifest_name(current.path) if current is not None and current.path else None
+    scheme = parsed[1] if parsed is not None else naming.detect_scheme(store, base)
+    v2 = options.enable_v2_manifest_paths if scheme is None else scheme == naming.NamingScheme.V2
     if current is not None:
         feature_flags.check_writer_flags(current.manifest.writer_feature_flags, store.uri(current.path or base))
     restored = restored_file = None
@@ -282,57 +548,25 @@ def commit_transaction(
         restored_file = read_manifest(store, loc.path)
         restored = restored_file.manifest
 
+    state = _State(current)
     for attempt in range(options.max_retries + 1):
-        latest = naming.latest_version(store, base)
-        if latest is not None and (current is None or latest.version > current.version):
-            if key:
-                earlier = find_in_versions(store, base, key, kind_of(txn),
-                                           (current.version if current else 0) + 1, latest.version)
-                if earlier is not None:
-                    return earlier
-            current = _catch_up(store, base, txn, ctx, current, latest.version)
-        elif latest is None and current is not None:
-            raise DatasetNotFoundError(f"{store.uri(base)}: the dataset disappeared while committing")
-
-        version = current.version + 1 if current else 1
-        manifest = build_manifest(
-            current.manifest if current else None, txn, version=version, transaction_file="",
-            data_storage_version=options.data_storage_version,
-            enable_stable_row_ids=options.enable_stable_row_ids, restored=restored,
-        )
-        _check_data_file_versions(manifest, txn, store.uri(base))
-        fill_fragment_stats(store, base, manifest)  # old datasets: as pylance's commit fills them
-        # legacy datasets: the dictionary values go into the manifest file (offsets set here too);
-        # missing values are refused here, before anything of this attempt is written
-        dictionaries = _new_dictionaries(txn, current, restored_file, ctx)
-        prefix = place_dictionaries(manifest, dictionaries) if dictionary_fields(manifest) else b""
-        manifest.transaction_file = write_transaction_file(store, base, txn)
-        path = store.join(base, naming.manifest_path(version, v2))
-        index_section = complete_index_metadata(store, base, _carried_indices(txn, current, restored_file))
         try:
-            size = _publish(store, base, version, path, manifest, txn, v2, index_section, dictionaries)
-        except AlreadyExistsError:
-            mine = _published(store, path, txn.uuid)
-            if mine is not None:  # a retried request of ours landed
-                return mine
-            log.info("lost the race for version %d of %s (attempt %d)", version, store.uri(base), attempt + 1)
-            _backoff(options, attempt)
-            continue
-        except (StorageError, OSError) as exc:
-            mine = _published(store, path, txn.uuid)
-            if mine is not None:
-                return mine
+            result = _attempt(store, base, txn, ctx, options, state, restored, restored_file, key, v2, attempt)
+        except (CommitOutcomeUnknownError, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            if state.uncertain is None:
+                raise
             raise CommitOutcomeUnknownError(
-                f"{store.uri(path)}: writing the manifest failed ({exc}); the commit of version "
-                f"{version} may or may not have landed — re-open the dataset to find out"
-            ) from exc
-        if options.write_version_hint:
-            try:
-                naming.write_version_hint(store, base, version)
-            except (StorageError, OSError):
-                pass  # the hint is an optimisation only
-        stored = decode_dictionaries(manifest, prefix, path=path) if prefix else {}
-        return ManifestFile(manifest, txn, index_section, path, size, stored)
+                f"{store.uri(base)}: the manifest of version {state.uncertain} may have been written but could not be "
+                f"checked ({type(exc).__name__}: {exc}); the commit may or may not have landed — re-open the "
+                "dataset to find out") from exc
+        if result is not None:
+            return result
+    if state.uncertain is not None:
+        raise CommitOutcomeUnknownError(
+            f"{store.uri(base)}: gave up after {options.max_retries + 1} attempts; the manifest of version "
+            f"{state.uncertain} may or may not have landed — re-open the dataset to find out")
     raise CommitRetriesExhaustedError(
         f"{store.uri(base)}: lost the commit race {options.max_retries + 1} times; giving up"
     )

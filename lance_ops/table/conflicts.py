@@ -44,7 +44,7 @@ _KNOWN = {
 }
 
 
-def _touched_fragments(txn: transaction_pb2.Transaction) -> set[int]:
+def touched_fragments(txn: transaction_pb2.Transaction) -> set[int]:
     """Ids of existing fragments whose rows or files a transaction changed or removed."""
     op = txn.WhichOneof("operation")
     if op == "delete":
@@ -140,7 +140,7 @@ def check(
             return Outcome(Verdict.INCOMPATIBLE, f"{label}: the schema was changed concurrently")
         return Outcome(Verdict.OK)
 
-    mine_touched, other_touched = _touched_fragments(ours), _touched_fragments(theirs)
+    mine_touched, other_touched = touched_fragments(ours), touched_fragments(theirs)
     overlap = mine_touched & other_touched
 
     if mine == "rewrite":

@@ -495,13 +495,14 @@ class LanceDataset:
         ds = self
         for attempt in range(conflict_retries + 1):
             feature_flags.check_writer_flags(ds.manifest.writer_feature_flags, ds.uri)
-            txn, ctx, count = plan_delete(ds, predicate)
-            if transaction_properties:
-                txn.transaction_properties.update(transaction_properties)
-            if idempotency_key:
-                txn.transaction_properties[IDEMPOTENCY_KEY] = idempotency_key
-                txn.transaction_properties[_DELETED_ROWS] = str(count)
             try:
+                # (planning too: the version being scanned may be removed by cleanup meanwhile)
+                txn, ctx, count = plan_delete(ds, predicate)
+                if transaction_properties:
+                    txn.transaction_properties.update(transaction_properties)
+                if idempotency_key:
+                    txn.transaction_properties[IDEMPOTENCY_KEY] = idempotency_key
+                    txn.transaction_properties[_DELETED_ROWS] = str(count)
                 mf = ds._commit(txn, ctx)
             except RetryableCommitConflictError:
                 if attempt == conflict_retries:

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from lance_ops._proto import table_pb2, transaction_pb2
+from lance_ops.errors import ObjectNotFoundError, RetryableCommitConflictError
 from lance_ops.table import deletion, naming
 from lance_ops.table.commit import CommitContext
 from lance_ops.table.filters import compile_filter
@@ -53,6 +54,19 @@ def _all_matching_offsets(dataset, frags, filt) -> list[np.ndarray]:
         return list(pool.map(lambda frag: _matching_offsets(dataset, frag, filt), frags))
 
 
+def _scan_or_retry(dataset, frags, filt) -> list[np.ndarray]:
+    """:func:`_all_matching_offsets`; a file missing because cleanup removed the version being
+    scanned is a RetryableCommitConflictError (``delete`` re-plans on the newest version)."""
+    try:
+        return _all_matching_offsets(dataset, frags, filt)
+    except ObjectNotFoundError as exc:
+        if naming.find_version(dataset._store, dataset._base, dataset.version) is not None:
+            raise  # the version is still there: a file is really missing
+        raise RetryableCommitConflictError(
+            f"{dataset.uri}: version {dataset.version} was removed (cleanup) while the delete scanned it; "
+            "re-read the dataset and retry") from exc
+
+
 def plan_delete(dataset, predicate) -> tuple[transaction_pb2.Transaction, CommitContext, int]:
     """Transaction, commit context (affected rows, for rebases) and number of rows deleted."""
     filt = compile_filter(predicate, dataset.schema)
@@ -66,7 +80,7 @@ def plan_delete(dataset, predicate) -> tuple[transaction_pb2.Transaction, Commit
         return txn, ctx, 0
     to_write: list[tuple] = []  # (fragment, merged offsets, its current deletion file)
     frags = dataset.get_fragments()
-    matches = [None] * len(frags) if filt.constant is True else _all_matching_offsets(dataset, frags, filt)
+    matches = [None] * len(frags) if filt.constant is True else _scan_or_retry(dataset, frags, filt)
     for frag, new in zip(frags, matches):
         if filt.constant is True:
             txn.delete.deleted_fragment_ids.append(frag.fragment_id)

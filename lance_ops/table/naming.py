@@ -19,11 +19,12 @@ from __future__ import annotations
 import enum
 import json
 import re
+import time
 import uuid as _uuid
 from datetime import datetime, timezone
 from typing import Iterable, NamedTuple
 
-from lance_ops.errors import ObjectNotFoundError, UnsupportedError
+from lance_ops.errors import ObjectNotFoundError, StorageError, UnsupportedError
 
 U64_MAX = (1 << 64) - 1
 #: versions with this bit set are "detached" (not part of the main history)
@@ -144,17 +145,78 @@ def detect_scheme(store, base: str) -> NamingScheme | None:
     return _scheme_of(list_versions(store, base), store.join(base, VERSIONS_DIR))
 
 
-def latest_version(store, base: str) -> ManifestLocation | None:
+#: re-listings of an empty ``_versions/`` when other evidence says the dataset exists
+EMPTY_LISTING_RETRIES = 3
+#: distinct read versions of transaction files probed for evidence of an existing dataset
+_TXN_PROBES = 3
+
+
+def _evidence_of_versions(store, base: str, known: int | None) -> str | None:
+    """Why the dataset at ``base`` must have versions although ``_versions/`` listed empty.
+
+    Listings are not trusted to prove absence (an object store can answer one with nothing):
+    a version the caller already read (``known``), the version hint, version 1 found by name,
+    or a version found by name after a transaction file's read version all say it exists.
+    None: no evidence (a new dataset, or one whose only commit never landed).
+    """
+    if known is not None:
+        return f"version {known} was read before"
+    hint = read_version_hint(store, base)
+    if hint is not None:
+        return f"the version hint names version {hint}"
+    if find_version(store, base, 1) is not None:
+        return "the manifest of version 1 exists"
+    read_versions: set[int] = set()
+    try:
+        for info in store.list_dir(store.join(base, TRANSACTIONS_DIR)):
+            parsed = parse_transaction_file_name(info.path)
+            if parsed is not None:
+                read_versions.add(parsed[0])
+    except ObjectNotFoundError:
+        return None
+    for r in sorted(read_versions, reverse=True)[:_TXN_PROBES]:
+        if r + 1 <= U64_MAX and find_version(store, base, r + 1) is not None:
+            return f"the manifest of version {r + 1} exists"
+    return None
+
+
+def _list_versions_trusting_no_absence(store, base: str, known: int | None) -> list[ManifestLocation]:
+    """:func:`list_versions`; an empty answer is checked (and the listing retried) before it is
+    believed. Raises :class:`~lance_ops.errors.StorageError` if the dataset evidently exists but
+    every listing came back empty."""
+    entries = list_versions(store, base)
+    if entries:
+        return entries
+    evidence = _evidence_of_versions(store, base, known)
+    if evidence is None:
+        return entries
+    for attempt in range(EMPTY_LISTING_RETRIES):
+        time.sleep(0.05 * (2 ** attempt))
+        entries = list_versions(store, base)
+        if entries:
+            return entries
+    raise StorageError(
+        f"{store.uri(store.join(base, VERSIONS_DIR))}: listing returned no manifests {EMPTY_LISTING_RETRIES + 1} "
+        f"times although the dataset exists ({evidence}); not treating it as absent — retry later"
+    )
+
+
+def latest_version(store, base: str, *, known: int | None = None) -> ManifestLocation | None:
     """The newest committed manifest, or None if there is none.
 
     For V2 this is the lexically first name; listing once and taking the maximum is the same
     thing and also catches a mixed directory (which is refused). With a DynamoDB external
     manifest store (``s3+ddb://``) the table is consulted too, finishing half-done commits.
+
+    An empty listing is not believed on its own: ``known`` (a version the caller read), the
+    version hint and probes by name are checked first, and if they say the dataset exists the
+    listing is retried, then StorageError is raised (never None: callers would re-create it).
     """
-    entries = list_versions(store, base)
+    ddb = getattr(store, "ddb_table_name", None)  # (the external table is consulted below)
+    entries = list_versions(store, base) if ddb else _list_versions_trusting_no_absence(store, base, known)
     scheme = _scheme_of(entries, store.join(base, VERSIONS_DIR))
     latest = entries[-1] if entries else None
-    if getattr(store, "ddb_table_name", None):
+    if ddb:
         from lance_ops.table import external_store
 
         return external_store.latest_location(store, base, latest, scheme != NamingScheme.V1)

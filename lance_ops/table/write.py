@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any, Iterable, Iterator, Mapping
 
 import pyarrow as pa
@@ -393,6 +394,28 @@ def _refuse_legacy_blob_append_at_2_2(dataset_schema: pa.Schema, version: str, u
             "append to it. Rewrite the dataset (mode='overwrite') to convert the column to lance.blob.v2.")
 
 
+#: listings of ``_versions/`` that must all come back empty before a dataset counts as absent
+ABSENCE_LISTINGS = 3
+
+
+def _open_or_absent(store, base: str, uri: str):
+    """The latest ManifestFile, or None if the dataset does not exist.
+
+    Absence is concluded only after :data:`ABSENCE_LISTINGS` empty listings, and
+    ``naming.latest_version`` raises StorageError instead of None when other evidence (version
+    hint, manifests or transaction files found by name) says the dataset exists: an append (or a
+    create) must never start a new version 1 under an existing dataset because one listing came
+    back empty (cleanup may have removed the real version 1, so put-if-absent would not stop it).
+    """
+    for attempt in range(ABSENCE_LISTINGS):
+        try:
+            return open_manifest(store, base, None, uri)
+        except DatasetNotFoundError:
+            if attempt + 1 < ABSENCE_LISTINGS and getattr(store, "scheme", "") != "file":
+                time.sleep(0.02 * (attempt + 1))
+    return None
+
+
 def write_dataset(
     data: Any,
     uri: "str | LanceDataset",
@@ -437,10 +460,7 @@ def write_dataset(
     if key:
         props[IDEMPOTENCY_KEY] = key
 
-    try:
-        current = open_manifest(store, base, None, uri)
-    except DatasetNotFoundError:
-        current = None
+    current = _open_or_absent(store, base, uri)
     if current is not None and key:
         # before the mode="create" check: a retried create whose first try committed is a no-op too
         # (the key ledger remembers keys of versions cleanup removed since; see table/idempotency.py)
