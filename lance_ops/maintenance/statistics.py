@@ -17,10 +17,10 @@ from lance_ops.table import naming
 from lance_ops.table.paths import dataset_where, resolve_inside
 from lance_ops.table.statistics import *  # noqa: F401,F403 - re-exported for callers of this module
 from lance_ops.table.statistics import (  # noqa: F401
-    LIST_THRESHOLD, STATS_DIR, STATS_SUFFIX, TRUNCATE_BYTES, FileStats, PageStat, _Record, _cache,
+    LIST_THRESHOLD, STATS_DIR, STATS_SUFFIX, TRUNCATE_BYTES, FileStats, PageStat, _Record,
     _extract, _stats_table, _tracked, _write_stats_file, compute_stat, load_file_stats, log,
     parse_stats_table, pruning_disabled, scan_offsets, stat_fields, stats_path, stats_type,
-    track_statistics, truncate_max, truncate_min, _listed_stats, _stats_name,
+    track_statistics, truncate_max, truncate_min, _listed_stats, _stats_name, forget_cached_statistics,
 )
 
 __all__ = ["rebuild_statistics", "statistics_coverage", "compute_file_statistics"]
@@ -120,7 +120,7 @@ def rebuild_statistics(ds, fragments=None, force: bool = False, *, dry_run: bool
                 result["failed"] += 1
         if progress is not None:
             progress(n, len(todo))
-    _cache(ds).clear()
+    forget_cached_statistics(ds)
     return result
 
 

@@ -93,7 +93,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "STATS_DIR", "STATS_SUFFIX", "TRUNCATE_BYTES", "FORMAT_VERSION",
     "FieldPages", "FileStats", "stats_path", "load_file_stats", "track_statistics",
-    "scan_offsets",
+    "scan_offsets", "forget_cached_statistics",
     "fragment_statistics", "pruning_disabled", "truncate_min", "truncate_max",
 ]
 
@@ -707,6 +707,11 @@ def _listed_stats(ds) -> set[str]:
 def _stats_name(data_file: str) -> str:
     stem = data_file.rsplit("/", 1)[-1]
     return (stem[: -len(".lance")] if stem.endswith(".lance") else stem) + STATS_SUFFIX
+
+
+def forget_cached_statistics(ds) -> None:
+    """Drop what scans of ``ds`` cached about its statistics files (after some were written)."""
+    ds.cache(_CACHE_NAME).clear()
 
 
 def _path_ids(ds) -> dict[str, int]:
