@@ -63,15 +63,19 @@ class Tags:
         self._ds = dataset
 
     def create(self, tag: str, version: int) -> None:
+        """Tag ``version`` as ``tag`` (which must not exist yet)."""
         tags_mod.create_tag(self._ds.store, self._ds.base, tag, version)
 
     def delete(self, tag: str) -> None:
+        """Remove tag ``tag``."""
         tags_mod.delete_tag(self._ds.store, self._ds.base, tag)
 
     def update(self, tag: str, version: int) -> None:
+        """Point the existing tag ``tag`` at ``version``."""
         tags_mod.update_tag(self._ds.store, self._ds.base, tag, version)
 
     def list(self) -> dict[str, dict]:
+        """Every tag with its version, by name."""
         return tags_mod.list_tags(self._ds.store, self._ds.base)
 
 
@@ -92,6 +96,7 @@ class LanceDataset:
     # --- metadata ----------------------------------------------------------------------------
     @property
     def manifest(self) -> table_pb2.Manifest:
+        """The manifest of this version (schema, fragments, feature flags)."""
         return self._manifest_file.manifest
 
     @property
@@ -120,15 +125,18 @@ class LanceDataset:
 
     @property
     def version(self) -> int:
+        """The version number this object reads."""
         return self.manifest.version
 
     @property
     def latest_version(self) -> int:
+        """The newest version in the store now (one listing; this object stays at its version)."""
         loc = naming.latest_version(self._store, self._base)
         return loc.version if loc else self.version
 
     @cached_property
     def schema(self) -> pa.Schema:
+        """The Arrow schema of this version."""
         return manifest_schema(self._manifest_file, self._store)
 
     @property
@@ -161,18 +169,22 @@ class LanceDataset:
 
     @property
     def data_storage_version(self) -> str:
+        """The data file format version the manifest records (e.g. ``"2.0"``, ``"2.1"``)."""
         return self.manifest.data_format.version or "2.0"
 
     @property
     def has_stable_row_ids(self) -> bool:
+        """Whether ``_rowid`` values are stable row ids (else they are row addresses)."""
         return bool(self.manifest.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS)
 
     @property
     def tags(self) -> Tags:
+        """The dataset's tags (named versions)."""
         return Tags(self)
 
     @property
     def transaction(self) -> transaction_pb2.Transaction | None:
+        """The transaction that made this version, None if it was not recorded."""
         from lance_ops.table.transaction_file import load_transaction
 
         return load_transaction(self._store, self._base, self._manifest_file)
@@ -190,6 +202,7 @@ class LanceDataset:
         return out
 
     def checkout_version(self, version: int | str) -> "LanceDataset":
+        """A new object for ``version`` (a number or a tag name), sharing this one's store."""
         return LanceDataset(self.uri, version, self.storage_options, _store=(self._store, self._base))
 
     def reopen_latest(self) -> "LanceDataset":
@@ -197,9 +210,11 @@ class LanceDataset:
         return LanceDataset(self.uri, None, self.storage_options, _store=(self._store, self._base))
 
     def get_fragments(self) -> list[LanceFragment]:
+        """The fragments of this version, in manifest order."""
         return [LanceFragment(self, f) for f in self.manifest.fragments]
 
     def get_fragment(self, fragment_id: int) -> LanceFragment | None:
+        """The fragment with id ``fragment_id``, None if this version has none."""
         for f in self.manifest.fragments:
             if f.id == fragment_id:
                 return LanceFragment(self, f)

@@ -53,22 +53,27 @@ class LanceFragment:
     # --- identity and counts ---------------------------------------------------------------
     @property
     def fragment_id(self) -> int:
+        """The fragment's id (the high 32 bits of its rows' addresses)."""
         return self.metadata.id
 
     @property
     def physical_rows(self) -> int:
+        """Rows stored in the fragment's data files, deleted ones included."""
         return self.metadata.physical_rows
 
     @property
     def num_deletions(self) -> int:
+        """Rows of the fragment marked deleted by its deletion file."""
         return self.metadata.deletion_file.num_deleted_rows if self.metadata.HasField("deletion_file") else 0
 
     def count_rows(self, filter=None) -> int:
+        """Live rows of the fragment (matching ``filter`` when given)."""
         if filter is None:
             return self.physical_rows - self.num_deletions
         return self._dataset.count_rows(filter, fragment_ids=[self.fragment_id])
 
     def data_files(self) -> list[table_pb2.DataFile]:
+        """The manifest's records of the fragment's data files (a copy of the list)."""
         return list(self.metadata.files)
 
     def __repr__(self) -> str:
@@ -101,12 +106,14 @@ class LanceFragment:
         return mask
 
     def live_offsets(self) -> np.ndarray:
+        """Physical offsets (uint64, ascending) of the rows not deleted."""
         mask = self.live_mask()
         if mask is None:
             return np.arange(self.physical_rows, dtype=np.uint64)
         return np.flatnonzero(mask).astype(np.uint64)
 
     def row_addresses(self, offsets: np.ndarray | None = None) -> np.ndarray:
+        """``_rowaddr`` values (fragment id << 32 | offset) of all physical rows or of ``offsets``."""
         offs = np.arange(self.physical_rows, dtype=np.uint64) if offsets is None else offsets.astype(np.uint64)
         return addresses.row_addresses(np.full(offs.size, self.fragment_id, dtype=np.uint64), offs)
 
