@@ -27,7 +27,6 @@ FLOORS = {
 
 #: upward edges that exist today (importer -> imported); the redesign removes them
 KNOWN_UPWARD = {
-    ("lance_ops.file.writer_legacy", "lance_ops.table.manifest"),
     ("lance_ops.table.dataset", "lance_ops.maintenance.cleanup"),
     ("lance_ops.table.dataset", "lance_ops.maintenance.compaction"),
 }
@@ -39,7 +38,6 @@ KNOWN_CYCLES = {
      "lance_ops.table.fragment", "lance_ops.table.write"),
     ("lance_ops.encoding.encode_v20_blob", "lance_ops.encoding.fields_v2_0"),
     ("lance_ops.encoding.v21_chunks", "lance_ops.encoding.v21_compressive"),
-    ("lance_ops.table.external_store", "lance_ops.table.naming"),
     ("lance_ops.table.filters", "lance_ops.table.stats_pruning"),
 }
 
