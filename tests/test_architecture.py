@@ -27,7 +27,6 @@ FLOORS = {
 
 #: upward edges that exist today (importer -> imported); the redesign removes them
 KNOWN_UPWARD = {
-    ("lance_ops.file.writer_legacy", "lance_ops.table.manifest"),
     ("lance_ops.table.dataset", "lance_ops.maintenance.cleanup"),
     ("lance_ops.table.dataset", "lance_ops.maintenance.compaction"),
 }
@@ -37,8 +36,6 @@ KNOWN_CYCLES = {
     ("lance_ops.maintenance.compaction", "lance_ops.maintenance.compaction_exec",
      "lance_ops.maintenance.compaction_plan", "lance_ops.table.blobs", "lance_ops.table.dataset",
      "lance_ops.table.fragment", "lance_ops.table.write"),
-    ("lance_ops.io.s3", "lance_ops.io.s3_writer"),
-    ("lance_ops.table.external_store", "lance_ops.table.naming"),
 }
 
 
