@@ -332,7 +332,7 @@ def cmd_delete(args) -> dict:
         from lance_ops.table import idempotency
 
         # the key ledger (delete keys only): a re-run reports the first commit, even once cleaned up
-        earlier = idempotency.lookup(ds._store, ds._base, args.idempotency_key, "delete")
+        earlier = idempotency.lookup(ds.store, ds.base, args.idempotency_key, "delete")
         if earlier is not None:
             return {"num_deleted_rows": int(earlier.properties.get("lance_ops.num_deleted_rows", 0)),
                     "version": earlier.version, "already_committed": True}
@@ -350,8 +350,8 @@ def cmd_keys(args) -> dict:
     ds = _open(args)
     out: dict[str, Any] = {}
     if args.accept_lost:
-        out["accepted_lost_versions"] = [list(r) for r in idempotency.accept_lost(ds._store, ds._base)]
-    out.update(idempotency.ledger_summary(ds._store, ds._base))
+        out["accepted_lost_versions"] = [list(r) for r in idempotency.accept_lost(ds.store, ds.base)]
+    out.update(idempotency.ledger_summary(ds.store, ds.base))
     return out
 
 

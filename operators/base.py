@@ -126,7 +126,7 @@ def find_committed(ds, key: str):
     """The ManifestFile an earlier try committed with ``key`` (None if there is none)."""
     from lance_ops.table.commit import find_idempotent_commit
 
-    return find_idempotent_commit(ds._store, ds._base, key, lookback=IDEMPOTENCY_LOOKBACK)
+    return find_idempotent_commit(ds.store, ds.base, key, lookback=IDEMPOTENCY_LOOKBACK)
 
 
 # -- error classification -----------------------------------------------------------------------

@@ -66,7 +66,7 @@ class _CommittingOperator(LanceBaseOperator):
         from lance_ops.table.transaction_file import load_transaction
 
         metrics = {}
-        txn = load_transaction(ds._store, ds._base, earlier)
+        txn = load_transaction(ds.store, ds.base, earlier)
         if txn is not None:
             raw = txn.transaction_properties.get("lance_ops.compaction.metrics")
             if raw:

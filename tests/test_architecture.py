@@ -185,3 +185,67 @@ def test_the_checker_sees_cycles_and_upward_edges():
          "lance_ops.io.c": {"lance_ops.table.a"}}
     assert [sorted(c) for c in strongly_connected(g)] == [["lance_ops.table.a", "lance_ops.table.b"]]
     assert floor("lance_ops.io.c") < floor("lance_ops.table.a")
+
+
+# --- rule 3: no private attribute of a dataset or fragment outside their modules (ADR 0004) -------
+#: the modules that own LanceDataset and LanceFragment (they may use each other's internals)
+ACCESSOR_OWNERS = {"lance_ops/table/dataset.py": "LanceDataset", "lance_ops/table/fragment.py": "LanceFragment"}
+#: the trees whose modules must use the public accessors
+ACCESSOR_USERS = ("lance_ops", "operators", "sensors", "dags")
+
+
+def private_members(source: str, class_name: str) -> set[str]:
+    """``_name`` members of class ``class_name``: its methods/properties and the ``self._x`` it uses."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.ClassDef) and node.name == class_name):
+            continue
+        for n in ast.walk(node):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = n.name
+            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+                name = n.attr
+            else:
+                continue
+            if name.startswith("_") and not name.startswith("__"):
+                names.add(name)
+    return names
+
+
+def private_uses(source: str, private: set[str]) -> list[tuple[int, str]]:
+    """(line, text) of each ``X._name`` (X not ``self``/``cls``) or ``getattr(X, "_name")`` in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in private:
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                found.append((node.lineno, ast.unparse(node)))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Constant) and node.args[1].value in private):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_private_dataset_or_fragment_attribute_outside_their_modules():
+    private: set[str] = set()
+    for rel, cls in ACCESSOR_OWNERS.items():
+        members = private_members((ROOT / rel).read_text(), cls)
+        assert members, f"{cls} not found in {rel}: update ACCESSOR_OWNERS"
+        private |= members
+    assert {"_store", "_base", "_manifest_file", "_dataset"} <= private  # the checker sees them
+    bad = []
+    for top in ACCESSOR_USERS:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel in ACCESSOR_OWNERS:
+                continue
+            bad += [f"{rel}:{line}: {text}" for line, text in private_uses(path.read_text(), private)]
+    assert not bad, "use the public accessors of LanceDataset/LanceFragment (ADR 0004):\n" + "\n".join(bad)
+
+
+def test_the_private_use_checker_sees_uses():
+    """The analysis itself: a made-up class and a module that reaches into it."""
+    members = private_members("class D:\n    def _scan(self): return self._store\n", "D")
+    assert members == {"_scan", "_store"}
+    uses = private_uses("def f(ds, self):\n    ds._scan(); self._store; getattr(ds, '_store'); ds.store\n", members)
+    assert sorted(text for _, text in uses) == ["ds._scan", "getattr(ds, '_store')"]

@@ -729,7 +729,7 @@ def cleanup_old_versions(
     """Delete old versions of ``ds`` and every file that only they referenced.
 
     Args:
-        ds: the dataset; only ``ds._store``, ``ds._base`` and ``ds.uri`` are needed (if it
+        ds: the dataset; only ``ds.store``, ``ds.base`` and ``ds.uri`` are needed (if it
             has a ``version``, that version and every newer one are kept too).
         older_than: remove versions whose manifest is older than ``now - older_than``.
         retain_versions: always keep the newest ``retain_versions`` versions. With neither
@@ -756,7 +756,7 @@ def cleanup_old_versions(
     min_age = _min_superseded_age(min_superseded_age)
     if older_than is None and retain_versions is None:
         older_than = DEFAULT_OLDER_THAN
-    store, base = ds._store, ds._base
+    store, base = ds.store, ds.base
     now = datetime.now(timezone.utc)
     cutoff = now - older_than if older_than is not None else None
     threshold = max(UNVERIFIED_THRESHOLD, older_than or timedelta(0))

@@ -81,7 +81,7 @@ def _execute_all(tasks: Sequence[CompactionTask], ds, num_threads: int | None,
 
     ``progress(done, total)`` is called from this (the calling) thread after each task.
     """
-    store, base, options = ds._store, ds._base, ds.storage_options or None
+    store, base, options = ds.store, ds.base, ds.storage_options or None
     done: list[RewriteResult | None] = [None] * len(tasks)
     total = len(tasks) + offset if total is None else total
 
@@ -113,7 +113,7 @@ def _run(ds, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempot
     """Plan, execute and commit with conflict retries; returns ``(metrics, manifest_file or None)``."""
     t0 = time.perf_counter()
     if idempotency_key and not dry_run:
-        found = find_committed_rewrite(ds._store, ds._base, idempotency_key)
+        found = find_committed_rewrite(ds.store, ds.base, idempotency_key)
         if found is not None:
             rec, earlier = found
             out = replayed_metrics(rec)
@@ -138,7 +138,7 @@ def _run(ds, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempot
                 to_run.append((i, task))
             results.append(reused)
         if cached:  # results of tasks the new plan no longer has: never to be committed
-            discard_results(ds._store, list(cached.values()), base=ds._base)
+            discard_results(ds.store, list(cached.values()), base=ds.base)
             cached = {}
         if progress is not None and plan.tasks:
             progress(len(plan.tasks) - len(to_run), len(plan.tasks))  # reused results count as done
@@ -146,14 +146,14 @@ def _run(ds, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempot
             executed = _execute_all([t for _, t in to_run], current, num_threads, progress,
                                     offset=len(plan.tasks) - len(to_run), total=len(plan.tasks))
         except RetryableCommitConflictError as exc:  # the read version was cleaned up meanwhile
-            discard_results(ds._store, [r for r in results if r is not None], base=ds._base)
+            discard_results(ds.store, [r for r in results if r is not None], base=ds.base)
             if attempt >= conflict_retries:
                 raise
             log.info("compaction of %s preempted while rewriting (%s); re-planning", ds.uri, exc)
-            current = current._reopen_latest()
+            current = current.reopen_latest()
             continue
         except BaseException:
-            discard_results(ds._store, [r for r in results if r is not None], base=ds._base)
+            discard_results(ds.store, [r for r in results if r is not None], base=ds.base)
             raise
         for (i, _), r in zip(to_run, executed):
             results[i] = r
@@ -167,19 +167,19 @@ def _run(ds, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempot
                                             _return_manifest=True)
         except RetryableCommitConflictError as exc:
             if attempt >= conflict_retries:
-                discard_results(ds._store, final, base=ds._base)
+                discard_results(ds.store, final, base=ds.base)
                 raise
             log.info("compaction of %s preempted (%s); re-planning (retry %d of %d)",
                      ds.uri, exc, attempt + 1, conflict_retries)
             cached = {_task_key(t): r for t, r in zip(plan.tasks, results) if r is not None}
-            current = current._reopen_latest()
+            current = current.reopen_latest()
             continue
         except CommitConflictError:
-            discard_results(ds._store, final, base=ds._base)
+            discard_results(ds.store, final, base=ds.base)
             raise
         metrics.update(dry_run=False, tasks=len(final), seconds=time.perf_counter() - t0)
         if metrics.get("already_committed"):
-            discard_results(ds._store, final, base=ds._base)
+            discard_results(ds.store, final, base=ds.base)
         return metrics, mf
     raise AssertionError("unreachable")
 
@@ -264,7 +264,7 @@ class DatasetOptimizer:
 
     def _adopt(self, mf) -> None:
         if mf is not None and mf.version > self._dataset.version:
-            self._dataset._adopt(mf)
+            self._dataset.move_to(mf)
 
     def compact_files(self, **kwargs) -> dict[str, Any]:
         """Same arguments as :func:`compact_files`."""

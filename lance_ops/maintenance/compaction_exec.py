@@ -392,7 +392,7 @@ def execute_task(task: CompactionTask, store, base: str, *, storage_options=None
         raise LanceOpsError(f"{where}: task output sizes do not add up to its live rows")
     view = _open_read_version(task, store, base)
     schema = view.schema
-    top_ids = [view._top_field_ids[f.name] for f in schema]
+    top_ids = [view.top_field_ids[f.name] for f in schema]
     stats = {"rows_read": 0, "bytes_read": 0}
     source = _RowSource(_live_tables(task, view, schema, top_ids, stats))
     new_fragments: list[table_pb2.DataFragment] = []
@@ -402,7 +402,7 @@ def execute_task(task: CompactionTask, store, base: str, *, storage_options=None
             # (legacy datasets: the rewritten files keep the dataset's dictionary values)
             written = write_fragments(reader, store, base, list(task.fields), storage_options=storage_options,
                                       max_rows_per_file=size, version=version,
-                                      dictionaries=view._manifest_file.dictionaries or None)
+                                      dictionaries=view.manifest_file.dictionaries or None)
             if len(written) != 1 or written[0].physical_rows != size:
                 raise LanceOpsError(f"{where}: expected one new fragment of {size} rows, wrote "
                                     f"{[f.physical_rows for f in written]}")
@@ -508,7 +508,7 @@ def commit_compaction(ds_or_uri, results: Sequence[RewriteResult], *, storage_op
     """
     t0 = time.perf_counter()
     ds = _open(ds_or_uri, storage_options)
-    store, base = ds._store, ds._base
+    store, base = ds.store, ds.base
     results = [r for r in results if r.original_fragments]
     metrics: dict[str, Any] = sum_metrics(results)
     if idempotency_key:
@@ -529,7 +529,7 @@ def commit_compaction(ds_or_uri, results: Sequence[RewriteResult], *, storage_op
 
     read_version = min(r.read_version for r in results)
     try:
-        read_mf = ds._manifest_file if ds.version == read_version else open_manifest(store, base, read_version, ds.uri)
+        read_mf = ds.manifest_file if ds.version == read_version else open_manifest(store, base, read_version, ds.uri)
     except DatasetNotFoundError as exc:
         raise RetryableCommitConflictError(
             f"{ds.uri}: the compaction was planned at version {read_version}, which no longer exists "

@@ -364,7 +364,7 @@ def _copy_field(f: file_pb2.Field) -> file_pb2.Field:
 def _fragment_stats(ds) -> Iterable[tuple[table_pb2.DataFragment, int, int]]:
     """(fragment, physical rows, deleted rows) in manifest order."""
     for frag in ds.manifest.fragments:
-        yield frag, int(frag.physical_rows), num_deleted(ds._store, ds._base, frag)
+        yield frag, int(frag.physical_rows), num_deleted(ds.store, ds.base, frag)
 
 
 def plan_compaction(ds, options: CompactionOptions | None = None, **kwargs) -> CompactionPlan:
@@ -376,7 +376,7 @@ def plan_compaction(ds, options: CompactionOptions | None = None, **kwargs) -> C
         options = CompactionOptions(**kwargs)
     elif kwargs:
         raise TypeError("pass either options or keyword arguments, not both")
-    check_no_indices(ds._manifest_file, ds.uri)
+    check_no_indices(ds.manifest_file, ds.uri)
     versions.refuse_mixed(ds.manifest)
     target = options.target_rows_per_fragment
     runs: list[list[tuple[table_pb2.DataFragment, int, bool]]] = []
@@ -432,7 +432,7 @@ def plan_materialization(ds, threshold: float = 0.1, *, max_rows_per_file: int |
         materialize_deletions=True, materialize_deletions_threshold=threshold,
         max_source_fragments=max_source_fragments,
     )
-    check_no_indices(ds._manifest_file, ds.uri)
+    check_no_indices(ds.manifest_file, ds.uri)
     versions.refuse_mixed(ds.manifest)
     tasks = []
     for frag, physical, deleted in _fragment_stats(ds):

@@ -50,8 +50,8 @@ def dataset_health(
         if f.physical_rows and f.HasField("deletion_file")
         and f.deletion_file.num_deleted_rows / f.physical_rows > materialize_deletions_threshold
     )
-    locations = naming.list_versions(ds._store, ds._base)
-    tagged = set(tags_mod.tagged_versions(ds._store, ds._base))
+    locations = naming.list_versions(ds.store, ds.base)
+    tagged = set(tags_mod.tagged_versions(ds.store, ds.base))
     cutoff = datetime.now(timezone.utc) - cleanup_older_than
     latest = max((loc.version for loc in locations), default=ds.version)
     awaiting = sum(

@@ -60,7 +60,7 @@ __all__ = ["ROWID_INDEX_DIR", "RowIdIndex", "refresh_row_id_index", "list_indice
 ROWID_INDEX_DIR = "_rowid_index"
 FORMAT = 1
 _META = b"lance_ops.rowid_index"
-_CACHE_ATTR = "_lance_ops_rowid_index_cache"
+_CACHE_NAME = "lance_ops.rowid_index"  # this module's LanceDataset.cache
 SCHEMA = pa.schema([
     pa.field("row_id", pa.uint64(), nullable=False),
     pa.field("fragment_id", pa.uint32(), nullable=False),
@@ -181,8 +181,8 @@ def _write_index(ds, version: int, coverage: dict[int, dict], row_ids, frag_ids,
             "rows": int(row_ids.size), "fragments": [coverage[k] for k in sorted(coverage)]}
     schema = SCHEMA.with_metadata({_META: json.dumps(meta, sort_keys=True).encode()})
     name = f"{int(version)}-{_uuid.uuid4().hex}{_key_suffix(idempotency_key)}"
-    path = ds._store.join(_dir(ds._store, ds._base), name)
-    with LanceFileWriter(ds._store.uri(path), schema, storage_options=ds.storage_options) as w:
+    path = ds.store.join(_dir(ds.store, ds.base), name)
+    with LanceFileWriter(ds.store.uri(path), schema, storage_options=ds.storage_options) as w:
         for start in range(0, int(row_ids.size), _WRITE_ROWS):
             end = start + _WRITE_ROWS
             w.write_batch(pa.record_batch([
@@ -239,10 +239,10 @@ def refresh_row_id_index(ds, *, idempotency_key: str | None = None,
     index (metadata and file name): a later call with the same key, even after the dataset moved
     on, returns that index's result with ``already_committed: True`` and writes nothing.
     """
-    latest = ds if ds.version == ds.latest_version else ds._reopen_latest()
+    latest = ds if ds.version == ds.latest_version else ds.reopen_latest()
     if not latest.has_stable_row_ids:
         return {"skipped": "no stable row ids", "version": latest.version}
-    store, base = latest._store, latest._base
+    store, base = latest.store, latest.base
     frags = latest.get_fragments()
     coverage = _coverage_of(f.metadata for f in frags)
     listing = list_indices(store, base)
@@ -305,21 +305,13 @@ def refresh_row_id_index(ds, *, idempotency_key: str | None = None,
                             "refusing to build a row-id index")
     path = _write_index(latest, latest.version, coverage, row_ids, frag_ids, offsets, idempotency_key)
     result.update(path=store.uri(path), rows=int(row_ids.size))
-    _cache(ds).clear()
+    ds.cache(_CACHE_NAME).clear()
     if latest is not ds:
-        _cache(latest).clear()
+        latest.cache(_CACHE_NAME).clear()
     return result
 
 
 # --- lookups ------------------------------------------------------------------------------------
-def _cache(ds) -> dict:
-    cache = ds.__dict__.get(_CACHE_ATTR)
-    if cache is None:
-        cache = {}
-        ds.__dict__[_CACHE_ATTR] = cache
-    return cache
-
-
 #: at most this many index files are opened when looking for one that matches a version
 MAX_CANDIDATES = 3
 
@@ -328,13 +320,13 @@ def find_index(ds, frag_protos=None) -> RowIdIndex | None:
     """An index that covers exactly the fragments of ``ds`` (cached on ``ds``), or None."""
     protos = list(ds.manifest.fragments) if frag_protos is None else list(frag_protos)
     coverage = _coverage_of(protos)
-    cache = _cache(ds)
+    cache = ds.cache(_CACHE_NAME)
     key = (ds.version, json.dumps(coverage, sort_keys=True))
     if key in cache:
         return cache[key]
     found = None
     try:
-        listing = list_indices(ds._store, ds._base)
+        listing = list_indices(ds.store, ds.base)
     except Exception as exc:  # noqa: BLE001 - an index is an optimisation only
         log.warning("cannot list row-id indices of %s: %s", ds.uri, exc)
         listing = []
@@ -343,9 +335,9 @@ def find_index(ds, frag_protos=None) -> RowIdIndex | None:
     newer = [t for t in reversed(listing) if t[0] > ds.version][:1]
     for version, path, _ in (exact + older + newer)[:MAX_CANDIDATES]:
         try:
-            found = load_index(ds._store, ds._base, path, expect_coverage=coverage)
+            found = load_index(ds.store, ds.base, path, expect_coverage=coverage)
         except Exception as exc:  # noqa: BLE001
-            log.warning("ignoring unreadable row-id index %s: %s", ds._store.uri(path), exc)
+            log.warning("ignoring unreadable row-id index %s: %s", ds.store.uri(path), exc)
             found = None
         if found is not None:
             break

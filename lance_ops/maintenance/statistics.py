@@ -17,10 +17,10 @@ from lance_ops.table import naming
 from lance_ops.table.paths import dataset_where, resolve_inside
 from lance_ops.table.statistics import *  # noqa: F401,F403 - re-exported for callers of this module
 from lance_ops.table.statistics import (  # noqa: F401
-    LIST_THRESHOLD, STATS_DIR, STATS_SUFFIX, TRUNCATE_BYTES, FileStats, PageStat, _Record, _cache,
+    LIST_THRESHOLD, STATS_DIR, STATS_SUFFIX, TRUNCATE_BYTES, FileStats, PageStat, _Record,
     _extract, _stats_table, _tracked, _write_stats_file, compute_stat, load_file_stats, log,
     parse_stats_table, pruning_disabled, scan_offsets, stat_fields, stats_path, stats_type,
-    track_statistics, truncate_max, truncate_min, _listed_stats, _stats_name,
+    track_statistics, truncate_max, truncate_min, _listed_stats, _stats_name, forget_cached_statistics,
 )
 
 __all__ = ["rebuild_statistics", "statistics_coverage", "compute_file_statistics"]
@@ -97,30 +97,30 @@ def rebuild_statistics(ds, fragments=None, force: bool = False, *, dry_run: bool
               "unsupported": 0, "failed": 0, "dry_run": bool(dry_run), "files": []}
     schema = ds.schema
     for n, (frag, i, df) in enumerate(todo, 1):
-        path = stats_path(ds._store, ds._base, df.path)
+        path = stats_path(ds.store, ds.base, df.path)
         if dry_run:
-            result["files"].append(ds._store.uri(path))
+            result["files"].append(ds.store.uri(path))
             result["written"] += 1
         else:
             try:
                 reader = None
                 if df.file_major_version >= 2 or (df.file_major_version, df.file_minor_version) == (0, 3):
-                    reader = LanceFileReader(resolve_inside(ds._store, ds._base, df.path, under=(naming.DATA_DIR,),
+                    reader = LanceFileReader(resolve_inside(ds.store, ds.base, df.path, under=(naming.DATA_DIR,),
                                                             what=f"data file path of fragment {frag.metadata.id}",
-                                                            where=dataset_where(ds)), store=ds._store)
+                                                            where=dataset_where(ds)), store=ds.store)
                 if reader is None or reader.version != "2.0":  # legacy (0.1) and 2.1+ files
                     result["unsupported"] += 1
                 else:
                     table = compute_file_statistics(reader, df, ds.manifest.fields, schema)
-                    _write_stats_file(table, ds._store, path, ds.storage_options)
-                    result["files"].append(ds._store.uri(path))
+                    _write_stats_file(table, ds.store, path, ds.storage_options)
+                    result["files"].append(ds.store.uri(path))
                     result["written"] += 1
             except (LanceOpsError, pa.ArrowException, NotImplementedError) as exc:
                 log.warning("cannot compute statistics of %s: %s", df.path, exc)
                 result["failed"] += 1
         if progress is not None:
             progress(n, len(todo))
-    _cache(ds).clear()
+    forget_cached_statistics(ds)
     return result
 
 

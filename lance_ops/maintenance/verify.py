@@ -534,7 +534,7 @@ def verify_dataset(
     uri = str(uri_or_ds) if given is None else given.uri
     options = dict(storage_options or {}) if given is None else dict(given.storage_options or {})
     if given is not None:
-        store, base = given.object_store
+        store, base = given.store, given.base
     else:
         store, base = open_store(uri, options)
     verifier = _Verifier(store, base, deep, progress)

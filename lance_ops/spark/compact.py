@@ -98,7 +98,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     storage_options = parse_storage_option_args(args.storage_option)
     key = sanitize_key(args.idempotency_key or f"compact-{uuid.uuid4().hex}")
     ds = LanceDataset(uri, None, storage_options)
-    store, base = ds._store, ds._base
+    store, base = ds.store, ds.base
     summary: dict[str, Any] = {"job": "compact", "uri": uri, "staged_key": key, "operation": "rewrite"}
 
     if args.idempotency_key:

@@ -224,7 +224,7 @@ class LanceReader(DataSourceReader):
             if offsets.size == 0:
                 return
         columns = self.columns or [ds.schema.names[0]]
-        table = ds._scan_fragment(frag, columns, filt, False, False, offsets)
+        table = ds.scan_fragment(frag, columns, filt, offsets=offsets)
         if not self.columns:
             table = table.select([])
         table = _cast_table(table, self.output_schema)

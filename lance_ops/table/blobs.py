@@ -173,7 +173,7 @@ class _Locations:
 
 
 def _data_path(ds: "LanceDataset", data_file) -> str:
-    return resolve_inside(ds._store, ds._base, data_file.path, under=(naming.DATA_DIR,),
+    return resolve_inside(ds.store, ds.base, data_file.path, under=(naming.DATA_DIR,),
                           what="data file path", where=dataset_where(ds))
 
 
@@ -189,7 +189,7 @@ def legacy_locations(ds: "LanceDataset", data_file, desc) -> _Locations:
     desc = _as_array(desc)
     n = len(desc)
     loc = _Locations(n)
-    loc.targets.append((ds._store, _data_path(ds, data_file)))
+    loc.targets.append((ds.store, _data_path(ds, data_file)))
     loc.position = np.asarray(desc.field("position").fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
     loc.size = np.asarray(desc.field("size").fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
     valid = np.ones(n, bool) if desc.null_count == 0 else np.asarray(desc.is_valid().to_numpy(zero_copy_only=False))
@@ -212,14 +212,14 @@ def v2_locations(ds: "LanceDataset", data_file, desc) -> _Locations:
     data_path = _data_path(ds, data_file)
     if bad.any():
         raise CorruptFileError(data_path, f"blob descriptor of unknown kind {int(kind[bad][0])}")
-    loc.targets.append((ds._store, data_path))  # target 0: inline values
+    loc.targets.append((ds.store, data_path))  # target 0: inline values
     side = valid & ((kind == blob_v2.KIND_PACKED) | (kind == blob_v2.KIND_DEDICATED))
     if side.any():
         ids, inverse = np.unique(blob_id[side], return_inverse=True)
         base = len(loc.targets)
         for b in ids.tolist():  # one target per side file
-            loc.targets.append((ds._store, resolve_inside(
-                ds._store, ds._base, blob_v2.side_file_path(data_file.path, b), under=(naming.DATA_DIR,),
+            loc.targets.append((ds.store, resolve_inside(
+                ds.store, ds.base, blob_v2.side_file_path(data_file.path, b), under=(naming.DATA_DIR,),
                 what="blob side file path", where=dataset_where(ds))))
         loc.target[side] = base + inverse.reshape(-1)
     ext = valid & (kind == blob_v2.KIND_EXTERNAL)
@@ -248,7 +248,7 @@ def _external_uri(ds: "LanceDataset", uri: str) -> str:
     refused if it leads outside (not checked against pylance's registered external bases)."""
     if "://" in uri or uri.startswith("/"):
         return uri
-    return ds._store.uri(resolve_inside(ds._store, ds._base, uri, what="relative external blob URI",
+    return ds.store.uri(resolve_inside(ds.store, ds.base, uri, what="relative external blob URI",
                                         where=dataset_where(ds)))
 
 
@@ -394,16 +394,16 @@ def take_blobs(ds: "LanceDataset", blob_column: str, ids=None, addresses=None, i
         raise ValueError("buffer_size must be non-negative")
     kind, values = resolve_selection(ids, addresses, indices)
     top, below, field = blob_field_path(ds, blob_column)
-    frags, which, offsets = ds._select_rows(kind, values)
+    frags, which, offsets = ds.select_rows(kind, values)
     n = len(which)
     v2 = blob_v2.is_blob_v2(field)
     result: list[Optional[BlobFile]] = [None] * n
-    fid = ds._top_field_ids[top]
+    fid = ds.top_field_ids[top]
     read_field = ds.schema.field(top)
     for f in np.unique(which).tolist():  # one read per fragment
         rows = np.flatnonzero(which == f)
         frag = frags[f]
-        located = frag._locate([fid])
+        located = frag.locate_fields([fid])
         if fid not in located:  # no data file stores the column: all null
             continue
         file_index, _ = located[fid]

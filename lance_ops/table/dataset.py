@@ -20,14 +20,14 @@ from lance_ops.errors import (
     OutOfRangeError,
     RetryableCommitConflictError,
 )
-from lance_ops.io import open_store
+from lance_ops.io import ObjectStore, open_store
 from lance_ops.io.redact import RedactedOptions
 from lance_ops.file import blob_v2
 from lance_ops.table import blobs as blobs_mod
 from lance_ops.table import feature_flags, naming, tags as tags_mod
 from lance_ops.table import locate
 from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
-from lance_ops.table.filters import compile_expression, compile_filter
+from lance_ops.table.filters import Filter, compile_expression, compile_filter
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.manifest import ManifestFile, check_fragments, manifest_schema, read_manifest
 
@@ -64,23 +64,27 @@ class Tags:
         self._ds = dataset
 
     def create(self, tag: str, version: int) -> None:
-        tags_mod.create_tag(self._ds._store, self._ds._base, tag, version)
+        """Tag ``version`` as ``tag`` (which must not exist yet)."""
+        tags_mod.create_tag(self._ds.store, self._ds.base, tag, version)
 
     def delete(self, tag: str) -> None:
-        tags_mod.delete_tag(self._ds._store, self._ds._base, tag)
+        """Remove tag ``tag``."""
+        tags_mod.delete_tag(self._ds.store, self._ds.base, tag)
 
     def update(self, tag: str, version: int) -> None:
-        tags_mod.update_tag(self._ds._store, self._ds._base, tag, version)
+        """Point the existing tag ``tag`` at ``version``."""
+        tags_mod.update_tag(self._ds.store, self._ds.base, tag, version)
 
     def list(self) -> dict[str, dict]:
-        return tags_mod.list_tags(self._ds._store, self._ds._base)
+        """Every tag with its version, by name."""
+        return tags_mod.list_tags(self._ds.store, self._ds.base)
 
 
 class LanceDataset:
     """A Lance dataset at one version."""
 
     def __init__(self, uri: str, version: int | str | None = None, storage_options: dict | None = None,
-                 *, _manifest_file: ManifestFile | None = None, _store=None):
+                 *, _manifest_file: ManifestFile | None = None, _store: tuple[ObjectStore, str] | None = None):
         self.uri = str(uri)
         self.storage_options = RedactedOptions(storage_options or {})  # repr() masks credentials
         if _store is None:
@@ -88,10 +92,12 @@ class LanceDataset:
         else:
             self._store, self._base = _store
         self._manifest_file = _manifest_file or open_manifest(self._store, self._base, version, self.uri)
+        self._caches: dict[str, dict] = {}
 
     # --- metadata ----------------------------------------------------------------------------
     @property
     def manifest(self) -> table_pb2.Manifest:
+        """The manifest of this version (schema, fragments, feature flags)."""
         return self._manifest_file.manifest
 
     @property
@@ -100,26 +106,53 @@ class LanceDataset:
         return self._manifest_file
 
     @property
-    def object_store(self) -> tuple:
-        """``(store, base path)`` holding the dataset, for maintenance tools that check its files."""
-        return self._store, self._base
+    def store(self) -> ObjectStore:
+        """The object store holding the dataset's files (local directory or S3 bucket)."""
+        return self._store
+
+    @property
+    def base(self) -> str:
+        """The dataset root inside :attr:`store`: the path its ``_versions/``, ``data/`` ... are joined to."""
+        return self._base
+
+    def cache(self, name: str) -> dict:
+        """This dataset object's cache called ``name`` (created empty on first use), for readers,
+        deletion vectors, statistics and indexes that are costly to load and never change; it lives
+        as long as the object and is kept when the object moves to a newer version."""
+        cache = self._caches.get(name)
+        if cache is None:
+            cache = self._caches.setdefault(name, {})  # atomic: concurrent first uses share one dict
+        return cache
 
     @property
     def version(self) -> int:
+        """The version number this object reads."""
         return self.manifest.version
 
     @property
     def latest_version(self) -> int:
+        """The newest version in the store now (one listing; this object stays at its version)."""
         loc = locate.latest_version(self._store, self._base)
         return loc.version if loc else self.version
 
     @cached_property
     def schema(self) -> pa.Schema:
+        """The Arrow schema of this version."""
         return manifest_schema(self._manifest_file, self._store)
+
+    @property
+    def top_field_ids(self) -> Mapping[str, int]:
+        """Field id of each top-level column, by name (in schema order); do not modify."""
+        return self._top_field_ids
 
     @cached_property
     def _top_field_ids(self) -> dict[str, int]:
         return {f.name: f.id for f in self.manifest.fields if f.parent_id < 0}
+
+    @property
+    def descendant_field_ids(self) -> Mapping[int, set[int]]:
+        """Each top-level field id with the ids of itself and all its nested fields; do not modify."""
+        return self._descendants
 
     @cached_property
     def _descendants(self) -> dict[int, set[int]]:
@@ -137,18 +170,22 @@ class LanceDataset:
 
     @property
     def data_storage_version(self) -> str:
+        """The data file format version the manifest records (e.g. ``"2.0"``, ``"2.1"``)."""
         return self.manifest.data_format.version or "2.0"
 
     @property
     def has_stable_row_ids(self) -> bool:
+        """Whether ``_rowid`` values are stable row ids (else they are row addresses)."""
         return bool(self.manifest.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS)
 
     @property
     def tags(self) -> Tags:
+        """The dataset's tags (named versions)."""
         return Tags(self)
 
     @property
     def transaction(self) -> transaction_pb2.Transaction | None:
+        """The transaction that made this version, None if it was not recorded."""
         from lance_ops.table.transaction_file import load_transaction
 
         return load_transaction(self._store, self._base, self._manifest_file)
@@ -166,15 +203,19 @@ class LanceDataset:
         return out
 
     def checkout_version(self, version: int | str) -> "LanceDataset":
+        """A new object for ``version`` (a number or a tag name), sharing this one's store."""
         return LanceDataset(self.uri, version, self.storage_options, _store=(self._store, self._base))
 
-    def _reopen_latest(self) -> "LanceDataset":
+    def reopen_latest(self) -> "LanceDataset":
+        """A new object for the latest version of this dataset, sharing this one's store."""
         return LanceDataset(self.uri, None, self.storage_options, _store=(self._store, self._base))
 
     def get_fragments(self) -> list[LanceFragment]:
+        """The fragments of this version, in manifest order."""
         return [LanceFragment(self, f) for f in self.manifest.fragments]
 
     def get_fragment(self, fragment_id: int) -> LanceFragment | None:
+        """The fragment with id ``fragment_id``, None if this version has none."""
         for f in self.manifest.fragments:
             if f.id == fragment_id:
                 return LanceFragment(self, f)
@@ -230,15 +271,20 @@ class LanceDataset:
                                         pa.array(frag.row_addresses(phys), pa.uint64()))
         return table, phys
 
-    def _scan_fragment(self, frag: LanceFragment, out_columns: list[str], filt, with_row_id: bool,
-                       with_row_address: bool, offsets: np.ndarray | None = None,
-                       blobs: str = "blobs_descriptions") -> pa.Table:
-        """Matching rows of one fragment.
+    def scan_fragment(self, frag: LanceFragment, out_columns: Sequence[str], filt: Filter | None = None, *,
+                      with_row_id: bool = False, with_row_address: bool = False,
+                      offsets: np.ndarray | None = None, blob_handling: str = "blobs_descriptions") -> pa.Table:
+        """The live rows of fragment ``frag`` matching ``filt`` (compiled by
+        :func:`~lance_ops.table.filters.compile_filter`; None: all rows), as ``out_columns``
+        (``_rowid``/``_rowaddr`` may be among them) then the row ids/addresses asked for by flag.
+        ``offsets``: read only these physical rows (sorted, none deleted). Statistics pruning is
+        the caller's (see :func:`~lance_ops.table.statistics.scan_offsets`).
 
         With a filter, the filter's columns are read first; the other output columns are then read
         only for the matching rows ("late materialisation") when few rows match, which is what
         makes selective scans cheap.
         """
+        blobs = blob_handling
         names = _output_names(out_columns, with_row_id, with_row_address)
         want_id, want_addr = ROW_ID in names, ROW_ADDR in names
         data_cols = [c for c in out_columns if c in self._top_field_ids]
@@ -291,7 +337,8 @@ class LanceDataset:
             offsets = scan_offsets(self, frag, filt)
             if offsets is not None and offsets.size == 0:
                 continue
-            yield self._scan_fragment(frag, out_columns, filt, with_row_id, with_row_address, offsets, blobs)
+            yield self.scan_fragment(frag, out_columns, filt, with_row_id=with_row_id,
+                                     with_row_address=with_row_address, offsets=offsets, blob_handling=blobs)
 
     def to_batches(self, columns: Sequence[str] | None = None, filter=None, *, with_row_id: bool = False,
                    with_row_address: bool = False, batch_size: int | None = None,
@@ -388,7 +435,7 @@ class LanceDataset:
             sel = order[which[order] == frag_pos]
             frag = frags[int(frag_pos)]
             offs = np.asarray(to_offsets(frag, positions[sel]), dtype=np.uint64)
-            pieces.append(self._scan_fragment(frag, out_columns, None, False, False, offs).replace_schema_metadata(schema.metadata))
+            pieces.append(self.scan_fragment(frag, out_columns, offsets=offs).replace_schema_metadata(schema.metadata))
             placed.append(sel)
         table = pa.concat_tables(pieces)
         inverse = np.empty(positions.size, dtype=np.int64)
@@ -402,9 +449,11 @@ class LanceDataset:
         ``indices`` (positions among live rows), in that order; nothing is read until asked."""
         return blobs_mod.take_blobs(self, blob_column, ids, addresses, indices, buffer_size=buffer_size)
 
-    def _select_rows(self, kind: str, values: np.ndarray) -> tuple[list[LanceFragment], np.ndarray, np.ndarray]:
-        """(fragments, fragment position per row, physical offset per row) of a take_blobs
-        selection. Like pylance, ids or addresses of deleted rows are an error (not skipped)."""
+    def select_rows(self, kind: str, values: np.ndarray) -> tuple[list[LanceFragment], np.ndarray, np.ndarray]:
+        """Where the rows chosen by ``values`` live: ``(fragments, position in fragments per row,
+        physical offset per row)``; ``kind`` is ``"ids"`` (``_rowid``), ``"addresses"`` or
+        ``"indices"`` (positions among live rows). As pylance's ``take_blobs``, deleted or missing
+        rows are an error (not skipped)."""
         from lance_ops.errors import UnsupportedError
         from lance_ops.table import addresses as addr_mod
 
@@ -470,7 +519,9 @@ class LanceDataset:
         return commit_transaction(self._store, self._base, txn, ctx or CommitContext(self._manifest_file),
                                   options or CommitOptions(data_storage_version=self.data_storage_version))
 
-    def _adopt(self, mf: ManifestFile) -> None:
+    def move_to(self, mf: ManifestFile) -> None:
+        """Make this object the snapshot of ``mf``, a version just committed to this dataset
+        (the in-place writers ``delete``, ``restore`` and ``ds.optimize`` do, as in pylance)."""
         self._manifest_file = mf
         for attr in ("schema", "_top_field_ids", "_descendants"):
             self.__dict__.pop(attr, None)
@@ -491,7 +542,7 @@ class LanceDataset:
             earlier = idempotency.lookup(self._store, self._base, idempotency_key, "delete")
             if earlier is not None:
                 mf = idempotency.manifest_of(self._store, self._base, earlier)
-                self._adopt(mf if mf is not None else self._reopen_latest()._manifest_file)
+                self.move_to(mf if mf is not None else self.reopen_latest().manifest_file)
                 return {"num_deleted_rows": int(earlier.properties.get(_DELETED_ROWS, 0))}
         ds = self
         for attempt in range(conflict_retries + 1):
@@ -508,9 +559,9 @@ class LanceDataset:
             except RetryableCommitConflictError:
                 if attempt == conflict_retries:
                     raise
-                ds = ds._reopen_latest()
+                ds = ds.reopen_latest()
                 continue
-            self._adopt(mf)
+            self.move_to(mf)
             if idempotency_key:
                 idempotency.remember(self._store, self._base, mf)
                 if mf.transaction is not None and mf.transaction.uuid != txn.uuid:  # a concurrent try won
@@ -522,9 +573,9 @@ class LanceDataset:
         """Make this (older) version the latest, as a new version."""
         txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid())
         txn.restore.version = self.version
-        latest = self._reopen_latest()
+        latest = self.reopen_latest()
         mf = latest._commit(txn)
-        self._adopt(mf)
+        self.move_to(mf)
         return self
 
     # --- maintenance (implemented in lance_ops.maintenance) -------------------------------------

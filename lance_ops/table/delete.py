@@ -28,8 +28,9 @@ _SCANNERS = max(1, min(4, os.cpu_count() or 1))
 
 
 def _matching_offsets(dataset, frag, filt) -> np.ndarray:
-    cols = [c for c in filt.columns if c in dataset._top_field_ids]
-    table = dataset._scan_fragment(frag, cols, None, "_rowid" in filt.columns, "_rowaddr" in filt.columns)
+    cols = [c for c in filt.columns if c in dataset.top_field_ids]
+    table = dataset.scan_fragment(frag, cols, with_row_id="_rowid" in filt.columns,
+                                  with_row_address="_rowaddr" in filt.columns)
     # the predicate as a mask over the live rows (null counts as false, as in a filter), then
     # the physical offsets of the hits: no offsets column is built and dragged through a filter
     from pyarrow import acero
@@ -61,7 +62,7 @@ def _scan_or_retry(dataset, frags, filt) -> list[np.ndarray]:
     try:
         return _all_matching_offsets(dataset, frags, filt)
     except ObjectNotFoundError as exc:
-        if locate.find_version(dataset._store, dataset._base, dataset.version) is not None:
+        if locate.find_version(dataset.store, dataset.base, dataset.version) is not None:
             raise  # the version is still there: a file is really missing
         raise RetryableCommitConflictError(
             f"{dataset.uri}: version {dataset.version} was removed (cleanup) while the delete scanned it; "
@@ -74,7 +75,7 @@ def plan_delete(dataset, predicate) -> tuple[transaction_pb2.Transaction, Commit
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=dataset.version)
     # the predicate is recorded as the caller wrote it (as pylance does); expressions as SQL
     txn.delete.predicate = predicate if isinstance(predicate, str) or filt is None else filt.sql
-    ctx = CommitContext(dataset._manifest_file)
+    ctx = CommitContext(dataset.manifest_file)
     count = 0
     if filt is None or filt.constant is False:
         txn.delete.SetInParent()
@@ -100,7 +101,7 @@ def plan_delete(dataset, predicate) -> tuple[transaction_pb2.Transaction, Commit
 
     def write(item) -> table_pb2.DeletionFile:
         frag, merged, old_file = item
-        return deletion.write_deletion_file(dataset._store, dataset._base, frag.fragment_id, dataset.version,
+        return deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id, dataset.version,
                                             merged, old_file)
 
     # the new deletion files are written (and made durable) side by side: their fsyncs overlap

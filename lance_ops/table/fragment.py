@@ -25,19 +25,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from lance_ops.table.dataset import LanceDataset
 
 
-#: per-dataset caches (in the dataset object's ``__dict__``): open file readers and decoded deletion
-#: vectors, keyed by immutable file names; bounded, oldest entries dropped first
-_READERS_ATTR = "_lance_ops_file_readers"
-_DELETIONS_ATTR = "_lance_ops_deletion_offsets"
+#: per-dataset caches (``LanceDataset.cache``): open file readers and decoded deletion vectors,
+#: keyed by immutable file names; bounded, oldest entries dropped first
+_READERS_CACHE = "lance_ops.file_readers"
+_DELETIONS_CACHE = "lance_ops.deletion_offsets"
 _READER_CACHE_LIMIT = 1024
 _DELETION_CACHE_LIMIT = 4096
-
-
-def _dataset_cache(ds, attr: str) -> dict:
-    cache = ds.__dict__.get(attr)
-    if cache is None:
-        cache = ds.__dict__.setdefault(attr, {})
-    return cache
 
 
 def _remember(cache: dict, key, value, limit: int) -> None:
@@ -60,22 +53,27 @@ class LanceFragment:
     # --- identity and counts ---------------------------------------------------------------
     @property
     def fragment_id(self) -> int:
+        """The fragment's id (the high 32 bits of its rows' addresses)."""
         return self.metadata.id
 
     @property
     def physical_rows(self) -> int:
+        """Rows stored in the fragment's data files, deleted ones included."""
         return self.metadata.physical_rows
 
     @property
     def num_deletions(self) -> int:
+        """Rows of the fragment marked deleted by its deletion file."""
         return self.metadata.deletion_file.num_deleted_rows if self.metadata.HasField("deletion_file") else 0
 
     def count_rows(self, filter=None) -> int:
+        """Live rows of the fragment (matching ``filter`` when given)."""
         if filter is None:
             return self.physical_rows - self.num_deletions
         return self._dataset.count_rows(filter, fragment_ids=[self.fragment_id])
 
     def data_files(self) -> list[table_pb2.DataFile]:
+        """The manifest's records of the fragment's data files (a copy of the list)."""
         return list(self.metadata.files)
 
     def __repr__(self) -> str:
@@ -86,14 +84,14 @@ class LanceFragment:
     def deleted_offsets(self) -> np.ndarray:
         """Sorted uint32 physical offsets of deleted rows (read-only; shared per dataset)."""
         if not self.metadata.HasField("deletion_file"):
-            return deletion.read_deletion_offsets(self._dataset._store, self._dataset._base, self.fragment_id, None)
+            return deletion.read_deletion_offsets(self._dataset.store, self._dataset.base, self.fragment_id, None)
         df = self.metadata.deletion_file
         # deletion files are immutable (a new one is written for every change): cache by name
         key = (self.fragment_id, int(df.file_type), int(df.read_version), int(df.id))
-        cache = _dataset_cache(self._dataset, _DELETIONS_ATTR)
+        cache = self._dataset.cache(_DELETIONS_CACHE)
         offsets = cache.get(key)
         if offsets is None:
-            offsets = deletion.read_deletion_offsets(self._dataset._store, self._dataset._base, self.fragment_id, df,
+            offsets = deletion.read_deletion_offsets(self._dataset.store, self._dataset.base, self.fragment_id, df,
                                                      self.physical_rows, _manifest_uri(self._dataset))
             offsets.flags.writeable = False
             _remember(cache, key, offsets, _DELETION_CACHE_LIMIT)
@@ -108,19 +106,21 @@ class LanceFragment:
         return mask
 
     def live_offsets(self) -> np.ndarray:
+        """Physical offsets (uint64, ascending) of the rows not deleted."""
         mask = self.live_mask()
         if mask is None:
             return np.arange(self.physical_rows, dtype=np.uint64)
         return np.flatnonzero(mask).astype(np.uint64)
 
     def row_addresses(self, offsets: np.ndarray | None = None) -> np.ndarray:
+        """``_rowaddr`` values (fragment id << 32 | offset) of all physical rows or of ``offsets``."""
         offs = np.arange(self.physical_rows, dtype=np.uint64) if offsets is None else offsets.astype(np.uint64)
         return addresses.row_addresses(np.full(offs.size, self.fragment_id, dtype=np.uint64), offs)
 
     @cached_property
     def stable_row_ids(self) -> np.ndarray | None:
         """Per physical row stable ids, None when the dataset has none."""
-        return rowids.read_fragment_row_ids(self._dataset._store, self._dataset._base, self.metadata,
+        return rowids.read_fragment_row_ids(self._dataset.store, self._dataset.base, self.metadata,
                                             manifest_path=_manifest_uri(self._dataset))
 
     def row_ids(self, offsets: np.ndarray | None = None) -> np.ndarray:
@@ -147,12 +147,12 @@ class LanceFragment:
             # data files never change: every fragment object of this dataset shares one reader per
             # file (legacy readers also depend on the version's schema and dictionaries)
             key = (df.path, ds.version) if legacy else (df.path,)
-            cache = _dataset_cache(ds, _READERS_ATTR)
+            cache = ds.cache(_READERS_CACHE)
             reader = cache.get(key)
             if reader is not None:
                 self._readers[file_index] = reader
                 return reader
-            path = resolve_inside(ds._store, ds._base, df.path, under=(naming.DATA_DIR,),
+            path = resolve_inside(ds.store, ds.base, df.path, under=(naming.DATA_DIR,),
                                   what=f"data file path of fragment {self.metadata.id}", where=dataset_where(ds))
             try:
                 # --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/file/reader_legacy.py) ---
@@ -161,13 +161,13 @@ class LanceFragment:
 
                     # dictionary values: the version's (decoded from its manifest file, as pylance
                     # reads them), else the manifest file itself for the reader to look up
-                    mf = ds._manifest_file
+                    mf = ds.manifest_file
                     reader = LegacyFileReader(
-                        path, store=ds._store, schema_fields=ds.manifest.fields, field_ids=list(df.fields),
+                        path, store=ds.store, schema_fields=ds.manifest.fields, field_ids=list(df.fields),
                         dictionaries=mf.dictionaries or mf.path or None, schema_metadata=dict(ds.manifest.schema_metadata),
                     )
                 else:
-                    reader = open_file_reader(path, store=ds._store)
+                    reader = open_file_reader(path, store=ds.store)
                 # --- end legacy dispatch ---
             except ObjectNotFoundError as exc:
                 # a missing file is a damaged manifest as often as a removed file: name both
@@ -180,10 +180,11 @@ class LanceFragment:
             _remember(cache, key, reader, _READER_CACHE_LIMIT)
         return reader
 
-    def _locate(self, field_ids: Sequence[int]) -> dict[int, tuple[int, str]]:
-        """top-level field id -> (data file index, column name inside that file)."""
+    def locate_fields(self, field_ids: Sequence[int]) -> dict[int, tuple[int, str]]:
+        """Top-level field id -> (index of the data file storing it, column name inside that
+        file), for the ``field_ids`` some data file of this fragment stores."""
         wanted = set(field_ids)
-        descendants = self._dataset._descendants
+        descendants = self._dataset.descendant_field_ids
         found: dict[int, tuple[int, str]] = {}
         for i, df in enumerate(self.metadata.files):
             stored = set(df.fields)
@@ -214,7 +215,7 @@ class LanceFragment:
                       blob_v2.described_field(f) if describe else blob_v2.binary_field(f) for f in fields]
         blob_ids = {fid for f, fid in zip(fields, field_ids) if blob_v2.has_blobs(f)}
         v2_ids = {fid for f, fid in zip(fields, field_ids) if blob_v2.is_blob_v2(f)}
-        located = self._locate(field_ids)
+        located = self.locate_fields(field_ids)
         by_file: dict[int, list[tuple[int, str]]] = {}
         for fid, (file_index, name) in located.items():
             by_file.setdefault(file_index, []).append((fid, name))
@@ -274,8 +275,8 @@ class LanceFragment:
 
 def _manifest_uri(ds) -> str:
     """Where the dataset's manifest was read from (for error messages)."""
-    mf = ds._manifest_file
-    return ds._store.uri(mf.path) if mf.path else ds.uri
+    mf = ds.manifest_file
+    return ds.store.uri(mf.path) if mf.path else ds.uri
 
 
 def _check_data_file(reader, df: table_pb2.DataFile, frag: table_pb2.DataFragment, ds, legacy: bool) -> None:

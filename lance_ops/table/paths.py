@@ -108,8 +108,8 @@ def check_inside(store, base: str, path: str, *, under: Iterable[str] = (), what
 def dataset_where(ds) -> str:
     """The URI of the manifest ``ds`` was opened from (the dataset URI if it has none): the
     ``where`` of errors about paths its manifest holds."""
-    mf = getattr(ds, "_manifest_file", None)
-    return ds._store.uri(mf.path) if mf is not None and mf.path else ds._store.uri(ds._base)
+    mf = getattr(ds, "manifest_file", None)
+    return ds.store.uri(mf.path) if mf is not None and mf.path else ds.store.uri(ds.base)
 
 
 _PATH_MESSAGES = {"lance.table.DataFile": "data file path", "lance.table.ExternalFile": "external file path"}

@@ -93,7 +93,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "STATS_DIR", "STATS_SUFFIX", "TRUNCATE_BYTES", "FORMAT_VERSION",
     "FieldPages", "FileStats", "stats_path", "load_file_stats", "track_statistics",
-    "scan_offsets",
+    "scan_offsets", "forget_cached_statistics",
     "fragment_statistics", "pruning_disabled", "truncate_min", "truncate_max",
 ]
 
@@ -110,7 +110,7 @@ _META_FORMAT = b"lance_ops.stats.format"
 _META_DATA_FILE = b"lance_ops.stats.data_file"
 _META_ROWS = b"lance_ops.stats.num_rows"
 _META_TRUNCATE = b"lance_ops.stats.truncate_bytes"
-_CACHE_ATTR = "_lance_ops_statistics_cache"
+_CACHE_NAME = "lance_ops.statistics"  # this module's LanceDataset.cache
 
 _pruning_enabled = True
 
@@ -699,8 +699,8 @@ def track_statistics(writer, store, base: str, data_file: str, storage_options=N
 # =================================================================================================
 def _listed_stats(ds) -> set[str]:
     """Names of the files under ``_stats/`` (one listing)."""
-    prefix = ds._store.join(ds._base, STATS_DIR)
-    return {info.path.rsplit("/", 1)[-1] for info in ds._store.list_dir(prefix)}
+    prefix = ds.store.join(ds.base, STATS_DIR)
+    return {info.path.rsplit("/", 1)[-1] for info in ds.store.list_dir(prefix)}
 
 
 
@@ -709,17 +709,13 @@ def _stats_name(data_file: str) -> str:
     return (stem[: -len(".lance")] if stem.endswith(".lance") else stem) + STATS_SUFFIX
 
 
-
-def _cache(ds) -> dict:
-    cache = ds.__dict__.get(_CACHE_ATTR)
-    if cache is None:
-        cache = {}
-        ds.__dict__[_CACHE_ATTR] = cache
-    return cache
+def forget_cached_statistics(ds) -> None:
+    """Drop what scans of ``ds`` cached about its statistics files (after some were written)."""
+    ds.cache(_CACHE_NAME).clear()
 
 
 def _path_ids(ds) -> dict[str, int]:
-    cache = _cache(ds)
+    cache = ds.cache(_CACHE_NAME)
     key = ("__paths__", ds.version)
     got = cache.get(key)
     if got is None:
@@ -733,7 +729,7 @@ LIST_THRESHOLD = 8
 
 
 def _file_stats(ds, data_file_proto, rows: int) -> FileStats | None:
-    cache = _cache(ds)
+    cache = ds.cache(_CACHE_NAME)
     key = ("file", data_file_proto.path)
     if key not in cache:
         listed = cache.get("__listing__")
@@ -746,7 +742,7 @@ def _file_stats(ds, data_file_proto, rows: int) -> FileStats | None:
         if listed and _stats_name(data_file_proto.path) not in listed:
             cache[key] = None  # one listing instead of a failed GET per data file
         else:
-            cache[key] = load_file_stats(ds._store, ds._base, data_file_proto.path, rows)
+            cache[key] = load_file_stats(ds.store, ds.base, data_file_proto.path, rows)
     return cache[key]
 
 

@@ -562,7 +562,7 @@ class FlakyStore:
 
 def stand_in(uri, store):
     _, base = open_store(uri)
-    return SimpleNamespace(_store=store, _base=base, uri=uri)
+    return SimpleNamespace(store=store, base=base, uri=uri)
 
 
 def test_failed_deletes_are_counted_and_keep_the_version_whole(tmp_path):
@@ -662,7 +662,7 @@ def test_bad_arguments(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(LanceOpsError):
-        cleanup_old_versions(SimpleNamespace(_store=open_store(str(empty))[0], _base=str(empty),
+        cleanup_old_versions(SimpleNamespace(store=open_store(str(empty))[0], base=str(empty),
                                              uri=str(empty)), ZERO)
 
 

@@ -358,7 +358,7 @@ def test_cleanup_deletes_nothing_when_the_ledger_cannot_be_carried_forward(tmp_p
     store, base = open_store(uri)
     before = sorted(os.path.relpath(os.path.join(r, f), uri) for r, _, fs in os.walk(uri) for f in fs)
     with pytest.raises(StorageError, match="access denied"):
-        cleanup_old_versions(SimpleNamespace(_store=_LedgerDenied(store), _base=base, uri=uri), ZERO)
+        cleanup_old_versions(SimpleNamespace(store=_LedgerDenied(store), base=base, uri=uri), ZERO)
     after = sorted(os.path.relpath(os.path.join(r, f), uri) for r, _, fs in os.walk(uri) for f in fs)
     assert after == before and [loc.version for loc in naming.list_versions(store, base)] == [1, 2, 3]
     cleanup(uri)  # with a working store the key survives its version
