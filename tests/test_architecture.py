@@ -37,11 +37,8 @@ KNOWN_CYCLES = {
     ("lance_ops.maintenance.compaction", "lance_ops.maintenance.compaction_exec",
      "lance_ops.maintenance.compaction_plan", "lance_ops.table.blobs", "lance_ops.table.dataset",
      "lance_ops.table.fragment", "lance_ops.table.write"),
-    ("lance_ops.encoding.encode_v20_blob", "lance_ops.encoding.fields_v2_0"),
-    ("lance_ops.encoding.v21_chunks", "lance_ops.encoding.v21_compressive"),
     ("lance_ops.io.s3", "lance_ops.io.s3_writer"),
     ("lance_ops.table.external_store", "lance_ops.table.naming"),
-    ("lance_ops.table.filters", "lance_ops.table.stats_pruning"),
 }
 
 

@@ -349,13 +349,13 @@ class MiniBlockPage(Page):
         m: pb.MiniBlockLayout = self.layout
         p = chunks.parse_headers(buf, pos, sizes, counts, self.has_rep, self.has_def, self.num_buffers, self.large)
         nlev = p.num_levels
-        reps = comp.batch_levels(m.rep_compression, buf, p.rep, nlev) if self.has_rep else None
-        defs = comp.batch_levels(m.def_compression, buf, p.defs, nlev) if self.has_def else None
+        reps = chunks.batch_levels(m.rep_compression, buf, p.rep, nlev) if self.has_rep else None
+        defs = chunks.batch_levels(m.def_compression, buf, p.defs, nlev) if self.has_def else None
         nz = counts > 0
         table = None
         if bool(nz.any()):
             bufs = p.bufs if bool(nz.all()) else [(s[nz], z[nz]) for s, z in p.bufs]
-            values, table = comp.batch_values(m.value_compression, buf, bufs, counts[nz], defer_fsst=True)
+            values, table = chunks.batch_values(m.value_compression, buf, bufs, counts[nz], defer_fsst=True)
         else:
             values = placeholder_vals("fixed" if self.has_dict else self.ctx.value_kind, 0, 0)
         post = None

@@ -42,7 +42,7 @@ from lance_ops.encoding import encode_v21_bss as bss_mod
 from lance_ops.encoding import encode_v21_layout as lay
 from lance_ops.encoding import encode_v21_shred as sh
 from lance_ops.encoding import encode_v21_values as ev
-from lance_ops.encoding.fields_v2_0 import EncodedPage, _Queue, compact
+from lance_ops.encoding.leaf_encoder_v2_0 import EncodedPage, PageQueue, compact
 from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
 from lance_ops.file.format import PAGE_LAYOUT_URL
 
@@ -665,7 +665,7 @@ class FieldEncoderV21:
         self.blob_leaves = [i for i, (_, f) in enumerate(self.leaves) if blob.is_blob(f)]
         self.params = [Params() if i in self.blob_leaves else params_of(f) for i, (_, f) in enumerate(self.leaves)]
         self.blob_layers: Optional[tuple] = None  # per blob leaf: the layers of the queued batches
-        self.queue = _Queue(cache_bytes)
+        self.queue = PageQueue(cache_bytes)
         self.max_page_bytes = max_page_bytes
         self.rows = 0
 

@@ -14,6 +14,9 @@ Three contexts use these encodings, with different buffer conventions:
 * block (``decode_block``): one opaque buffer (levels, dictionaries);
 * per value (full-zip): handled by the full-zip layout, using ``fullzip_value_kind``.
 
+Many mini-block chunks are decoded at once by :mod:`v21_chunks` (``batch_values``,
+``batch_levels``), which builds on this module and falls back to ``decode_miniblock``.
+
 Byte formats (reverse-engineered against pylance 14.0.2 and checked with the upstream sources):
 
 * Flat: values back to back (LSB-first bits for 1-bit values).
@@ -578,20 +581,3 @@ def decode_levels(enc: pb.CompressiveEncoding, buf, n: int) -> np.ndarray:
         raise EncodingCorrupt(f"levels of {w} bytes")
     return arr.astype(np.uint16)
 
-
-# --------------------------------------------------------------------------------------------
-# batched decoding of many mini-block chunks (implemented in v21_chunks)
-# --------------------------------------------------------------------------------------------
-def batch_values(enc: pb.CompressiveEncoding, buf: np.ndarray, bufs: Sequence, counts: np.ndarray,
-                 defer_fsst: bool = False):
-    """Values of a batch of mini-block chunks; see :func:`v21_chunks.batch_values`."""
-    from lance_ops.encoding import v21_chunks
-
-    return v21_chunks.batch_values(enc, buf, bufs, counts, defer_fsst)
-
-
-def batch_levels(enc: pb.CompressiveEncoding, buf: np.ndarray, spans, counts: np.ndarray) -> np.ndarray:
-    """Levels of a batch of mini-block chunks; see :func:`v21_chunks.batch_levels`."""
-    from lance_ops.encoding import v21_chunks
-
-    return v21_chunks.batch_levels(enc, buf, spans, counts)

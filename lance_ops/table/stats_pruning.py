@@ -17,14 +17,11 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Union
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lance_ops.table.filters import Filter
+from typing import Any, Mapping, Protocol, Union
 
 __all__ = [
     "ColumnStats", "may_match", "outcomes", "Node", "Cmp", "In", "IsNull", "And", "Or", "Not",
-    "IsBool", "Const", "Unknown", "UNKNOWN", "TRUE", "FALSE", "NULL", "ANY",
+    "IsBool", "Const", "Unknown", "UNKNOWN", "TRUE", "FALSE", "NULL", "ANY", "Prunable",
 ]
 
 TRUE, FALSE, NULL = 1, 2, 4
@@ -123,8 +120,21 @@ UNKNOWN = Unknown()
 Node = Union[Cmp, In, IsNull, And, Or, Not, IsBool, Const, Unknown]
 
 
+class Prunable(Protocol):
+    """What :func:`may_match` reads of a compiled filter (``lance_ops.table.filters.Filter``).
+
+    Declared here so this module never imports the filter compiler, which imports this one.
+    """
+
+    @property
+    def tree(self) -> Node: ...
+
+    @property
+    def constant(self) -> bool | None: ...
+
+
 # --- evaluation --------------------------------------------------------------------------------
-def may_match(filter: "Filter | Node", stats: Mapping[str, ColumnStats]) -> bool:
+def may_match(filter: "Prunable | Node", stats: Mapping[str, ColumnStats]) -> bool:
     """False only when ``stats`` prove that no row of the chunk satisfies ``filter``.
 
     ``stats`` maps column names (nested fields as dotted paths, e.g. ``"st.x"``) to

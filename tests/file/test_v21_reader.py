@@ -185,6 +185,7 @@ def test_damaged_bytes_raise_corrupt_file_error(tmp_path):
 
 
 def test_unsupported_encoding_names_file_column_and_encoding(tmp_path, monkeypatch):
+    from lance_ops.encoding import v21_chunks as chunks
     from lance_ops.encoding import v21_compressive as comp
 
     table = pa.table({"a": pa.array(np.arange(3000, dtype=np.int64) % 7)})
@@ -193,7 +194,7 @@ def test_unsupported_encoding_names_file_column_and_encoding(tmp_path, monkeypat
     def boom(*a, **k):
         raise comp.EncodingUnsupported("frobnicate(42)")
 
-    monkeypatch.setattr(comp, "batch_values", boom)
+    monkeypatch.setattr(chunks, "batch_values", boom)
     with pytest.raises(UnsupportedError) as info:
         LanceFileReaderV21(path).read_all()
     msg = str(info.value)
