@@ -22,14 +22,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from tests.spark.executor_hooks.sitecustomize import ENV as FAIL_FIRST_ATTEMPT_ENV
+from tests.spark.executor_hooks.sitecustomize import PROPERTY as FAIL_FIRST_ATTEMPT_PROPERTY
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 MASTER = "local[2,2]"
 #: test-owned directory the Python workers import the fault hook from (``sitecustomize``)
 EXECUTOR_HOOKS = Path(__file__).resolve().parent / "executor_hooks"
-#: the hook's switches (kept equal to executor_hooks/sitecustomize.py, which workers import alone)
-FAIL_FIRST_ATTEMPT_PROPERTY = "lance_ops.tests.fail_first_attempt"
-FAIL_FIRST_ATTEMPT_ENV = "LANCE_OPS_TESTS_FAIL_FIRST_ATTEMPT"
 #: spark-submit settings that make every task's attempt 0 fail right after writing its files
 FAIL_FIRST_ATTEMPT_CONF = {
     "spark.executorEnv.PYTHONPATH": str(EXECUTOR_HOOKS),
