@@ -10,6 +10,7 @@ that is gone fails too (so the list only shrinks and stays true).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,8 +176,9 @@ def test_the_checker_sees_cycles_and_upward_edges():
 
 # --- no test switch in production code (docs/adr/0007-fault-injection-from-tests.md) ------------
 
-#: words that mark an environment variable or Spark local property as a test-only switch
-TEST_SWITCH_WORDS = ("TEST", "FAIL_FIRST", "INJECT", "CRASH")
+#: words that mark an environment variable or Spark local property as a test-only switch (whole
+#: words between underscores or dots, so LATEST_VERSION is not one)
+TEST_SWITCH_WORDS = re.compile(r"(^|[_.])(TESTS?|TESTING|FAIL_FIRST|INJECT[A-Z]*|CRASH[A-Z]*)([_.]|$)")
 #: production code: the package plus the Airflow parts shipped in the image
 PRODUCTION_DIRS = ("lance_ops", "operators", "sensors", "dags")
 
@@ -189,7 +191,7 @@ def _string_constants(tree: ast.Module) -> dict[str, str]:
 
 
 def setting_reads(source: str, constants: dict[str, str]) -> list[tuple[int, str]]:
-    """(line, name) of every environment variable or Spark local property ``source`` reads.
+    """(line, name) of every environment variable or Spark local property ``source`` reads, in order.
 
     Names given as constants (of this module, or ``constants`` of the others) are resolved; names
     that cannot be resolved statically read as "?".
@@ -225,14 +227,14 @@ def setting_reads(source: str, constants: dict[str, str]) -> list[tuple[int, str
         elif isinstance(node, ast.Compare) and any(is_environ(c) for c in node.comparators):
             key = node.left
         if key is not None:
-            out.append((node.lineno, name_of(key)))
-    return out
+            out.append((node.lineno, node.col_offset, name_of(key)))
+    return [(line, name) for line, _, name in sorted(out)]
 
 
 def switch_names_in(source: str, constants: dict[str, str]) -> list[str]:
     """Test-switch names ``source`` reads, or holds as an ALL_CAPS literal (names read in a loop)."""
     def is_switch(name: str) -> bool:
-        return any(w in name.upper() for w in TEST_SWITCH_WORDS)
+        return TEST_SWITCH_WORDS.search(name.upper()) is not None
 
     found = [name for _, name in setting_reads(source, constants) if is_switch(name)]
     for node in ast.walk(ast.parse(source)):
@@ -262,8 +264,8 @@ a = os.environ.get("LANCE_OPS_TEST_MODE")
 b = os.getenv(FLAG)
 c = environ["INJECT_FAULTS"]
 d = "SIMULATE_CRASH" in os.environ
-e = ctx.getLocalProperty(other.CRASH_AFTER_WRITE)
-f = os.environ.get("LANCE_OPS_DECODE_THREADS", "4")
+e = ctx.getLocalProperty(other.CRASH_AFTER_WRITE) or ctx.getLocalProperty("lance_ops.tests.fail_first")
+f = os.environ.get("LANCE_OPS_DECODE_THREADS", "4") or os.environ.get("LATEST_VERSION")
 g = getenv(f"LANCE_OPS_{kind}")
 for name in ("AWS_TEST_SECRET",):
     os.environ.get(name)
@@ -271,9 +273,10 @@ for name in ("AWS_TEST_SECRET",):
     reads = setting_reads(source, {"CRASH_AFTER_WRITE": "LANCE_OPS_CRASH_AFTER_WRITE"})
     assert [name for _, name in reads] == [
         "LANCE_OPS_TEST_MODE", "X_FAIL_FIRST_ATTEMPT", "INJECT_FAULTS", "SIMULATE_CRASH",
-        "LANCE_OPS_CRASH_AFTER_WRITE", "LANCE_OPS_DECODE_THREADS", "LANCE_OPS_?", "?",
+        "LANCE_OPS_CRASH_AFTER_WRITE", "lance_ops.tests.fail_first", "LANCE_OPS_DECODE_THREADS",
+        "LATEST_VERSION", "LANCE_OPS_?", "?",
     ]
     assert switch_names_in(source, {"CRASH_AFTER_WRITE": "LANCE_OPS_CRASH_AFTER_WRITE"}) == [
         "AWS_TEST_SECRET", "INJECT_FAULTS", "LANCE_OPS_CRASH_AFTER_WRITE", "LANCE_OPS_TEST_MODE",
-        "SIMULATE_CRASH", "X_FAIL_FIRST_ATTEMPT",
+        "SIMULATE_CRASH", "X_FAIL_FIRST_ATTEMPT", "lance_ops.tests.fail_first",
     ]
