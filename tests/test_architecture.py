@@ -1,7 +1,7 @@
 """The layer rule and the no-cycle rule of docs/architecture.md, read from lance_ops' import graph.
 
 Every ``import`` / ``from ... import`` in lance_ops (at module level *and* inside functions) is an
-edge. An edge may not run up the floors, and modules may not import each other in a loop.
+edge, and so is the step into each package whose ``__init__`` such an import runs. An edge may not run up the floors, and modules may not import each other in a loop.
 
 The redesign step removes today's violations; until then they are listed in ``KNOWN_*`` below as a
 ratchet: a violation not on the list fails the suite (new code cannot add one), and a listed one
@@ -28,18 +28,23 @@ FLOORS = {
 
 #: upward edges that exist today (importer -> imported); the redesign removes them
 KNOWN_UPWARD = {
-    ("lance_ops.file.writer_legacy", "lance_ops.table.manifest"),
     ("lance_ops.table.dataset", "lance_ops.maintenance.cleanup"),
     ("lance_ops.table.dataset", "lance_ops.maintenance.compaction"),
+    ("lance_ops.table.dataset", "lance_ops.maintenance"),  # the package, run by those imports
 }
 
 #: import cycles that exist today (each as the sorted modules of one strongly connected component)
 KNOWN_CYCLES = {
+    # the encoders import lance_ops.file.* (whose package imports the writers, which import the
+    # encoders): `import lance_ops.encoding.encode_v20_blob` as a first import fails today.
+    # The format/ layout of ADR 0002 puts the container below the encoders and ends it.
+    ("lance_ops.encoding", "lance_ops.encoding.encode_v20_blob", "lance_ops.encoding.encode_v21_blob",
+     "lance_ops.encoding.encode_v21_blob_v2", "lance_ops.encoding.encode_v2_1", "lance_ops.encoding.fields_v2_0",
+     "lance_ops.file", "lance_ops.file.dispatch", "lance_ops.file.reader", "lance_ops.file.reader_legacy",
+     "lance_ops.file.reader_v2_1", "lance_ops.file.writer", "lance_ops.file.writer_legacy"),
     ("lance_ops.maintenance.compaction", "lance_ops.maintenance.compaction_exec",
      "lance_ops.maintenance.compaction_plan", "lance_ops.table.blobs", "lance_ops.table.dataset",
      "lance_ops.table.fragment", "lance_ops.table.write"),
-    ("lance_ops.io.s3", "lance_ops.io.s3_writer"),
-    ("lance_ops.table.external_store", "lance_ops.table.naming"),
 }
 
 
@@ -80,6 +85,15 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
                 target = target.rpartition(".")[0]
             if target and target != name and target.startswith("lance_ops"):
                 out.add(target)
+    # importing a.b.c first runs the packages a.b (and a) it lives in: an edge to each of them,
+    # except to the importer's own packages (already being imported when it runs)
+    own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+    for target in list(out):
+        parts = target.split(".")
+        for i in range(2, len(parts)):
+            package = ".".join(parts[:i])
+            if package in known and package not in own and package != name:
+                out.add(package)
     return out
 
 

@@ -47,6 +47,7 @@ from lance_ops.encoding import encode_legacy as enc
 from lance_ops.encoding.decode_legacy import is_binary_like, is_list_like
 from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
 from lance_ops.file.format import LEGACY_FOOTER_VERSION, MAGIC
+from lance_ops.file.proto_wire import serialize_like_upstream as _serialize
 from lance_ops.schema import FieldNode, conform_batch, field_tree, to_lance_fields
 
 __all__ = ["LegacyFileWriter", "DEFAULT_MAX_ROWS_PER_GROUP", "LEGACY_DATA_FILE_VERSION"]
@@ -62,12 +63,6 @@ def _default_writer_version() -> tuple[str, str]:
     from lance_ops._version import __version__
 
     return "lance-ops", __version__
-
-
-def _serialize(message) -> bytes:
-    from lance_ops.table.manifest import serialize_like_upstream
-
-    return serialize_like_upstream(message)
 
 
 def _check_type(dt: pa.DataType, name: str) -> None:

@@ -291,7 +291,10 @@ class S3Store(ObjectStore):
         self.metrics.add(put_requests=1, bytes_written=len(data))
 
     def open_output(self, path: str) -> ObjectWriter:
-        return S3Writer(self, path, self.part_size)
+        return S3Writer(
+            self.client, self.bucket, path,
+            uri=self.uri(path), metrics=self.metrics, part_size=self.part_size,
+        )
 
     def copy(self, src: str, dst: str) -> None:
         """Server-side copy (single CopyObject, so objects up to 5 GiB)."""

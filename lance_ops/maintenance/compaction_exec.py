@@ -48,6 +48,7 @@ import pyarrow as pa
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
 from lance_ops.table import deletion, idempotency, naming, rowids, versions
+from lance_ops.table import locate
 from lance_ops.table.commit import (
     IDEMPOTENCY_KEY,
     CommitContext,
@@ -535,7 +536,7 @@ def commit_compaction(ds_or_uri, results: Sequence[RewriteResult], *, storage_op
             "(cleaned up); re-plan the compaction"
         ) from exc
     check_no_indices(read_mf, ds.uri)
-    latest_loc = naming.latest_version(store, base)
+    latest_loc = locate.latest_version(store, base)
     if latest_loc is not None and latest_loc.version != read_mf.version:
         check_no_indices(read_manifest(store, latest_loc.path), ds.uri)
 

@@ -19,7 +19,7 @@ Publishing at ``latest + 1`` with put-if-absent is only safe while no newer vers
 been committed and removed since we listed: ``_versions/`` is listed again right before the
 put, and cleanup keeps every version superseded less than its minimum age (5 minutes by
 default) ago, far longer than that listing-to-publish window. An empty listing is never taken for "no versions" when we know better
-(``naming.latest_version(known=...)``).
+(``locate.latest_version(known=...)``).
 """
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ from lance_ops.errors import (
     StorageError,
 )
 from lance_ops.table import conflicts, deletion, feature_flags, naming
+from lance_ops.table import locate
 from lance_ops.table.manifest import (
     ManifestFile,
     decode_dictionaries,
@@ -268,7 +269,7 @@ def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None
             if not gap:
                 return current, None
             # the versions we were told about went away: newer ones replaced them
-            newest = naming.latest_version(store, base, known=version - 1)
+            newest = locate.latest_version(store, base, known=version - 1)
             relists += 1
             if newest is None or newest.version < version or relists > 3:
                 if missing is not None:
@@ -278,7 +279,7 @@ def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None
                     "version was found; re-read the dataset and retry")
             latest_version = newest.version
             continue
-        loc = naming.find_version(store, base, version)
+        loc = locate.find_version(store, base, version)
         theirs_file = None
         if loc is not None:
             try:
@@ -307,7 +308,7 @@ def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None
                          store.uri(base), gap[0], gap[-1], version)
                 outcome = _check_gap(store, base, txn, ctx, current, theirs_file)
             else:
-                if theirs is None and naming.find_version(store, base, version) is None:
+                if theirs is None and locate.find_version(store, base, version) is None:
                     raise ObjectNotFoundError(f"{store.uri(loc.path)}: removed while reading")
                 their_deleted = (
                     _their_deletions(store, base, txn, theirs)
@@ -433,7 +434,7 @@ def _attempt(store, base, txn, ctx: CommitContext, options: CommitOptions, state
              restored_file, key, v2: bool, attempt: int) -> ManifestFile | None:
     """One commit attempt: the committed (or found) version, or None to try again."""
     current = state.current
-    latest = naming.latest_version(store, base, known=current.version if current is not None else None)
+    latest = locate.latest_version(store, base, known=current.version if current is not None else None)
     if latest is not None and (current is None or latest.version > current.version):
         if key:
             earlier = find_in_versions(store, base, key, kind_of(txn),
@@ -467,7 +468,7 @@ def _attempt(store, base, txn, ctx: CommitContext, options: CommitOptions, state
     # the latest, invisible). This keeps that window to one request, far below cleanup's minimum
     # age for superseded versions however long the catch-up took.
     if current is not None:
-        fresh = naming.latest_version(store, base, known=current.version)
+        fresh = locate.latest_version(store, base, known=current.version)
         if fresh is not None and fresh.version > current.version:
             log.info("version %d of %s appeared while preparing the commit; catching up", fresh.version,
                      store.uri(base))
@@ -542,7 +543,7 @@ def commit_transaction(
         feature_flags.check_writer_flags(current.manifest.writer_feature_flags, store.uri(current.path or base))
     restored = restored_file = None
     if txn.WhichOneof("operation") == "restore":
-        loc = naming.find_version(store, base, txn.restore.version)
+        loc = locate.find_version(store, base, txn.restore.version)
         if loc is None:
             raise DatasetNotFoundError(f"{store.uri(base)}: version {txn.restore.version} does not exist")
         restored_file = read_manifest(store, loc.path)

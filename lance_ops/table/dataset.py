@@ -25,6 +25,7 @@ from lance_ops.io.redact import RedactedOptions
 from lance_ops.file import blob_v2
 from lance_ops.table import blobs as blobs_mod
 from lance_ops.table import feature_flags, naming, tags as tags_mod
+from lance_ops.table import locate
 from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.filters import compile_expression, compile_filter
 from lance_ops.table.fragment import LanceFragment
@@ -43,11 +44,11 @@ def open_manifest(store, base: str, version: int | str | None, uri: str) -> Mani
     if isinstance(version, str):
         version = tags_mod.resolve_tag_version(store, base, version)
     if version is None:
-        loc = naming.latest_version(store, base)
+        loc = locate.latest_version(store, base)
         if loc is None:
             raise DatasetNotFoundError(f"Dataset at path {uri} was not found: no versions under _versions/")
     else:
-        loc = naming.find_version(store, base, int(version))
+        loc = locate.find_version(store, base, int(version))
         if loc is None:
             raise DatasetNotFoundError(f"{uri}: version {version} does not exist")
     mf = read_manifest(store, loc.path)
@@ -109,7 +110,7 @@ class LanceDataset:
 
     @property
     def latest_version(self) -> int:
-        loc = naming.latest_version(self._store, self._base)
+        loc = locate.latest_version(self._store, self._base)
         return loc.version if loc else self.version
 
     @cached_property

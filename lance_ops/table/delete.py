@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import ObjectNotFoundError, RetryableCommitConflictError
 from lance_ops.table import deletion, naming
+from lance_ops.table import locate
 from lance_ops.table.commit import CommitContext
 from lance_ops.table.filters import compile_filter
 
@@ -60,7 +61,7 @@ def _scan_or_retry(dataset, frags, filt) -> list[np.ndarray]:
     try:
         return _all_matching_offsets(dataset, frags, filt)
     except ObjectNotFoundError as exc:
-        if naming.find_version(dataset._store, dataset._base, dataset.version) is not None:
+        if locate.find_version(dataset._store, dataset._base, dataset.version) is not None:
             raise  # the version is still there: a file is really missing
         raise RetryableCommitConflictError(
             f"{dataset.uri}: version {dataset.version} was removed (cleanup) while the delete scanned it; "

@@ -27,6 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lance_ops.errors import AlreadyExistsError, StorageError, UnsafePathError
 from lance_ops.io import redact
+from lance_ops.table import naming
 from lance_ops.table.paths import check_inside
 
 _clients: dict[tuple, Any] = {}
@@ -65,8 +66,6 @@ def _fail(op: str, table: str, exc: Exception) -> StorageError:
 
 
 def _final_path(store, base: str, version: int, scheme_v2: bool) -> str:
-    from lance_ops.table import naming
-
     return store.join(base, naming.manifest_path(version, scheme_v2))
 
 
@@ -75,8 +74,6 @@ def _is_staged(path: str) -> bool:
 
 
 def staged_path(store, base: str, version: int) -> str:
-    from lance_ops.table import naming
-
     return store.join(base, naming.VERSIONS_DIR, f"{version}.manifest-{uuid_mod.uuid4()}")
 
 
@@ -110,8 +107,6 @@ def _finish(store, base: str, version: int, path: str, v2: bool) -> str:
 def _item_path(store, base: str, item: dict, version: int) -> str:
     """The item's manifest path, refused unless it is a file directly in the dataset's
     ``_versions/``: we copy and delete what it names, so it must never lead elsewhere."""
-    from lance_ops.table import naming
-
     where = f"DynamoDB table {store.ddb_table_name!r} item ({_base_uri(store, base)}, version {version})"
     path = check_inside(store, base, item["path"]["S"], under=(naming.VERSIONS_DIR,), what="path", where=where)
     if "/" in path[len(store.join(base, naming.VERSIONS_DIR)):].strip("/"):
@@ -119,9 +114,7 @@ def _item_path(store, base: str, item: dict, version: int) -> str:
     return path
 
 
-def _item_location(store, base: str, item: dict, v2: bool):
-    from lance_ops.table import naming
-
+def _item_location(store, base: str, item: dict, v2: bool) -> naming.ManifestLocation:
     version = int(item["version"]["N"])
     path = _item_path(store, base, item, version)
     if _is_staged(path):
@@ -161,7 +154,9 @@ def get_item(store, base: str, version: int) -> dict | None:
     return resp.get("Item")
 
 
-def latest_location(store, base: str, listed_latest, v2: bool):
+def latest_location(
+    store, base: str, listed_latest: naming.ManifestLocation | None, v2: bool
+) -> naming.ManifestLocation | None:
     """The newest version known to DynamoDB or to the listing (finishing a half-done commit)."""
     item = latest_item(store, base)
     if item is None:
@@ -172,7 +167,8 @@ def latest_location(store, base: str, listed_latest, v2: bool):
     return loc
 
 
-def find_location(store, base: str, version: int, v2: bool):
+def find_location(store, base: str, version: int, v2: bool) -> naming.ManifestLocation | None:
+    """The manifest of ``version`` as the table records it (finishing a half-done commit), else None."""
     item = get_item(store, base, version)
     return None if item is None else _item_location(store, base, item, v2)
 

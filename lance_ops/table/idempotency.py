@@ -41,6 +41,7 @@ from typing import Iterable, Mapping
 
 from lance_ops.errors import AlreadyExistsError, IdempotencyUnknownError, ObjectNotFoundError
 from lance_ops.table import naming
+from lance_ops.table import locate
 from lance_ops.table.manifest import ManifestFile, read_manifest
 from lance_ops.table.transaction_file import load_transaction
 
@@ -352,7 +353,7 @@ def find_in_versions(store, base: str, key: str, kind: str | None, first: int, l
     """The newest version in ``first..last`` (both included) committed with ``key`` (of ``kind``;
     any kind when None). The commit loop's check of versions that landed while it worked."""
     for version in range(last, first - 1, -1):
-        loc = naming.find_version(store, base, version)
+        loc = locate.find_version(store, base, version)
         if loc is None:
             continue
         try:
@@ -368,7 +369,7 @@ def find_in_versions(store, base: str, key: str, kind: str | None, first: int, l
 
 def manifest_of(store, base: str, rec: KeyRecord) -> ManifestFile | None:
     """The manifest of the recorded version, if it is still retained."""
-    loc = naming.find_version(store, base, rec.version)
+    loc = locate.find_version(store, base, rec.version)
     if loc is None:
         return None
     try:

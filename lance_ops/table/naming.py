@@ -1,5 +1,8 @@
 """Names of the files that make up a Lance table, and version discovery by listing.
 
+Pure naming: paths, schemes and what ``_versions/`` holds. Where a version lives when a DynamoDB
+external manifest store is in play is answered by :mod:`lance_ops.table.locate` (ADR 0009).
+
 Layout of a dataset directory (all paths relative to the dataset root)::
 
     data/{random}.lance                                   data files
@@ -61,7 +64,8 @@ class ManifestLocation(NamedTuple):
 
 
 # --- manifests -------------------------------------------------------------------------------
-def _check_version(version: int) -> int:
+def check_version(version: int) -> int:
+    """``version`` as an int, refused with ValueError unless it is a u64."""
     version = int(version)
     if version < 0 or version > U64_MAX:
         raise ValueError(f"version must be in [0, 2**64), got {version}")
@@ -70,7 +74,7 @@ def _check_version(version: int) -> int:
 
 def manifest_name(version: int, v2: bool) -> str:
     """File name (no directory) of the manifest of ``version`` under the given scheme."""
-    version = _check_version(version)
+    version = check_version(version)
     if v2:
         return f"{U64_MAX - version:020d}{MANIFEST_SUFFIX}"
     return f"{version}{MANIFEST_SUFFIX}"
@@ -164,7 +168,7 @@ def _evidence_of_versions(store, base: str, known: int | None) -> str | None:
     hint = read_version_hint(store, base)
     if hint is not None:
         return f"the version hint names version {hint}"
-    if find_version(store, base, 1) is not None:
+    if find_manifest_by_name(store, base, 1) is not None:
         return "the manifest of version 1 exists"
     read_versions: set[int] = set()
     try:
@@ -175,7 +179,7 @@ def _evidence_of_versions(store, base: str, known: int | None) -> str | None:
     except ObjectNotFoundError:
         return None
     for r in sorted(read_versions, reverse=True)[:_TXN_PROBES]:
-        if r + 1 <= U64_MAX and find_version(store, base, r + 1) is not None:
+        if r + 1 <= U64_MAX and find_manifest_by_name(store, base, r + 1) is not None:
             return f"the manifest of version {r + 1} exists"
     return None
 
@@ -201,40 +205,52 @@ def _list_versions_trusting_no_absence(store, base: str, known: int | None) -> l
     )
 
 
+def latest_listed(store, base: str) -> tuple[ManifestLocation | None, NamingScheme | None]:
+    """The newest manifest one listing of ``_versions/`` shows, and the directory's scheme.
+
+    The listing is taken as it comes (an empty one gives ``(None, None)``); a mixed directory is
+    refused. :mod:`lance_ops.table.locate` uses this where another source of truth (the
+    DynamoDB external manifest store) is consulted afterwards.
+    """
+    entries = list_versions(store, base)
+    scheme = _scheme_of(entries, store.join(base, VERSIONS_DIR))
+    return (entries[-1] if entries else None), scheme
+
+
+def _refuse_external_store(store, base: str, what: str) -> None:
+    """Directory-only answers would miss commits the DynamoDB table holds: refuse them."""
+    if getattr(store, "ddb_table_name", None):
+        raise ValueError(
+            f"naming.{what} reads _versions/ only, but {store.uri(base)} has a DynamoDB external "
+            f"manifest store: use lance_ops.table.locate.{what}"
+        )
+
+
 def latest_version(store, base: str, *, known: int | None = None) -> ManifestLocation | None:
-    """The newest committed manifest, or None if there is none.
+    """The newest committed manifest in ``_versions/``, or None if there is none.
 
     For V2 this is the lexically first name; listing once and taking the maximum is the same
-    thing and also catches a mixed directory (which is refused). With a DynamoDB external
-    manifest store (``s3+ddb://``) the table is consulted too, finishing half-done commits.
+    thing and also catches a mixed directory (which is refused).
 
     An empty listing is not believed on its own: ``known`` (a version the caller read), the
     version hint and probes by name are checked first, and if they say the dataset exists the
     listing is retried, then StorageError is raised (never None: callers would re-create it).
+
+    A store with a DynamoDB external manifest store (``s3+ddb://``) is refused with ValueError:
+    :func:`lance_ops.table.locate.latest_version` answers for every store.
     """
-    ddb = getattr(store, "ddb_table_name", None)  # (the external table is consulted below)
-    entries = list_versions(store, base) if ddb else _list_versions_trusting_no_absence(store, base, known)
-    scheme = _scheme_of(entries, store.join(base, VERSIONS_DIR))
-    latest = entries[-1] if entries else None
-    if ddb:
-        from lance_ops.table import external_store
-
-        return external_store.latest_location(store, base, latest, scheme != NamingScheme.V1)
-    return latest
+    _refuse_external_store(store, base, "latest_version")
+    entries = _list_versions_trusting_no_absence(store, base, known)
+    _scheme_of(entries, store.join(base, VERSIONS_DIR))
+    return entries[-1] if entries else None
 
 
-def find_version(store, base: str, version: int) -> ManifestLocation | None:
-    """The manifest of ``version`` (None if that version does not exist).
+def find_manifest_by_name(store, base: str, version: int) -> ManifestLocation | None:
+    """The manifest of ``version`` found under either naming scheme, else None.
 
     Probes the two possible names directly (one HEAD each) instead of listing ``_versions/``.
     """
-    version = _check_version(version)
-    if getattr(store, "ddb_table_name", None):
-        from lance_ops.table import external_store
-
-        found = external_store.find_location(store, base, version, detect_scheme(store, base) != NamingScheme.V1)
-        if found is not None:
-            return found
+    version = check_version(version)
     for v2 in (True, False):
         path = store.join(base, manifest_path(version, v2))
         try:
@@ -244,6 +260,18 @@ def find_version(store, base: str, version: int) -> ManifestLocation | None:
         scheme = NamingScheme.V2 if v2 else NamingScheme.V1
         return ManifestLocation(version, path, scheme, size, datetime.now(timezone.utc))
     return None
+
+
+def find_version(store, base: str, version: int) -> ManifestLocation | None:
+    """The manifest of ``version`` in ``_versions/`` (None if that version does not exist).
+
+    Probes the two possible names directly (one HEAD each) instead of listing ``_versions/``.
+    A store with a DynamoDB external manifest store is refused with ValueError:
+    :func:`lance_ops.table.locate.find_version` answers for every store.
+    """
+    version = check_version(version)
+    _refuse_external_store(store, base, "find_version")
+    return find_manifest_by_name(store, base, version)
 
 
 # --- version hint ----------------------------------------------------------------------------
@@ -259,7 +287,7 @@ def write_version_hint(store, base: str, version: int) -> bool:
     """
     if getattr(store, "scheme", "") != "file":
         return False
-    payload = json.dumps({"version": _check_version(version)}, separators=(",", ":"))
+    payload = json.dumps({"version": check_version(version)}, separators=(",", ":"))
     store.put(version_hint_path(store, base), payload.encode())
     return True
 
@@ -305,7 +333,7 @@ def new_transaction_uuid() -> str:
 
 def transaction_file_name(read_version: int, uuid: str) -> str:
     """``{read_version}-{uuid}.txn`` (relative to ``_transactions/``)."""
-    return f"{_check_version(read_version)}-{uuid}.txn"
+    return f"{check_version(read_version)}-{uuid}.txn"
 
 
 _TXN_NAME_RE = re.compile(r"^(\d+)-(.+)\.txn$")

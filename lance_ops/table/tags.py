@@ -36,6 +36,7 @@ from lance_ops.errors import (
     TagNotFoundError,
 )
 from lance_ops.table import naming
+from lance_ops.table import locate
 
 TAG_SUFFIX = ".json"
 
@@ -209,7 +210,7 @@ def resolve_tag_version(store, base: str, name: str) -> int:
 def _locate_version(store, base: str, version: int) -> naming.ManifestLocation:
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise TagError(f"tag version must be a non-negative integer, got {version!r}")
-    loc = naming.find_version(store, base, version)
+    loc = locate.find_version(store, base, version)
     if loc is None:
         raise DatasetNotFoundError(f"version {version} of {store.uri(base)} does not exist")
     return loc

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import lance_ops
-from lance_ops.table import external_store, naming
+from lance_ops.table import external_store, locate, naming
 from tests.commit import workers
 
 
@@ -111,3 +111,24 @@ def test_external_store_half_finished_commit_is_repaired(ddb, monkeypatch, crash
     nxt = lance_ops.write_dataset(workers.rows(500, 5, "c"), uri, mode="append", storage_options=options)
     assert nxt.version == ds.version + 1
     assert nxt.count_rows() == ds.count_rows() + 5
+
+
+def test_locate_finds_a_version_only_the_external_store_knows(ddb):
+    """naming answers from _versions/ only and refuses an s3+ddb store; locate asks the table too."""
+    uri, options, _ = ddb
+    ds = lance_ops.write_dataset(workers.rows(0, 10, "a"), uri, storage_options=options)
+    store, base = ds._store, ds._base
+    body = b"manifest of version 2"
+    external_store.commit(store, base, 2, body, True, crash_after=2)  # item put, not copied into place
+    assert naming.find_manifest_by_name(store, base, 2) is None
+    assert naming.latest_listed(store, base)[0].version == 1
+    with pytest.raises(ValueError, match=r"naming\.latest_version reads _versions/ only, but s3://.*/ds has "
+                       r"a DynamoDB external manifest store: use lance_ops\.table\.locate\.latest_version"):
+        naming.latest_version(store, base)
+    with pytest.raises(ValueError, match=r"use lance_ops\.table\.locate\.find_version$"):
+        naming.find_version(store, base, 2)
+    loc = locate.find_version(store, base, 2)  # finishes the half-done commit
+    assert (loc.version, loc.path, loc.size) == (2, store.join(base, naming.manifest_path(2, True)), len(body))
+    assert store.read(loc.path) == body
+    assert locate.latest_version(store, base).version == 2
+    assert locate.find_version(store, base, 3) is None
