@@ -10,6 +10,7 @@ that is gone fails too (so the list only shrinks and stays true).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -249,3 +250,111 @@ def test_the_private_use_checker_sees_uses():
     assert members == {"_scan", "_store"}
     uses = private_uses("def f(ds, self):\n    ds._scan(); self._store; getattr(ds, '_store'); ds.store\n", members)
     assert sorted(text for _, text in uses) == ["ds._scan", "getattr(ds, '_store')"]
+
+
+# --- no test switch in production code (docs/adr/0007-fault-injection-from-tests.md) ------------
+
+#: words that mark an environment variable or Spark local property as a test-only switch (whole
+#: words between underscores or dots, so LATEST_VERSION is not one)
+TEST_SWITCH_WORDS = re.compile(r"(^|[_.])(TESTS?|TESTING|FAIL_FIRST|INJECT[A-Z]*|CRASH[A-Z]*)([_.]|$)")
+#: production code: the package plus the Airflow parts shipped in the image
+PRODUCTION_DIRS = ("lance_ops", "operators", "sensors", "dags")
+
+
+def _string_constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level ``NAME = "text"`` assignments."""
+    return {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
+def setting_reads(source: str, constants: dict[str, str]) -> list[tuple[int, str]]:
+    """(line, name) of every environment variable or Spark local property ``source`` reads, in order.
+
+    Names given as constants (of this module, or ``constants`` of the others) are resolved; names
+    that cannot be resolved statically read as "?".
+    """
+    tree = ast.parse(source)
+    known = {**constants, **_string_constants(tree)}
+
+    def name_of(expr: ast.expr) -> str:
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            return expr.value
+        if isinstance(expr, ast.Name | ast.Attribute):
+            return known.get(expr.id if isinstance(expr, ast.Name) else expr.attr, "?")
+        if isinstance(expr, ast.JoinedStr):
+            return "".join(v.value if isinstance(v, ast.Constant) else "?" for v in expr.values)
+        return "?"
+
+    def is_environ(expr: ast.expr) -> bool:
+        return (isinstance(expr, ast.Attribute) and expr.attr == "environ") or \
+            (isinstance(expr, ast.Name) and expr.id == "environ")
+
+    out = []
+    for node in ast.walk(tree):
+        key = None
+        if isinstance(node, ast.Call) and node.args:
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr in ("get", "pop", "setdefault") and is_environ(f.value):
+                key = node.args[0]
+            elif (isinstance(f, ast.Attribute) and f.attr in ("getenv", "getLocalProperty")) or \
+                    (isinstance(f, ast.Name) and f.id == "getenv"):
+                key = node.args[0]
+        elif isinstance(node, ast.Subscript) and is_environ(node.value):
+            key = node.slice
+        elif isinstance(node, ast.Compare) and any(is_environ(c) for c in node.comparators):
+            key = node.left
+        if key is not None:
+            out.append((node.lineno, node.col_offset, name_of(key)))
+    return [(line, name) for line, _, name in sorted(out)]
+
+
+def switch_names_in(source: str, constants: dict[str, str]) -> list[str]:
+    """Test-switch names ``source`` reads, or holds as an ALL_CAPS literal (names read in a loop)."""
+    def is_switch(name: str) -> bool:
+        return TEST_SWITCH_WORDS.search(name.upper()) is not None
+
+    found = [name for _, name in setting_reads(source, constants) if is_switch(name)]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                node.value.isupper() and " " not in node.value and is_switch(node.value):
+            found.append(node.value)
+    return sorted(set(found))
+
+
+def test_no_test_switch_in_production_code():
+    files = [p for d in PRODUCTION_DIRS for p in (ROOT / d).rglob("*.py") if "_proto" not in p.parts]
+    constants: dict[str, str] = {}
+    for path in files:
+        constants.update(_string_constants(ast.parse(path.read_text(), str(path))))
+    switches = {str(p.relative_to(ROOT)): names for p in files
+                if (names := switch_names_in(p.read_text(), constants))}
+    assert switches == {}, "production code reads test-only switches; inject faults from the tests (ADR 0007)"
+
+
+def test_the_switch_checker_sees_every_way_of_reading_a_setting():
+    """The analysis itself: literals, constants, os.getenv, environ[...], ``in``, local properties."""
+    source = '''
+import os
+from os import environ, getenv
+FLAG = "X_FAIL_FIRST_ATTEMPT"
+a = os.environ.get("LANCE_OPS_TEST_MODE")
+b = os.getenv(FLAG)
+c = environ["INJECT_FAULTS"]
+d = "SIMULATE_CRASH" in os.environ
+e = ctx.getLocalProperty(other.CRASH_AFTER_WRITE) or ctx.getLocalProperty("lance_ops.tests.fail_first")
+f = os.environ.get("LANCE_OPS_DECODE_THREADS", "4") or os.environ.get("LATEST_VERSION")
+g = getenv(f"LANCE_OPS_{kind}")
+for name in ("AWS_TEST_SECRET",):
+    os.environ.get(name)
+'''
+    reads = setting_reads(source, {"CRASH_AFTER_WRITE": "LANCE_OPS_CRASH_AFTER_WRITE"})
+    assert [name for _, name in reads] == [
+        "LANCE_OPS_TEST_MODE", "X_FAIL_FIRST_ATTEMPT", "INJECT_FAULTS", "SIMULATE_CRASH",
+        "LANCE_OPS_CRASH_AFTER_WRITE", "lance_ops.tests.fail_first", "LANCE_OPS_DECODE_THREADS",
+        "LATEST_VERSION", "LANCE_OPS_?", "?",
+    ]
+    assert switch_names_in(source, {"CRASH_AFTER_WRITE": "LANCE_OPS_CRASH_AFTER_WRITE"}) == [
+        "AWS_TEST_SECRET", "INJECT_FAULTS", "LANCE_OPS_CRASH_AFTER_WRITE", "LANCE_OPS_TEST_MODE",
+        "SIMULATE_CRASH", "X_FAIL_FIRST_ATTEMPT", "lance_ops.tests.fail_first",
+    ]

@@ -19,7 +19,7 @@ from lance_ops.table.statistics import *  # noqa: F401,F403 - re-exported for ca
 from lance_ops.table.statistics import (  # noqa: F401
     LIST_THRESHOLD, STATS_DIR, STATS_SUFFIX, TRUNCATE_BYTES, FileStats, PageStat, _Record,
     _extract, _stats_table, _tracked, _write_stats_file, compute_stat, load_file_stats, log,
-    parse_stats_table, pruning_disabled, scan_offsets, stat_fields, stats_path, stats_type,
+    parse_stats_table, scan_offsets, stat_fields, stats_path, stats_type,
     track_statistics, truncate_max, truncate_min, _listed_stats, _stats_name, forget_cached_statistics,
 )
 

@@ -10,15 +10,9 @@ plus a small state (URI, storage options, field protos as base64), not by value.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Iterable, Iterator, Mapping
 
 import pyarrow as pa
-
-#: Test hook: when this environment variable (or Spark local property of the same name) is
-#: "1", a task's first attempt fails right after writing its files, so tests can prove that
-#: retried attempts add no duplicate rows. Never set it in production.
-FAIL_FIRST_ATTEMPT = "LANCE_OPS_SPARK_FAIL_FIRST_ATTEMPT"
 
 #: Columns of the rows a write task returns to the driver.
 FRAGMENT_ROWS_DDL = "partition int, seq int, attempt int, num_rows long, fragment string"
@@ -34,16 +28,6 @@ def _task_context():
     except ImportError:  # pragma: no cover - only inside Spark
         return None
     return TaskContext.get()
-
-
-def _maybe_fail_first_attempt(ctx) -> None:
-    if ctx is None:
-        return
-    flag = os.environ.get(FAIL_FIRST_ATTEMPT) or ctx.getLocalProperty(FAIL_FIRST_ATTEMPT)
-    if flag == "1" and ctx.attemptNumber() == 0:
-        raise RuntimeError(
-            f"{FAIL_FIRST_ATTEMPT}=1: failing attempt 0 of partition {ctx.partitionId()} on purpose (test hook)"
-        )
 
 
 def write_partition(batches: Iterable[pa.RecordBatch], *, uri: str, storage_options: Mapping[str, Any] | None,
@@ -90,7 +74,6 @@ class WriteFragmentsTask:
             schema_metadata=self.schema_metadata, max_rows_per_file=self.max_rows_per_file,
             data_storage_version=self.data_storage_version,
         )
-        _maybe_fail_first_attempt(ctx)
         partition = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
         n = len(fragments)
@@ -114,6 +97,4 @@ class CompactionTaskRunner:
         from lance_ops.maintenance.compaction import CompactionTask
 
         task = CompactionTask.from_json(task_json)
-        result = task.execute(self.uri, self.storage_options or None)
-        _maybe_fail_first_attempt(_task_context())
-        return result.to_json()
+        return task.execute(self.uri, self.storage_options or None).to_json()

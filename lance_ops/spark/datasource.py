@@ -393,7 +393,7 @@ class LanceWriter(DataSourceArrowWriter):
         self.fields_b64 = fields_to_b64(fields)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LanceCommitMessage:
-        from lance_ops.spark._tasks import _maybe_fail_first_attempt, _task_context, write_partition
+        from lance_ops.spark._tasks import _task_context, write_partition
         from lance_ops.table.staging import fragment_to_b64
 
         ctx = _task_context()
@@ -408,7 +408,6 @@ class LanceWriter(DataSourceArrowWriter):
             schema_metadata=self.schema_metadata, max_rows_per_file=self.max_rows_per_file,
             data_storage_version=self.version,
         )
-        _maybe_fail_first_attempt(ctx)
         return LanceCommitMessage(partition, attempt, sum(f.physical_rows for f in fragments),
                                   [fragment_to_b64(f) for f in fragments])
 

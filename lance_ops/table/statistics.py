@@ -73,11 +73,9 @@ Who reads them
 """
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -94,7 +92,7 @@ __all__ = [
     "STATS_DIR", "STATS_SUFFIX", "TRUNCATE_BYTES", "FORMAT_VERSION",
     "FieldPages", "FileStats", "stats_path", "load_file_stats", "track_statistics",
     "scan_offsets", "forget_cached_statistics",
-    "fragment_statistics", "pruning_disabled", "truncate_min", "truncate_max",
+    "fragment_statistics", "truncate_min", "truncate_max",
 ]
 
 #: extension area (must equal ``lance_ops.maintenance.cleanup.STATS_DIR``)
@@ -103,32 +101,12 @@ STATS_SUFFIX = ".stats.lance"
 FORMAT_VERSION = "1"
 #: strings and binaries longer than this are truncated in the bounds
 TRUNCATE_BYTES = 64
-#: set to "0" to turn statistics pruning off (results never change, only the work done)
-PRUNING_ENV = "LANCE_OPS_STATS_PRUNING"
 
 _META_FORMAT = b"lance_ops.stats.format"
 _META_DATA_FILE = b"lance_ops.stats.data_file"
 _META_ROWS = b"lance_ops.stats.num_rows"
 _META_TRUNCATE = b"lance_ops.stats.truncate_bytes"
 _CACHE_NAME = "lance_ops.statistics"  # this module's LanceDataset.cache
-
-_pruning_enabled = True
-
-
-@contextlib.contextmanager
-def pruning_disabled() -> Iterator[None]:
-    """Within the block, scans ignore statistics (for comparisons and benchmarks)."""
-    global _pruning_enabled
-    saved, _pruning_enabled = _pruning_enabled, False
-    try:
-        yield
-    finally:
-        _pruning_enabled = saved
-
-
-def _pruning_on() -> bool:
-    return _pruning_enabled and os.environ.get(PRUNING_ENV, "1") not in ("0", "false", "off", "no")
-
 
 # =================================================================================================
 # bounds of one array
@@ -793,7 +771,7 @@ def scan_offsets(ds, frag, filt) -> np.ndarray | None:
     None: read the whole fragment (no statistics, or they rule nothing out). An empty array:
     skip the fragment. Otherwise the live physical offsets of the pages that may match, sorted.
     """
-    if filt is None or not _pruning_on():
+    if filt is None:
         return None
     tree = getattr(filt, "tree", sp.UNKNOWN)
     columns = _columns_of(tree)

@@ -6,6 +6,7 @@ that pages and fragments are skipped.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import os
@@ -26,6 +27,7 @@ from lance_ops.file.reader import LanceFileReader
 from lance_ops.file.writer import LanceFileWriter
 from lance_ops.io import open_store
 from lance_ops.maintenance import statistics as S
+from lance_ops.table import statistics as table_statistics
 from lance_ops.table.filters import compile_filter
 
 N = 6000
@@ -36,6 +38,23 @@ N = 6000
 def small_pages(monkeypatch):
     """Single-batch files are cut into pages of at most 2 KiB (so a file has many pages)."""
     monkeypatch.setenv("LANCE_FILE_WRITER_MAX_PAGE_BYTES", "2048")
+
+
+@contextlib.contextmanager
+def pruning_disabled():
+    """Within the block, scans read every page: the statistics lookup is replaced from the test
+    (ADR 0007; lance_ops has no switch for it). Fails if no scan asked for statistics, so the
+    replacement cannot silently stop taking effect."""
+    calls = []
+
+    def read_everything(ds, frag, filt):
+        calls.append(frag.fragment_id)
+        return None
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(table_statistics, "scan_offsets", read_everything)
+        yield
+    assert calls, "no scan consulted lance_ops.table.statistics.scan_offsets: pruning_disabled() took no effect"
 
 
 def sample_table(n: int = N, start: int = 0) -> pa.Table:
@@ -326,7 +345,7 @@ def pruned_dataset(tmp_path_factory):
 def test_pruned_results_equal_unpruned_and_pylance(pruned_dataset, flt):
     ds = lance_ops.dataset(pruned_dataset)
     got = ds.to_table(filter=flt)
-    with S.pruning_disabled():
+    with pruning_disabled():
         plain = lance_ops.dataset(pruned_dataset).to_table(filter=flt)
     assert same(got, plain)
     theirs = lance.dataset(pruned_dataset).to_table(filter=flt)
@@ -349,7 +368,7 @@ def test_pages_and_fragments_are_skipped(pruned_dataset):
 
     plain_ds = lance_ops.dataset(pruned_dataset)
     plain_calls = record_reads(plain_ds)
-    with S.pruning_disabled():
+    with pruning_disabled():
         plain_ds._store.metrics.reset()
         assert same(plain_ds.to_table(filter=flt), got)
         plain_metrics = plain_ds._store.metrics.snapshot()
@@ -417,7 +436,7 @@ def test_bad_stats_files_are_ignored(tmp_path, small_pages, caplog):
     # a stats file that claims other rows (a wrong file under the right name) is ignored too
     shutil.copy(os.path.join(uri, "_stats", names[2]), os.path.join(uri, "_stats", names[1]))
     fresh = lance_ops.dataset(uri)
-    with S.pruning_disabled():
+    with pruning_disabled():
         expect = lance_ops.dataset(uri).to_table(filter="id > 10")
     assert same(fresh.to_table(filter="id > 10"), expect)
     assert fresh.count_rows("id < 3000") == 3000
@@ -439,7 +458,7 @@ def test_wrong_bounds_would_change_results_so_bounds_are_really_used(tmp_path, s
     with LanceFileWriter(path, lie.schema) as w:
         w.write_batch(lie)
     assert lance_ops.dataset(uri).count_rows("id >= 0 AND id > 5") == 0
-    with S.pruning_disabled():
+    with pruning_disabled():
         assert lance_ops.dataset(uri).count_rows("id >= 0 AND id > 5") == 1994
 
 
@@ -465,7 +484,7 @@ def test_rebuild_fills_in_pylance_files(tmp_path):
         if "lst" in flt:
             continue
         got = fresh.to_table(filter=flt)
-        with S.pruning_disabled():
+        with pruning_disabled():
             assert same(got, lance_ops.dataset(uri).to_table(filter=flt)), flt
     calls = record_reads(fresh)
     assert fresh.count_rows("id > 100000") == 0 and data_reads(calls) == []
@@ -576,7 +595,7 @@ def test_property_pruning_never_changes_results(tmp_path_factory, monkeypatch, r
                                                 f"NOT ({col} {op} {lit})"])))
     flt = join.join(terms)
     got = ds.to_table(filter=flt)
-    with S.pruning_disabled():
+    with pruning_disabled():
         plain = lance_ops.dataset(uri).to_table(filter=flt)
     assert same(got, plain), flt
     # and the statistics bound every page
@@ -607,14 +626,14 @@ def test_many_fragments_list_stats_once(tmp_path, small_pages):
     got = fresh.to_table(filter="id BETWEEN 4410 AND 4420")
     m = fresh._store.metrics.snapshot()
     assert m["list_requests"] == 1
-    with S.pruning_disabled():
+    with pruning_disabled():
         assert same(got, lance_ops.dataset(uri).to_table(filter="id BETWEEN 4410 AND 4420"))
     # files without statistics are read, the others are skipped: fewer bytes than a full scan
     fresh._store.metrics.reset()
     assert same(fresh.to_table(filter="id BETWEEN 4410 AND 4420"), got)
     warm = fresh._store.metrics.snapshot()
     assert warm["list_requests"] == 0  # statistics (and their absence) are cached per dataset
-    with S.pruning_disabled():
+    with pruning_disabled():
         plain = lance_ops.dataset(uri)
         plain._store.metrics.reset()
         plain.to_table(filter="id BETWEEN 4410 AND 4420")
@@ -633,7 +652,7 @@ def test_statistics_on_s3(s3_bucket, moto_server, monkeypatch):
     ds._store.metrics.reset()
     got = ds.to_table(filter=flt)
     pruned = ds._store.metrics.snapshot()
-    with S.pruning_disabled():
+    with pruning_disabled():
         plain_ds = lance_ops.dataset(uri, storage_options=opts)
         plain_ds._store.metrics.reset()
         assert same(plain_ds.to_table(filter=flt), got)

@@ -2,6 +2,10 @@
 
 ``MASTER`` is ``local[2,2]``: two cores and up to 2 attempts per task, so the retry tests can fail
 a first attempt (plain ``local[2]`` never retries a task).
+
+Failures are injected from the outside (docs/adr/0007-fault-injection-from-tests.md): the
+``executor_hooks/`` directory goes on the Python workers' path, and its ``sitecustomize`` wraps
+lance-ops' task functions so that attempt 0 fails when a test switches the fault on.
 """
 from __future__ import annotations
 
@@ -18,9 +22,19 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from tests.spark.executor_hooks.sitecustomize import ENV as FAIL_FIRST_ATTEMPT_ENV
+from tests.spark.executor_hooks.sitecustomize import PROPERTY as FAIL_FIRST_ATTEMPT_PROPERTY
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 MASTER = "local[2,2]"
+#: test-owned directory the Python workers import the fault hook from (``sitecustomize``)
+EXECUTOR_HOOKS = Path(__file__).resolve().parent / "executor_hooks"
+#: spark-submit settings that make every task's attempt 0 fail right after writing its files
+FAIL_FIRST_ATTEMPT_CONF = {
+    "spark.executorEnv.PYTHONPATH": str(EXECUTOR_HOOKS),
+    f"spark.executorEnv.{FAIL_FIRST_ATTEMPT_ENV}": "1",
+}
 
 
 def have_spark() -> bool:
@@ -46,13 +60,13 @@ def spark_env(extra: dict | None = None) -> dict[str, str]:
 
 
 def spark_submit(script: str, args: list[str], *, master: str = MASTER, env: dict | None = None,
-                 timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run ``spark-submit --master <master> lance_ops/spark/<script> <args>``."""
+                 conf: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``spark-submit --master <master> [--conf k=v ...] lance_ops/spark/<script> <args>``."""
     submit = BIN / "spark-submit"
     if not submit.exists():
         submit = Path(shutil.which("spark-submit") or "spark-submit")
-    cmd = [str(submit), "--master", master, "--conf", "spark.ui.enabled=false",
-           str(REPO / "lance_ops" / "spark" / script), *args]
+    confs = [arg for k, v in {"spark.ui.enabled": "false", **(conf or {})}.items() for arg in ("--conf", f"{k}={v}")]
+    cmd = [str(submit), "--master", master, *confs, str(REPO / "lance_ops" / "spark" / script), *args]
     return subprocess.run(cmd, env=spark_env(env), capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
 
 
@@ -93,12 +107,15 @@ def referenced_files(uri: str) -> set[str]:
 
 @contextmanager
 def fail_first_attempts(spark):
-    """Make every task's attempt 0 fail after writing its files (the Spark local property hook)."""
-    from lance_ops.spark._tasks import FAIL_FIRST_ATTEMPT
+    """Within the block, every task's attempt 0 fails after writing its files.
 
+    Needs the session's workers to load the hook (the ``spark`` fixture sets
+    ``spark.executorEnv.PYTHONPATH`` to :data:`EXECUTOR_HOOKS`); the local property switches it on
+    for the jobs this thread starts.
+    """
     sc = spark.sparkContext
-    sc.setLocalProperty(FAIL_FIRST_ATTEMPT, "1")
+    sc.setLocalProperty(FAIL_FIRST_ATTEMPT_PROPERTY, "1")
     try:
         yield
     finally:
-        sc.setLocalProperty(FAIL_FIRST_ATTEMPT, None)
+        sc.setLocalProperty(FAIL_FIRST_ATTEMPT_PROPERTY, None)

@@ -2,7 +2,8 @@
 
 JVM starts are expensive (~10 s each), so every in-process test shares the session-scoped
 ``spark`` fixture (``local[2,2]``: two cores, and up to 2 attempts per task so the retry tests
-can fail a first attempt), and only a handful of tests run real ``spark-submit`` processes.
+can fail a first attempt; the workers load the test-owned fault hook in ``executor_hooks/``, see
+``_support.fail_first_attempts``), and only a handful of tests run real ``spark-submit`` processes.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 import pyarrow.parquet as pq
 import pytest
 
-from tests.spark._support import MASTER, have_spark, make_rows, spark_env
+from tests.spark._support import EXECUTOR_HOOKS, MASTER, have_spark, make_rows, spark_env
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +29,7 @@ def spark():
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.driver.memory", "2g")
+        .config("spark.executorEnv.PYTHONPATH", str(EXECUTOR_HOOKS))  # the fault hook, inert until switched on
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

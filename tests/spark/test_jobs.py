@@ -135,3 +135,22 @@ def test_distributed_compaction_equals_compact_files(spark, tmp_path):
     again = compact.run(spark, compact.build_parser().parse_args(
         ["--uri", distributed, "--target-rows-per-fragment", "12000", "--idempotency-key", "compact-1"]))
     assert again["already_committed"] is True and lance_ops.dataset(distributed).version == b.version
+
+
+def test_compaction_retried_tasks_leave_orphans_not_duplicates(spark, tmp_path):
+    local, distributed = str(tmp_path / "local.lance"), str(tmp_path / "spark.lance")
+    _forty_fragments(local)
+    shutil.copytree(local, distributed)
+    compact_files(lance_ops.dataset(local), target_rows_per_fragment=12_000)
+    before = data_files(distributed)
+
+    with fail_first_attempts(spark):  # every compaction task's attempt 0 fails after writing its files
+        summary = compact.run(spark, compact.build_parser().parse_args(
+            ["--uri", distributed, "--target-rows-per-fragment", "12000", "--idempotency-key", "compact-retry"]))
+    assert summary["committed"] and summary["tasks"] >= 2
+
+    a, b = lance_ops.dataset(local), lance_ops.dataset(distributed)
+    assert [f.count_rows() for f in b.get_fragments()] == [f.count_rows() for f in a.get_fragments()]
+    assert lance.dataset(distributed).to_table().equals(lance.dataset(local).to_table())  # no row twice
+    failed_attempt_files = data_files(distributed) - before - referenced_files(distributed)
+    assert len(failed_attempt_files) >= summary["tasks"]  # written by attempt 0, never referenced

@@ -15,8 +15,9 @@ import pytest
 
 import lance_ops
 from lance_ops.maintenance.compaction import CompactionOptions, compact_files, plan_compaction
-from lance_ops.spark._tasks import FAIL_FIRST_ATTEMPT
-from tests.spark._support import data_files, have_spark, make_rows, referenced_files, spark_submit, summary_of
+from tests.spark._support import (
+    FAIL_FIRST_ATTEMPT_CONF, data_files, have_spark, make_rows, referenced_files, spark_submit, summary_of,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not have_spark(), reason="pyspark and a JVM are needed")]
 
@@ -53,7 +54,7 @@ def test_ingest_1m_rows_into_an_existing_dataset(tmp_path, parquet_inputs):
     lance.write_dataset(table_a, uri, data_storage_version="2.0")  # made by pylance
     summary = check(spark_submit(
         "ingest.py", ["--path", path_b, "--uri", uri, "--mode", "append", "--max-rows-per-file", "400000"],
-        env={FAIL_FIRST_ATTEMPT: "1"},  # every task's first attempt fails after writing its files
+        conf=FAIL_FIRST_ATTEMPT_CONF,  # every task's first attempt fails after writing its files
     ))
     assert summary["version"] == 2 and summary["rows"] == 1_000_000
     assert summary["retried_tasks"] == summary["tasks"] >= 2
