@@ -36,7 +36,6 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from lance_ops.io.redact import RedactedOptions
 
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
@@ -68,6 +67,14 @@ def _mask_secrets(options: dict[str, str]) -> None:
     for key, value in options.items():
         if key.lower() in SECRET_OPTIONS and value:
             mask_secret(value)
+
+
+def _redacted(options: dict) -> dict:
+    """``options`` as a dict whose repr() masks credentials (imported here: parsing a DAG file
+    must not import lance_ops.io, which brings boto3)."""
+    from lance_ops.io.redact import RedactedOptions
+
+    return RedactedOptions(options)
 
 
 def _truthy(value: Any) -> bool:
@@ -133,12 +140,12 @@ class LanceHook(BaseHook):
         options.update({str(k): str(v) for k, v in more.items()})
         _mask_secrets(options)
         base_uri = extra.get("base_uri") or extra.get("root")
-        self._resolved = (RedactedOptions(options), str(base_uri) if base_uri else None)
+        self._resolved = (_redacted(options), str(base_uri) if base_uri else None)
         return self._resolved
 
     def get_storage_options(self) -> dict[str, str]:
         """lance_ops / pylance storage options for the connection ({} for local datasets)."""
-        return RedactedOptions(self._load()[0])  # a dict whose repr() masks the credentials
+        return _redacted(self._load()[0])  # a dict whose repr() masks the credentials
 
     def resolve_uri(self, dataset_uri: str) -> str:
         """The full dataset URI: absolute URIs as given, relative ones under ``base_uri`` (or cwd)."""
