@@ -11,8 +11,10 @@ On an embedded default (everything under ``--dir``, default ``./.demo``):
    then a second batch cut into many small ones;
 4. a delete of 20 % of the rows (deletion files, no rewrite);
 5. ``lance_maintenance`` end to end with demo thresholds: compaction of the small fragments,
-   materialization of the deletions in the big ones, statistics, row-id index, and cleanup of
-   every old version (``cleanup_older_than_seconds=0``, fine for a demo, not for production);
+   materialization of the deletions in the big ones, statistics, row-id index, verify, and
+   cleanup with ``cleanup_older_than_seconds=0`` (fine for a demo, not for production) — versions
+   superseded in the last 5 minutes stay anyway, as concurrent writers may still build on them
+   (``LANCE_OPS_CLEANUP_MIN_SUPERSEDED_SECONDS``);
 6. a before/after table (versions, fragments, rows, deleted ratio, bytes) and a pylance read-back.
 
 DAG runs use ``dag.test()`` in this process (Airflow's own "run a DAG without a scheduler"); their
