@@ -708,11 +708,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, default in (("json", False), ("debug", False), ("no_progress", False), ("storage_option", None)):
         if not hasattr(args, name):
             setattr(args, name, default)
-    if args.debug:
-        logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
-        from lance_ops.io import redact  # botocore logs request headers (credentials) at DEBUG
-        redact.install(logging.getLogger().handlers)
+    debug_log = _DebugLog() if args.debug else None
+    try:
+        return _run(args)
+    finally:
+        if debug_log is not None:
+            debug_log.close()
 
+
+class _DebugLog:
+    """``--debug``: DEBUG records of every logger to stderr, credentials redacted, for the length
+    of one ``main()`` call only (main may run in a longer process: nothing is left attached)."""
+
+    def __init__(self) -> None:
+        from lance_ops.io import redact  # botocore logs request headers (credentials) at DEBUG
+
+        self._root = logging.getLogger()
+        self._level = self._root.level
+        self._handler = logging.StreamHandler(sys.stderr)
+        self._handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        redact.install([self._handler])
+        self._root.addHandler(self._handler)
+        self._root.setLevel(logging.DEBUG)
+
+    def close(self) -> None:
+        self._root.removeHandler(self._handler)
+        self._root.setLevel(self._level)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; errors become exit codes (and JSON with ``--json``)."""
     from lance_ops.errors import DatasetNotFoundError, LanceOpsError
 
     as_json = bool(args.json)

@@ -5,12 +5,13 @@ executor-side helpers can be imported cheaply by the Python workers.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 import sys
 import traceback
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -42,19 +43,42 @@ def latest_manifest(store, base: str, uri: str) -> ManifestFile | None:
         return None
 
 
-def configure_logging(level: int = logging.INFO) -> None:
-    """Job logs of ``lance_ops`` loggers on stderr; other libraries (py4j) keep their defaults.
+@contextlib.contextmanager
+def job_logging(level: int = logging.INFO) -> Iterator[None]:
+    """Job logs of ``lance_ops`` loggers on stderr while a job runs; other libraries (py4j) keep
+    their defaults, and nothing stays attached afterwards (a job may run inside a longer process).
 
     spark-submit merges the Python driver's stderr into its stdout, so nothing but our own
     messages may be printed after the summary line.
     """
     logger = logging.getLogger("lance_ops")
-    if not any(getattr(h, "_lance_ops_job", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        handler._lance_ops_job = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
+    handler = _JobLogHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    saved = logger.level
+    logger.addHandler(handler)
     logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved)
+
+
+class _JobLogHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record comes, not the stream of the moment the
+    handler was made: a job run inside a longer process (tests, notebooks) must not keep writing
+    to a stream that has been swapped out and closed since."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; the property decides
+        pass
 
 
 def print_summary(summary: Mapping[str, Any], stream=None) -> None:
@@ -347,11 +371,15 @@ def run_job(name: str, parser, run, argv=None) -> int:
     stages ...) or EXIT_RETRYABLE (75: storage/network errors, lost commit races; an unknown
     commit outcome only with an idempotency key).
     """
-    from lance_ops.io.options import parse_storage_option_args
-
     parser.error = _usage_error(parser)
     args = parser.parse_args(argv)
-    configure_logging()
+    with job_logging():
+        return _run_job(name, args, run)
+
+
+def _run_job(name: str, args, run) -> int:
+    from lance_ops.io.options import parse_storage_option_args
+
     idempotent = bool(getattr(args, "idempotency_key", None))
     try:  # before Spark starts: a typo in a storage option name is a usage error
         parse_storage_option_args(getattr(args, "storage_option", None))
