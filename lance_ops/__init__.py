@@ -15,7 +15,7 @@ __all__ = ["__version__", "dataset", "write_dataset", "LanceDataset"]
 
 def __getattr__(name: str):
     if name in ("dataset", "write_dataset", "LanceDataset"):
-        from lance_ops.table import api
+        from lance_ops import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'lance_ops' has no attribute {name!r}")

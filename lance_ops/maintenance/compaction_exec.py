@@ -60,8 +60,8 @@ from lance_ops.table.manifest import read_manifest
 from lance_ops.table.paths import resolve_inside
 from lance_ops.table.write import write_fragments
 
-from lance_ops.maintenance.compaction_plan import (
-    CompactionTask,
+from lance_ops.maintenance.compaction_model import (
+    RewriteTask,
     _b64,
     _from_b64,
     check_no_indices,
@@ -166,7 +166,7 @@ def _take_live(tables: list[pa.Table], masks: list[np.ndarray | None]) -> pa.Tab
         return pa.concat_tables([t if m is None else t.filter(pa.array(m)) for t, m in zip(tables, masks)])
 
 
-def _groups(task: CompactionTask) -> list[list[tuple[table_pb2.DataFragment, int | None]]]:
+def _groups(task: RewriteTask) -> list[list[tuple[table_pb2.DataFragment, int | None]]]:
     """The task's fragments (with their planned live rows), cut into consecutive groups."""
     expected = task.live_rows or [None] * len(task.fragments)
     groups: list[list[tuple[table_pb2.DataFragment, int | None]]] = []
@@ -184,7 +184,7 @@ def _groups(task: CompactionTask) -> list[list[tuple[table_pb2.DataFragment, int
     return groups
 
 
-def _live_tables(task: CompactionTask, view, schema: pa.Schema,
+def _live_tables(task: RewriteTask, view, schema: pa.Schema,
                  top_ids: list[int], stats: dict[str, int], prefetch: int = 1) -> Iterator[pa.Table]:
     """The source fragments' live rows, in order, one table per group of fragments.
 
@@ -309,7 +309,7 @@ def _version_arrays(store, base: str, frag: table_pb2.DataFragment) -> tuple[np.
     return created, updated
 
 
-def _carry_row_ids(task: CompactionTask, store, base: str, new_fragments: list[table_pb2.DataFragment]) -> None:
+def _carry_row_ids(task: RewriteTask, store, base: str, new_fragments: list[table_pb2.DataFragment]) -> None:
     """Give the new fragments the row ids and version sequences of the rows they received."""
     sequences, created, updated = [], [], []
     for proto in task.fragments:
@@ -355,7 +355,7 @@ def _delete_data_files(store, base: str, paths: Sequence[str]) -> None:
                 log.warning("could not remove orphan file %s", store.uri(target), exc_info=True)
 
 
-def _open_read_version(task: CompactionTask, store, base: str):
+def _open_read_version(task: RewriteTask, store, base: str):
     """The dataset at the task's read version; its fragments must be the task's, byte for byte."""
     from lance_ops.errors import DatasetNotFoundError
     from lance_ops.table.dataset import LanceDataset
@@ -381,7 +381,7 @@ def _open_read_version(task: CompactionTask, store, base: str):
     return ds
 
 
-def execute_task(task: CompactionTask, store, base: str, *, storage_options=None) -> RewriteResult:
+def execute_task(task: RewriteTask, store, base: str, *, storage_options=None) -> RewriteResult:
     """Rewrite ``task``'s fragments into new data files; returns the (uncommitted) result."""
     where = store.uri(base)
     version = versions.normalize(task.data_storage_version)

@@ -45,6 +45,8 @@ from lance_ops._proto import file_pb2, table_pb2
 from lance_ops.errors import LanceOpsError, UnsupportedError
 from lance_ops.table import deletion, versions
 
+from lance_ops.maintenance.compaction_model import _b64, _from_b64, check_no_indices
+
 TASK_FORMAT = "lance_ops.compaction_task/1"
 PLAN_FORMAT = "lance_ops.compaction_plan/1"
 
@@ -96,16 +98,6 @@ class CompactionOptions:
 
 
 # --- helpers ---------------------------------------------------------------------------------
-def _b64(message) -> str:
-    return base64.b64encode(message.SerializeToString(deterministic=True)).decode()
-
-
-def _from_b64(cls, text: str):
-    msg = cls()
-    msg.ParseFromString(base64.b64decode(text))
-    return msg
-
-
 def output_sizes(live_rows: int, target: int, max_rows_per_file: int | None = None) -> list[int]:
     """Row counts of the new fragments a task of ``live_rows`` rows is written into."""
     live_rows = int(live_rows)
@@ -133,20 +125,6 @@ def deleted_ratio_exceeds(deleted: int, physical: int, threshold: float) -> bool
     if physical <= 0:
         return False
     return bool(np.float32(deleted) / np.float32(physical) > np.float32(threshold))
-
-
-def check_no_indices(manifest_file, where: str) -> None:
-    """Refuse datasets with indices: rewriting indexed fragments without remapping corrupts them."""
-    section = getattr(manifest_file, "index_section", None)
-    indices = list(section.indices) if section is not None else []
-    if indices or manifest_file.manifest.HasField("index_section") and section is None:
-        names = sorted({i.name or "<unnamed>" for i in indices})
-        raise UnsupportedError(
-            f"{where}: the dataset has indices {names}; lance_ops cannot remap indices after "
-            "rewriting fragments, so it refuses to compact this dataset (compacting it would leave "
-            "the indices pointing at rows that moved). Use pylance's compact_files, or drop the "
-            "indices first."
-        )
 
 
 def _check_fragment_supported(frag: table_pb2.DataFragment, where: str) -> None:
@@ -460,10 +438,6 @@ def plan_summary_metrics(plan: CompactionPlan) -> dict[str, int]:
         "bytes_read": sum(s["bytes"] for s in summaries),
         "bytes_written": 0,
     }
-
-
-def same_fragment(a: table_pb2.DataFragment, b: table_pb2.DataFragment) -> bool:
-    return a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
 
 
 def fragments_key(fragments: Sequence[table_pb2.DataFragment]) -> bytes:

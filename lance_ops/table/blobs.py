@@ -22,7 +22,7 @@ from lance_ops.table import naming
 from lance_ops.table.paths import dataset_where, resolve_inside
 
 if TYPE_CHECKING:  # pragma: no cover
-    from lance_ops.table.dataset import LanceDataset
+    from lance_ops.table.snapshot import DatasetSnapshot
 
 #: pylance's default read-ahead of a BlobFile
 DEFAULT_BUFFER_SIZE = 512 * 1024
@@ -172,7 +172,7 @@ class _Locations:
         self.targets: list[tuple] = []
 
 
-def _data_path(ds: "LanceDataset", data_file) -> str:
+def _data_path(ds: "DatasetSnapshot", data_file) -> str:
     return resolve_inside(ds.store, ds.base, data_file.path, under=(naming.DATA_DIR,),
                           what="data file path", where=dataset_where(ds))
 
@@ -183,7 +183,7 @@ def _as_array(col) -> pa.Array:
     return col
 
 
-def legacy_locations(ds: "LanceDataset", data_file, desc) -> _Locations:
+def legacy_locations(ds: "DatasetSnapshot", data_file, desc) -> _Locations:
     """Where the bytes of v1 descriptions ``struct<position, size>`` are (their data file).
     A null struct (2.1+) or a (p, 0) description with p > 0 (2.0 nulls) is a null value."""
     desc = _as_array(desc)
@@ -197,7 +197,7 @@ def legacy_locations(ds: "LanceDataset", data_file, desc) -> _Locations:
     return loc
 
 
-def v2_locations(ds: "LanceDataset", data_file, desc) -> _Locations:
+def v2_locations(ds: "DatasetSnapshot", data_file, desc) -> _Locations:
     """Where the bytes of blob v2 descriptors are (see :mod:`lance_ops.file.blob_v2`)."""
     desc = _as_array(desc)
     n = len(desc)
@@ -242,7 +242,7 @@ def v2_locations(ds: "LanceDataset", data_file, desc) -> _Locations:
     return loc
 
 
-def _external_uri(ds: "LanceDataset", uri: str) -> str:
+def _external_uri(ds: "DatasetSnapshot", uri: str) -> str:
     """An external blob URI: absolute as stored (what pylance writes with
     ``allow_external_blob_outside_bases``); a relative one is taken below the dataset root and
     refused if it leads outside (not checked against pylance's registered external bases)."""
@@ -299,7 +299,7 @@ def descriptors_from_legacy(desc) -> pa.Array:
                                       mask=pa.array(null) if null.any() else None)
 
 
-def v2_logical(ds: "LanceDataset", data_file, desc, field: pa.Field) -> pa.StructArray:
+def v2_logical(ds: "DatasetSnapshot", data_file, desc, field: pa.Field) -> pa.StructArray:
     """Blob v2 descriptors as the values that were written (``field``'s ``struct<data, uri[,
     position, size]>``): the bytes of inline / packed / dedicated values, the URI (and range)
     of external ones, which are not read."""
@@ -325,7 +325,7 @@ def v2_logical(ds: "LanceDataset", data_file, desc, field: pa.Field) -> pa.Struc
                                       mask=pa.array(~valid) if not valid.all() else None)
 
 
-def v2_bytes(ds: "LanceDataset", data_file, desc) -> pa.Array:
+def v2_bytes(ds: "DatasetSnapshot", data_file, desc) -> pa.Array:
     """The values of blob v2 descriptors ``desc`` read from ``data_file``'s fragment."""
     return materialize(v2_locations(ds, data_file, desc))
 
@@ -361,7 +361,7 @@ def resolve_selection(ids, addresses, indices) -> tuple[str, np.ndarray]:
     return kind, arr
 
 
-def blob_field_path(ds: "LanceDataset", column: str) -> tuple[str, list[str], pa.Field]:
+def blob_field_path(ds: "DatasetSnapshot", column: str) -> tuple[str, list[str], pa.Field]:
     """(top-level name, nested path below it, the blob field) of ``column`` (``"a.b"`` reaches
     into structs); ValueError when it is not a blob column, LanceOpsError when unknown."""
     from lance_ops.errors import LanceOpsError
@@ -385,7 +385,7 @@ def blob_field_path(ds: "LanceDataset", column: str) -> tuple[str, list[str], pa
     return parts[0], parts[1:], field
 
 
-def take_blobs(ds: "LanceDataset", blob_column: str, ids=None, addresses=None, indices=None, *,
+def take_blobs(ds: "DatasetSnapshot", blob_column: str, ids=None, addresses=None, indices=None, *,
                buffer_size: int = DEFAULT_BUFFER_SIZE) -> list[Optional[BlobFile]]:
     """``ds.take_blobs``: one lazy :class:`BlobFile` per selected row, in the order given."""
     if isinstance(buffer_size, bool) or not isinstance(buffer_size, int):

@@ -204,11 +204,11 @@ class LanceDataset:
 
     def checkout_version(self, version: int | str) -> "LanceDataset":
         """A new object for ``version`` (a number or a tag name), sharing this one's store."""
-        return LanceDataset(self.uri, version, self.storage_options, _store=(self._store, self._base))
+        return type(self)(self.uri, version, self.storage_options, _store=(self._store, self._base))
 
     def reopen_latest(self) -> "LanceDataset":
         """A new object for the latest version of this dataset, sharing this one's store."""
-        return LanceDataset(self.uri, None, self.storage_options, _store=(self._store, self._base))
+        return type(self)(self.uri, None, self.storage_options, _store=(self._store, self._base))
 
     def get_fragments(self) -> list[LanceFragment]:
         """The fragments of this version, in manifest order."""
@@ -577,22 +577,6 @@ class LanceDataset:
         mf = latest._commit(txn)
         self.move_to(mf)
         return self
-
-    # --- maintenance (implemented in lance_ops.maintenance) -------------------------------------
-    @property
-    def optimize(self):
-        from lance_ops.maintenance.compaction import DatasetOptimizer
-
-        return DatasetOptimizer(self)
-
-    def cleanup_old_versions(self, older_than=None, retain_versions=None, *, delete_unverified: bool = False,
-                             error_if_tagged_old_versions: bool = True, dry_run: bool = False,
-                             progress=None):  # maintenance audit: progress(done, total) passed through
-        from lance_ops.maintenance.cleanup import cleanup_old_versions
-
-        return cleanup_old_versions(self, older_than, retain_versions, delete_unverified=delete_unverified,
-                                    error_if_tagged_old_versions=error_if_tagged_old_versions, dry_run=dry_run,
-                                    progress=progress)
 
 
 class Scanner:

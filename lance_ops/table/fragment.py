@@ -22,7 +22,7 @@ from lance_ops.table import addresses, blobs, deletion, naming, rowids
 from lance_ops.table.paths import dataset_where, resolve_inside
 
 if TYPE_CHECKING:  # pragma: no cover
-    from lance_ops.table.dataset import LanceDataset
+    from lance_ops.table.snapshot import DatasetSnapshot
 
 
 #: per-dataset caches (``LanceDataset.cache``): open file readers and decoded deletion vectors,
@@ -45,7 +45,7 @@ def _remember(cache: dict, key, value, limit: int) -> None:
 class LanceFragment:
     """One fragment of a dataset version (mirrors ``lance.LanceFragment`` where it matters)."""
 
-    def __init__(self, dataset: "LanceDataset", proto: table_pb2.DataFragment):
+    def __init__(self, dataset: "DatasetSnapshot", proto: table_pb2.DataFragment):
         self._dataset = dataset
         self.metadata = proto
         self._readers: dict[int, LanceFileReader] = {}
