@@ -39,6 +39,7 @@ from google.protobuf.message import DecodeError
 from lance_ops.errors import CorruptFileError, DatasetNotFoundError, LanceOpsError, ObjectNotFoundError, StorageError
 from lance_ops.table import deletion as deletion_mod
 from lance_ops.table import naming, rowids
+from lance_ops.table.paths import unsafe_reason
 
 #: rows decoded per read in deep mode (per column)
 DEEP_CHUNK_ROWS = 64 * 1024
@@ -134,14 +135,18 @@ def _uuid_str(raw: bytes) -> str | None:
 
 
 def _unsafe(rel: str) -> str | None:
-    """Why a path read from a manifest must not be followed (None when it stays inside the dataset)."""
-    if not rel:
+    """Why a path read from a manifest must not be followed (None when it stays inside the
+    dataset): the rules of :func:`lance_ops.table.paths.unsafe_reason`, worded for a report line."""
+    reason = unsafe_reason(rel)
+    if reason is None:
+        return None
+    if reason == "is empty":
         return "empty path"
-    if rel.startswith("/") or "://" in rel or "\\" in rel:
+    if reason == "is absolute":
         return f"path {rel!r} is absolute, not relative to the dataset"
-    if any(part == ".." for part in rel.split("/")):
+    if "'..'" in reason:
         return f"path {rel!r} leads outside the dataset"
-    return None
+    return f"path {rel!r} {reason}"
 
 
 def _describe(exc: BaseException) -> str:

@@ -92,7 +92,7 @@ class LanceFragment:
         offsets = cache.get(key)
         if offsets is None:
             offsets = deletion.read_deletion_offsets(self._dataset.store, self._dataset.base, self.fragment_id, df,
-                                                     self.physical_rows, _manifest_uri(self._dataset))
+                                                     self.physical_rows, dataset_where(self._dataset))
             offsets.flags.writeable = False
             _remember(cache, key, offsets, _DELETION_CACHE_LIMIT)
         return offsets
@@ -121,7 +121,7 @@ class LanceFragment:
     def stable_row_ids(self) -> np.ndarray | None:
         """Per physical row stable ids, None when the dataset has none."""
         return rowids.read_fragment_row_ids(self._dataset.store, self._dataset.base, self.metadata,
-                                            manifest_path=_manifest_uri(self._dataset))
+                                            manifest_path=dataset_where(self._dataset))
 
     def row_ids(self, offsets: np.ndarray | None = None) -> np.ndarray:
         """``_rowid`` values: stable ids when enabled, else row addresses."""
@@ -173,7 +173,7 @@ class LanceFragment:
                 # a missing file is a damaged manifest as often as a removed file: name both
                 raise ObjectNotFoundError(
                     f"{exc} (data file {df.path!r} of fragment {self.fragment_id} in manifest "
-                    f"{_manifest_uri(ds)})") from exc
+                    f"{dataset_where(ds)})") from exc
             if check:
                 _check_data_file(reader, df, self.metadata, ds, legacy)
             self._readers[file_index] = reader
@@ -273,12 +273,6 @@ class LanceFragment:
                                 pa.large_binary())
 
 
-def _manifest_uri(ds) -> str:
-    """Where the dataset's manifest was read from (for error messages)."""
-    mf = ds.manifest_file
-    return ds.store.uri(mf.path) if mf.path else ds.uri
-
-
 def _check_data_file(reader, df: table_pb2.DataFile, frag: table_pb2.DataFragment, ds, legacy: bool) -> None:
     """The manifest's record of a data file must agree with the file's own footer: its row count
     with ``physical_rows`` and its field ids with ``DataFile.fields`` (each id once, each one
@@ -308,7 +302,7 @@ def _check_data_file(reader, df: table_pb2.DataFile, frag: table_pb2.DataFragmen
                 problem = (f"fragment {frag.id} lists field ids {ids}, which leave the data file's top-level "
                            f"field(s) {missing} out")
     if problem is not None:
-        raise CorruptFileError(_manifest_uri(ds), f"{problem} ({reader.path})")
+        raise CorruptFileError(dataset_where(ds), f"{problem} ({reader.path})")
 
 
 def _empty_columns(num_rows: int) -> pa.Table:
