@@ -1,4 +1,4 @@
-"""Regenerate lance_ops/_proto/*_pb2.py from protos/*.proto.
+"""Regenerate lance_ops/_proto/*_pb2.py (and their .pyi type stubs) from protos/*.proto.
 
 Run: python scripts/gen_protos.py [--out DIR]. Needs grpcio-tools (a test extra), whose bundled
 protoc matches the protobuf runtime pinned in pyproject.toml. Imports between generated modules are
@@ -27,13 +27,13 @@ def generate(out_dir: Path) -> list[Path]:
     protos = sorted(PROTO_DIR.glob("*.proto"))
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        args = ["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={tmp}"]
+        args = ["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={tmp}", f"--pyi_out={tmp}"]
         rc = protoc.main(args + [str(p) for p in protos])
         if rc != 0:
             raise SystemExit(f"protoc failed with exit code {rc}")
         written = []
         local_modules = {p.stem + "_pb2" for p in protos}
-        for gen in sorted(Path(tmp).glob("*_pb2.py")):
+        for gen in sorted([*Path(tmp).glob("*_pb2.py"), *Path(tmp).glob("*_pb2.pyi")]):
             text = gen.read_text()
             text = _LOCAL_IMPORT.sub(
                 lambda m: f"from . import {m.group(1)} as {m.group(2)}"
