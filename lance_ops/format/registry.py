@@ -10,17 +10,16 @@ opening a 2.0 file costs one request, not two.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
-
-from lance_ops.errors import CorruptFileError, UnsupportedError
 import os
+from typing import Any, Mapping
 
 import pyarrow as pa
 
+from lance_ops.errors import CorruptFileError, UnsupportedError
 from lance_ops.format.legacy.reader import LegacyFileReader, footer_version, is_legacy_footer
 from lance_ops.format.legacy.writer import LegacyFileWriter
-from lance_ops.format.v2_0.reader import TAIL_READ_BYTES
 from lance_ops.format.v2_0.reader import LanceFileReader as LanceFileReaderV20
+from lance_ops.format.v2_0.reader import TAIL_READ_BYTES
 from lance_ops.format.v2_1.reader import LanceFileReaderV21
 from lance_ops.format.version import FileVersion
 from lance_ops.format.writer import V2FileWriter

@@ -157,7 +157,7 @@ def _all_field_ids(fields: Iterable[file_pb2.Field]) -> list[int]:
 
 def _leaf_field_ids(fields: Iterable[file_pb2.Field]) -> list[int]:
     # [v2.1 writer] pre-order ids of the fields with a column in a 2.1+ data file
-    from lance_ops.format.v2_1.encode import leaf_field_ids
+    from lance_ops.format.v2_1.fields import leaf_field_ids
 
     return leaf_field_ids(fields)
 

@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_ops.format.legacy.decode import is_binary_like, is_list_like
 from lance_ops.errors import UnsupportedTypeError
+from lance_ops.format.legacy.decode import is_binary_like, is_list_like
 
 __all__ = [
     "plain_bytes",

@@ -28,11 +28,11 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from lance_ops.format.version import FileVersion
+from lance_ops.errors import SchemaMismatchError, UnsupportedTypeError
 from lance_ops.format.v2_0 import encode as enc
 from lance_ops.format.v2_0.blob import BlobEncoderV20
 from lance_ops.format.v2_0.leaf_encoder import EncodedPage, FieldEncoder, LeafEncoder, PageQueue, compact
-from lance_ops.errors import SchemaMismatchError, UnsupportedTypeError
+from lance_ops.format.version import FileVersion
 
 __all__ = [  # the base pieces are re-exported: the writer imports them here
     "EncodedPage", "FieldEncoder", "LeafEncoder", "PageQueue", "compact", "StructEncoder", "ListEncoder",

@@ -241,7 +241,7 @@ def bitpack_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
 
 
 # --- RLE -------------------------------------------------------------------------------------
-def _run_starts(values: np.ndarray) -> np.ndarray:
+def run_starts(values: np.ndarray) -> np.ndarray:
     if len(values) == 0:
         return np.zeros(0, dtype=np.int64)
     change = np.empty(len(values), dtype=bool)
@@ -283,7 +283,7 @@ def run_count(values: np.ndarray) -> int:
 def rle_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
     n = len(values)
     w = t_bits // 8
-    starts = _run_starts(values)
+    starts = run_starts(values)
     counts, bufs = [], []
     pos = 0
 

@@ -391,7 +391,7 @@ def _fsl(f: pb.FixedSizeList, buf: np.ndarray, bufs: Sequence[Spans], counts: np
             break
         cur = inner.fixed_size_list
     items, _ = batch_values(inner, buf, bufs, counts * cum)
-    return comp._group(items, int(counts.sum()), cum)
+    return comp.group_items(items, int(counts.sum()), cum)
 
 
 def _per_chunk(enc: pb.CompressiveEncoding, buf: np.ndarray, bufs: Sequence[Spans], counts: np.ndarray) -> Vals:
