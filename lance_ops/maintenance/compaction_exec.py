@@ -340,7 +340,7 @@ def _carry_row_ids(task: RewriteTask, store, base: str, new_fragments: list[tabl
 def _delete_data_files(store, base: str, paths: Sequence[str]) -> None:
     """Remove uncommitted data files we wrote (and their statistics sidecars), best effort."""
     try:
-        from lance_ops.table.statistics import stats_path
+        from lance_ops.table.stats.store import stats_path
     except ImportError:  # pragma: no cover - statistics are optional
         stats_path = None
     for path in paths:
