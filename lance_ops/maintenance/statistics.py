@@ -81,7 +81,7 @@ def rebuild_statistics(ds, fragments=None, force: bool = False, *, dry_run: bool
     written by pylance) are counted as ``unsupported``. ``progress(done, total)`` is called after
     each data file. Returns counts and the statistics files written (or, dry run, to be written).
     """
-    from lance_ops.file.reader import LanceFileReader
+    from lance_ops.format.v2_0.reader import LanceFileReader
 
     frags = _select_fragments(ds, fragments)
     existing = set() if force else listed_stats_files(ds)

@@ -30,10 +30,10 @@ from lance_ops.errors import (
     SchemaMismatchError,
     UnsupportedError,
 )
-from lance_ops.file import blob_v2
-from lance_ops.file.format import MANIFEST_VERSIONS
-from lance_ops.file.writer import LanceFileWriter
-from lance_ops.file.writer_legacy import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileWriter
+from lance_ops.format import blob_v2
+from lance_ops.format.container import MANIFEST_VERSIONS
+from lance_ops.format.writer import LanceFileWriter
+from lance_ops.format.legacy.writer import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileWriter
 from lance_ops.io import open_store
 from lance_ops.schema import check_metadata_utf8, field_tree, from_lance_fields, to_lance_fields
 from lance_ops.table import feature_flags, naming, versions
@@ -134,7 +134,7 @@ def conform_blob_columns(batch: pa.RecordBatch, schema: pa.Schema, allow_externa
     """``batch`` with the columns of ``schema``'s blob v2 fields in their logical struct form
     (bytes and extension arrays converted); external URIs checked (see
     ``encode_v21_blob_v2.check_external_uris``)."""
-    from lance_ops.encoding.encode_v21_blob_v2 import check_external_uris
+    from lance_ops.format.v2_1.blob_v2 import check_external_uris
 
     names = [f.name for f in schema if blob_v2.is_blob_v2(f)]
     if not names:
@@ -157,7 +157,7 @@ def _all_field_ids(fields: Iterable[file_pb2.Field]) -> list[int]:
 
 def _leaf_field_ids(fields: Iterable[file_pb2.Field]) -> list[int]:
     # [v2.1 writer] pre-order ids of the fields with a column in a 2.1+ data file
-    from lance_ops.encoding.encode_v2_1 import leaf_field_ids
+    from lance_ops.format.v2_1.encode import leaf_field_ids
 
     return leaf_field_ids(fields)
 
@@ -293,9 +293,9 @@ class FragmentWriter:
         size = self._writer.tell()
         frag = table_pb2.DataFragment(physical_rows=rows)
         if self._version == "0.1":
-            # [legacy v0.1 writer] owner: lance_ops/file/writer_legacy.py -- as pylance records a
+            # [legacy v0.1 writer] owner: lance_ops/format/legacy/writer.py -- as pylance records a
             # legacy file: every field id, no column indices, version (0, 2) (the footer's numbers)
-            from lance_ops.file.writer_legacy import LEGACY_DATA_FILE_VERSION
+            from lance_ops.format.legacy.writer import LEGACY_DATA_FILE_VERSION
 
             frag.files.add(path=self._name, fields=_all_field_ids(self._lance_fields), column_indices=[],
                            file_major_version=LEGACY_DATA_FILE_VERSION[0],

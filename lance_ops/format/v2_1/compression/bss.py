@@ -25,7 +25,7 @@ from typing import Optional
 import numpy as np
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
-from lance_ops.encoding import encode_v21_values as ev
+from lance_ops.format.v2_1.compression import values as ev
 
 SAMPLE_VALUES = 64
 SENSITIVITY = {"off": 0.0, "on": 1.0, "auto": 0.5}

@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 
 from lance_ops._proto import encodings_v2_0_pb2 as pb
 from lance_ops._proto import file2_pb2, file_pb2
-from lance_ops.encoding import decode_v2_0 as dec
+from lance_ops.format.v2_0 import decode as dec
 from lance_ops.errors import (
     CorruptFileError,
     OutOfRangeError,
@@ -32,7 +32,7 @@ from lance_ops.errors import (
     UnsupportedTypeError,
 )
 from lance_ops.io.ranges import SMALL_RANGE_COUNT, coalesce, coalesce_list
-from lance_ops.file.format import (
+from lance_ops.format.container import (
     ARRAY_ENCODING_URL,
     COLUMN_ENCODING_URL,
     FOOTER_SIZE,
@@ -40,8 +40,8 @@ from lance_ops.file.format import (
     Footer,
     version_from_footer,
 )
-from lance_ops.file import blob_v2
-from lance_ops.file.reader_base import V2ReaderBase
+from lance_ops.format import blob_v2
+from lance_ops.format.reader_base import V2ReaderBase
 from lance_ops.schema import FieldNode, field_tree, from_lance_fields
 
 __all__ = ["LanceFileReader", "PageInfo", "ColumnInfo", "FileMetadata"]

@@ -15,10 +15,10 @@ from typing import Optional, Sequence
 import numpy as np
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
-from lance_ops.encoding import v21_bitpacking as bp
-from lance_ops.encoding import v21_compressive as comp
-from lance_ops.encoding.v21_compressive import EncodingCorrupt, Vals
-from lance_ops.encoding.v21_fsst import FsstTable
+from lance_ops.format.v2_1.compression import bitpack_decode as bp
+from lance_ops.format.v2_1.compression import decode as comp
+from lance_ops.format.v2_1.compression.decode import EncodingCorrupt, Vals
+from lance_ops.format.v2_1.compression.fsst_decode import FsstTable
 
 _UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 

@@ -34,10 +34,10 @@ import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
-from lance_ops.encoding import encode_v21_layout as lay
-from lance_ops.encoding import encode_v21_values as ev
+from lance_ops.format.v2_1.layout import pages as lay
+from lance_ops.format.v2_1.compression import values as ev
 from lance_ops.errors import UnsupportedTypeError
-from lance_ops.file.format import PAD_BYTE, PAGE_ALIGNMENT
+from lance_ops.format.container import PAD_BYTE, PAGE_ALIGNMENT
 
 BLOB_META_KEY = b"lance-encoding:blob"
 DESCRIPTION = pa.binary(16)  # one (position u64, size u64) pair, as stored in a queue

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
-from lance_ops.encoding import encode_v21_bitpack as bp
+from lance_ops.format.v2_1.compression import bitpack as bp
 
 MAX_MINIBLOCK_BYTES = 8 * 1024 - 6
 MAX_MINIBLOCK_VALUES = 4096

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lance_ops.encoding.v21_bitpacking import BLOCK, _positions
+from lance_ops.format.v2_1.compression.bitpack_decode import BLOCK, _positions
 
 _UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 

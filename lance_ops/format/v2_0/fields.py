@@ -28,11 +28,12 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from lance_ops.encoding import encode_v2_0 as enc
-from lance_ops.encoding.leaf_encoder_v2_0 import EncodedPage, FieldEncoder, LeafEncoder, PageQueue, compact
+from lance_ops.format.v2_0 import encode as enc
+from lance_ops.format.v2_0.blob import BlobEncoderV20
+from lance_ops.format.v2_0.leaf_encoder import EncodedPage, FieldEncoder, LeafEncoder, PageQueue, compact
 from lance_ops.errors import SchemaMismatchError, UnsupportedTypeError
 
-__all__ = [  # the base pieces are re-exported: the writer and ``lance_ops.encoding`` import them here
+__all__ = [  # the base pieces are re-exported: the writer imports them here
     "EncodedPage", "FieldEncoder", "LeafEncoder", "PageQueue", "compact", "StructEncoder", "ListEncoder",
     "build_encoder", "check_writable", "check_values",
 ]
@@ -141,7 +142,7 @@ def check_writable(field: pa.Field, path: str = "") -> None:
     dt = field.type
     md = field.metadata or {}
     if BLOB_META_KEY in md:
-        from lance_ops.encoding import encode_v21_blob as blob
+        from lance_ops.format.v2_1 import blob
 
         blob.check_blob_field(field, name, below_list=False, version="2.0")  # large_binary only
         return
@@ -170,10 +171,6 @@ def build_encoder(field: pa.Field, next_column: list[int], cache_bytes: int, max
         items = build_encoder(dt.value_field, next_column, cache_bytes, max_page_bytes)
         return ListEncoder(column, items, cache_bytes)
     if BLOB_META_KEY in (field.metadata or {}):
-        # imported here, not at the top: ``encode_v20_blob`` pulls in ``lance_ops.file``, whose
-        # package import loads the writer, which imports this module
-        from lance_ops.encoding.encode_v20_blob import BlobEncoderV20
-
         return BlobEncoderV20(field, column, cache_bytes, max_page_bytes)
     return LeafEncoder(field, column, cache_bytes, max_page_bytes)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from lance_ops.errors import CorruptFileError, UnsupportedError
-from lance_ops.file.reader import TAIL_READ_BYTES
-from lance_ops.file.reader import LanceFileReader as LanceFileReaderV20
-from lance_ops.file.reader_legacy import LegacyFileReader, footer_version, is_legacy_footer
+from lance_ops.format.v2_0.reader import TAIL_READ_BYTES
+from lance_ops.format.v2_0.reader import LanceFileReader as LanceFileReaderV20
+from lance_ops.format.legacy.reader import LegacyFileReader, footer_version, is_legacy_footer
 
 
 def _version_of(store, path: str, tail) -> tuple[int, int]:
@@ -50,7 +50,7 @@ def open_file_reader(path: str, storage_options: Mapping[str, Any] | None = None
             f"{store.uri(path)}: Lance file version {major}.{minor} is pylance's unstable 'next' format "
             "(pylance warns its files may not be readable in the future); lance_ops reads 0.1, 2.0, 2.1 and 2.2")
     if major == 2:
-        from lance_ops.file.reader_v2_1 import LanceFileReaderV21
+        from lance_ops.format.v2_1.reader import LanceFileReaderV21
 
         return LanceFileReaderV21(path, store=store)
     raise UnsupportedError(f"{store.uri(path)}: unknown Lance file version {major}.{minor}")

@@ -31,8 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
-from lance_ops.encoding import encode_v21_bitpack as bp
-from lance_ops.encoding import encode_v21_values as ev
+from lance_ops.format.v2_1.compression import bitpack as bp
+from lance_ops.format.v2_1.compression import values as ev
 
 FILL = 0xFE
 MINIBLOCK_ALIGNMENT = 8

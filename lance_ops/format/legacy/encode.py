@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_ops.encoding.decode_legacy import is_binary_like, is_list_like
+from lance_ops.format.legacy.decode import is_binary_like, is_list_like
 from lance_ops.errors import UnsupportedTypeError
 
 __all__ = [

@@ -13,8 +13,8 @@ from typing import Iterator
 import pyarrow as pa
 
 from lance_ops._proto import encodings_v2_0_pb2 as pb
-from lance_ops.encoding import encode_v2_0 as enc
-from lance_ops.encoding.buffers import Chunk
+from lance_ops.format.v2_0 import encode as enc
+from lance_ops.format.buffers import Chunk
 
 __all__ = ["EncodedPage", "PageQueue", "compact", "FieldEncoder", "LeafEncoder"]
 

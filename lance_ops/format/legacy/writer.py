@@ -1,12 +1,12 @@
 """Writer of legacy Lance data files (file format v0.1, footer version 0.2).
 
-The layout :class:`lance_ops.file.reader_legacy.LegacyFileReader` reads (see its docstring),
+The layout :class:`lance_ops.format.legacy.reader.LegacyFileReader` reads (see its docstring),
 written the way pylance 14.0.2 writes it with ``data_storage_version="legacy"``:
 
 1. data pages, batch ("group") after batch: rows are buffered and written ``max_rows_per_group``
    at a time (the last group may be shorter); within a group the fields in pre-order (struct
    fields have no page, a list writes its offsets page then its items; see
-   :mod:`lance_ops.encoding.encode_legacy` for the page encodings). Nothing is padded.
+   :mod:`lance_ops.format.legacy.encode` for the page encodings). Nothing is padded.
 2. the page table: ``int64 (position, length)`` for field ids ``min_id..=max id with a page`` x
    groups (``(0, 0)`` where there is no page);
 3. the page statistics (unless disabled): a one-group "file" with one struct column per field
@@ -18,7 +18,7 @@ written the way pylance 14.0.2 writes it with ``data_storage_version="legacy"``:
    ``data_format = lance/0.1`` -- this makes the file self-describing;
 6. ``u32 length | lance.file.Metadata``, then ``u64 metadata position | u16 0 | u16 2 | "LANC"``.
 
-Same surface as :class:`lance_ops.file.writer.LanceFileWriter` (``write_batch``, ``close() ->
+Same surface as :class:`lance_ops.format.writer.LanceFileWriter` (``write_batch``, ``close() ->
 rows``, ``tell``, ``abort``, ``num_columns``...), which dispatches ``version="0.1"`` here.
 
 v0.1 has no validity: nulls in fixed-width columns keep the slot's value, null booleans become
@@ -43,11 +43,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_ops._proto import file_pb2, table_pb2
-from lance_ops.encoding import encode_legacy as enc
-from lance_ops.encoding.decode_legacy import is_binary_like, is_list_like
+from lance_ops.format.legacy import encode as enc
+from lance_ops.format.legacy.decode import is_binary_like, is_list_like
 from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
-from lance_ops.file.format import LEGACY_FOOTER_VERSION, MAGIC
-from lance_ops.file.proto_wire import serialize_like_upstream as _serialize
+from lance_ops.format.container import LEGACY_FOOTER_VERSION, MAGIC
+from lance_ops.format.proto_wire import serialize_like_upstream as _serialize
 from lance_ops.schema import FieldNode, conform_batch, field_tree, to_lance_fields
 
 __all__ = ["LegacyFileWriter", "DEFAULT_MAX_ROWS_PER_GROUP", "LEGACY_DATA_FILE_VERSION"]

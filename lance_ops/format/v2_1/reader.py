@@ -8,7 +8,7 @@ Reads go in at most two coalesced I/O rounds per call: first the per-page metada
 been loaded yet (mini-block chunk tables, dictionaries, repetition indexes), then the data --
 for ``read_range`` / ``take_rows`` only the mini-block chunks or full-zip rows that hold the
 requested rows. Page layouts and compressive encodings are decoded in
-:mod:`lance_ops.encoding.decode_v2_1`. The chunks of consecutive mini-block pages with the same
+:mod:`lance_ops.format.v2_1.decode`. The chunks of consecutive mini-block pages with the same
 encodings are decoded as one batch, back-to-back plain full-zip pages are read as one range, and
 the decoding of large reads is spread over a small thread pool (``LANCE_OPS_DECODE_THREADS``).
 """
@@ -28,13 +28,13 @@ from google.protobuf.message import DecodeError
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops._proto import file2_pb2, file_pb2
-from lance_ops.encoding import decode_v2_1 as dec
-from lance_ops.encoding import v21_repdef as rd
-from lance_ops.encoding.v21_compressive import EncodingCorrupt, EncodingUnsupported
-from lance_ops.file import blob_v2
+from lance_ops.format.v2_1 import decode as dec
+from lance_ops.format.v2_1.layout import repdef as rd
+from lance_ops.format.v2_1.compression.decode import EncodingCorrupt, EncodingUnsupported
+from lance_ops.format import blob_v2
 from lance_ops.errors import CorruptFileError, LanceOpsError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
-from lance_ops.file.format import FOOTER_SIZE, PAGE_LAYOUT_URL, Footer, version_from_footer
-from lance_ops.file.reader_base import DECODE_ERRORS, V2ReaderBase
+from lance_ops.format.container import FOOTER_SIZE, PAGE_LAYOUT_URL, Footer, version_from_footer
+from lance_ops.format.reader_base import DECODE_ERRORS, V2ReaderBase
 from lance_ops.schema import FieldNode, field_tree, from_lance_fields
 
 __all__ = ["LanceFileReaderV21", "SUPPORTED_VERSIONS"]
@@ -102,7 +102,7 @@ class _Leaf:
 class LanceFileReaderV21(V2ReaderBase):
     """Read a Lance 2.1 / 2.2 / 2.3 data file from a local path or an object store URI.
 
-    Same surface as the 2.0 :class:`~lance_ops.file.reader.LanceFileReader`.
+    Same surface as the 2.0 :class:`~lance_ops.format.v2_0.reader.LanceFileReader`.
     """
 
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *, store=None):

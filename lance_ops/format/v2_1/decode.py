@@ -35,11 +35,11 @@ import pyarrow.compute as pc
 from google.protobuf import unknown_fields
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
-from lance_ops.encoding import v21_chunks as chunks
-from lance_ops.encoding import v21_compressive as comp
-from lance_ops.encoding import v21_repdef as rd
-from lance_ops.encoding.v21_chunks import spans_index
-from lance_ops.encoding.v21_compressive import EncodingCorrupt, EncodingUnsupported, Vals
+from lance_ops.format.v2_1.layout import chunks
+from lance_ops.format.v2_1.compression import decode as comp
+from lance_ops.format.v2_1.layout import repdef as rd
+from lance_ops.format.v2_1.layout.chunks import spans_index
+from lance_ops.format.v2_1.compression.decode import EncodingCorrupt, EncodingUnsupported, Vals
 
 Ranges = list[tuple[int, int]]  # absolute (position, size)
 

@@ -16,10 +16,10 @@ import pyarrow as pa
 from google.protobuf import any_pb2
 
 from lance_ops._proto import encodings_v2_0_pb2 as pb
-from lance_ops.encoding import encode_v2_0 as enc
-from lance_ops.encoding import encode_v21_blob as blob
-from lance_ops.encoding.leaf_encoder_v2_0 import EncodedPage, LeafEncoder
-from lance_ops.file.format import COLUMN_ENCODING_URL
+from lance_ops.format.v2_0 import encode as enc
+from lance_ops.format.v2_1 import blob
+from lance_ops.format.v2_0.leaf_encoder import EncodedPage, LeafEncoder
+from lance_ops.format.container import COLUMN_ENCODING_URL
 
 NULL_POSITION = 1
 

@@ -36,15 +36,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
-from lance_ops.encoding import encode_v21_bitpack as bp
-from lance_ops.encoding import encode_v21_blob as blob
-from lance_ops.encoding import encode_v21_bss as bss_mod
-from lance_ops.encoding import encode_v21_layout as lay
-from lance_ops.encoding import encode_v21_shred as sh
-from lance_ops.encoding import encode_v21_values as ev
-from lance_ops.encoding.leaf_encoder_v2_0 import EncodedPage, PageQueue, compact
+from lance_ops.format.v2_1.compression import bitpack as bp
+from lance_ops.format.v2_1 import blob
+from lance_ops.format.v2_1.compression import bss as bss_mod
+from lance_ops.format.v2_1.layout import pages as lay
+from lance_ops.format.v2_1.layout import shred as sh
+from lance_ops.format.v2_1.compression import values as ev
+from lance_ops.format.v2_0.leaf_encoder import EncodedPage, PageQueue, compact
 from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
-from lance_ops.file.format import PAGE_LAYOUT_URL
+from lance_ops.format.container import PAGE_LAYOUT_URL
 
 COMPRESSION_META_KEY = b"lance-encoding:compression"
 COMPRESSION_LEVEL_META_KEY = b"lance-encoding:compression-level"
@@ -250,7 +250,7 @@ def _var_miniblock(t: pa.DataType, offs: np.ndarray, data: np.ndarray, obits: in
     mb = None
     if params.compression != "none" and _use_fsst(t, offs, obits, params):
         try:
-            from lance_ops.encoding import encode_v21_fsst as fsst
+            from lance_ops.format.v2_1.compression import fsst
         except ImportError:  # pragma: no cover - optional module
             fsst = None
         if fsst is not None:
@@ -543,7 +543,7 @@ def _values_per_value(values: pa.Array, params: Params) -> ev.PerValue:
             enc = ev.enc_general(ev.buffer_compression("zstd", level), ev.enc_variable(obits))
             return ev.PerValue(enc, offsets=new_offs, data=cdata, offset_bits=obits)
         if _use_fsst(t, offs, obits, params):
-            from lance_ops.encoding import encode_v21_fsst as fsst
+            from lance_ops.format.v2_1.compression import fsst
 
             table, coffs, cdata = fsst.compress(offs, data)
             return ev.PerValue(ev.enc_fsst(table, ev.enc_variable(obits)), offsets=coffs, data=cdata, offset_bits=obits)
@@ -804,7 +804,7 @@ def leaf_field_ids(lance_fields) -> list[int]:
 
     out: list[int] = []
 
-    from lance_ops.file.blob_v2 import is_blob_v2
+    from lance_ops.format.blob_v2 import is_blob_v2
 
     def walk(node) -> None:
         if sh.is_leaf(node.arrow) or is_blob_v2(node.arrow):  # a blob v2 field is one descriptor column

@@ -1,7 +1,7 @@
 """Blob v2 columns of 2.2 data files: descriptors in the file, large values in side files.
 
 What pylance 14 writes for a ``lance.blob.v2`` field of a 2.2 dataset (layout facts in
-:mod:`lance_ops.file.blob_v2`), and what this module reproduces byte for byte:
+:mod:`lance_ops.format.blob_v2`), and what this module reproduces byte for byte:
 
 * every valid value gets a **kind** from its size, in this order: ``size > dedicated threshold``
   (default 4 MiB) -> 2, a side file of its own; ``size > inline threshold`` (default 64 KiB) -> 1,
@@ -28,12 +28,12 @@ import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
-from lance_ops.encoding import encode_v21_layout as lay
-from lance_ops.encoding import encode_v21_values as ev
-from lance_ops.encoding.encode_v21_blob import OutOfLineBuffers, _large_binary_parts
+from lance_ops.format.v2_1.layout import pages as lay
+from lance_ops.format.v2_1.compression import values as ev
+from lance_ops.format.v2_1.blob import OutOfLineBuffers, _large_binary_parts
 from lance_ops.errors import SchemaMismatchError, UnsupportedError
-from lance_ops.file import blob_v2
-from lance_ops.file.format import PAGE_ALIGNMENT
+from lance_ops.format import blob_v2
+from lance_ops.format.container import PAGE_ALIGNMENT
 
 INLINE_THRESHOLD_KEY = b"lance-encoding:blob-inline-size-threshold"
 DEDICATED_THRESHOLD_KEY = b"lance-encoding:blob-dedicated-size-threshold"
@@ -160,7 +160,7 @@ def _child(children: dict, name: str, n: int, dtype: pa.DataType) -> pa.Array:
 def describe(logical: pa.StructArray, field: pa.Field, thresholds: Thresholds, external: OutOfLineBuffers,
              side_files: Callable[[], SideFiles]) -> pa.StructArray:
     """Descriptors (``blob_v2.DESCRIPTOR_TYPE``) of ``logical`` (a ``struct<data, uri[, position,
-    size]>`` as :func:`lance_ops.file.blob_v2.to_logical` makes it). Inline bytes go to
+    size]>`` as :func:`lance_ops.format.blob_v2.to_logical` makes it). Inline bytes go to
     ``external``, larger values to side files. Bad rows raise before anything is stored."""
     n = len(logical)
     valid = np.ones(n, bool) if logical.null_count == 0 else np.asarray(logical.is_valid().to_numpy(zero_copy_only=False), bool)
@@ -374,7 +374,7 @@ class BlobV2FieldEncoder:
     def flush(self) -> list:
         if not self._queue:
             return []
-        from lance_ops.encoding.encode_v2_1 import EncodedPageV21
+        from lance_ops.format.v2_1.encode import EncodedPageV21
 
         desc = self._queue[0] if len(self._queue) == 1 else pa.concat_arrays(self._queue)
         self._queue, self._queued_bytes = [], 0

@@ -5,7 +5,7 @@
             w.write_batch(batch)
     # the file appears when the ``with`` block ends (aborted if it raised)
 
-Layout written (see ``lance_ops.file.format``): page buffers, each padded with 0x48 to a 64-byte
+Layout written (see ``lance_ops.format.container``): page buffers, each padded with 0x48 to a 64-byte
 boundary, in the order pages are produced (per batch, column order) -- with blob fields
 (``lance-encoding:blob``) every batch first writes its blob values, each padded the same way, and
 then the pages it completes; global buffers added with
@@ -28,14 +28,14 @@ from google.protobuf import any_pb2
 
 from lance_ops._proto import encodings_v2_0_pb2 as enc_pb
 from lance_ops._proto import file2_pb2, file_pb2
-from lance_ops.encoding.buffers import chunk_size
-from lance_ops.encoding.encode_v20_blob import column_encoding_bytes as blob_column_encoding_bytes
-from lance_ops.encoding.encode_v21_blob import OutOfLineBuffers
-from lance_ops.encoding.encode_v21_blob_v2 import BlobV2FieldEncoder, SideFiles
-from lance_ops.file import blob_v2
-from lance_ops.encoding.fields_v2_0 import EncodedPage, FieldEncoder, build_encoder, check_values, check_writable
+from lance_ops.format.buffers import chunk_size
+from lance_ops.format.v2_0.blob import column_encoding_bytes as blob_column_encoding_bytes
+from lance_ops.format.v2_1.blob import OutOfLineBuffers
+from lance_ops.format.v2_1.blob_v2 import BlobV2FieldEncoder, SideFiles
+from lance_ops.format import blob_v2
+from lance_ops.format.v2_0.fields import EncodedPage, FieldEncoder, build_encoder, check_values, check_writable
 from lance_ops.errors import SchemaMismatchError, UnsupportedError
-from lance_ops.file.format import (
+from lance_ops.format.container import (
     ARRAY_ENCODING_URL,
     COLUMN_ENCODING_URL,
     FOOTER_VERSIONS,
@@ -108,10 +108,10 @@ class LanceFileWriter:
     """
 
     def __new__(cls, path=None, schema=None, *, version: str = "2.0", **kwargs):
-        # [legacy v0.1 dispatch] owner: lance_ops/file/writer_legacy.py -- version "0.1"/"legacy"
+        # [legacy v0.1 dispatch] owner: lance_ops/format/legacy/writer.py -- version "0.1"/"legacy"
         # returns a LegacyFileWriter (same surface; not a subclass, so __init__ below is skipped)
         if str(version) in ("0.1", "legacy"):
-            from lance_ops.file.writer_legacy import LegacyFileWriter
+            from lance_ops.format.legacy.writer import LegacyFileWriter
 
             return LegacyFileWriter(path, schema, version="0.1", **kwargs)
         return super().__new__(cls)
@@ -169,8 +169,8 @@ class LanceFileWriter:
                 continue
             if self.version == "2.0":
                 check_writable(f)
-            else:  # [v2.1 dispatch] leaf-only columns, see lance_ops.encoding.encode_v2_1
-                from lance_ops.encoding import encode_v2_1 as enc21
+            else:  # [v2.1 dispatch] leaf-only columns, see lance_ops.format.v2_1.encode
+                from lance_ops.format.v2_1 import encode as enc21
 
                 enc21.check_writable(f, self.version)
         if self._given_lance_fields is not None:
@@ -187,7 +187,7 @@ class LanceFileWriter:
         if self.version == "2.0":
             self._encoders = [build_encoder(f, counter, cache, self._max_page_bytes) for f in schema]
         else:  # [v2.1 dispatch]
-            from lance_ops.encoding import encode_v2_1 as enc21
+            from lance_ops.format.v2_1 import encode as enc21
 
             self._encoders = []
             for f in schema:
@@ -378,7 +378,7 @@ class LanceFileWriter:
             for array, f in zip(batch.columns, self._schema):
                 check_values(array, f)  # before anything of this batch is encoded
         else:  # [v2.1 dispatch] struct nulls are allowed in 2.1+
-            from lance_ops.encoding import encode_v2_1 as enc21
+            from lance_ops.format.v2_1 import encode as enc21
 
             for array, f in zip(batch.columns, self._schema):
                 enc21.check_values(array, f)
