@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from lance_ops.errors import CorruptFileError, UnsupportedError
+from lance_ops.errors import CorruptFileError
 
 MAGIC = b"LANC"
 FOOTER_SIZE = 40
@@ -23,25 +23,6 @@ _FOOTER = struct.Struct("<QQQIIHH4s")
 ARRAY_ENCODING_URL = "/lance.encodings.ArrayEncoding"
 COLUMN_ENCODING_URL = "/lance.encodings.ColumnEncoding"
 PAGE_LAYOUT_URL = "/lance.encodings21.PageLayout"
-
-# Footer (major, minor) per file format version. 2.0 is written as (0, 3); (2, 0) is read as 2.0.
-FOOTER_VERSIONS: dict[str, tuple[int, int]] = {"2.0": (0, 3), "2.1": (2, 1), "2.2": (2, 2), "2.3": (2, 3)}
-# (major, minor) recorded in the manifest's DataFile for the same file.
-MANIFEST_VERSIONS: dict[str, tuple[int, int]] = {"2.0": (2, 0), "2.1": (2, 1), "2.2": (2, 2), "2.3": (2, 3)}
-LEGACY_FOOTER_VERSION = (0, 2)
-
-
-def version_from_footer(major: int, minor: int, path: str) -> str:
-    """Map footer numbers to a version string, refusing legacy and unknown versions clearly."""
-    if (major, minor) in ((0, 3), (2, 0)):
-        return "2.0"
-    for name, numbers in FOOTER_VERSIONS.items():
-        if numbers == (major, minor):
-            return name
-    if (major, minor) == LEGACY_FOOTER_VERSION or major == 0 and minor < 3:
-        raise UnsupportedError(f"{path}: legacy Lance file (v0.{minor}) cannot be read by the v2 reader")
-    raise UnsupportedError(f"{path}: unknown Lance file version {major}.{minor}")
-
 
 @dataclass(frozen=True)
 class Footer:

@@ -38,19 +38,19 @@ from lance_ops.errors import SchemaMismatchError, UnsupportedError
 from lance_ops.format.container import (
     ARRAY_ENCODING_URL,
     COLUMN_ENCODING_URL,
-    FOOTER_VERSIONS,
     PAD_BYTE,
     PAGE_ALIGNMENT,
     Footer,
     padding_for,
 )
+from lance_ops.format.version import V2_WRITABLE, FileVersion
 from lance_ops.schema import conform_batch, to_lance_fields
 
 DEFAULT_CACHE_BYTES_PER_COLUMN = 8 * 1024 * 1024
 DEFAULT_MAX_PAGE_BYTES = 32 * 1024 * 1024
 MAX_PAGE_BYTES_ENV = "LANCE_FILE_WRITER_MAX_PAGE_BYTES"
 _PADDING = PAD_BYTE * PAGE_ALIGNMENT
-SUPPORTED_VERSIONS = ("2.0", "2.1", "2.2")  # [v2.1 dispatch] 2.1/2.2 via encode_v2_1
+SUPPORTED_VERSIONS = V2_WRITABLE  # 2.1/2.2 via lance_ops.format.v2_1.encode
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def _max_page_bytes(value: int | None) -> int:
     return DEFAULT_MAX_PAGE_BYTES
 
 
-class LanceFileWriter:
+class V2FileWriter:
     """Write one Lance data file; mirrors ``lance.file.LanceFileWriter``.
 
     ``schema`` may be omitted: it is then taken from the first batch. ``data_cache_bytes`` is the
@@ -107,31 +107,22 @@ class LanceFileWriter:
     field protos to store instead of ``to_lance_fields(schema)`` (pre-assigned field ids).
     """
 
-    def __new__(cls, path=None, schema=None, *, version: str = "2.0", **kwargs):
-        # [legacy v0.1 dispatch] owner: lance_ops/format/legacy/writer.py -- version "0.1"/"legacy"
-        # returns a LegacyFileWriter (same surface; not a subclass, so __init__ below is skipped)
-        if str(version) in ("0.1", "legacy"):
-            from lance_ops.format.legacy.writer import LegacyFileWriter
-
-            return LegacyFileWriter(path, schema, version="0.1", **kwargs)
-        return super().__new__(cls)
-
     def __init__(
         self,
         path: str | os.PathLike[str],
         schema: pa.Schema | None = None,
         *,
-        version: str = "2.0",
+        version: str | FileVersion = FileVersion.V2_0,
         storage_options: Mapping[str, Any] | None = None,
         data_cache_bytes: int | None = None,
         max_page_bytes: int | None = None,
         lance_fields: Sequence[file_pb2.Field] | None = None,
     ) -> None:
-        version = str(version)
-        if version not in SUPPORTED_VERSIONS:
+        parsed = FileVersion.parse_file_writer(version)
+        if parsed not in SUPPORTED_VERSIONS:  # legacy files come from the registry's legacy writer
             raise UnsupportedError(
-                f"Lance file version {version!r} cannot be written yet (supported: {', '.join(SUPPORTED_VERSIONS)})")
-        self.version = version
+                f"Lance file version {str(version)!r} cannot be written yet (supported: {', '.join(SUPPORTED_VERSIONS)})")
+        self.version = parsed
         self.path = os.fspath(path) if isinstance(path, os.PathLike) else path
         self._storage_options = storage_options
         self._data_cache_bytes = data_cache_bytes
@@ -167,7 +158,7 @@ class LanceFileWriter:
         for f in schema:
             if f.name in self._blob_v2_names:
                 continue
-            if self.version == "2.0":
+            if self.version is FileVersion.V2_0:
                 check_writable(f)
             else:  # [v2.1 dispatch] leaf-only columns, see lance_ops.format.v2_1.encode
                 from lance_ops.format.v2_1 import encode as enc21
@@ -184,7 +175,7 @@ class LanceFileWriter:
         else:
             cache = DEFAULT_CACHE_BYTES_PER_COLUMN
         counter = [0]
-        if self.version == "2.0":
+        if self.version is FileVersion.V2_0:
             self._encoders = [build_encoder(f, counter, cache, self._max_page_bytes) for f in schema]
         else:  # [v2.1 dispatch]
             from lance_ops.format.v2_1 import encode as enc21
@@ -200,7 +191,7 @@ class LanceFileWriter:
         num_columns = counter[0]
         self._blob_columns = set()
         self._has_blobs = False
-        if self.version == "2.0":
+        if self.version is FileVersion.V2_0:
             for encoder in self._encoders:
                 self._blob_columns.update(encoder.blob_columns())
             self._has_blobs = bool(self._blob_columns)
@@ -222,7 +213,7 @@ class LanceFileWriter:
         go to ``<file stem>/`` next to the file."""
         names = []
         fields = []
-        at_2_2 = self.version not in ("2.0", "2.1")
+        at_2_2 = self.version >= FileVersion.V2_2
         for f in schema:
             if blob_v2.is_blob_v2(f):
                 if not at_2_2:
@@ -350,7 +341,7 @@ class LanceFileWriter:
         if self._sink is not None:
             self._sink.abort()
 
-    def __enter__(self) -> "LanceFileWriter":
+    def __enter__(self) -> "V2FileWriter":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -374,7 +365,7 @@ class LanceFileWriter:
                 schema=pa.schema([self._schema.field(n) if n in self._blob_v2_names else f
                                   for n, f in zip(batch.schema.names, batch.schema)]))
         batch = conform_batch(batch, self._schema)
-        if self.version == "2.0":
+        if self.version is FileVersion.V2_0:
             for array, f in zip(batch.columns, self._schema):
                 check_values(array, f)  # before anything of this batch is encoded
         else:  # [v2.1 dispatch] struct nulls are allowed in 2.1+
@@ -453,5 +444,5 @@ class LanceFileWriter:
         sink.write(b"".join(struct.pack("<QQ", p, s) for p, s in cmo))
         gbo_table_start = sink.tell()
         sink.write(b"".join(struct.pack("<QQ", p, s) for p, s in gbo))
-        major, minor = FOOTER_VERSIONS[self.version]
+        major, minor = self.version.footer
         sink.write(Footer(column_meta_start, cmo_table_start, gbo_table_start, len(gbo), len(cmo), major, minor).pack())

@@ -82,6 +82,7 @@ def rebuild_statistics(ds, fragments=None, force: bool = False, *, dry_run: bool
     each data file. Returns counts and the statistics files written (or, dry run, to be written).
     """
     from lance_ops.format.v2_0.reader import LanceFileReader
+    from lance_ops.format.version import FileVersion
 
     frags = _select_fragments(ds, fragments)
     existing = set() if force else listed_stats_files(ds)
@@ -107,7 +108,7 @@ def rebuild_statistics(ds, fragments=None, force: bool = False, *, dry_run: bool
                     reader = LanceFileReader(resolve_inside(ds.store, ds.base, df.path, under=(naming.DATA_DIR,),
                                                             what=f"data file path of fragment {frag.metadata.id}",
                                                             where=dataset_where(ds)), store=ds.store)
-                if reader is None or reader.version != "2.0":  # legacy (0.1) and 2.1+ files
+                if reader is None or reader.version != FileVersion.V2_0:  # legacy (0.1) and 2.1+ files
                     result["unsupported"] += 1
                 else:
                     table = compute_file_statistics(reader, df, ds.manifest.fields, schema)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pyarrow as pa
 
+from lance_ops.format.version import FileVersion
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, ObjectNotFoundError
 from lance_ops.format import blob_v2
@@ -329,4 +330,4 @@ def _is_legacy_file(df: table_pb2.DataFile, manifest: table_pb2.Manifest) -> boo
         return False
     if df.file_minor_version in (1, 2):
         return True
-    return df.file_minor_version == 0 and manifest.data_format.version in ("", "0.1", "legacy")
+    return df.file_minor_version == 0 and FileVersion.is_legacy_manifest_text(manifest.data_format.version)

@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
+from lance_ops.format.version import FileVersion
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError
 from lance_ops.format.proto_wire import serialize_like_upstream
@@ -80,12 +81,11 @@ _serialize = serialize_like_upstream
 
 
 # --- dictionary values of legacy datasets ----------------------------------------------------
-LEGACY_FORMAT_VERSIONS = ("", "0.1", "legacy")
 
 
 def is_legacy(manifest: table_pb2.Manifest) -> bool:
     """True for a v0.1 dataset (the only kind whose manifest file holds dictionary values)."""
-    return manifest.data_format.version in LEGACY_FORMAT_VERSIONS
+    return FileVersion.is_legacy_manifest_text(manifest.data_format.version)
 
 
 def dictionary_fields(manifest: table_pb2.Manifest) -> list:

@@ -17,7 +17,7 @@ import pytest
 
 from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
 from lance_ops.format.legacy.reader import LegacyFileReader
-from lance_ops.format.writer import LanceFileWriter
+from lance_ops.file import LanceFileWriter
 from lance_ops.format.legacy.writer import LegacyFileWriter
 from lance_ops.schema import to_lance_fields
 

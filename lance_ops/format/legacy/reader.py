@@ -41,10 +41,11 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
+from lance_ops.format.version import FileVersion
 from lance_ops._proto import file_pb2, table_pb2
 from lance_ops.format.legacy import decode as dec
 from lance_ops.errors import CorruptFileError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
-from lance_ops.format.container import FOOTER_VERSIONS, LEGACY_FOOTER_VERSION, MAGIC
+from lance_ops.format.container import MAGIC
 from lance_ops.format.reader_base import FileReaderBase
 from lance_ops.schema import FieldNode, field_tree
 
@@ -62,7 +63,7 @@ _NO_REQUESTS = np.zeros((0, 2), dtype=np.int64)
 
 def is_legacy_footer(major: int, minor: int) -> bool:
     """True for the footer versions of v0.1 files ((0, 1) and (0, 2))."""
-    return major == 0 and minor in (1, LEGACY_FOOTER_VERSION[1])
+    return (major, minor) in ((0, 1), FileVersion.LEGACY.footer)
 
 
 def footer_version(tail: bytes) -> tuple[int, int]:
@@ -199,8 +200,8 @@ class LegacyFileReader(FileReaderBase):
         return int(self._batch_offsets[-1])
 
     @property
-    def version(self) -> str:
-        return "0.1"
+    def version(self) -> FileVersion:
+        return FileVersion.LEGACY
 
     @property
     def major_version(self) -> int:
@@ -366,7 +367,7 @@ class LegacyFileReader(FileReaderBase):
         if magic != MAGIC:
             raise self._corrupt(f"bad magic {magic!r} (expected {MAGIC!r}): not a Lance file or truncated")
         if not is_legacy_footer(major, minor):
-            known = (major, minor) in FOOTER_VERSIONS.values() or (major, minor) == (2, 0)
+            known = (major, minor) == (2, 0) or any(v.footer == (major, minor) for v in FileVersion if not v.is_legacy)
             raise UnsupportedError(
                 f"{self._uri}: footer version {major}.{minor} is "
                 + ("a Lance v2 file; read it with LanceFileReader" if known else "not a legacy v0.1 Lance file")

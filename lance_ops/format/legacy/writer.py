@@ -42,11 +42,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lance_ops.format.version import FileVersion
 from lance_ops._proto import file_pb2, table_pb2
 from lance_ops.format.legacy import encode as enc
 from lance_ops.format.legacy.decode import is_binary_like, is_list_like
 from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
-from lance_ops.format.container import LEGACY_FOOTER_VERSION, MAGIC
+from lance_ops.format.container import MAGIC
 from lance_ops.format.proto_wire import serialize_like_upstream as _serialize
 from lance_ops.schema import FieldNode, conform_batch, field_tree, to_lance_fields
 
@@ -54,7 +55,7 @@ __all__ = ["LegacyFileWriter", "DEFAULT_MAX_ROWS_PER_GROUP", "LEGACY_DATA_FILE_V
 
 DEFAULT_MAX_ROWS_PER_GROUP = 1024
 #: (major, minor) pylance records in a legacy DataFile (the footer's numbers)
-LEGACY_DATA_FILE_VERSION = LEGACY_FOOTER_VERSION
+LEGACY_DATA_FILE_VERSION = FileVersion.LEGACY.manifest_numbers
 _U32 = struct.Struct("<I")
 _FOOTER = struct.Struct("<QHH4s")
 
@@ -125,7 +126,7 @@ class LegacyFileWriter:
         path: str | os.PathLike[str],
         schema: pa.Schema | None = None,
         *,
-        version: str = "0.1",
+        version: str | FileVersion = FileVersion.LEGACY,
         storage_options: Mapping[str, Any] | None = None,
         lance_fields: Sequence[file_pb2.Field] | None = None,
         max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
@@ -135,11 +136,11 @@ class LegacyFileWriter:
         data_cache_bytes: int | None = None,  # accepted for LanceFileWriter parity; unused
         max_page_bytes: int | None = None,  # idem
     ) -> None:
-        if str(version) not in ("0.1", "legacy"):
+        if FileVersion.file_writer_spelling(version) is not FileVersion.LEGACY:
             raise UnsupportedError(f"LegacyFileWriter writes version 0.1 only, not {version!r}")
         if int(max_rows_per_group) <= 0:
             raise ValueError("max_rows_per_group must be positive")
-        self.version = "0.1"
+        self.version = FileVersion.LEGACY
         self.path = os.fspath(path) if isinstance(path, os.PathLike) else path
         self._storage_options = storage_options
         self._given_lance_fields = list(lance_fields) if lance_fields is not None else None
@@ -494,10 +495,10 @@ class LegacyFileWriter:
             manifest.schema_metadata[key] = value
         manifest.writer_version.library, manifest.writer_version.version = self._writer_version
         manifest.data_format.file_format = "lance"
-        manifest.data_format.version = "0.1"
+        manifest.data_format.version = FileVersion.LEGACY.value
         meta.manifest_position = self._write_struct(manifest)
         meta_pos = self._write_struct(meta)
-        major, minor = LEGACY_FOOTER_VERSION
+        major, minor = FileVersion.LEGACY.footer
         self._sink.write(_FOOTER.pack(meta_pos, major, minor, MAGIC))
 
 

@@ -28,6 +28,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from lance_ops.format.version import FileVersion
 from lance_ops.format.v2_0 import encode as enc
 from lance_ops.format.v2_0.blob import BlobEncoderV20
 from lance_ops.format.v2_0.leaf_encoder import EncodedPage, FieldEncoder, LeafEncoder, PageQueue, compact
@@ -144,7 +145,7 @@ def check_writable(field: pa.Field, path: str = "") -> None:
     if BLOB_META_KEY in md:
         from lance_ops.format.v2_1 import blob
 
-        blob.check_blob_field(field, name, below_list=False, version="2.0")  # large_binary only
+        blob.check_blob_field(field, name, below_list=False, version=FileVersion.V2_0)  # large_binary only
         return
     if pa.types.is_struct(dt):
         if _packed(field):

@@ -22,6 +22,7 @@ import pyarrow as pa
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
+from lance_ops.format.version import FileVersion
 from lance_ops._proto import encodings_v2_0_pb2 as pb
 from lance_ops._proto import file2_pb2, file_pb2
 from lance_ops.format.v2_0 import decode as dec
@@ -38,7 +39,6 @@ from lance_ops.format.container import (
     FOOTER_SIZE,
     PAGE_LAYOUT_URL,
     Footer,
-    version_from_footer,
 )
 from lance_ops.format import blob_v2
 from lance_ops.format.reader_base import V2ReaderBase
@@ -494,8 +494,8 @@ class LanceFileReader(V2ReaderBase):
         self._file_size = size
         footer = Footer.unpack(tail, size, self._uri)
         self._footer = footer
-        self._version = version_from_footer(footer.major, footer.minor, self._uri)
-        if self._version != "2.0":
+        self._version = FileVersion.from_footer(footer.major, footer.minor, self._uri)
+        if self._version is not FileVersion.V2_0:
             raise UnsupportedError(
                 f"{self._uri}: Lance file version {self._version} (footer {footer.major}.{footer.minor}) "
                 "is not supported yet; this reader decodes 2.0 files"

@@ -33,6 +33,7 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
+from lance_ops.format.version import FileVersion
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops.format.v2_1.layout import pages as lay
 from lance_ops.format.v2_1.compression import values as ev
@@ -57,7 +58,7 @@ def check_blob_field(field: pa.Field, name: str, below_list: bool, version: str)
         raise UnsupportedTypeError(
             f"field {name!r}: blob encoding (lance-encoding:blob) needs large_binary values, the field "
             f"has type {t}")
-    if below_list and version != "2.0":
+    if below_list and version != FileVersion.V2_0:
         raise UnsupportedTypeError(
             f"field {name!r}: blob fields inside lists cannot be written to Lance {version} files "
             "(only file version 2.0 stores them)")
@@ -187,7 +188,7 @@ def description_encoding() -> pb.CompressiveEncoding:
 def blob_page(desc: pa.Array, layers: list[int], version: str) -> lay.PageOut:
     """A ``blob_layout`` page over the descriptions ``desc`` (``descriptions_array`` slice)."""
     n = len(desc)
-    large = version >= "2.2"
+    large = version >= FileVersion.V2_2
     mb = ev.flat_miniblock(descriptions_bytes(desc), n, 128)
     mb.encoding = description_encoding()
     inner = lay.miniblock_page(mb, None, None, [pb.REPDEF_ALL_VALID_ITEM], None, n, large, limit_21=False)

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lance_ops.format.version import FileVersion
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops.format.v2_1.compression import bitpack as bp
 from lance_ops.format.v2_1 import blob
@@ -57,7 +58,7 @@ MINIBLOCK_MAX_BYTE_LENGTH_PER_VALUE = 256
 DICT_TOO_SMALL = 100
 FSST_LEAST_INPUT_SIZE = 32 * 1024
 FSST_LEAST_INPUT_MAX_LENGTH = 5
-WRITABLE_VERSIONS = ("2.1", "2.2")
+WRITABLE_VERSIONS = (FileVersion.V2_1, FileVersion.V2_2)
 
 
 @dataclass
@@ -345,7 +346,7 @@ def _fixed_dict_block(data: np.ndarray, card: int, bits: int, version: str) -> t
 
 
 def _dict_block(enc_inner: pb.CompressiveEncoding, raw: bytes, version: str) -> tuple[pb.CompressiveEncoding, bytes]:
-    if version >= "2.2":
+    if version >= FileVersion.V2_2:
         comp = ev.buffer_compression("lz4", None)
         return ev.enc_general(comp, enc_inner), ev.general_compress("lz4", None, raw)
     return enc_inner, raw
@@ -437,7 +438,7 @@ def encode_leaf(sd: sh.Shredded, params: Params, version: str) -> LeafPage:
     n = len(values)
     layers = sd.layers
     rows = sd.num_rows
-    large = version >= "2.2"
+    large = version >= FileVersion.V2_2
     t = values.type
     valid = sd.valid
     nulls = n - int(valid.sum()) if valid is not None else 0
@@ -580,7 +581,7 @@ def _maybe_dictionary_page(sd: sh.Shredded, params: Params, version: str) -> Opt
     values = sd.values
     t = values.type
     n = len(values)
-    large = version >= "2.2"
+    large = version >= FileVersion.V2_2
     if _is_var(t):
         if params.compression is not None or params.structural == "fullzip":
             return None  # explicit encoding requests keep strings out of dictionaries (as pylance)
@@ -615,7 +616,7 @@ def _maybe_dictionary_page(sd: sh.Shredded, params: Params, version: str) -> Opt
 def _dictionary_array_page(sd: sh.Shredded, params: Params, version: str, valid) -> LeafPage:
     values = sd.values
     n = len(values)
-    large = version >= "2.2"
+    large = version >= FileVersion.V2_2
     dictionary = values.dictionary
     indices = values.indices
     ibits = indices.type.bit_width
@@ -751,7 +752,7 @@ def _check_blob_fields(field: pa.Field, version: str, path: str = "", below_list
         _check_blob_fields(t.value_field, version, name, True)
 
 
-def check_writable(field: pa.Field, version: str = "2.1") -> None:
+def check_writable(field: pa.Field, version: str = FileVersion.V2_1) -> None:
     """Refuse (before writing) fields the 2.1+ writer cannot store; validates field metadata."""
     _check_blob_fields(field, version)
     sh.check_shreddable(field)

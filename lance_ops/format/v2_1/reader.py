@@ -26,6 +26,7 @@ import pyarrow as pa
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
+from lance_ops.format.version import FileVersion
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops._proto import file2_pb2, file_pb2
 from lance_ops.format.v2_1 import decode as dec
@@ -33,13 +34,13 @@ from lance_ops.format.v2_1.layout import repdef as rd
 from lance_ops.format.v2_1.compression.decode import EncodingCorrupt, EncodingUnsupported
 from lance_ops.format import blob_v2
 from lance_ops.errors import CorruptFileError, LanceOpsError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
-from lance_ops.format.container import FOOTER_SIZE, PAGE_LAYOUT_URL, Footer, version_from_footer
+from lance_ops.format.container import FOOTER_SIZE, PAGE_LAYOUT_URL, Footer
 from lance_ops.format.reader_base import DECODE_ERRORS, V2ReaderBase
 from lance_ops.schema import FieldNode, field_tree, from_lance_fields
 
 __all__ = ["LanceFileReaderV21", "SUPPORTED_VERSIONS"]
 
-SUPPORTED_VERSIONS = ("2.1", "2.2", "2.3")
+SUPPORTED_VERSIONS = (FileVersion.V2_1, FileVersion.V2_2, FileVersion.V2_3)
 TAIL_READ_BYTES = 64 * 1024
 #: decode threads (``LANCE_OPS_DECODE_THREADS``; 0 or 1 decodes in the calling thread)
 DECODE_THREADS = int(os.environ.get("LANCE_OPS_DECODE_THREADS", min(4, os.cpu_count() or 1)))
@@ -186,7 +187,7 @@ class LanceFileReaderV21(V2ReaderBase):
         self._file_size = size
         footer = Footer.unpack(tail, size, self._uri)
         self._footer = footer
-        self._version = version_from_footer(footer.major, footer.minor, self._uri)
+        self._version = FileVersion.from_footer(footer.major, footer.minor, self._uri)
         if self._version not in SUPPORTED_VERSIONS:
             raise UnsupportedError(f"{self._uri}: Lance file version {self._version} is not read by the 2.1+ reader")
         tail = bytes(tail)

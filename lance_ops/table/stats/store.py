@@ -109,7 +109,7 @@ def _scalars_to_array(values: list, t: pa.DataType) -> pa.Array:
 
 def write_stats_file(table: pa.Table, store, path: str, storage_options=None) -> None:
     """Write ``table`` (from :func:`stats_table`) as the Lance file ``path`` of ``store``."""
-    from lance_ops.format.writer import LanceFileWriter
+    from lance_ops.format.registry import LanceFileWriter
 
     with LanceFileWriter(store.uri(path), table.schema, storage_options=storage_options) as w:
         if table.num_rows:

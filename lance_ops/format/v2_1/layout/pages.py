@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lance_ops.format.version import FileVersion
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops.format.v2_1.compression import bitpack as bp
 from lance_ops.format.v2_1.compression import values as ev
@@ -102,7 +103,7 @@ def _rle_block_bytes(levels: np.ndarray) -> int:
     return int(((lens + 254) // 255).sum()) * 3 + 8
 
 
-def choose_level_codec(levels: np.ndarray, version: str = "2.1") -> LevelCodec:
+def choose_level_codec(levels: np.ndarray, version: str = FileVersion.V2_1) -> LevelCodec:
     """Block compression of a page's u16 levels, chosen on the whole page (2.2 adds RLE)."""
     n = len(levels)
     if n == 0:
@@ -110,7 +111,7 @@ def choose_level_codec(levels: np.ndarray, version: str = "2.1") -> LevelCodec:
     widths = bp.block_widths(levels)
     mx = int(widths.max())
     bitpack_ok = mx < 16 and not (len(widths) == 1 and (1024 * int(widths[0]) + 7) // 8 >= 2 * n)
-    if version >= "2.2":
+    if version >= FileVersion.V2_2:
         rle = _rle_block_bytes(levels)
         if rle < 2 * n and not (mx < 16 and _block_bitpack_bytes(n, mx) < rle and _block_bitpack_bytes(n, mx) < 2 * n):
             return LevelCodec("rle")
@@ -250,7 +251,7 @@ def miniblock_page(values: ev.MiniBlocks, rep: Optional[np.ndarray], defs: Optio
                 level_chunks_def.append(defs[a:b])
         if max(nlev_per_chunk) > 0xFFFF:
             return None
-    version = "2.2" if large else "2.1"
+    version = FileVersion.V2_2 if large else FileVersion.V2_1
     rep_codec = choose_level_codec(rep, version) if rep is not None else None
     def_codec = choose_level_codec(defs, version) if defs is not None else None
     rep_bytes = compress_level_chunks(rep_codec, level_chunks_rep) if rep_codec else None
@@ -447,7 +448,7 @@ def fullzip_page(pv: ev.PerValue, rep: Optional[np.ndarray], defs: Optional[np.n
 
 
 def all_null_page(layers: Sequence[int], rep: Optional[np.ndarray], defs: Optional[np.ndarray],
-                  simple: bool, version: str = "2.1") -> PageOut:
+                  simple: bool, version: str = FileVersion.V2_1) -> PageOut:
     a = pb.AllNullLayout()
     layout = pb.PageLayout()
     if simple:
@@ -455,7 +456,7 @@ def all_null_page(layers: Sequence[int], rep: Optional[np.ndarray], defs: Option
         layout.all_null_layout.CopyFrom(a)
         return PageOut(layout, [])
     a.layers.extend(layers)
-    if version >= "2.2":
+    if version >= FileVersion.V2_2:
         # 2.2: levels block-compressed, described by fields 7/8 with value counts in 9/10
         extra = b""
         rb = db = b""
