@@ -56,7 +56,7 @@ from lance_ops.table.manifest import (
     read_manifest,
     write_manifest,
 )
-from lance_ops.table.fragment_stats import fill_fragment_stats
+from lance_ops.table.stats.fragments import fill_fragment_stats
 from lance_ops.table.idempotency import (  # noqa: F401 - IDEMPOTENCY_KEY, find_idempotent_commit re-exported
     IDEMPOTENCY_KEY,
     find_idempotent_commit,

@@ -282,7 +282,7 @@ class FragmentWriter:
         # lance_ops statistics hook: closing the writer also writes _stats/<stem>.stats.lance
         # (legacy v0.1 files carry their own statistics page table)
         if self._version is not FileVersion.LEGACY:
-            from lance_ops.table.statistics import track_statistics
+            from lance_ops.table.stats.collect import track_statistics
 
             self._writer = track_statistics(self._writer, self._store, self._base, self._name, self._options)
 

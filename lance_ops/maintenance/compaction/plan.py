@@ -45,7 +45,7 @@ from lance_ops._proto import file_pb2, table_pb2
 from lance_ops.errors import LanceOpsError, UnsupportedError
 from lance_ops.table import deletion, versions
 
-from lance_ops.maintenance.compaction_model import _b64, _from_b64, check_no_indices
+from lance_ops.maintenance.compaction.model import check_no_indices, message_from_b64, message_to_b64
 
 TASK_FORMAT = "lance_ops.compaction_task/1"
 PLAN_FORMAT = "lance_ops.compaction_plan/1"
@@ -192,11 +192,11 @@ class CompactionTask:
             "kind": self.kind,
             "read_version": self.read_version,
             "fragment_ids": self.fragment_ids,
-            "fragments": [_b64(f) for f in self.fragments],
+            "fragments": [message_to_b64(f) for f in self.fragments],
             "live_rows": list(self.live_rows),
             "output_rows": list(self.output_rows),
             "options": self.options.to_dict(),
-            "fields": [_b64(f) for f in self.fields],
+            "fields": [message_to_b64(f) for f in self.fields],
             "schema_metadata": {k: base64.b64encode(v).decode() for k, v in self.schema_metadata.items()},
             "data_storage_version": self.data_storage_version,
             "stable_row_ids": self.stable_row_ids,
@@ -210,7 +210,7 @@ class CompactionTask:
         try:
             if raw.get("format") != TASK_FORMAT:
                 raise ValueError(f"format is {raw.get('format')!r}, expected {TASK_FORMAT!r}")
-            fragments = [_from_b64(table_pb2.DataFragment, t) for t in raw["fragments"]]
+            fragments = [message_from_b64(table_pb2.DataFragment, t) for t in raw["fragments"]]
             ids = [int(i) for i in raw.get("fragment_ids", [f.id for f in fragments])]
             if ids != [f.id for f in fragments]:
                 raise ValueError("fragment_ids do not match the fragments' metadata")
@@ -219,7 +219,7 @@ class CompactionTask:
                 fragments=fragments,
                 options=CompactionOptions.from_dict(raw["options"]),
                 output_rows=[int(n) for n in raw["output_rows"]],
-                fields=[_from_b64(file_pb2.Field, t) for t in raw["fields"]],
+                fields=[message_from_b64(file_pb2.Field, t) for t in raw["fields"]],
                 schema_metadata={k: base64.b64decode(v) for k, v in raw.get("schema_metadata", {}).items()},
                 data_storage_version=str(raw.get("data_storage_version", "2.0")),
                 stable_row_ids=bool(raw.get("stable_row_ids", False)),
@@ -243,7 +243,7 @@ class CompactionTask:
     def execute(self, uri: str, storage_options: dict | None = None):
         """Write this task's new fragments under ``uri``; returns a RewriteResult (not committed)."""
         from lance_ops.io import open_store
-        from lance_ops.maintenance.compaction_exec import execute_task
+        from lance_ops.maintenance.compaction.execute import execute_task
 
         store, base = open_store(str(uri), storage_options)
         return execute_task(self, store, base, storage_options=storage_options)

@@ -1,4 +1,4 @@
-"""Compaction: merge small fragments and drop deleted rows, as pylance's ``compact_files`` does.
+"""Compaction verbs: plan, execute and commit with conflict retries, as pylance's ``compact_files``.
 
 Three steps, usable together (:func:`compact_files`) or apart (distributed, e.g. Spark):
 
@@ -7,10 +7,10 @@ Three steps, usable together (:func:`compact_files`) or apart (distributed, e.g.
     result = CompactionTask.from_json(p).execute(uri, storage_options)              # executors
     metrics = commit_compaction(uri, [RewriteResult.from_json(r) ...])              # driver / Airflow
 
-* Planning follows upstream exactly (see :mod:`lance_ops.maintenance.compaction_plan`): the same
+* Planning follows upstream exactly (see :mod:`lance_ops.maintenance.compaction.plan`): the same
   fragments are grouped and the new fragments get the same row counts as pylance 14.0.2 produces.
 * Execution streams one source fragment at a time and writes new data files only
-  (:mod:`lance_ops.maintenance.compaction_exec`). Stable row ids and version sequences are
+  (:mod:`lance_ops.maintenance.compaction.execute`). Stable row ids and version sequences are
   carried over; without stable ids the new fragment ids are assigned when the Rewrite manifest is
   built (no ReserveFragments commit: we have no indices to remap, and refuse datasets that do).
 * Commit publishes one Rewrite transaction (one group per task) against the plan's read version.
@@ -38,16 +38,14 @@ from typing import Any, Callable, Sequence
 
 from lance_ops.errors import CommitConflictError, RetryableCommitConflictError, UnsupportedError
 
-from lance_ops.maintenance.compaction_exec import (
-    RewriteResult,
+from lance_ops.maintenance.compaction.commit import (
     commit_compaction,
-    discard_results,
-    execute_task,
     find_committed_rewrite,
     replayed_metrics,
-    zero_metrics,
 )
-from lance_ops.maintenance.compaction_plan import (
+from lance_ops.maintenance.compaction.execute import discard_results, execute_task
+from lance_ops.maintenance.compaction.model import RewriteResult, zero_metrics
+from lance_ops.maintenance.compaction.plan import (
     CompactionOptions,
     CompactionPlan,
     CompactionTask,
@@ -58,12 +56,7 @@ from lance_ops.maintenance.compaction_plan import (
     plan_summary_metrics,
 )
 
-__all__ = [
-    "CompactionOptions", "CompactionPlan", "CompactionTask", "RewriteResult",
-    "plan_compaction", "plan_materialization", "commit_compaction", "compact_files",
-    "materialize_deletions", "discard_results", "output_sizes", "DatasetOptimizer",
-    "DEFAULT_CONFLICT_RETRIES",
-]
+__all__ = ["compact_files", "materialize_deletions", "DatasetOptimizer", "DEFAULT_CONFLICT_RETRIES"]
 
 log = logging.getLogger(__name__)
 

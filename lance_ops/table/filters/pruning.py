@@ -4,7 +4,7 @@
 from min/max/null counts alone. It only answers ``False`` when the statistics *prove* that no row
 matches; anything it does not understand counts as "may match".
 
-The filter compiler (:mod:`lance_ops.table.filters`) lowers each SQL predicate into the small
+The filter compiler (:mod:`lance_ops.table.filters.sql`) lowers each SQL predicate into the small
 tree defined here (``Cmp``, ``In``, ``IsNull``, ``And``, ``Or``, ``Not``, ``IsBool``, ``Const``,
 ``UNKNOWN``).
 The evaluation is three-valued: every node yields the *set* of outcomes (TRUE / FALSE / NULL) its
@@ -22,6 +22,7 @@ from typing import Any, Mapping, Protocol, Union
 __all__ = [
     "ColumnStats", "may_match", "outcomes", "Node", "Cmp", "In", "IsNull", "And", "Or", "Not",
     "IsBool", "Const", "Unknown", "UNKNOWN", "TRUE", "FALSE", "NULL", "ANY", "Prunable",
+    "columns_of", "like_tree",
 ]
 
 TRUE, FALSE, NULL = 1, 2, 4
@@ -260,4 +261,38 @@ def _in(node: In, st: ColumnStats | None) -> int:
             out |= miss
     except (TypeError, ValueError, ArithmeticError):
         out |= TRUE | miss
+    return out
+
+
+# --- building and reading trees ----------------------------------------------------------------
+def like_tree(column: str, pattern: str) -> Node:
+    """Pruning form of ``column LIKE pattern`` for exact strings and plain 'prefix%' patterns."""
+    if "\\" in pattern:
+        return UNKNOWN
+    if "%" not in pattern and "_" not in pattern:
+        return Cmp(column, "equal", pattern)
+    prefix = pattern[:-1]
+    if not pattern.endswith("%") or not prefix or "%" in prefix or "_" in prefix:
+        return UNKNOWN
+    last = ord(prefix[-1]) + 1
+    if last > 0x10FFFF or 0xD800 <= last <= 0xDFFF:
+        return UNKNOWN
+    return And((Cmp(column, "greater_equal", prefix),
+                Cmp(column, "less", prefix[:-1] + chr(last))))
+
+
+def columns_of(tree: Node) -> set[str]:
+    """The columns (dotted paths) whose statistics ``tree`` reads."""
+    out: set[str] = set()
+
+    def walk(node: Node) -> None:
+        if isinstance(node, (Cmp, IsNull)):
+            out.add(node.column)
+        elif isinstance(node, (And, Or)):
+            for c in node.children:
+                walk(c)
+        elif isinstance(node, (Not, IsBool)):
+            walk(node.child)
+
+    walk(tree)
     return out

@@ -17,7 +17,7 @@ following pylance (DataFusion) semantics:
 - integer ``/`` truncates, ``%`` is the truncated remainder;
 - AND/OR chains beyond 4096 operands are refused (pyarrow overflows its stack on them).
 
-Each predicate is also lowered to the conservative tree of :mod:`lance_ops.table.stats_pruning`
+Each predicate is also lowered to the conservative tree of :mod:`lance_ops.table.filters.pruning`
 (``Filter.tree``) so that chunks can be skipped by their statistics.
 """
 from __future__ import annotations
@@ -30,33 +30,21 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import sqlglot
-from sqlglot import exp, generator, tokens
-from sqlglot.dialects.dialect import Dialect
-from sqlglot.errors import ParseError, SqlglotError, TokenError
+from sqlglot import exp
 
-from lance_ops.errors import FilterError, InvalidArgumentTypeError
-from lance_ops.table import stats_pruning as sp
+from lance_ops.errors import FilterError
+from lance_ops.table.filters import pruning as sp
+from lance_ops.table.filters.parse import LanceSQL, located_error, parse
+from lance_ops.table.filters.values import (
+    ARITHMETIC, ARROW_ERRORS, COMPARISONS, FLIPPED, MAX_TERMS, PATTERN_FUNCTIONS, PROMOTING, SQL_TYPES,
+    TIMESTAMP_UNITS, UNARY_FUNCTIONS, SqlType, Value, exact_decimal, int_bounds, is_floating, is_null_literal,
+    is_numeric, is_stringy, literal, rewrite_escape, with_timezone,
+)
 
-__all__ = ["Filter", "Projection", "compile_filter", "compile_expression", "SPECIAL_COLUMNS"]
+__all__ = ["Filter", "SqlCompiler", "compile_filter", "SPECIAL_COLUMNS", "with_specials"]
 
 #: Columns a filter may reference although they are not in the dataset schema.
 SPECIAL_COLUMNS: dict[str, pa.DataType] = {"_rowid": pa.uint64(), "_rowaddr": pa.uint64()}
-
-_ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, ArithmeticError, OverflowError,
-                 decimal.InvalidOperation)
-
-
-class _LanceSQL(Dialect):
-    """Lance's filter dialect: '...' strings, `...` (and "...") identifiers, backslash kept."""
-
-    class Tokenizer(tokens.Tokenizer):
-        QUOTES = ["'"]
-        IDENTIFIERS = ["`", '"']
-
-    class Generator(generator.Generator):
-        TRANSFORMS = {**generator.Generator.TRANSFORMS,
-                      exp.IsNan: lambda self, e: self.func("isnan", e.this)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,35 +80,13 @@ def compile_filter(predicate: str | pc.Expression | None, schema: pa.Schema) -> 
     if not isinstance(predicate, str):
         raise FilterError("a filter must be a SQL string or a pyarrow.compute.Expression, "
                           f"not {type(predicate).__name__}")
-    return _Compiler(predicate, schema).compile()
+    return SqlCompiler(predicate, schema).compile()
 
-
-@dataclass(frozen=True, eq=False)
-class Projection:
-    """A compiled value expression (a computed column of ``to_table(columns={name: sql})``)."""
-
-    expression: pc.Expression
-    type: pa.DataType
-    columns: frozenset[str]
-    sql: str
-    #: False for a constant that is not null (pylance marks such output fields non-nullable)
-    nullable: bool = True
-
-
-def compile_expression(sql: str, schema: pa.Schema) -> Projection:
-    """Compile a SQL value expression (``"b * 100"``, ``"upper(s)"``) against ``schema``.
-
-    It goes through the same translation as filters, so types, literals and errors (with a
-    caret under the position) follow the same pylance rules.
-    """
-    if not isinstance(sql, str):
-        raise InvalidArgumentTypeError(
-            f"a computed column must be a SQL expression string, not {type(sql).__name__}")
-    return _Compiler(sql, schema, what="expression").compile_value()
 
 
 # --- pyarrow expressions -----------------------------------------------------------------------
-def _with_specials(schema: pa.Schema) -> pa.Schema:
+def with_specials(schema: pa.Schema) -> pa.Schema:
+    """``schema`` plus the special columns (``_rowid``, ``_rowaddr``) it does not already have."""
     extra = [pa.field(n, t) for n, t in SPECIAL_COLUMNS.items() if n not in schema.names]
     return pa.schema(list(schema) + extra)
 
@@ -130,10 +96,10 @@ def _binds(expr: pc.Expression, schema: pa.Schema) -> None:
 
 
 def _from_expression(expr: pc.Expression, schema: pa.Schema) -> Filter:
-    full = _with_specials(schema)
+    full = with_specials(schema)
     try:
         _binds(expr, full)
-    except _ARROW_ERRORS as e:
+    except ARROW_ERRORS as e:
         msg = str(e).splitlines()[0]
         if "No match for FieldRef" in msg:
             msg += f"; available columns: {', '.join(full.names)}"
@@ -145,7 +111,7 @@ def _from_expression(expr: pc.Expression, schema: pa.Schema) -> Filter:
         try:
             _binds(expr, pa.schema([f for f in full if f.name not in set(names)]))
             return []
-        except _ARROW_ERRORS:
+        except ARROW_ERRORS:
             if len(names) == 1:
                 return names
             mid = len(names) // 2
@@ -158,122 +124,17 @@ def _from_expression(expr: pc.Expression, schema: pa.Schema) -> Filter:
     return Filter(expr, columns, constant, str(expr), sp.UNKNOWN)
 
 
-# --- SQL translation ---------------------------------------------------------------------------
-@dataclass
-class _V:
-    """A translated value: its expression and type, plus what we know statically."""
+class SqlCompiler:
+    """Translates one SQL text, node by node, into a pyarrow expression (and a pruning tree).
 
-    e: pc.Expression | None             # None for a literal until its expression is needed
-    type: pa.DataType
-    lit: pa.Scalar | None = None        # the value, when constant
-    path: tuple[str, ...] | None = None  # the column path, when a plain column reference
-    text: str | None = None             # a numeric literal's SQL text (exact decimals)
-    tree: sp.Node | None = None         # pruning form (boolean values)
+    ``what`` ("filter" or "expression") words its error messages; ``columns`` collects the
+    top-level columns the text reads.
+    """
 
-    @property
-    def expr(self) -> pc.Expression:
-        if self.e is None:
-            self.e = pc.scalar(self.lit)
-        return self.e
-
-
-def _lit(s: pa.Scalar, text: str | None = None) -> _V:
-    return _V(None, s.type, lit=s, text=text)
-
-
-def _is_null_lit(v: _V) -> bool:
-    return v.lit is not None and not v.lit.is_valid
-
-
-def _floating(t: pa.DataType) -> bool:
-    return pa.types.is_floating(t)
-
-
-def _numeric(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
-
-
-def _stringy(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
-
-
-def _retz(s: pa.Scalar, tz: str | None) -> pa.Scalar:
-    """The same instant (naive = UTC wall time) as a timestamp scalar with zone ``tz``."""
-    return pa.scalar(s.value, pa.timestamp(s.type.unit, tz))
-
-
-_CMP = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.GT: "greater", exp.GTE: "greater_equal",
-        exp.LT: "less", exp.LTE: "less_equal"}
-_FLIP = {"equal": "equal", "not_equal": "not_equal", "greater": "less", "less": "greater",
-         "greater_equal": "less_equal", "less_equal": "greater_equal"}
-_PROMOTING = {"add", "subtract", "multiply", "divide"}
-_ARITH = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply", exp.Div: "divide"}
-_UNARY = {exp.Lower: "utf8_lower", exp.Upper: "utf8_upper", exp.Abs: "abs", exp.Floor: "floor",
-          exp.Ceil: "ceil", exp.Sqrt: "sqrt", exp.IsNan: "is_nan"}
-_PATTERN_FUNCS = {exp.StartsWith: "starts_with", exp.EndsWith: "ends_with",
-                  exp.Contains: "match_substring", exp.RegexpLike: "match_substring_regex"}
-_T = exp.DataType.Type
-_SQL_TYPES = {
-    _T.BOOLEAN: pa.bool_(), _T.TINYINT: pa.int8(), _T.SMALLINT: pa.int16(), _T.INT: pa.int32(),
-    _T.BIGINT: pa.int64(), _T.UTINYINT: pa.uint8(), _T.USMALLINT: pa.uint16(),
-    _T.UINT: pa.uint32(), _T.UBIGINT: pa.uint64(), _T.FLOAT: pa.float32(),
-    _T.DOUBLE: pa.float64(), _T.VARCHAR: pa.string(), _T.CHAR: pa.string(),
-    _T.NVARCHAR: pa.string(), _T.NCHAR: pa.string(), _T.TEXT: pa.string(),
-    _T.BINARY: pa.binary(), _T.VARBINARY: pa.binary(), _T.BLOB: pa.binary(),
-    _T.DATE: pa.date32(), _T.TIME: pa.time64("us"), _T.TIMESTAMPTZ: pa.timestamp("ns", "UTC"),
-}
-_MAX_TERMS = 4096
-_TS_UNITS = {0: "s", 3: "ms", 6: "us", 9: "ns"}
-
-
-def _caret(sql: str, start: int, end: int) -> str:
-    """The line of ``sql`` holding offset ``start`` with carets under ``start..end``."""
-    start = max(0, min(start, len(sql)))
-    line_start = sql.rfind("\n", 0, start) + 1
-    line_end = sql.find("\n", start)
-    line_end = len(sql) if line_end < 0 else line_end
-    width = max(1, min(end, line_end - 1) - start + 1)
-    lo, hi, pre, post = line_start, line_end, "", ""
-    if line_end - line_start > 120:  # show a window around the position of long lines
-        lo, hi = max(line_start, start - 50), min(line_end, start + max(width, 50) + 20)
-        pre, post = ("..." if lo > line_start else ""), ("..." if hi < line_end else "")
-        width = min(width, hi - start)
-    pad = " " * (len(pre) + start - lo)
-    return f"    {pre}{sql[lo:hi]}{post}\n    {pad}{'^' * width}"
-
-
-def _is_unexpected(err: dict) -> bool:
-    return "Unexpected token" in (err.get("description") or "")
-
-
-_OPERATOR_WORDS = {"EQ": "=", "NEQ": "!=", "GT": ">", "GTE": ">=", "LT": "<", "LTE": "<=", "And": "AND",
-                   "Or": "OR", "Not": "NOT", "Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Mod": "%",
-                   "Like": "LIKE", "ILike": "ILIKE", "In": "IN", "Is": "IS", "Between": "BETWEEN"}
-
-
-def _parse_problem(err: dict, at_end: bool) -> str:
-    """What the parser expected and what it found, in the user's terms (no parser internals)."""
-    desc = err.get("description") or ""
-    found = "end of input" if at_end else repr(err.get("highlight") or "")
-    m = re.match(r"Required keyword: '(\w+)' missing for <class '[\w.]*?(\w+)'>", desc)
-    if m:
-        word = _OPERATOR_WORDS.get(m.group(2), m.group(2).upper())
-        if m.group(1) == "high":
-            return f"expected AND and an upper bound after BETWEEN, found {found}"
-        return f"expected an expression after {word}, found {found}"
-    m = re.match(r"Expecting (.+)", desc)
-    if m:
-        return f"expected {m.group(1).strip()!r}, found {found}"
-    if _is_unexpected(err):
-        return f"unexpected {found}"
-    return re.sub(r"<class '[\w.]*?(\w+)'>", r"\1", desc) + f" (found {found})"
-
-
-class _Compiler:
     def __init__(self, sql: str, schema: pa.Schema, what: str = "filter"):
         self.what = what
         self.sql = sql
-        self.fields = {f.name: f for f in _with_specials(schema)}
+        self.fields = {f.name: f for f in with_specials(schema)}
         self.columns: set[str] = set()
         self.as_string: list[exp.Expression] = []  # double-quoted words read as strings
         self.terms = 0  # AND/OR operands so far
@@ -287,7 +148,7 @@ class _Compiler:
                               f"({len(self.sql)} characters)") from None
 
     def _compile(self) -> Filter:
-        node = self._parse()
+        node = self.parse()
         v = self.visit(node)
         if v.type != pa.bool_():
             raise self._fail(node, f"the filter does not return a boolean (it is {v.type})")
@@ -297,118 +158,74 @@ class _Compiler:
         if v.lit is not None:
             constant = v.lit.as_py() is True
             expression = pc.scalar(constant)
+        return Filter(expression, frozenset(self.columns), constant, self.finish_sql(node),
+                      v.tree or sp.UNKNOWN)
+
+    def finish_sql(self, node: exp.Expression) -> str:
+        """The normalised SQL text of ``node`` (double-quoted words read as strings become literals)."""
         for n in self.as_string:
             n.replace(exp.Literal.string(n.name))
-        return Filter(expression, frozenset(self.columns), constant,
-                      node.sql(dialect=_LanceSQL, copy=False), v.tree or sp.UNKNOWN)
+        return node.sql(dialect=LanceSQL, copy=False)
 
-    def compile_value(self) -> Projection:
-        try:
-            node = self._parse()
-            v = self.visit(node)
-        except RecursionError:
-            raise FilterError(f"Invalid expression: nested too deeply ({len(self.sql)} characters)") from None
-        expression = v.expr if v.lit is None else pc.scalar(v.lit)
-        for n in self.as_string:
-            n.replace(exp.Literal.string(n.name))
-        return Projection(expression, v.type, frozenset(self.columns), node.sql(dialect=_LanceSQL, copy=False),
-                          nullable=v.lit is None or not v.lit.is_valid)
-
-    def _parse(self) -> exp.Expression:
-        if not self.sql.strip():
-            raise FilterError(f"Invalid {self.what}: the {self.what} is empty")
-        try:
-            return sqlglot.parse_one(self.sql, read=_LanceSQL, into=exp.Condition)
-        except ParseError as e:
-            err = e.errors[0] if e.errors else {}
-            line, col = err.get("line"), err.get("col")
-            if line is None or col is None:
-                raise FilterError(f"Syntax error in {self.what} {self.sql!r}: {_parse_problem(err, True)}") from None
-            highlight = err.get("highlight") or ""
-            length = len(highlight) or 1
-            offset = sum(len(x) + 1 for x in self.sql.split("\n")[: line - 1])
-            start = offset + max(col - length, 0)
-            at_end = not err.get("end_context") and not _is_unexpected(err)
-            if at_end:  # the parser ran out of input: point just past the last token
-                start, length = len(self.sql.rstrip()), 1
-                line = self.sql.count("\n", 0, start) + 1
-                col = start - (self.sql.rfind("\n", 0, start) + 1) + 1
-            else:
-                col = col - length + 1
-            raise FilterError(
-                f"Syntax error in {self.what} at line {line}, column {col}: {_parse_problem(err, at_end)}\n"
-                f"{_caret(self.sql, start, start + length - 1)}") from None
-        except TokenError as e:
-            m = re.search(r"from (\d+):(\d+)", str(e.__cause__ or ""))
-            pos = int(m.group(2)) if m else (e.start or 0)
-            problem = str(e.__cause__ or e)
-            if problem.startswith("Missing '"):
-                problem = "unterminated string literal (a ' without its closing ')"
-            raise FilterError(f"Syntax error in {self.what} at position {pos}: "
-                              f"{problem}\n{_caret(self.sql, pos, pos)}") from None
-        except SqlglotError as e:
-            raise FilterError(f"Syntax error in {self.what} {self.sql!r}: {e}") from None
+    def parse(self) -> exp.Expression:
+        """The syntax tree of the SQL text (FilterError with a caret when it is not SQL)."""
+        return parse(self.sql, self.what)
 
     def _fail(self, node: exp.Expression, message: str) -> FilterError:
-        ids = [node] if isinstance(node, exp.Identifier) else list(node.find_all(exp.Identifier))
-        spans = [(i.meta["start"], i.meta["end"]) for i in ids if "start" in i.meta]
-        if not spans:
-            return FilterError(f"Invalid filter {self.sql!r}: {message}")
-        start, end = min(a for a, _ in spans), max(b for _, b in spans)
-        return FilterError(f"Invalid filter: {message}\n{_caret(self.sql, start, end)}")
+        return located_error(self.sql, node, message)
 
     def _unsupported(self, node: exp.Expression, what: str | None = None) -> FilterError:
         what = what or node.key.upper()
-        return self._fail(node, f"unsupported SQL construct {what}: {node.sql(dialect=_LanceSQL)}")
+        return self._fail(node, f"unsupported SQL construct {what}: {node.sql(dialect=LanceSQL)}")
 
-    def visit(self, node: exp.Expression) -> _V:
+    def visit(self, node: exp.Expression) -> Value:
         kind = type(node)
-        if kind in _CMP:
-            return self._compare(node, _CMP[kind], self.visit(node.this),
+        if kind in COMPARISONS:
+            return self._compare(node, COMPARISONS[kind], self.visit(node.this),
                                  self.visit(node.expression))
-        if kind in _ARITH:
-            return self._call(node, _ARITH[kind], [self.visit(node.this),
+        if kind in ARITHMETIC:
+            return self._call(node, ARITHMETIC[kind], [self.visit(node.this),
                                                    self.visit(node.expression)])
-        if type(node) in _UNARY and not any(v for k, v in node.args.items() if k != "this"):
-            return self._call(node, _UNARY[type(node)], [self.visit(node.this)])
-        if type(node) in _PATTERN_FUNCS:
-            return self._pattern_func(node, _PATTERN_FUNCS[type(node)])
+        if type(node) in UNARY_FUNCTIONS and not any(v for k, v in node.args.items() if k != "this"):
+            return self._call(node, UNARY_FUNCTIONS[type(node)], [self.visit(node.this)])
+        if type(node) in PATTERN_FUNCTIONS:
+            return self._pattern_func(node, PATTERN_FUNCTIONS[type(node)])
         method = getattr(self, f"_v_{type(node).__name__}", None)
         if method is None:
             raise self._unsupported(node)
         return method(node)
 
     # -- helpers --------------------------------------------------------------------------------
-    def _call(self, node: exp.Expression, fn: str, args: list[_V], **opts: Any) -> _V:
+    def _call(self, node: exp.Expression, fn: str, args: list[Value], **opts: Any) -> Value:
         """Apply pyarrow function ``fn``: folded when all args are constant, type-checked else."""
         func = getattr(pc, fn)
         try:
             if all(a.lit is not None for a in args):
-                return _lit(func(*[a.lit for a in args], **opts))
-            if fn in _PROMOTING and any(pa.types.is_decimal(a.type) for a in args):
-                args = [_lit(pa.scalar(_exact_decimal(a))) if a.lit is not None and a.lit.is_valid
-                        and _numeric(a.type) and not pa.types.is_decimal(a.type) else a
+                return literal(func(*[a.lit for a in args], **opts))
+            if fn in PROMOTING and any(pa.types.is_decimal(a.type) for a in args):
+                args = [literal(pa.scalar(exact_decimal(a))) if a.lit is not None and a.lit.is_valid
+                        and is_numeric(a.type) and not pa.types.is_decimal(a.type) else a
                         for a in args]
             probe = func(*[pa.array([], a.type) for a in args], **opts)
-            if fn in _PROMOTING and (_floating(probe.type) or pa.types.is_integer(probe.type)):
+            if fn in PROMOTING and (is_floating(probe.type) or pa.types.is_integer(probe.type)):
                 # Expression binding would narrow an integer literal to the other operand's type
                 # (int8 + 100 -> int8); compute in the promoted type as DataFusion does.
                 args = [a if a.type == probe.type else
-                        _lit(a.lit.cast(probe.type)) if a.lit is not None else
-                        _V(a.expr.cast(probe.type), probe.type) for a in args]
-            return _V(func(*[a.expr for a in args], **opts), probe.type)
-        except _ARROW_ERRORS as e:
+                        literal(a.lit.cast(probe.type)) if a.lit is not None else
+                        Value(a.expr.cast(probe.type), probe.type) for a in args]
+            return Value(func(*[a.expr for a in args], **opts), probe.type)
+        except ARROW_ERRORS as e:
             types = ", ".join(str(a.type) for a in args)
             detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise self._fail(node, f"cannot evaluate {node.sql(dialect=_LanceSQL)} "
+            raise self._fail(node, f"cannot evaluate {node.sql(dialect=LanceSQL)} "
                                    f"({fn} on {types}): {detail}") from None
 
-    def _predicate(self, v: _V, node: exp.Expression) -> _V:
+    def _predicate(self, v: Value, node: exp.Expression) -> Value:
         """``v`` as a boolean operand, with its pruning tree filled in."""
-        if _is_null_lit(v):
-            v = _lit(pa.scalar(None, pa.bool_()))
+        if is_null_literal(v):
+            v = literal(pa.scalar(None, pa.bool_()))
         if v.type != pa.bool_():
-            raise self._fail(node, f"{node.sql(dialect=_LanceSQL)} is not a boolean "
+            raise self._fail(node, f"{node.sql(dialect=LanceSQL)} is not a boolean "
                                    f"(it is {v.type})")
         if v.tree is None:
             if v.lit is not None:
@@ -419,7 +236,7 @@ class _Compiler:
                 v.tree = sp.UNKNOWN
         return v
 
-    def _with_tree(self, v: _V, tree: sp.Node) -> _V:
+    def _with_tree(self, v: Value, tree: sp.Node) -> Value:
         v.tree = sp.Const(v.lit.as_py()) if v.lit is not None else tree
         return v
 
@@ -428,21 +245,21 @@ class _Compiler:
         try:
             if not s.is_valid:
                 return pa.scalar(None, target)
-            if pa.types.is_timestamp(target) and _stringy(s.type):
+            if pa.types.is_timestamp(target) and is_stringy(s.type):
                 try:
-                    return _retz(s.cast(pa.timestamp(target.unit)), target.tz)
-                except _ARROW_ERRORS:
-                    return _retz(s.cast(pa.timestamp(target.unit, "UTC")), target.tz)
+                    return with_timezone(s.cast(pa.timestamp(target.unit)), target.tz)
+                except ARROW_ERRORS:
+                    return with_timezone(s.cast(pa.timestamp(target.unit, "UTC")), target.tz)
             if pa.types.is_timestamp(target) and pa.types.is_timestamp(s.type):
-                s = _retz(s, target.tz)
-            if _floating(s.type) and pa.types.is_integer(target):
+                s = with_timezone(s, target.tz)
+            if is_floating(s.type) and pa.types.is_integer(target):
                 s = pc.trunc(s)
             return s.cast(target, safe=True)
-        except _ARROW_ERRORS as e:
+        except ARROW_ERRORS as e:
             raise self._fail(node, f"cannot convert {s.as_py()!r} to {target}: "
                                    f"{str(e).splitlines()[0]}") from None
 
-    def _coerce(self, node: exp.Expression, v: _V, target: pa.DataType) -> tuple[_V, bool]:
+    def _coerce(self, node: exp.Expression, v: Value, target: pa.DataType) -> tuple[Value, bool]:
         """Literal ``v`` converted for comparison with a ``target`` value; True if exact."""
         s, src = v.lit, v.lit.type
         if pa.types.is_dictionary(target):
@@ -450,76 +267,76 @@ class _Compiler:
         if src == target:
             return v, True
         if not s.is_valid:
-            return _lit(pa.scalar(None, target)), True
-        binary_like = (_stringy(target) or pa.types.is_binary(target)
+            return literal(pa.scalar(None, target)), True
+        binary_like = (is_stringy(target) or pa.types.is_binary(target)
                        or pa.types.is_large_binary(target))
-        if _stringy(src) and not binary_like:
-            return _lit(self._cast_literal(node, s, target)), True
-        if binary_like and not (_stringy(src) or pa.types.is_binary(src)):
+        if is_stringy(src) and not binary_like:
+            return literal(self._cast_literal(node, s, target)), True
+        if binary_like and not (is_stringy(src) or pa.types.is_binary(src)):
             return v, False  # 5 is not a string: let the comparison fail with a type error
         try:
-            if _floating(target) and _numeric(src):  # lance narrows literals to float32 too
-                return _lit(s.cast(target, safe=False)), True
-            if pa.types.is_decimal(target) and _numeric(src):
-                d = _exact_decimal(v)
+            if is_floating(target) and is_numeric(src):  # lance narrows literals to float32 too
+                return literal(s.cast(target, safe=False)), True
+            if pa.types.is_decimal(target) and is_numeric(src):
+                d = exact_decimal(v)
                 exact = pa.scalar(d)
                 try:
                     c = exact.cast(target, safe=True)
                     if c.as_py() == d:
-                        return _lit(c), True
-                except _ARROW_ERRORS:
+                        return literal(c), True
+                except ARROW_ERRORS:
                     pass
-                return _lit(exact), False
+                return literal(exact), False
             if pa.types.is_timestamp(target):
                 if pa.types.is_timestamp(src):
-                    s = _retz(s, target.tz)
+                    s = with_timezone(s, target.tz)
                 elif pa.types.is_date(src):
-                    s = _retz(s.cast(pa.timestamp(target.unit)), target.tz)
+                    s = with_timezone(s.cast(pa.timestamp(target.unit)), target.tz)
             c = s.cast(target, safe=True)
             if c.cast(s.type).equals(s):
-                return _lit(c), True
-        except _ARROW_ERRORS:
+                return literal(c), True
+        except ARROW_ERRORS:
             pass
-        return _lit(s), False
+        return literal(s), False
 
     # -- comparisons ----------------------------------------------------------------------------
-    def _compare(self, node: exp.Expression, op: str, a: _V, b: _V) -> _V:
-        def rank(v: _V) -> int:  # the literal side, and the side to convert, goes right
+    def _compare(self, node: exp.Expression, op: str, a: Value, b: Value) -> Value:
+        def rank(v: Value) -> int:  # the literal side, and the side to convert, goes right
             if v.lit is None:
                 return 0
-            return 3 if _is_null_lit(v) else 2 if _stringy(v.type) else 1
+            return 3 if is_null_literal(v) else 2 if is_stringy(v.type) else 1
 
         exact = False
         if rank(a) > rank(b):
-            a, b, op = b, a, _FLIP[op]
+            a, b, op = b, a, FLIPPED[op]
         if rank(a) == 0 and rank(b) == 1 and pa.types.is_integer(a.type) and (
-                pa.types.is_integer(b.type) or _floating(b.type)):
-            op, b = _int_bounds(op, b.lit.as_py(), a.type)
+                pa.types.is_integer(b.type) or is_floating(b.type)):
+            op, b = int_bounds(op, b.lit.as_py(), a.type)
         if b.lit is not None and rank(a) < 3:
             b, exact = self._coerce(node, b, a.type)
         res = self._call(node, op, [a, b])
-        if _floating(a.type) or _floating(b.type):
+        if is_floating(a.type) or is_floating(b.type):
             res = self._total_order(node, op, a, b, res)
         tree: sp.Node = sp.UNKNOWN
         if a.path is not None and b.lit is not None and (
-                exact or not (_floating(a.type) or _floating(b.type))):
+                exact or not (is_floating(a.type) or is_floating(b.type))):
             try:
-                tree = sp.Cmp(".".join(a.path), op, b.lit.as_py(), _floating(a.type))
-            except _ARROW_ERRORS:
+                tree = sp.Cmp(".".join(a.path), op, b.lit.as_py(), is_floating(a.type))
+            except ARROW_ERRORS:
                 pass
         return self._with_tree(res, tree)
 
-    def _total_order(self, node: exp.Expression, op: str, a: _V, b: _V, res: _V) -> _V:
+    def _total_order(self, node: exp.Expression, op: str, a: Value, b: Value, res: Value) -> Value:
         """Adjust an IEEE comparison to lance's order: NaN = NaN and NaN > every number."""
 
-        def nan(v: _V) -> Any:
-            if not _floating(v.type):
+        def nan(v: Value) -> Any:
+            if not is_floating(v.type):
                 return False
             if v.lit is not None:
                 return v.lit.is_valid and math.isnan(v.lit.as_py())
             return self._call(node, "is_nan", [v])
 
-        def valid(v: _V) -> Any:
+        def valid(v: Value) -> Any:
             return v.lit.is_valid if v.lit is not None else self._call(node, "is_valid", [v])
 
         def and_(x: Any, y: Any) -> Any:
@@ -532,11 +349,11 @@ class _Compiler:
         def not_(x: Any) -> Any:
             return (not x) if isinstance(x, bool) else self._call(node, "invert", [x])
 
-        def or_(r: _V, term: Any) -> _V:
+        def or_(r: Value, term: Any) -> Value:
             if term is False:
                 return r
             if term is True:
-                return _lit(pa.scalar(True))
+                return literal(pa.scalar(True))
             return self._call(node, "or_kleene", [r, term])
 
         na, nb = nan(a), nan(b)
@@ -545,48 +362,48 @@ class _Compiler:
             eq = or_(eq, and_(na, nb))
             return eq if op == "equal" else self._call(node, "invert", [eq])
         if op == "less":
-            return or_(res, and_(nb, not_(na) if _floating(a.type) else valid(a)))
+            return or_(res, and_(nb, not_(na) if is_floating(a.type) else valid(a)))
         if op == "less_equal":
             return or_(res, and_(nb, valid(a)))
         if op == "greater":
-            return or_(res, and_(na, not_(nb) if _floating(b.type) else valid(b)))
+            return or_(res, and_(na, not_(nb) if is_floating(b.type) else valid(b)))
         return or_(res, and_(na, valid(b)))  # greater_equal
 
     # -- node visitors --------------------------------------------------------------------------
-    def _v_Paren(self, node: exp.Paren) -> _V:
+    def _v_Paren(self, node: exp.Paren) -> Value:
         return self.visit(node.this)
 
-    def _v_Boolean(self, node: exp.Boolean) -> _V:
-        return _lit(pa.scalar(bool(node.this), pa.bool_()))
+    def _v_Boolean(self, node: exp.Boolean) -> Value:
+        return literal(pa.scalar(bool(node.this), pa.bool_()))
 
-    def _v_Null(self, node: exp.Null) -> _V:
-        return _lit(pa.scalar(None))
+    def _v_Null(self, node: exp.Null) -> Value:
+        return literal(pa.scalar(None))
 
-    def _v_Literal(self, node: exp.Literal) -> _V:
+    def _v_Literal(self, node: exp.Literal) -> Value:
         if node.is_string:
-            return _lit(pa.scalar(node.this, pa.string()))
+            return literal(pa.scalar(node.this, pa.string()))
         return self._number(node, node.this)
 
-    def _number(self, node: exp.Expression, text: str) -> _V:
+    def _number(self, node: exp.Expression, text: str) -> Value:
         if re.fullmatch(r"-?[0-9]+", text):
             n = int(text)
             if -(2 ** 63) <= n < 2 ** 63:
-                return _lit(pa.scalar(n, pa.int64()), text)
+                return literal(pa.scalar(n, pa.int64()), text)
             if 0 <= n < 2 ** 64:
-                return _lit(pa.scalar(n, pa.uint64()), text)
+                return literal(pa.scalar(n, pa.uint64()), text)
             raise self._fail(node, f"integer literal {text} is out of range")
         try:
-            return _lit(pa.scalar(float(text), pa.float64()), text)
+            return literal(pa.scalar(float(text), pa.float64()), text)
         except ValueError:
             raise self._fail(node, f"invalid number {text!r}") from None
 
-    def _v_Neg(self, node: exp.Neg) -> _V:
+    def _v_Neg(self, node: exp.Neg) -> Value:
         inner = node.this
         if isinstance(inner, exp.Literal) and not inner.is_string:
             return self._number(node, "-" + inner.this)
         return self._call(node, "negate", [self.visit(inner)])
 
-    def _v_Mod(self, node: exp.Mod) -> _V:
+    def _v_Mod(self, node: exp.Mod) -> Value:
         a, b = self.visit(node.this), self.visit(node.expression)
         q = self._call(node, "divide", [a, b])
         if not pa.types.is_integer(q.type):
@@ -594,7 +411,7 @@ class _Compiler:
         return self._call(node, "subtract", [a, self._call(node, "multiply", [q, b])])
 
     # columns ------------------------------------------------------------------------------------
-    def _v_Column(self, node: exp.Expression) -> _V:
+    def _v_Column(self, node: exp.Expression) -> Value:
         parts = self._path_parts(node)
         if parts is None:
             raise self._unsupported(node)
@@ -603,7 +420,7 @@ class _Compiler:
         if name is None:
             if kind == '"' and len(parts) == 1:  # pylance reads "..." as a string literal
                 self.as_string.append(node)
-                return _lit(pa.scalar(first, pa.string()))
+                return literal(pa.scalar(first, pa.string()))
             raise self._fail(ident, f"unknown column {first!r}; available columns: "
                                     f"{', '.join(self.fields)}")
         self.columns.add(name)
@@ -619,7 +436,7 @@ class _Compiler:
                                         f"its fields: {', '.join(names)}")
             path.append(child)
             typ = typ.field(child).type
-        return _V(pc.field(*path), typ, path=tuple(path))
+        return Value(pc.field(*path), typ, path=tuple(path))
 
     _v_Dot = _v_Column
     _v_Bracket = _v_Column
@@ -664,34 +481,34 @@ class _Compiler:
                   for p in node.expressions]
         t = node.this
         try:
-            if t == _T.DECIMAL:  # DataFusion's DECIMAL is DECIMAL(38, 10)
+            if t == SqlType.DECIMAL:  # DataFusion's DECIMAL is DECIMAL(38, 10)
                 p = int(params[0]) if params else 38
                 s = int(params[1]) if len(params) > 1 else (0 if params else 10)
                 return pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
-            if t == _T.TIMESTAMP:
-                return pa.timestamp(_TS_UNITS[int(params[0])] if params else "ns")
+            if t == SqlType.TIMESTAMP:
+                return pa.timestamp(TIMESTAMP_UNITS[int(params[0])] if params else "ns")
         except (ValueError, KeyError, IndexError):
             pass
-        if t in _SQL_TYPES and not params:
-            return _SQL_TYPES[t]
-        if t in (_T.VARCHAR, _T.CHAR, _T.NVARCHAR, _T.NCHAR, _T.VARBINARY, _T.BINARY):
-            return _SQL_TYPES[t]
-        raise self._unsupported(node, f"type {node.sql(dialect=_LanceSQL)}")
+        if t in SQL_TYPES and not params:
+            return SQL_TYPES[t]
+        if t in (SqlType.VARCHAR, SqlType.CHAR, SqlType.NVARCHAR, SqlType.NCHAR, SqlType.VARBINARY, SqlType.BINARY):
+            return SQL_TYPES[t]
+        raise self._unsupported(node, f"type {node.sql(dialect=LanceSQL)}")
 
-    def _v_Cast(self, node: exp.Cast) -> _V:
+    def _v_Cast(self, node: exp.Cast) -> Value:
         target = self._sql_type(node.args["to"])
         v = self.visit(node.this)
         if v.lit is not None:
-            return _lit(self._cast_literal(node, v.lit, target))
-        if _floating(v.type) and pa.types.is_integer(target):
+            return literal(self._cast_literal(node, v.lit, target))
+        if is_floating(v.type) and pa.types.is_integer(target):
             v = self._call(node, "trunc", [v])
         try:
             pa.array([], v.type).cast(target)
-        except _ARROW_ERRORS:
+        except ARROW_ERRORS:
             raise self._fail(node, f"cannot cast {v.type} to {target}") from None
-        return _V(v.expr.cast(target, safe=True), target)
+        return Value(v.expr.cast(target, safe=True), target)
 
-    def _v_Is(self, node: exp.Is) -> _V:
+    def _v_Is(self, node: exp.Is) -> Value:
         rhs = node.expression
         if isinstance(rhs, exp.Null):
             v = self.visit(node.this)
@@ -701,15 +518,15 @@ class _Compiler:
             b = self._predicate(self.visit(node.this), node.this)
             if not rhs.this:
                 b = self._with_tree(self._call(node, "invert", [b]), sp.Not(b.tree))
-            out = self._call(node, "coalesce", [b, _lit(pa.scalar(False))])
+            out = self._call(node, "coalesce", [b, literal(pa.scalar(False))])
             return self._with_tree(out, sp.IsBool(b.tree, True))
-        raise self._unsupported(node, f"IS {rhs.sql(dialect=_LanceSQL)}")
+        raise self._unsupported(node, f"IS {rhs.sql(dialect=LanceSQL)}")
 
-    def _v_Not(self, node: exp.Not) -> _V:
+    def _v_Not(self, node: exp.Not) -> Value:
         b = self._predicate(self.visit(node.this), node.this)
         return self._with_tree(self._call(node, "invert", [b]), sp.Not(b.tree))
 
-    def _logical(self, node: exp.Expression, fn: str) -> _V:
+    def _logical(self, node: exp.Expression, fn: str) -> Value:
         """A chain of ANDs (or ORs), flattened and combined as a balanced tree."""
         operands, stack = [], [node]
         while stack:  # iterative: long chains must not exhaust the Python stack
@@ -727,10 +544,10 @@ class _Compiler:
                 continue  # the neutral element
             kept.append(v)
         if not kept:
-            return _lit(pa.scalar(not absorbing))
+            return literal(pa.scalar(not absorbing))
         self.terms += len(kept)
-        if self.terms > _MAX_TERMS:  # pyarrow flattens AND/OR chains and overflows its stack
-            raise self._fail(node, f"more than {_MAX_TERMS} AND/OR operands; "
+        if self.terms > MAX_TERMS:  # pyarrow flattens AND/OR chains and overflows its stack
+            raise self._fail(node, f"more than {MAX_TERMS} AND/OR operands; "
                                    "use IN (...) for long lists of values")
         cls = sp.Or if absorbing else sp.And
         tree = cls(tuple(c for v in kept
@@ -740,13 +557,13 @@ class _Compiler:
             kept = [self._call(node, fn, p) if len(p) == 2 else p[0] for p in pairs]
         return self._with_tree(kept[0], tree if len(tree.children) > 1 else tree.children[0])
 
-    def _v_And(self, node: exp.And) -> _V:
+    def _v_And(self, node: exp.And) -> Value:
         return self._logical(node, "and_kleene")
 
-    def _v_Or(self, node: exp.Or) -> _V:
+    def _v_Or(self, node: exp.Or) -> Value:
         return self._logical(node, "or_kleene")
 
-    def _v_NullSafeEQ(self, node: exp.Expression, negate: bool = False) -> _V:
+    def _v_NullSafeEQ(self, node: exp.Expression, negate: bool = False) -> Value:
         a, b = self.visit(node.this), self.visit(node.expression)
         eq = self._compare(node, "equal", a, b)
         na, nb = self._call(node, "is_null", [a]), self._call(node, "is_null", [b])
@@ -754,10 +571,10 @@ class _Compiler:
                                            self._call(node, "and_kleene", [na, nb]), eq])
         return self._call(node, "invert", [out]) if negate else out
 
-    def _v_NullSafeNEQ(self, node: exp.Expression) -> _V:
+    def _v_NullSafeNEQ(self, node: exp.Expression) -> Value:
         return self._v_NullSafeEQ(node, negate=True)
 
-    def _v_Between(self, node: exp.Between) -> _V:
+    def _v_Between(self, node: exp.Between) -> Value:
         if node.args.get("symmetric"):
             raise self._unsupported(node, "BETWEEN SYMMETRIC")
         x = self.visit(node.this)
@@ -766,7 +583,7 @@ class _Compiler:
         out = self._call(node, "and_kleene", [lo, hi])
         return self._with_tree(out, sp.And((lo.tree, hi.tree)))
 
-    def _v_In(self, node: exp.In) -> _V:
+    def _v_In(self, node: exp.In) -> Value:
         if any(node.args.get(k) for k in ("query", "unnest", "field")):
             raise self._unsupported(node, "IN (subquery)")
         x = self.visit(node.this)
@@ -779,40 +596,40 @@ class _Compiler:
             for eq in eqs[1:]:
                 out = self._call(node, "or_kleene", [out, eq])
             return self._with_tree(out, sp.Or(tuple(eq.tree or sp.UNKNOWN for eq in eqs)))
-        has_null = any(_is_null_lit(i) for i in items)
+        has_null = any(is_null_literal(i) for i in items)
         vtype = x.type.value_type if pa.types.is_dictionary(x.type) else x.type
-        value_set = self._value_set(node, x, [i for i in items if not _is_null_lit(i)], vtype)
+        value_set = self._value_set(node, x, [i for i in items if not is_null_literal(i)], vtype)
         tree: sp.Node = sp.UNKNOWN
         if x.path is not None:
             try:
                 tree = sp.In.of(".".join(x.path), value_set.to_pylist(), has_null,
-                                _floating(vtype))
-            except _ARROW_ERRORS:  # values without a Python form or order: no pruning
+                                is_floating(vtype))
+            except ARROW_ERRORS:  # values without a Python form or order: no pruning
                 pass
         probe = x
-        if _floating(vtype):  # + 0.0 turns -0.0 into 0.0; is_in already matches NaN with NaN
-            zero = _lit(pa.scalar(0.0, vtype))
+        if is_floating(vtype):  # + 0.0 turns -0.0 into 0.0; is_in already matches NaN with NaN
+            zero = literal(pa.scalar(0.0, vtype))
             probe = self._call(node, "add", [x, zero])
             value_set = pc.add(value_set, pa.scalar(0.0, vtype))
         found = self._call(node, "is_in", [probe], value_set=value_set)
         out = self._call(node, "if_else", [self._call(node, "is_valid", [x]), found,
-                                           _lit(pa.scalar(None, pa.bool_()))])
+                                           literal(pa.scalar(None, pa.bool_()))])
         if has_null:
-            out = self._call(node, "or_kleene", [out, _lit(pa.scalar(None, pa.bool_()))])
+            out = self._call(node, "or_kleene", [out, literal(pa.scalar(None, pa.bool_()))])
         return self._with_tree(out, tree)
 
-    def _value_set(self, node: exp.Expression, x: _V, items: list[_V],
+    def _value_set(self, node: exp.Expression, x: Value, items: list[Value],
                    vtype: pa.DataType) -> pa.Array:
         """The IN-list literals that ``x`` can equal, as an array of ``x``'s type."""
         src = {i.type for i in items}
         if len(src) == 1:  # fast path for long lists of one type
             (t,) = src
             if t == vtype or (pa.types.is_integer(t) and pa.types.is_integer(vtype)) or (
-                    _stringy(t) and _stringy(vtype)):
+                    is_stringy(t) and is_stringy(vtype)):
                 arr = pa.array([i.lit.as_py() for i in items], t)
                 try:
                     return arr.cast(vtype, safe=True)
-                except _ARROW_ERRORS:
+                except ARROW_ERRORS:
                     pass  # some value does not fit: sort them out one by one
         values = []
         for item in items:
@@ -824,23 +641,23 @@ class _Compiler:
         return pa.array(values, vtype) if values else pa.array([], vtype)
 
     # strings -------------------------------------------------------------------------------------
-    def _v_Like(self, node: exp.Expression, escape: str | None = None) -> _V:
+    def _v_Like(self, node: exp.Expression, escape: str | None = None) -> Value:
         x, pat = self.visit(node.this), self.visit(node.expression)
-        if pat.lit is None or not (_stringy(pat.type) or _is_null_lit(pat)):
+        if pat.lit is None or not (is_stringy(pat.type) or is_null_literal(pat)):
             raise self._unsupported(node, "LIKE with a non-literal pattern")
-        if not _stringy(x.type) and not _is_null_lit(x):
+        if not is_stringy(x.type) and not is_null_literal(x):
             raise self._fail(node, f"LIKE needs a string operand, not {x.type}")
         ignore_case = isinstance(node, exp.ILike)
-        if _is_null_lit(pat) or _is_null_lit(x):
-            out = _lit(pa.scalar(None, pa.bool_()))
+        if is_null_literal(pat) or is_null_literal(x):
+            out = literal(pa.scalar(None, pa.bool_()))
         else:
             pattern = pat.lit.as_py()
             if escape is not None and escape != "\\":
-                pattern = _rewrite_escape(pattern, escape)
+                pattern = rewrite_escape(pattern, escape)
             out = self._call(node, "match_like", [x], pattern=pattern, ignore_case=ignore_case)
             tree = sp.UNKNOWN
             if x.path is not None and not ignore_case:
-                tree = _like_tree(".".join(x.path), pattern)
+                tree = sp.like_tree(".".join(x.path), pattern)
             out = self._with_tree(out, tree)
         if node.args.get("negate"):
             out = self._with_tree(self._call(node, "invert", [out]), sp.Not(out.tree or sp.UNKNOWN))
@@ -848,38 +665,38 @@ class _Compiler:
 
     _v_ILike = _v_Like
 
-    def _v_Escape(self, node: exp.Escape) -> _V:
+    def _v_Escape(self, node: exp.Escape) -> Value:
         esc = node.expression
         if not (isinstance(node.this, (exp.Like, exp.ILike)) and isinstance(esc, exp.Literal)
                 and esc.is_string and len(esc.this) == 1):
             raise self._unsupported(node, "ESCAPE")
         return self._v_Like(node.this, escape=esc.this)
 
-    def _pattern_func(self, node: exp.Expression, fn: str) -> _V:
+    def _pattern_func(self, node: exp.Expression, fn: str) -> Value:
         x, pat = self.visit(node.this), self.visit(node.expression)
         extra = any(v for k, v in node.args.items() if k not in ("this", "expression"))
-        if extra or pat.lit is None or not _stringy(pat.type):
+        if extra or pat.lit is None or not is_stringy(pat.type):
             raise self._unsupported(node, f"{node.key.upper()} with a non-literal pattern")
         return self._call(node, fn, [x], pattern=pat.lit.as_py())
 
-    def _v_Length(self, node: exp.Length) -> _V:
+    def _v_Length(self, node: exp.Length) -> Value:
         v = self.visit(node.this)
-        fn = "utf8_length" if _stringy(v.type) or _is_null_lit(v) else "binary_length"
+        fn = "utf8_length" if is_stringy(v.type) or is_null_literal(v) else "binary_length"
         return self._call(node, fn, [v])
 
-    def _v_Trim(self, node: exp.Trim) -> _V:
+    def _v_Trim(self, node: exp.Trim) -> Value:
         if any(v for k, v in node.args.items() if k != "this"):
             raise self._unsupported(node, "TRIM with options")
         return self._call(node, "utf8_trim_whitespace", [self.visit(node.this)])
 
-    def _v_Round(self, node: exp.Round) -> _V:
+    def _v_Round(self, node: exp.Round) -> Value:
         nd = self.visit(node.args["decimals"]) if node.args.get("decimals") else None
         if nd is not None and (nd.lit is None or not pa.types.is_integer(nd.type)):
             raise self._unsupported(node, "ROUND with non-constant digits")
         return self._call(node, "round", [self.visit(node.this)],
                           ndigits=nd.lit.as_py() if nd else 0, round_mode="half_towards_infinity")
 
-    def _v_Coalesce(self, node: exp.Coalesce) -> _V:
+    def _v_Coalesce(self, node: exp.Coalesce) -> Value:
         args = [self.visit(e) for e in [node.this, *node.expressions]]
         typed = next((a for a in args if a.lit is None), None)
         if typed is not None:
@@ -887,71 +704,11 @@ class _Compiler:
                     for a in args]
         return self._call(node, "coalesce", args)
 
-    def _v_DPipe(self, node: exp.DPipe) -> _V:
-        args = [self.visit(node.this), self.visit(node.expression), _lit(pa.scalar(""))]
+    def _v_DPipe(self, node: exp.DPipe) -> Value:
+        args = [self.visit(node.this), self.visit(node.expression), literal(pa.scalar(""))]
         return self._call(node, "binary_join_element_wise", args, null_handling="emit_null")
 
-    def _v_Concat(self, node: exp.Concat) -> _V:
-        args = [self.visit(e) for e in node.expressions] + [_lit(pa.scalar(""))]
+    def _v_Concat(self, node: exp.Concat) -> Value:
+        args = [self.visit(e) for e in node.expressions] + [literal(pa.scalar(""))]
         return self._call(node, "binary_join_element_wise", args, null_handling="replace")
 
-
-def _int_bounds(op: str, v: float | int, typ: pa.DataType) -> tuple[str, _V]:
-    """``x <op> v`` for an integer column and a literal it cannot hold, as an exact comparison
-    with a literal it can: ``i8 < 300`` -> ``i8 <= 127``, ``i32 > 2.5`` -> ``i32 > 2``."""
-    lo = -(2 ** (typ.bit_width - 1)) if pa.types.is_signed_integer(typ) else 0
-    hi = 2 ** (typ.bit_width - 1) - 1 if pa.types.is_signed_integer(typ) else 2 ** typ.bit_width - 1
-    if isinstance(v, float):
-        if math.isnan(v):  # NaN sorts above every number
-            v = math.inf
-        if math.isfinite(v) and v != int(v):
-            if op in ("equal", "not_equal"):  # never equal: compare with an impossible bound
-                return ("less", _lit(pa.scalar(lo, typ))) if op == "equal" else \
-                    ("greater_equal", _lit(pa.scalar(lo, typ)))
-            v = math.floor(v) if op in ("greater", "less_equal") else math.ceil(v)
-        if math.isfinite(v):
-            v = int(v)
-    if v > hi:
-        new = {"less": "less_equal", "not_equal": "less_equal", "greater_equal": "greater",
-               "equal": "greater"}.get(op, op)
-        return new, _lit(pa.scalar(hi, typ))
-    if v < lo:
-        new = {"greater": "greater_equal", "not_equal": "greater_equal", "less_equal": "less",
-               "equal": "less"}.get(op, op)
-        return new, _lit(pa.scalar(lo, typ))
-    return op, _lit(pa.scalar(v, typ))
-
-
-def _exact_decimal(v: _V) -> decimal.Decimal:
-    """A numeric literal as an exact Decimal (from its SQL text when it has one)."""
-    return decimal.Decimal(v.text if v.text and _floating(v.type) else str(v.lit.as_py()))
-
-
-def _rewrite_escape(pattern: str, escape: str) -> str:
-    """Rewrite a LIKE pattern using ``escape`` into pyarrow's backslash-escaped form."""
-    out, i = [], 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == escape and i + 1 < len(pattern):
-            out.append("\\" + pattern[i + 1])
-            i += 2
-            continue
-        out.append("\\\\" if ch == "\\" else ch)
-        i += 1
-    return "".join(out)
-
-
-def _like_tree(column: str, pattern: str) -> sp.Node:
-    """Pruning form of ``column LIKE pattern`` for exact strings and plain 'prefix%' patterns."""
-    if "\\" in pattern:
-        return sp.UNKNOWN
-    if "%" not in pattern and "_" not in pattern:
-        return sp.Cmp(column, "equal", pattern)
-    prefix = pattern[:-1]
-    if not pattern.endswith("%") or not prefix or "%" in prefix or "_" in prefix:
-        return sp.UNKNOWN
-    last = ord(prefix[-1]) + 1
-    if last > 0x10FFFF or 0xD800 <= last <= 0xDFFF:
-        return sp.UNKNOWN
-    return sp.And((sp.Cmp(column, "greater_equal", prefix),
-                   sp.Cmp(column, "less", prefix[:-1] + chr(last))))
