@@ -1,7 +1,7 @@
 """Unit tests of the Lance 2.1 / 2.2 writer (lance_ops.format.v2_1.encode and helpers).
 
-These check the pieces against the reverse-engineered decoders (v21_bitpacking, v21_compressive,
-v21_fsst) and the file-level contract (footer version, leaf-only columns, page priority, field
+These check the pieces against the reverse-engineered decoders (v2_1.compression.bitpack_decode, v2_1.compression.decode,
+v2_1.compression.fsst_decode) and the file-level contract (footer version, leaf-only columns, page priority, field
 metadata validation) without pylance; interop with pylance is in test_v21_writer_interop.py.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pure Arrow -> bytes encoding for legacy (v0.1) Lance data files; the inverse of ``decode_legacy``.
+"""Pure Arrow -> bytes encoding for legacy (v0.1) Lance data files; the inverse of ``legacy.decode``.
 
 No I/O: the legacy file writer asks for the bytes of one page and writes them. The rules (as
 pylance 14.0.2's legacy writer lays pages out; checked byte for byte in

@@ -1,4 +1,4 @@
-"""Blob columns of the Lance 2.0 writer (see ``encode_v21_blob`` for what pylance writes).
+"""Blob columns of the Lance 2.0 writer (see ``v2_1.blob`` for what pylance writes).
 
 A 2.0 blob field (``large_binary`` with ``lance-encoding:blob``, also as a list item) is one
 column whose column encoding is ``ColumnEncoding{blob{inner{values{}}}}`` and whose pages hold

@@ -3,7 +3,7 @@
 What pylance 14 writes (``LanceFileWriter``, every file version; ``write_dataset`` at 2.0 / 2.1 --
 at 2.2 pylance's dataset layer turns such fields into ``lance.blob.v2`` columns instead: a packed
 struct of (kind, position, size, blob_id, blob_uri) descriptors with large values in side
-``.blob`` files, which lance_ops' datasets write the same way, see ``encode_v21_blob_v2``):
+``.blob`` files, which lance_ops' datasets write the same way, see ``v2_1.blob_v2``):
 
 * a field is a blob field when its metadata *has* the key ``lance-encoding:blob`` (any value, even
   ``false``); its type must be ``large_binary`` (anything else is refused);
@@ -20,7 +20,7 @@ struct of (kind, position, size, blob_id, blob_uri) descriptors with large value
   ``ALL_VALID_ITEM``). The layers are those of the batches in the page: pylance closes the pending
   page when a batch's layers differ from the previous batch's. Blobs below a list are refused
   (pylance 14 writes such files but cannot read them back). The column encoding stays ``values``.
-* **2.0 page** (``encode_v20_blob``): ``packed_struct`` of two ``nullable(no_nulls(flat(64)))``
+* **2.0 page** (``v2_0.blob``): ``packed_struct`` of two ``nullable(no_nulls(flat(64)))``
   over one buffer of the 16-byte descriptions; column encoding ``blob(inner=values)``.
 
 Compression metadata on a blob field is ignored (as pylance does): the descriptions are always

@@ -341,7 +341,7 @@ def descriptor_page(desc: pa.StructArray) -> lay.PageOut:
 
 class BlobV2FieldEncoder:
     """The encoder of one top-level blob v2 field (one column): logical values in, descriptor
-    pages out. Has the surface of ``encode_v2_1.FieldEncoderV21``."""
+    pages out. Has the surface of ``v2_1.encode.FieldEncoderV21``."""
 
     def __init__(self, field: pa.Field, first_column: int, cache_bytes: int, max_page_bytes: int,
                  side_files: Callable[[], SideFiles]):

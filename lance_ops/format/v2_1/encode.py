@@ -1,7 +1,7 @@
-"""Column encoders of the Lance 2.1 / 2.2 writer (the writer's counterpart of ``decode_v2_1``).
+"""Column encoders of the Lance 2.1 / 2.2 writer (the writer's counterpart of ``v2_1.decode``).
 
 In 2.1+ only *leaf* fields have columns (struct validity and list offsets live in every leaf's
-repetition/definition levels, see ``encode_v21_shred``). A top-level field accumulates incoming
+repetition/definition levels, see ``v2_1.layout.shred``). A top-level field accumulates incoming
 arrays until its budget is exceeded, then every leaf below it gets one page for those rows, its
 ``priority`` the first row. Per page the structural encoding is chosen as upstream does:
 
@@ -19,9 +19,9 @@ chunks or full-zip values, ``fsst`` forces FSST, ``none`` disables compression),
 ``fullzip``), ``lance-encoding:dict-size-ratio``, ``lance-encoding:rle-threshold``,
 ``lance-encoding:packed`` (fixed-width packed structs), ``lance-encoding:bss`` (byte stream split
 of 32/64-bit mini-block values, only with a requested compression; ``auto`` by byte entropy, see
-``encode_v21_bss``) and ``lance-encoding:blob`` (``large_binary`` values stored out of line, pages
-of descriptions in a blob layout, see ``encode_v21_blob``; top-level ``lance.blob.v2`` fields of
-2.2 files are written by ``encode_v21_blob_v2``). Anything else that would change the
+``v2_1.compression.bss``) and ``lance-encoding:blob`` (``large_binary`` values stored out of line, pages
+of descriptions in a blob layout, see ``v2_1.blob``; top-level ``lance.blob.v2`` fields of
+2.2 files are written by ``v2_1.blob_v2``). Anything else that would change the
 bytes (blobs below lists, variable packed structs) is refused with ``UnsupportedError`` before a
 byte is written.
 """
@@ -654,7 +654,7 @@ def _dictionary_array_page(sd: sh.Shredded, params: Params, version: str, valid)
 class FieldEncoderV21:
     """All leaf columns of one top-level field; pages cut when the field's budget is exceeded.
 
-    Blob leaves (``encode_v21_blob``) are replaced, as each batch arrives, by their descriptions
+    Blob leaves (``v2_1.blob``) are replaced, as each batch arrives, by their descriptions
     (their bytes go to the batch's out-of-line buffers); a change of a blob leaf's rep/def layers
     between batches closes the pending page first, as pylance does."""
 

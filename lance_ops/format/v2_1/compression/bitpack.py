@@ -1,10 +1,10 @@
-"""FastLanes bit-packing for the Lance 2.1+ writer (the inverse of ``v21_bitpacking``).
+"""FastLanes bit-packing for the Lance 2.1+ writer (the inverse of ``v2_1.compression.bitpack_decode``).
 
 A block is 1024 unsigned values of ``T`` bits (8/16/32/64) packed to ``W`` bits each into
 ``1024 * W / T`` words of type ``T``: the block is viewed as ``1024 / T`` lanes, value ``r`` of lane
 ``l`` is logical element ``FL_ORDER[r // 8] * 16 + (r % 8) * 128 + l`` and occupies bits
 ``[r*W, r*W + W)`` of the lane's LSB-first bit stream; word ``k`` of lane ``l`` is stored at word
-index ``k * lanes + l`` (layout constants shared with the reader's ``v21_bitpacking``).
+index ``k * lanes + l`` (layout constants shared with the reader's ``v2_1.compression.bitpack_decode``).
 
 Two framings are produced here:
 

@@ -14,7 +14,7 @@ Three contexts use these encodings, with different buffer conventions:
 * block (``decode_block``): one opaque buffer (levels, dictionaries);
 * per value (full-zip): handled by the full-zip layout, using ``fullzip_value_kind``.
 
-Many mini-block chunks are decoded at once by :mod:`v21_chunks` (``batch_values``,
+Many mini-block chunks are decoded at once by :mod:`v2_1.layout.chunks` (``batch_values``,
 ``batch_levels``), which builds on this module and falls back to ``decode_miniblock``.
 
 Byte formats (reverse-engineered against pylance 14.0.2 and checked with the upstream sources):

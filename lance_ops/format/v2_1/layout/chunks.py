@@ -5,7 +5,7 @@ in one uint8 buffer. Chunk headers all have the same size for a given layout, so
 for every chunk with a few numpy gathers; the common value encodings (flat, variable, FSST,
 inline and out-of-line bitpacking, fixed-size lists of those) are then decoded for the whole
 batch in one pass per buffer. Any other encoding falls back to the per-chunk decoders of
-:mod:`v21_compressive`.
+:mod:`v2_1.compression.decode`.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Page layouts of the Lance 2.1+ writer: mini-block, full-zip, all-null and constant pages.
 
-Byte formats (as pylance 14 writes them; the reader's ``decode_v2_1`` documents the same):
+Byte formats (as pylance 14 writes them; the reader's ``v2_1.decode`` documents the same):
 
 * **mini-block** -- buffer 0: one metadata word per chunk (u16 in 2.1, u32 in 2.2 where the layout
   sets ``has_large_chunk``, field 10): ``(chunk_bytes / 8 - 1) << 4 | log2(values)`` (log 0 for
