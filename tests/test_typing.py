@@ -34,13 +34,15 @@ CHECKED = {
     "cli.py",
     "demo.py",
     "errors.py",
+    "file.py",
     "schema.py",
     "spark/__init__.py",
     "spark/_common.py",
+    "spark/_tasks.py",
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 573
+TODO_GAPS_MAX = 570
 
 
 def _modules() -> list[str]:
