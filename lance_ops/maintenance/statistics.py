@@ -24,7 +24,7 @@ from lance_ops.table.stats import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from lance_ops.file.reader import LanceFileReader
+    from lance_ops.format.v2_0.reader import LanceFileReader
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,8 @@ def rebuild_statistics(ds: LanceDataset, fragments: Iterable[int | LanceFragment
     written by pylance) are counted as ``unsupported``. ``progress(done, total)`` is called after
     each data file. Returns counts and the statistics files written (or, dry run, to be written).
     """
-    from lance_ops.file.reader import LanceFileReader
+    from lance_ops.format.v2_0.reader import LanceFileReader
+    from lance_ops.format.version import FileVersion
 
     frags = _select_fragments(ds, fragments)
     existing = set() if force else listed_stats_files(ds)
@@ -114,7 +115,7 @@ def rebuild_statistics(ds: LanceDataset, fragments: Iterable[int | LanceFragment
                     reader = LanceFileReader(resolve_inside(ds.store, ds.base, df.path, under=(naming.DATA_DIR,),
                                                             what=f"data file path of fragment {frag.metadata.id}",
                                                             where=dataset_where(ds)), store=ds.store)
-                if reader is None or reader.version != "2.0":  # legacy (0.1) and 2.1+ files
+                if reader is None or reader.version != FileVersion.V2_0:  # legacy (0.1) and 2.1+ files
                     result["unsupported"] += 1
                 else:
                     table = compute_file_statistics(reader, df, ds.manifest.fields, schema)

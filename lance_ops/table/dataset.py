@@ -22,7 +22,7 @@ from lance_ops.errors import (
 )
 from lance_ops.io import ObjectStore, open_store
 from lance_ops.io.redact import RedactedOptions
-from lance_ops.file import blob_v2
+from lance_ops.format import blob_v2
 from lance_ops.table import blobs as blobs_mod
 from lance_ops.table import feature_flags, naming, tags as tags_mod
 from lance_ops.table import locate

@@ -149,7 +149,7 @@ def _scalars_to_array(values: list, t: pa.DataType) -> pa.Array:
 def write_stats_file(table: pa.Table, store: ObjectStore, path: str,
                      storage_options: Mapping[str, Any] | None = None) -> None:
     """Write ``table`` (from :func:`stats_table`) as the Lance file ``path`` of ``store``."""
-    from lance_ops.file.writer import LanceFileWriter
+    from lance_ops.format.registry import LanceFileWriter
 
     with LanceFileWriter(store.uri(path), table.schema, storage_options=storage_options) as w:
         if table.num_rows:
@@ -258,7 +258,7 @@ def parse_stats_table(table: pa.Table, data_file: str = "") -> FileStats:
 
 def load_file_stats(store: ObjectStore, base: str, data_file: str, expected_rows: int | None = None) -> FileStats | None:
     """The statistics of ``data_file`` (relative to data/), or None when there are none (or bad)."""
-    from lance_ops.file.reader import LanceFileReader
+    from lance_ops.format.v2_0.reader import LanceFileReader
 
     path = stats_path(store, base, data_file)
     try:
