@@ -207,6 +207,7 @@ def _bitmap_nbytes(n: int) -> int:
 
 
 def is_var_binary(t: pa.DataType) -> bool:
+    """True for string/binary types (regular and large)."""
     return (
         pa.types.is_string(t)
         or pa.types.is_binary(t)
@@ -606,7 +607,9 @@ def _binary_parts(binary: pb.Binary, n: int, bufs, ctx) -> tuple[np.ndarray, Opt
     return real, nulls, data
 
 
-def var_binary(dtype, real, nulls, data, ctx) -> pa.Array:
+def var_binary(dtype: pa.DataType, real: np.ndarray, nulls: Optional[np.ndarray], data: pa.Buffer,
+               ctx: DecodeContext) -> pa.Array:
+    """A string/binary array from value ends, null flags and the data buffer."""
     if not is_var_binary(dtype):
         raise ctx.corrupt(f"binary encoding cannot produce Arrow type {dtype}")
     n = len(real)

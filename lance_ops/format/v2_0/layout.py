@@ -45,10 +45,12 @@ class PageInfo:
 
     @property
     def encoding_name(self) -> str:
+        """The page encoding as a short readable description."""
         return dec.describe(self.encoding)
 
     @property
     def num_bytes(self) -> int:
+        """Bytes of all the page buffers."""
         return int(sum(self.buffer_sizes))
 
 
@@ -65,6 +67,7 @@ class ColumnInfo:
 
     @property
     def num_bytes(self) -> int:
+        """Bytes of the column buffers and of every page of the column."""
         return int(sum(p.num_bytes for p in self.pages) + sum(self.buffer_sizes))
 
 
@@ -85,6 +88,7 @@ class FileMetadata:
 
     @property
     def num_data_bytes(self) -> int:
+        """Bytes of every column (pages and column buffers)."""
         return int(sum(c.num_bytes for c in self.columns))
 
 
@@ -93,6 +97,7 @@ class FileMetadata:
 # --------------------------------------------------------------------------------------------
 @dataclass
 class LeafNode:
+    """A column of values: the reading plan of a field that is not a struct, list or blob."""
     column: int
     dtype: pa.DataType
     path: str
@@ -108,6 +113,7 @@ class BlobNode(LeafNode):
 
 @dataclass
 class StructNode:
+    """A struct field: its header column (validity, row count) and one node per child."""
     header: int
     children: list
     dtype: pa.DataType
@@ -116,6 +122,7 @@ class StructNode:
 
 @dataclass
 class ListNode:
+    """A list field: its offsets column and the node of its items."""
     column: int
     child: Any
     dtype: pa.DataType
@@ -143,6 +150,7 @@ class EncodingInfo:
 
     @classmethod
     def of(cls, enc: pb.ArrayEncoding) -> "EncodingInfo":
+        """The cached facts of ``enc`` (parsed once per distinct encoding message)."""
         return cls(enc, dec.referenced_buffers(enc), plans.fixed_plan(enc), plans.binary_plan(enc))
 
     @property
@@ -155,6 +163,7 @@ class EncodingInfo:
 
 @dataclass
 class ColumnState:
+    """One column as read: its metadata, pages and the rows each page holds."""
     index: int
     path: str
     role: str
@@ -168,6 +177,7 @@ class ColumnState:
 
     @property
     def num_rows(self) -> int:
+        """Rows of all the pages of the column."""
         return int(self.page_ends[-1]) if len(self.page_ends) else 0
 
 
@@ -193,7 +203,8 @@ ENCODINGS_CACHE: dict[bytes, "EncodingInfo"] = {}
 GOOD_COLUMN_ENCODINGS: dict[tuple[bytes, str], bool] = {}
 
 
-def remember(cache: dict, key, value, limit: int) -> None:
+def remember(cache: dict, key: Any, value: Any, limit: int) -> None:
+    """Put ``key`` in a bounded cache, dropping the oldest entry when full."""
     if len(cache) >= limit:
         try:
             del cache[next(iter(cache))]  # oldest entry
@@ -203,6 +214,7 @@ def remember(cache: dict, key, value, limit: int) -> None:
 
 
 def is_packed(node: FieldNode) -> bool:
+    """True for a struct field marked packed (one column of packed child values)."""
     md = node.proto.metadata
     for key in ("packed", "lance-encoding:packed"):
         if key in md and bytes(md[key]).strip().lower() in (b"true", b"1", b"yes"):
@@ -254,10 +266,12 @@ def normalize_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, 
 
 
 def empty_array(dtype: pa.DataType) -> pa.Array:
+    """An empty array of ``dtype``."""
     return pa.array([], type=dtype)
 
 
 def concat_chunks(chunks: list[pa.Array], dtype: pa.DataType) -> pa.Array:
+    """One array of the non-empty ``chunks`` (an empty one of ``dtype`` if none)."""
     chunks = [c for c in chunks if len(c)]
     if not chunks:
         return empty_array(dtype)
@@ -294,6 +308,7 @@ def cut_blobs(blobs: list, groups: list[int], offsets: list[int], lengths: list[
 
 
 def row_lengths(row_real: np.ndarray, span_start: np.ndarray, row_counts: np.ndarray) -> np.ndarray:
+    """Lengths of the rows of a list page from their end offsets and the span starts."""
     prev = np.empty_like(row_real)
     if len(prev):
         prev[1:] = row_real[:-1]
@@ -302,6 +317,7 @@ def row_lengths(row_real: np.ndarray, span_start: np.ndarray, row_counts: np.nda
 
 
 def is_binary_type(t: pa.DataType) -> bool:
+    """True for string/binary types (regular and large)."""
     return t in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary())
 
 
@@ -321,7 +337,7 @@ def list_to_binary(arr: pa.Array, binary_type: pa.DataType) -> pa.Array:
                                  null_count=arr.null_count, offset=arr.offset)
 
 
-def described_node(node):
+def described_node(node: Any) -> Any:
     """A copy of a column-node tree whose blob leaves return their descriptions (and whose
     parents' types say so)."""
     if isinstance(node, ListBinaryNode):

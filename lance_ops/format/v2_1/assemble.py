@@ -28,6 +28,7 @@ def _bitmap(valid: Optional[np.ndarray]) -> Optional[pa.Buffer]:
 
 
 def leaf_array(dtype: pa.DataType, vals: Vals, valid: Optional[np.ndarray]) -> pa.Array:
+    """The Arrow array of ``dtype`` for decoded leaf values ``vals`` with validity ``valid``."""
     n = vals.n
     if valid is not None and len(valid) != n:
         raise EncodingCorrupt(f"{len(valid)} validity entries for {n} values")
@@ -161,6 +162,7 @@ def _descriptions(vals: Vals, valid: Optional[np.ndarray]) -> pa.Array:
 
 @dataclass
 class LeafState:
+    """One decoded leaf of a field on its way to Arrow: levels, values and how far they are used."""
     levels: rd.Levels
     values: Vals
     canon: rd.Canonical

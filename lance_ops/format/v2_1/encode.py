@@ -87,6 +87,7 @@ class Params:
 
 
 def field_meta(field: pa.Field, key: bytes) -> Optional[str]:
+    """The text of the field metadata ``key``, or None."""
     md = field.metadata or {}
     if key in md:
         return md[key].decode(errors="replace").strip()

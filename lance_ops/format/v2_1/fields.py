@@ -5,8 +5,11 @@ The 2.0 counterpart is :mod:`lance_ops.format.v2_0.fields`; the encoders are in 
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 import pyarrow as pa
 
+from lance_ops._proto import file_pb2
 from lance_ops.errors import SchemaMismatchError, UnsupportedError
 from lance_ops.format.blob_v2 import is_blob_v2
 from lance_ops.format.v2_1 import blob
@@ -69,7 +72,7 @@ def check_values(array: pa.Array, field: pa.Field, path: str = "") -> None:
             check_values(array.values.slice(start, end - start), dt.value_field, name)
 
 
-def leaf_field_ids(lance_fields) -> list[int]:
+def leaf_field_ids(lance_fields: Iterable[file_pb2.Field]) -> list[int]:
     """Ids of the fields that own a column in a 2.1+ file (leaves in pre-order): what a 2.1+
     ``DataFile.fields`` lists, with ``column_indices`` ``0..n-1``."""
     out: list[int] = []

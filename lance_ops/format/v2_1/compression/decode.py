@@ -453,6 +453,7 @@ def _fsl_mini(f: pb.FixedSizeList, buffers: Sequence, n: int) -> Vals:
 
 
 def group_items(items: Vals, n: int, cum: int) -> Vals:
+    """``n`` fixed-size-list values: ``items`` grouped ``cum`` per value."""
     if items.kind == "bool":
         # FSL<bool>: keep the bits, one row per value
         return Vals("bool", n * cum, items.data, None, None, cum) if cum > 1 else items
@@ -508,6 +509,7 @@ def _constant(c: pb.Constant, n: int) -> Vals:
 
 
 def fsst_apply(f: pb.Fsst, inner: Vals) -> Vals:
+    """Values ``inner`` decompressed with the FSST symbol table of ``f``."""
     if inner.kind != "var":
         raise EncodingCorrupt("FSST child did not decode to variable-width values")
     table = FsstTable(bytes(f.symbol_table))

@@ -12,6 +12,7 @@ from lance_ops.format.v2_1.compression.decode import EncodingUnsupported, Vals
 
 
 def per_value_fixed(enc: pb.CompressiveEncoding, raw: np.ndarray, n: int) -> Vals:
+    """Fixed-width full-zip values: ``n`` rows of ``raw`` (a ``(n, width)`` byte matrix) under ``enc``."""
     which = enc.WhichOneof("compression")
     if which == "flat":
         return Vals("fixed", n, raw)
@@ -46,6 +47,7 @@ def per_value_fixed(enc: pb.CompressiveEncoding, raw: np.ndarray, n: int) -> Val
 
 
 def per_value_var(enc: pb.CompressiveEncoding, v: Vals) -> Vals:
+    """Variable-width full-zip values ``v`` decompressed as ``enc`` says (variable, FSST, general)."""
     which = enc.WhichOneof("compression")
     if which == "variable":
         if enc.variable.HasField("values"):
@@ -74,6 +76,7 @@ def per_value_var(enc: pb.CompressiveEncoding, v: Vals) -> Vals:
 
 
 def per_value_general(compression: pb.BufferCompression, v: Vals) -> Vals:
+    """Each value of ``v`` decompressed on its own with the general compressor ``compression``."""
     datas = []
     lens = np.zeros(v.n, np.int64)
     for i in range(v.n):

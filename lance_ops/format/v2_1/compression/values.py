@@ -242,6 +242,7 @@ def bitpack_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
 
 # --- RLE -------------------------------------------------------------------------------------
 def run_starts(values: np.ndarray) -> np.ndarray:
+    """Indices where a new run of equal values starts in ``values``."""
     if len(values) == 0:
         return np.zeros(0, dtype=np.int64)
     change = np.empty(len(values), dtype=bool)
