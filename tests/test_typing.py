@@ -52,7 +52,7 @@ CHECKED = {
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 535
+TODO_GAPS_MAX = 522
 
 
 def _modules() -> list[str]:
