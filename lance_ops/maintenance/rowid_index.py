@@ -151,7 +151,7 @@ def _read_meta(reader: Any) -> dict:
 
 
 def _open(store: ObjectStore, path: str) -> Any:
-    from lance_ops.file.reader import LanceFileReader
+    from lance_ops.format.v2_0.reader import LanceFileReader
 
     return LanceFileReader(path, store=store)
 
@@ -177,7 +177,7 @@ def load_index(store: ObjectStore, base: str, path: str, *, expect_coverage: dic
 
 def _write_index(ds: Any, version: int, coverage: dict[int, dict], row_ids: Any, frag_ids: Any, offsets: Any,
                  idempotency_key: str | None) -> str:
-    from lance_ops.file.writer import LanceFileWriter
+    from lance_ops.format.registry import LanceFileWriter
 
     meta = {"format": FORMAT, "version": int(version), "idempotency_key": idempotency_key,
             "rows": int(row_ids.size), "fragments": [coverage[k] for k in sorted(coverage)]}

@@ -8,7 +8,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from lance_ops.errors import TagError
-from lance_ops.file.blob_v2 import parse_side_file
+from lance_ops.format.blob_v2 import parse_side_file
 from lance_ops.table import naming
 
 from lance_ops.maintenance.cleanup.listing import (
@@ -131,7 +131,7 @@ class Planner:
     kept and the removed manifests name and the age rule for unverified files."""
 
     def __init__(self, kept: Refs, removed: Refs, removed_versions: set[int], latest: int,
-                 young_after: datetime | None):
+                 young_after: datetime | None) -> None:
         self.kept = kept
         self.removed = removed
         self.removed_versions = removed_versions

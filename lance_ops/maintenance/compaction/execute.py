@@ -257,7 +257,7 @@ def _carry_row_ids(task: RewriteTask, store: ObjectStore, base: str, new_fragmen
 def _delete_data_files(store: ObjectStore, base: str, paths: Sequence[str]) -> None:
     """Remove uncommitted data files we wrote (and their statistics sidecars), best effort."""
     try:
-        from lance_ops.table.statistics import stats_path
+        from lance_ops.table.stats.store import stats_path
     except ImportError:  # pragma: no cover - statistics are optional
         stats_path = None  # type: ignore[assignment]
     for path in paths:
