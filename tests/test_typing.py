@@ -39,6 +39,13 @@ CHECKED = {
     "schema.py",
     "spark/__init__.py",
     "spark/_common.py",
+    "maintenance/__init__.py",
+    "maintenance/compaction/",
+    "maintenance/cleanup/",
+    "maintenance/health.py",
+    "maintenance/rowid_index.py",
+    "maintenance/staged_commit.py",
+    "maintenance/verify.py",
     "spark/_tasks.py",
     "table/filters/__init__.py",
     "table/filters/parse.py",
@@ -52,7 +59,7 @@ CHECKED = {
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 535
+TODO_GAPS_MAX = 473
 
 
 def _modules() -> list[str]:
