@@ -112,7 +112,7 @@ def _json_default(value: Any) -> Any:
 # -- idempotency --------------------------------------------------------------------------------
 def idempotency_key(context: Mapping[str, Any], scope: str | None = None) -> str:
     """The commit key of this task instance: dag_id, run_id, task (or group) id, map_index."""
-    from lance_ops.table.staging import sanitize_key
+    from lance_ops.table.commit.staging import sanitize_key
 
     ti = context["ti"]
     map_index = getattr(ti, "map_index", -1)
@@ -124,7 +124,7 @@ def idempotency_key(context: Mapping[str, Any], scope: str | None = None) -> str
 
 def find_committed(ds, key: str):
     """The ManifestFile an earlier try committed with ``key`` (None if there is none)."""
-    from lance_ops.table.commit import find_idempotent_commit
+    from lance_ops.table.commit.loop import find_idempotent_commit
 
     return find_idempotent_commit(ds.store, ds.base, key, lookback=IDEMPOTENCY_LOOKBACK)
 

@@ -45,7 +45,7 @@ What is deleted
        version that was committed, local ``.<name>.<hex>.tmp`` and ``<name>#<n>`` upload
        staging files), under the same age rule as unverified files.
 
-    Staged results (``_staging/<key>.json`` of :mod:`lance_ops.table.staging`) have a lifecycle:
+    Staged results (``_staging/<key>.json`` of :mod:`lance_ops.table.commit.staging`) have a lifecycle:
     a committed one (marked by its commit step, its key in the key ledger, or - older stages -
     some listed manifest naming one of its files) is removed once the ledger records its key (a
     re-run asks the ledger); a pending one pins its data files while it is younger than the
@@ -53,7 +53,7 @@ What is deleted
     left to the unverified-file rule (so they go in the same run). ``*.plan.json`` files are
     left alone.
 
-    The idempotency-key ledger (``_lance_ops/keys/``, :mod:`lance_ops.table.idempotency`) is
+    The idempotency-key ledger (``_lance_ops/keys/``, :mod:`lance_ops.table.commit.idempotency`) is
     carried forward before any manifest is deleted: every keyed version gets its record and the
     coverage mark moves to the newest version. If that fails nothing is deleted. Nothing in
     ``_lance_ops/`` is ever deleted here except superseded coverage marks.
@@ -103,9 +103,10 @@ from google.protobuf.message import DecodeError
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, ObjectNotFoundError, TagError
 from lance_ops.file.blob_v2 import parse_side_file
-from lance_ops.table import idempotency, naming
-from lance_ops.table.manifest import ManifestFile, read_manifest
-from lance_ops.table.staging import StagedResult
+from lance_ops.table.commit import idempotency
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import ManifestFile, read_manifest
+from lance_ops.table.commit.staging import StagedResult
 from lance_ops.table.paths import resolve_inside
 from lance_ops.table.tags import tagged_versions
 
@@ -131,7 +132,7 @@ UNVERIFIED_THRESHOLD = timedelta(days=7)
 STATS_DIR = "_stats"
 #: lance_ops extension area: persisted row-id indices, ``_rowid_index/<version>-...``
 ROWID_INDEX_DIR = "_rowid_index"
-#: staged, not yet committed results of distributed writes (lance_ops.table.staging)
+#: staged, not yet committed results of distributed writes (lance_ops.table.commit.staging)
 STAGING_DIR = "_staging"
 BRANCHES_DIR = "_refs/branches"
 TREE_DIR = "tree"

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 
-from lance_ops.table import naming, tags as tags_mod
+from lance_ops.table import tags as tags_mod
+from lance_ops.table.manifest import naming
 
 
 @dataclass

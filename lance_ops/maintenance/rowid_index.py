@@ -23,7 +23,7 @@ as the version's manifest (``cleanup_old_versions`` deletes it with that version
 
 Using it
     Importing this module registers :func:`lookup` with
-    :mod:`lance_ops.table.rowid_index_hook`; ``LanceDataset.take_by_row_id`` then asks it first.
+    :mod:`lance_ops.table.commit.hooks`; ``LanceDataset.take_by_row_id`` then asks it first.
     An index answers only when what it covers is *exactly* the dataset version's fragments
     (same ids, physical rows, deletion files and row-id sequences) - normally the index of that
     very version, but an index of another version whose fragments are identical works too. Any
@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from lance_ops.errors import LanceOpsError, ObjectNotFoundError
-from lance_ops.table import rowid_index_hook
+from lance_ops.table.commit import hooks as rowid_index_hook
 
 log = logging.getLogger(__name__)
 

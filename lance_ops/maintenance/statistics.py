@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from lance_ops.errors import LanceOpsError, ObjectNotFoundError  # noqa: F401
 from lance_ops.schema import from_lance_fields  # noqa: F401
-from lance_ops.table import naming
+from lance_ops.table.manifest import naming
 from lance_ops.table.paths import dataset_where, resolve_inside
 from lance_ops.table.statistics import *  # noqa: F401,F403 - re-exported for callers of this module
 from lance_ops.table.statistics import (  # noqa: F401

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from lance_ops.errors import DatasetNotFoundError, InputNotFoundError, LanceOpsError, UsageError
 from lance_ops.table.dataset import open_manifest
-from lance_ops.table.manifest import ManifestFile
+from lance_ops.table.manifest.codec import ManifestFile
 from lance_ops.table.write import check_append_schema
 
 #: prefix of data source options that are storage options (``storage_option.aws_region``)

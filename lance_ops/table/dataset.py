@@ -24,12 +24,14 @@ from lance_ops.io import ObjectStore, open_store
 from lance_ops.io.redact import RedactedOptions
 from lance_ops.file import blob_v2
 from lance_ops.table import blobs as blobs_mod
-from lance_ops.table import feature_flags, naming, tags as tags_mod
-from lance_ops.table import locate
-from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
+from lance_ops.table import tags as tags_mod
+from lance_ops.table.manifest import feature_flags
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import locate
+from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.filters import Filter, compile_expression, compile_filter
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.manifest import ManifestFile, check_fragments, manifest_schema, read_manifest
+from lance_ops.table.manifest.codec import ManifestFile, check_fragments, manifest_schema, read_manifest
 
 ROW_ID = "_rowid"
 ROW_ADDR = "_rowaddr"
@@ -186,7 +188,7 @@ class LanceDataset:
     @property
     def transaction(self) -> transaction_pb2.Transaction | None:
         """The transaction that made this version, None if it was not recorded."""
-        from lance_ops.table.transaction_file import load_transaction
+        from lance_ops.table.commit.transaction_file import load_transaction
 
         return load_transaction(self._store, self._base, self._manifest_file)
 
@@ -533,12 +535,12 @@ class LanceDataset:
         With ``idempotency_key``, a delete already committed under that key (e.g. by an Airflow
         try that failed after committing) is not applied again: the earlier result is returned.
         """
-        from lance_ops.table import idempotency
-        from lance_ops.table.commit import IDEMPOTENCY_KEY
+        from lance_ops.table.commit import idempotency
+        from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
         from lance_ops.table.delete import plan_delete
 
         if idempotency_key:
-            # the key ledger knows keys of versions cleanup removed (table/idempotency.py)
+            # the key ledger knows keys of versions cleanup removed (table/commit/idempotency.py)
             earlier = idempotency.lookup(self._store, self._base, idempotency_key, "delete")
             if earlier is not None:
                 mf = idempotency.manifest_of(self._store, self._base, earlier)

@@ -18,7 +18,8 @@ from lance_ops.errors import CorruptFileError, ObjectNotFoundError
 from lance_ops.file import blob_v2
 from lance_ops.file.dispatch import open_file_reader
 from lance_ops.file.reader import LanceFileReader
-from lance_ops.table import addresses, blobs, deletion, naming, rowids
+from lance_ops.table import addresses, blobs, deletion, rowids
+from lance_ops.table.manifest import naming
 from lance_ops.table.paths import dataset_where, resolve_inside
 
 if TYPE_CHECKING:  # pragma: no cover

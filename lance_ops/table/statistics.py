@@ -83,7 +83,7 @@ import pyarrow.compute as pc
 
 from lance_ops.errors import LanceOpsError, ObjectNotFoundError
 from lance_ops.schema import from_lance_fields
-from lance_ops.table import naming
+from lance_ops.table.manifest import naming
 from lance_ops.table import stats_pruning as sp
 
 log = logging.getLogger(__name__)

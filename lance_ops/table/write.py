@@ -36,9 +36,12 @@ from lance_ops.file.writer import LanceFileWriter
 from lance_ops.file.writer_legacy import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileWriter
 from lance_ops.io import open_store
 from lance_ops.schema import check_metadata_utf8, field_tree, from_lance_fields, to_lance_fields
-from lance_ops.table import feature_flags, naming, versions
-from lance_ops.table import idempotency
-from lance_ops.table.commit import IDEMPOTENCY_KEY, CommitContext, CommitOptions, commit_transaction
+from lance_ops.table import versions
+from lance_ops.table.manifest import feature_flags
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import idempotency
+from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
+from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.dataset import LanceDataset, open_manifest
 
 log = logging.getLogger(__name__)
@@ -463,7 +466,7 @@ def write_dataset(
     current = _open_or_absent(store, base, uri)
     if current is not None and key:
         # before the mode="create" check: a retried create whose first try committed is a no-op too
-        # (the key ledger remembers keys of versions cleanup removed since; see table/idempotency.py)
+        # (the key ledger remembers keys of versions cleanup removed since; see table/commit/idempotency.py)
         earlier = idempotency.lookup(store, base, key, "write")
         if earlier is not None:
             log.info("idempotency key %s already committed as version %d; nothing written", key, earlier.version)

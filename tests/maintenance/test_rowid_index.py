@@ -21,7 +21,7 @@ import lance_ops
 from lance_ops.file.reader import LanceFileReader
 from lance_ops.file.writer import LanceFileWriter
 from lance_ops.maintenance import rowid_index as R
-from lance_ops.table import rowid_index_hook
+from lance_ops.table.commit import hooks as rowid_index_hook
 
 
 def table(start: int, n: int) -> pa.Table:

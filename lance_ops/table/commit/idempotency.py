@@ -40,10 +40,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping
 
 from lance_ops.errors import AlreadyExistsError, IdempotencyUnknownError, ObjectNotFoundError
-from lance_ops.table import naming
-from lance_ops.table import locate
-from lance_ops.table.manifest import ManifestFile, read_manifest
-from lance_ops.table.transaction_file import load_transaction
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import locate
+from lance_ops.table.manifest.codec import ManifestFile, read_manifest
+from lance_ops.table.commit.transaction_file import load_transaction
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ def _unknown(uri: str, key: str, kind: str, ranges: list[tuple[int, int]]) -> Id
         f"version(s) {shown} were removed without lance_ops' key ledger (cleanup by another tool?) or have no "
         "readable transaction. "
         "Nothing was committed. Check the data; if the step never committed, re-run it with a new key, or "
-        "accept the gap for good with `lance-ops keys URI --accept-lost` (lance_ops.table.idempotency.accept_lost)")
+        "accept the gap for good with `lance-ops keys URI --accept-lost` (lance_ops.table.commit.idempotency.accept_lost)")
 
 
 def _read_any(store, base: str, kinds: tuple[str, ...], key: str) -> KeyRecord | None:

@@ -1,7 +1,7 @@
 """Publish a transaction as the next dataset version, safely against concurrent writers.
 
 Each attempt: catch up with versions committed since our read version (checking each one's
-transaction against ours with :mod:`lance_ops.table.conflicts`), write the transaction file, build
+transaction against ours with :mod:`lance_ops.table.commit.conflicts`), write the transaction file, build
 the manifest on top of the newest version, and publish it with put-if-absent. Losing the race
 (the manifest name already exists) means another writer won: back off and try again on top of
 it. Writers never overwrite a manifest, so no commit is ever half-applied or silently lost.
@@ -44,9 +44,12 @@ from lance_ops.errors import (
     SchemaMismatchError,
     StorageError,
 )
-from lance_ops.table import conflicts, deletion, feature_flags, naming
-from lance_ops.table import locate
-from lance_ops.table.manifest import (
+from lance_ops.table import deletion
+from lance_ops.table.commit import conflicts
+from lance_ops.table.manifest import feature_flags
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import locate
+from lance_ops.table.manifest.codec import (
     ManifestFile,
     decode_dictionaries,
     dictionary_fields,
@@ -56,16 +59,16 @@ from lance_ops.table.manifest import (
     write_manifest,
 )
 from lance_ops.table.fragment_stats import fill_fragment_stats
-from lance_ops.table.idempotency import (  # noqa: F401 - IDEMPOTENCY_KEY, find_idempotent_commit re-exported
+from lance_ops.table.commit.idempotency import (  # noqa: F401 - IDEMPOTENCY_KEY, find_idempotent_commit re-exported
     IDEMPOTENCY_KEY,
     find_idempotent_commit,
     find_in_versions,
     kind_of,
 )
 from lance_ops.table.index_files import complete_index_metadata
-from lance_ops.table.manifest_builder import build_manifest
+from lance_ops.table.manifest.builder import build_manifest
 from lance_ops.table.paths import check_message_paths
-from lance_ops.table.transaction_file import load_transaction, write_transaction_file
+from lance_ops.table.commit.transaction_file import load_transaction, write_transaction_file
 
 log = logging.getLogger(__name__)
 
@@ -375,10 +378,10 @@ def _check_landed(store, path: str, txn_uuid: str) -> tuple[_Landed, ManifestFil
 def _publish(store, base, version, path, manifest, txn, v2: bool, index_section=None, dictionaries=None) -> int:
     """Write the manifest so that exactly one writer can own ``version``."""
     if getattr(store, "ddb_table_name", None):
-        from lance_ops.table import external_store
+        from lance_ops.table.commit import dynamodb
 
         data = encode_manifest(manifest, txn, index_section, dictionaries)
-        external_store.commit(store, base, version, data, v2)
+        dynamodb.commit(store, base, version, data, v2)
         return len(data)
     return write_manifest(store, path, manifest, txn, index_section, dictionaries=dictionaries)
 

@@ -27,7 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lance_ops.errors import AlreadyExistsError, StorageError, UnsafePathError
 from lance_ops.io import redact
-from lance_ops.table import naming
+from lance_ops.table.manifest import naming
 from lance_ops.table.paths import check_inside
 
 _clients: dict[tuple, Any] = {}
