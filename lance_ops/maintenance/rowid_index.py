@@ -22,7 +22,7 @@ sequence (a digest of the inline bytes, or the external file location). It lives
 as the version's manifest (``cleanup_old_versions`` deletes it with that version).
 
 Using it
-    Importing this module registers :func:`lookup` with
+    The public face (``lance_ops/api.py``) installs :func:`lookup` as the row-id index hook of
     :mod:`lance_ops.table.commit.hooks`; ``LanceDataset.take_by_row_id`` then asks it first.
     An index answers only when what it covers is *exactly* the dataset version's fragments
     (same ids, physical rows, deletion files and row-id sequences) - normally the index of that
@@ -49,7 +49,6 @@ import numpy as np
 import pyarrow as pa
 
 from lance_ops.errors import LanceOpsError, ObjectNotFoundError
-from lance_ops.table.commit import hooks as rowid_index_hook
 
 log = logging.getLogger(__name__)
 
@@ -347,7 +346,7 @@ def find_index(ds, frag_protos=None) -> RowIdIndex | None:
 
 
 def lookup(dataset, fragments, row_ids) -> tuple[np.ndarray, np.ndarray] | None:
-    """The rowid_index_hook lookup: (positions in ``fragments``, offsets), or None to fall back."""
+    """The row-id index hook (lance_ops.table.commit.hooks): (positions in ``fragments``, offsets), or None to fall back."""
     if not dataset.has_stable_row_ids:
         return None
     protos = [f.metadata for f in fragments]
@@ -365,5 +364,3 @@ def lookup(dataset, fragments, row_ids) -> tuple[np.ndarray, np.ndarray] | None:
         found = ok
     return pos, np.where(found, offsets, 0).astype(np.uint64)
 
-
-rowid_index_hook.register(lookup)

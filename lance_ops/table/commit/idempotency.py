@@ -378,11 +378,10 @@ def manifest_of(store, base: str, rec: KeyRecord) -> ManifestFile | None:
         return None
 
 
-def find_idempotent_commit(store, base: str, key: str, *, latest: int | None = None, lookback: int | None = None,
-                           kind: str | None = None) -> ManifestFile | None:
-    """Compatibility lookup: the retained manifest of the version committed with ``key`` (of
-    ``kind``; any kind when None), else None. ``latest``/``lookback`` are ignored (the ledger
-    covers every version). Prefer :func:`lookup`, which also knows keys of removed versions."""
+def find_committed(store, base: str, key: str, *, kind: str | None = None) -> ManifestFile | None:
+    """The retained manifest of the version that committed with ``key`` (of ``kind``; any kind
+    when None), else None: the public lookup for callers above the table layer (Airflow
+    operators). The ledger covers every version, removed ones too; see :func:`lookup`."""
     rec = lookup(store, base, key, kind or KNOWN_KINDS)
     return manifest_of(store, base, rec) if rec is not None else None
 

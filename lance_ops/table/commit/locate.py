@@ -15,7 +15,7 @@ from lance_ops.table.manifest.naming import ManifestLocation, NamingScheme
 
 def has_external_store(store) -> bool:
     """Whether ``store`` commits through a DynamoDB external manifest store (``s3+ddb://``)."""
-    return bool(getattr(store, "ddb_table_name", None))
+    return store.external_manifest_table is not None
 
 
 def latest_version(store, base: str, *, known: int | None = None) -> ManifestLocation | None:

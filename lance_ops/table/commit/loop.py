@@ -23,6 +23,7 @@ default) ago, far longer than that listing-to-publish window. An empty listing i
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import random
@@ -59,12 +60,8 @@ from lance_ops.table.manifest.codec import (
     write_manifest,
 )
 from lance_ops.table.fragment_stats import fill_fragment_stats
-from lance_ops.table.commit.idempotency import (  # noqa: F401 - IDEMPOTENCY_KEY, find_idempotent_commit re-exported
-    IDEMPOTENCY_KEY,
-    find_idempotent_commit,
-    find_in_versions,
-    kind_of,
-)
+from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY, find_in_versions, kind_of
+from lance_ops.table.commit.properties import DEFAULT_MAX_RETRIES, CommitProperties
 from lance_ops.table.index_files import complete_index_metadata
 from lance_ops.table.manifest.builder import build_manifest
 from lance_ops.table.paths import check_message_paths
@@ -72,7 +69,6 @@ from lance_ops.table.commit.transaction_file import load_transaction, write_tran
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_RETRIES = 20  # upstream CommitConfig default
 #: failed manifest writes (not found afterwards) retried at the same version before giving up
 MAX_STORE_FAILURES = 3
 #: reads of the manifest we may have written, before its outcome counts as uncertain
@@ -377,7 +373,7 @@ def _check_landed(store, path: str, txn_uuid: str) -> tuple[_Landed, ManifestFil
 
 def _publish(store, base, version, path, manifest, txn, v2: bool, index_section=None, dictionaries=None) -> int:
     """Write the manifest so that exactly one writer can own ``version``."""
-    if getattr(store, "ddb_table_name", None):
+    if locate.has_external_store(store):
         from lance_ops.table.commit import dynamodb
 
         data = encode_manifest(manifest, txn, index_section, dictionaries)
@@ -521,8 +517,13 @@ def commit_transaction(
     transaction: transaction_pb2.Transaction,
     ctx: CommitContext,
     options: CommitOptions | None = None,
+    *,
+    properties: CommitProperties | None = None,
 ) -> ManifestFile:
     """Commit ``transaction`` and return the new version's ManifestFile.
+
+    ``properties`` (the writer's :class:`CommitProperties`) are added to the transaction's
+    properties, and their ``max_retries`` bounds the lost commit races retried.
 
     Raises CommitConflictError (incompatible), RetryableCommitConflictError (preempted: redo the
     operation), CommitRetriesExhaustedError (lost the race too often) or CommitOutcomeUnknownError
@@ -531,6 +532,9 @@ def commit_transaction(
     options = options or CommitOptions()
     txn = transaction_pb2.Transaction()
     txn.CopyFrom(transaction)
+    if properties is not None:
+        txn.transaction_properties.update(properties.transaction_properties())
+        options = dataclasses.replace(options, max_retries=properties.max_retries)
     check_message_paths(txn, where=f"{store.uri(base)}: transaction to commit")  # nothing unsafe lands
     if not txn.uuid:
         txn.uuid = naming.new_transaction_uuid()

@@ -219,7 +219,7 @@ def latest_listed(store, base: str) -> tuple[ManifestLocation | None, NamingSche
 
 def _refuse_external_store(store, base: str, what: str) -> None:
     """Directory-only answers would miss commits the DynamoDB table holds: refuse them."""
-    if getattr(store, "ddb_table_name", None):
+    if store.external_manifest_table:
         raise ValueError(
             f"naming.{what} reads _versions/ only, but {store.uri(base)} has a DynamoDB external "
             f"manifest store: use lance_ops.table.commit.locate.{what}"
