@@ -51,7 +51,7 @@ from lance_ops.table import deletion, rowids, versions
 from lance_ops.table.commit import idempotency
 from lance_ops.table.manifest import naming
 from lance_ops.table.commit import locate
-from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
+from lance_ops.table.commit.properties import DEFAULT_MAX_RETRIES, CommitProperties
 from lance_ops.table.commit.loop import (
     CommitContext,
     CommitOptions,
@@ -564,14 +564,12 @@ def commit_compaction(ds_or_uri, results: Sequence[RewriteResult], *, storage_op
         group = txn.rewrite.groups.add()
         group.old_fragments.extend(r.original_fragments)
         group.new_fragments.extend(r.new_fragments)
-    txn.transaction_properties[OPERATION_PROPERTY] = "compaction"
-    txn.transaction_properties[METRICS_PROPERTY] = json.dumps(sum_metrics(results), sort_keys=True)
-    if idempotency_key:
-        txn.transaction_properties[IDEMPOTENCY_KEY] = idempotency_key
+    properties = CommitProperties(
+        "rewrite", idempotency_key or None,
+        extra={OPERATION_PROPERTY: "compaction", METRICS_PROPERTY: json.dumps(sum_metrics(results), sort_keys=True)},
+        max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries)
     options = CommitOptions(data_storage_version=read_mf.manifest.data_format.version or "2.0")
-    if max_retries is not None:
-        options.max_retries = max_retries
-    mf = commit_transaction(store, base, txn, CommitContext(read_mf), options)
+    mf = commit_transaction(store, base, txn, CommitContext(read_mf), options, properties=properties)
     if idempotency_key:
         idempotency.remember(store, base, mf)
     if idempotency_key and mf.transaction is not None and mf.transaction.uuid != txn.uuid:

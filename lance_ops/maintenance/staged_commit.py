@@ -37,7 +37,7 @@ from lance_ops.io import open_store
 from lance_ops.table import versions
 from lance_ops.table.commit import idempotency
 from lance_ops.table.manifest import naming
-from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
+from lance_ops.table.commit.properties import CommitProperties
 from lance_ops.table.commit.loop import (
     CommitContext,
     CommitOptions,
@@ -134,9 +134,8 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     if op == "rewrite":
         return _commit_rewrite(uri, result, storage_options)
 
-    props = dict(transaction_properties or {})
-    if key:
-        props[IDEMPOTENCY_KEY] = key
+    properties = CommitProperties.from_keywords(stage_kind(op), idempotency_key=key,
+                                                transaction_properties=transaction_properties)
     create = current is None
     if create and not result.schema_fields:
         raise DatasetNotFoundError(
@@ -149,7 +148,6 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     versions.require_writable(version, uri)
 
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid())
-    txn.transaction_properties.update(props)
     if overwrite:
         txn.overwrite.fragments.extend(result.fragments)
         txn.overwrite.schema.extend(fields_from_b64(result.schema_fields))
@@ -165,7 +163,7 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
         read = _read_manifest_at(store, base, uri, result.read_version, current)
         txn.read_version = read.version
     options = CommitOptions(data_storage_version=version)
-    mf = commit_transaction(store, base, txn, CommitContext(read), options)
+    mf = commit_transaction(store, base, txn, CommitContext(read), options, properties=properties)
     landed = load_transaction(store, base, mf)
     already = bool(key) and landed is not None and landed.uuid != txn.uuid
     if key:
