@@ -22,7 +22,7 @@ from lance_ops.errors import (
 )
 from lance_ops.io import ObjectStore, open_store
 from lance_ops.io.redact import RedactedOptions
-from lance_ops.file import blob_v2
+from lance_ops.format import blob_v2
 from lance_ops.table import blobs as blobs_mod
 from lance_ops.table import tags as tags_mod
 from lance_ops.table.manifest import feature_flags
@@ -278,10 +278,10 @@ class LanceDataset:
                       with_row_id: bool = False, with_row_address: bool = False,
                       offsets: np.ndarray | None = None, blob_handling: str = "blobs_descriptions") -> pa.Table:
         """The live rows of fragment ``frag`` matching ``filt`` (compiled by
-        :func:`~lance_ops.table.filters.compile_filter`; None: all rows), as ``out_columns``
+        :func:`~lance_ops.table.filters.sql.compile_filter`; None: all rows), as ``out_columns``
         (``_rowid``/``_rowaddr`` may be among them) then the row ids/addresses asked for by flag.
         ``offsets``: read only these physical rows (sorted, none deleted). Statistics pruning is
-        the caller's (see :func:`~lance_ops.table.statistics.scan_offsets`).
+        the caller's (see :func:`~lance_ops.table.stats.prune.scan_offsets`).
 
         With a filter, the filter's columns are read first; the other output columns are then read
         only for the matching rows ("late materialisation") when few rows match, which is what
@@ -332,7 +332,7 @@ class LanceDataset:
         if filt is not None and filt.constant is True:
             filt = None
         # lance_ops statistics hook: skip fragments / pages whose page statistics rule the filter out
-        from lance_ops.table.statistics import scan_offsets
+        from lance_ops.table.stats.prune import scan_offsets
 
         for frag in self.get_fragments():
             if fragment_ids is not None and frag.fragment_id not in fragment_ids:
