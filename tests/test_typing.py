@@ -34,9 +34,21 @@ CHECKED = {
     "cli.py",
     "demo.py",
     "errors.py",
+    "file.py",
+    "format/version.py",
     "schema.py",
     "spark/__init__.py",
     "spark/_common.py",
+    "spark/_tasks.py",
+    "table/filters/__init__.py",
+    "table/filters/parse.py",
+    "table/filters/projection.py",
+    "table/filters/pruning.py",
+    "table/filters/values.py",
+    "table/stats/__init__.py",
+    "table/stats/fragments.py",
+    "table/stats/prune.py",
+    "table/stats/store.py",
     "table/commit/__init__.py",
     "table/commit/hooks.py",
     "table/commit/properties.py",
@@ -44,7 +56,7 @@ CHECKED = {
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 573
+TODO_GAPS_MAX = 535
 
 
 def _modules() -> list[str]:
