@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from lance_ops.table import naming, tags as tags_mod
+from lance_ops.table import tags as tags_mod
+from lance_ops.table.manifest import naming
 
 
 @dataclass

@@ -22,8 +22,8 @@ sequence (a digest of the inline bytes, or the external file location). It lives
 as the version's manifest (``cleanup_old_versions`` deletes it with that version).
 
 Using it
-    Importing this module registers :func:`lookup` with
-    :mod:`lance_ops.table.rowid_index_hook`; ``LanceDataset.take_by_row_id`` then asks it first.
+    The public face (``lance_ops/api.py``) installs :func:`lookup` as the row-id index hook of
+    :mod:`lance_ops.table.commit.hooks`; ``LanceDataset.take_by_row_id`` then asks it first.
     An index answers only when what it covers is *exactly* the dataset version's fragments
     (same ids, physical rows, deletion files and row-id sequences) - normally the index of that
     very version, but an index of another version whose fragments are identical works too. Any
@@ -51,7 +51,6 @@ import pyarrow as pa
 
 from lance_ops.errors import LanceOpsError, ObjectNotFoundError
 from lance_ops.io.base import ObjectStore
-from lance_ops.table import rowid_index_hook
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +348,7 @@ def find_index(ds: Any, frag_protos: Any = None) -> RowIdIndex | None:
 
 
 def lookup(dataset: Any, fragments: Any, row_ids: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """The rowid_index_hook lookup: (positions in ``fragments``, offsets), or None to fall back."""
+    """The row-id index hook (lance_ops.table.commit.hooks): (positions in ``fragments``, offsets), or None to fall back."""
     if not dataset.has_stable_row_ids:
         return None
     protos = [f.metadata for f in fragments]
@@ -367,5 +366,3 @@ def lookup(dataset: Any, fragments: Any, row_ids: Any) -> tuple[np.ndarray, np.n
         found = ok
     return pos, np.where(found, offsets, 0).astype(np.uint64)
 
-
-rowid_index_hook.register(lookup)

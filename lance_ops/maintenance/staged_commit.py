@@ -2,7 +2,7 @@
 
 A Spark job (``lance_ops.spark.ingest`` / ``lance_ops.spark.compact``) writes data files on its
 executors and stages *what* it wrote under ``_staging/{key}.json`` (see
-:mod:`lance_ops.table.staging`). :func:`commit_staged` turns that into one new dataset version:
+:mod:`lance_ops.table.commit.staging`). :func:`commit_staged` turns that into one new dataset version:
 
 * ``append``    -> an Append transaction (creates the dataset when it is missing and the staged
   result carries a schema);
@@ -10,7 +10,7 @@ executors and stages *what* it wrote under ``_staging/{key}.json`` (see
 * ``rewrite``   -> the compaction commit (:func:`lance_ops.maintenance.compaction.commit_compaction`).
 
 The key is recorded in the transaction properties (``lance_ops.idempotency_key``) and in the
-dataset's key ledger (:mod:`lance_ops.table.idempotency`), which cleanup carries forward; before
+dataset's key ledger (:mod:`lance_ops.table.commit.idempotency`), which cleanup carries forward; before
 committing the ledger is consulted, so committing the same key twice (an Airflow retry of the
 commit step, a cleared old run, or a re-run Spark job that finds its own earlier stage) is a
 no-op that returns the version committed the first time - also after compaction and cleanup
@@ -35,16 +35,18 @@ from lance_ops._proto import file_pb2, transaction_pb2
 from lance_ops.errors import DatasetNotFoundError, LanceOpsError, ObjectNotFoundError
 from lance_ops.io.base import ObjectStore
 from lance_ops.io import open_store
-from lance_ops.table import idempotency, naming, versions
-from lance_ops.table.commit import (
-    IDEMPOTENCY_KEY,
+from lance_ops.table import versions
+from lance_ops.table.commit import idempotency
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit.properties import CommitProperties
+from lance_ops.table.commit.loop import (
     CommitContext,
     CommitOptions,
     commit_transaction,
 )
 from lance_ops.table.dataset import open_manifest
-from lance_ops.table.manifest import ManifestFile
-from lance_ops.table.staging import (
+from lance_ops.table.manifest.codec import ManifestFile
+from lance_ops.table.commit.staging import (
     StagedResult,
     check_staged_files,
     list_staged,
@@ -52,7 +54,7 @@ from lance_ops.table.staging import (
     read_staged,
     sanitize_key,
 )
-from lance_ops.table.transaction_file import load_transaction
+from lance_ops.table.commit.transaction_file import load_transaction
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +136,8 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     if op == "rewrite":
         return _commit_rewrite(uri, result, storage_options)
 
-    props = dict(transaction_properties or {})
-    if key:
-        props[IDEMPOTENCY_KEY] = key
+    properties = CommitProperties.from_keywords(stage_kind(op), idempotency_key=key,
+                                                transaction_properties=transaction_properties)
     create = current is None
     if create and not result.schema_fields:
         raise DatasetNotFoundError(
@@ -149,7 +150,6 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     versions.require_writable(version, uri)
 
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid())
-    txn.transaction_properties.update(props)
     if overwrite:
         txn.overwrite.fragments.extend(result.fragments)
         txn.overwrite.schema.extend(fields_from_b64(result.schema_fields))
@@ -165,7 +165,7 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
         read = _read_manifest_at(store, base, uri, result.read_version, current)
         txn.read_version = read.version
     options = CommitOptions(data_storage_version=version)
-    mf = commit_transaction(store, base, txn, CommitContext(read), options)
+    mf = commit_transaction(store, base, txn, CommitContext(read), options, properties=properties)
     landed = load_transaction(store, base, mf)
     already = bool(key) and landed is not None and landed.uuid != txn.uuid
     if key:
@@ -282,7 +282,7 @@ def pending_stages(uri: str, *, storage_options: Mapping[str, Any] | None = None
         if res is None:
             entry["error"] = "not a valid staged result"
         else:
-            from lance_ops.table.staging import staged_fragments
+            from lance_ops.table.commit.staging import staged_fragments
 
             frags = staged_fragments(res)
             entry.update(operation=res.operation, read_version=res.read_version,

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import LanceOpsError
-from lance_ops.table import naming
+from lance_ops.table.manifest import naming
 from lance_ops.table.dataset import LanceDataset
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.paths import dataset_where, resolve_inside

@@ -39,7 +39,8 @@ from google.protobuf.message import DecodeError
 from lance_ops.errors import CorruptFileError, DatasetNotFoundError, LanceOpsError, ObjectNotFoundError, StorageError
 from lance_ops.io.base import ObjectStore
 from lance_ops.table import deletion as deletion_mod
-from lance_ops.table import naming, rowids
+from lance_ops.table import rowids
+from lance_ops.table.manifest import naming
 from lance_ops.table.paths import unsafe_reason
 
 #: rows decoded per read in deep mode (per column)

@@ -72,7 +72,7 @@ class WriteFragmentsTask:
         self.data_storage_version = data_storage_version
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from lance_ops.table.staging import fragment_to_b64
+        from lance_ops.table.commit.staging import fragment_to_b64
 
         ctx = task_context()
         fragments = write_partition(

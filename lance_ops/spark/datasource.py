@@ -360,8 +360,8 @@ class LanceWriter(DataSourceArrowWriter):
         from lance_ops.maintenance.staged_commit import fields_to_b64
         from lance_ops.schema import from_lance_fields, to_lance_fields
         from lance_ops.table import versions
-        from lance_ops.table import idempotency
-        from lance_ops.table.staging import sanitize_key
+        from lance_ops.table.commit import idempotency
+        from lance_ops.table.commit.staging import sanitize_key
 
         self.uri = uri
         self.storage_options = storage_options
@@ -394,7 +394,7 @@ class LanceWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LanceCommitMessage:
         from lance_ops.spark._tasks import task_context, write_partition
-        from lance_ops.table.staging import fragment_to_b64
+        from lance_ops.table.commit.staging import fragment_to_b64
 
         ctx = task_context()
         partition = ctx.partitionId() if ctx is not None else 0
@@ -413,7 +413,7 @@ class LanceWriter(DataSourceArrowWriter):
 
     def commit(self, messages) -> None:
         from lance_ops.maintenance.staged_commit import commit_result
-        from lance_ops.table.staging import StagedResult, fragment_from_b64
+        from lance_ops.table.commit.staging import StagedResult, fragment_from_b64
 
         if self.already_committed:
             log.info("%s: write %s was already committed; nothing to do", self.uri, self.key)

@@ -24,12 +24,15 @@ from lance_ops.io import ObjectStore, open_store
 from lance_ops.io.redact import RedactedOptions
 from lance_ops.format import blob_v2
 from lance_ops.table import blobs as blobs_mod
-from lance_ops.table import feature_flags, naming, tags as tags_mod
-from lance_ops.table import locate
-from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
+from lance_ops.table import tags as tags_mod
+from lance_ops.table.manifest import feature_flags
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import locate
+from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
+from lance_ops.table.commit.properties import CommitProperties
 from lance_ops.table.filters import Filter, compile_expression, compile_filter
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.manifest import ManifestFile, check_fragments, manifest_schema, read_manifest
+from lance_ops.table.manifest.codec import ManifestFile, check_fragments, manifest_schema, read_manifest
 
 ROW_ID = "_rowid"
 ROW_ADDR = "_rowaddr"
@@ -186,7 +189,7 @@ class LanceDataset:
     @property
     def transaction(self) -> transaction_pb2.Transaction | None:
         """The transaction that made this version, None if it was not recorded."""
-        from lance_ops.table.transaction_file import load_transaction
+        from lance_ops.table.commit.transaction_file import load_transaction
 
         return load_transaction(self._store, self._base, self._manifest_file)
 
@@ -512,12 +515,13 @@ class LanceDataset:
 
     # --- writes ------------------------------------------------------------------------------------
     def _commit(self, txn: transaction_pb2.Transaction, ctx: CommitContext | None = None,
-                options: CommitOptions | None = None) -> ManifestFile:
+                options: CommitOptions | None = None, properties: CommitProperties | None = None) -> ManifestFile:
         txn.read_version = self.version
         # refuse, before committing, to write into a dataset with writer features we do not know
         feature_flags.check_writer_flags(self.manifest.writer_feature_flags, self.uri)
         return commit_transaction(self._store, self._base, txn, ctx or CommitContext(self._manifest_file),
-                                  options or CommitOptions(data_storage_version=self.data_storage_version))
+                                  options or CommitOptions(data_storage_version=self.data_storage_version),
+                                  properties=properties)
 
     def move_to(self, mf: ManifestFile) -> None:
         """Make this object the snapshot of ``mf``, a version just committed to this dataset
@@ -533,12 +537,14 @@ class LanceDataset:
         With ``idempotency_key``, a delete already committed under that key (e.g. by an Airflow
         try that failed after committing) is not applied again: the earlier result is returned.
         """
-        from lance_ops.table import idempotency
-        from lance_ops.table.commit import IDEMPOTENCY_KEY
+        from lance_ops.table.commit import idempotency
+        from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
         from lance_ops.table.delete import plan_delete
 
+        properties = CommitProperties.from_keywords("delete", idempotency_key=idempotency_key,
+                                                    transaction_properties=transaction_properties)
         if idempotency_key:
-            # the key ledger knows keys of versions cleanup removed (table/idempotency.py)
+            # the key ledger knows keys of versions cleanup removed (table/commit/idempotency.py)
             earlier = idempotency.lookup(self._store, self._base, idempotency_key, "delete")
             if earlier is not None:
                 mf = idempotency.manifest_of(self._store, self._base, earlier)
@@ -555,7 +561,7 @@ class LanceDataset:
                 if idempotency_key:
                     txn.transaction_properties[IDEMPOTENCY_KEY] = idempotency_key
                     txn.transaction_properties[_DELETED_ROWS] = str(count)
-                mf = ds._commit(txn, ctx)
+                mf = ds._commit(txn, ctx, properties=properties)
             except RetryableCommitConflictError:
                 if attempt == conflict_retries:
                     raise

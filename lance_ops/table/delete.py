@@ -16,9 +16,10 @@ import pyarrow.compute as pc
 
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import ObjectNotFoundError, RetryableCommitConflictError
-from lance_ops.table import deletion, naming
-from lance_ops.table import locate
-from lance_ops.table.commit import CommitContext
+from lance_ops.table import deletion
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import locate
+from lance_ops.table.commit.loop import CommitContext
 from lance_ops.table.filters import compile_filter
 
 #: deletion files written at once

@@ -19,7 +19,8 @@ from lance_ops.errors import CorruptFileError, ObjectNotFoundError
 from lance_ops.format import blob_v2
 from lance_ops.format.registry import open_file_reader
 from lance_ops.format.v2_0.reader import LanceFileReader
-from lance_ops.table import addresses, blobs, deletion, naming, rowids
+from lance_ops.table import addresses, blobs, deletion, rowids
+from lance_ops.table.manifest import naming
 from lance_ops.table.paths import dataset_where, resolve_inside
 
 if TYPE_CHECKING:  # pragma: no cover

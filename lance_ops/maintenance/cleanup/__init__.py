@@ -45,7 +45,7 @@ What is deleted
        version that was committed, local ``.<name>.<hex>.tmp`` and ``<name>#<n>`` upload
        staging files), under the same age rule as unverified files.
 
-    Staged results (``_staging/<key>.json`` of :mod:`lance_ops.table.staging`) have a lifecycle:
+    Staged results (``_staging/<key>.json`` of :mod:`lance_ops.table.commit.staging`) have a lifecycle:
     a committed one (marked by its commit step, its key in the key ledger, or - older stages -
     some listed manifest naming one of its files) is removed once the ledger records its key (a
     re-run asks the ledger); a pending one pins its data files while it is younger than the
@@ -53,7 +53,7 @@ What is deleted
     left to the unverified-file rule (so they go in the same run). ``*.plan.json`` files are
     left alone.
 
-    The idempotency-key ledger (``_lance_ops/keys/``, :mod:`lance_ops.table.idempotency`) is
+    The idempotency-key ledger (``_lance_ops/keys/``, :mod:`lance_ops.table.commit.idempotency`) is
     carried forward before any manifest is deleted: every keyed version gets its record and the
     coverage mark moves to the newest version. If that fails nothing is deleted. Nothing in
     ``_lance_ops/`` is ever deleted here except superseded coverage marks.

@@ -13,15 +13,15 @@ from urllib.parse import unquote
 
 from lance_ops.errors import CorruptFileError, ObjectNotFoundError
 from lance_ops.io.base import ObjectStore
-from lance_ops.table import naming
-from lance_ops.table.manifest import ManifestFile, read_manifest
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import ManifestFile, read_manifest
 from lance_ops.table.paths import resolve_inside
 
 #: lance_ops extension area: per-data-file statistics, ``_stats/<data-file-stem>...``
 STATS_DIR = "_stats"
 #: lance_ops extension area: persisted row-id indices, ``_rowid_index/<version>-...``
 ROWID_INDEX_DIR = "_rowid_index"
-#: staged, not yet committed results of distributed writes (lance_ops.table.staging)
+#: staged, not yet committed results of distributed writes (lance_ops.table.commit.staging)
 STAGING_DIR = "_staging"
 BRANCHES_DIR = "_refs/branches"
 TREE_DIR = "tree"

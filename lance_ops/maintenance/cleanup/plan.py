@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 from lance_ops.errors import TagError
 from lance_ops.format.blob_v2 import parse_side_file
-from lance_ops.table import naming
+from lance_ops.table.manifest import naming
 
 from lance_ops.maintenance.cleanup.listing import (
     ROWID_INDEX_DIR,

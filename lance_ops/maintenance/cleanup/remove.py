@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable
 
 from lance_ops.errors import LanceOpsError
 from lance_ops.io.base import ObjectStore
-from lance_ops.table import naming
+from lance_ops.table.manifest import naming
 from lance_ops.table.tags import tagged_versions
 
 from lance_ops.maintenance.cleanup.listing import (

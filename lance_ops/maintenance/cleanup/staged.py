@@ -14,8 +14,8 @@ from google.protobuf.message import DecodeError
 from lance_ops._proto import table_pb2
 from lance_ops.errors import LanceOpsError, ObjectNotFoundError
 from lance_ops.io.base import ObjectStore
-from lance_ops.table import idempotency
-from lance_ops.table.staging import StagedResult
+from lance_ops.table.commit import idempotency
+from lance_ops.table.commit.staging import StagedResult
 
 from lance_ops.maintenance.cleanup.listing import STAGING_DIR, ListedFile, VersionInfo
 
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 def carry_forward_ledger(store: ObjectStore, base: str, versions: dict[int, VersionInfo]) -> None:
     """Record every keyed version's idempotency key in the ledger before any manifest goes, and
-    move the coverage mark to the newest version (:func:`lance_ops.table.idempotency.carry_forward`)."""
+    move the coverage mark to the newest version (:func:`lance_ops.table.commit.idempotency.carry_forward`)."""
     idempotency.carry_forward(store, base, {v: info.manifest for v, info in versions.items()})
 
 

@@ -18,14 +18,16 @@ from typing import Any, Sequence
 from lance_ops._proto import transaction_pb2
 from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
 from lance_ops.io.base import ObjectStore
-from lance_ops.table import idempotency, locate, naming
-from lance_ops.table.commit import (
-    IDEMPOTENCY_KEY,
+from lance_ops.table.commit import idempotency
+from lance_ops.table.commit import locate
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit.loop import (
     CommitContext,
     CommitOptions,
     commit_transaction,
 )
-from lance_ops.table.manifest import read_manifest
+from lance_ops.table.commit.properties import DEFAULT_MAX_RETRIES, CommitProperties
+from lance_ops.table.manifest.codec import read_manifest
 
 from lance_ops.maintenance.compaction.model import (
     METRIC_KEYS,
@@ -80,7 +82,7 @@ def replayed_metrics(earlier: Any) -> dict[str, Any]:
 
 def find_committed_rewrite(store: ObjectStore, base: str, key: str, since: int = 0) -> Any:
     """``(record, manifest or None)`` of the rewrite committed with ``key``, or None (see
-    :func:`lance_ops.table.idempotency.lookup`; ``since``: the plan's read version)."""
+    :func:`lance_ops.table.commit.idempotency.lookup`; ``since``: the plan's read version)."""
     rec = idempotency.lookup(store, base, key, "rewrite", since=since)
     if rec is None:
         return None
@@ -154,14 +156,12 @@ def commit_compaction(ds_or_uri: Any, results: Sequence[RewriteResult], *, stora
         group = txn.rewrite.groups.add()
         group.old_fragments.extend(r.original_fragments)
         group.new_fragments.extend(r.new_fragments)
-    txn.transaction_properties[OPERATION_PROPERTY] = "compaction"
-    txn.transaction_properties[METRICS_PROPERTY] = json.dumps(sum_metrics(results), sort_keys=True)
-    if idempotency_key:
-        txn.transaction_properties[IDEMPOTENCY_KEY] = idempotency_key
+    properties = CommitProperties(
+        "rewrite", idempotency_key or None,
+        extra={OPERATION_PROPERTY: "compaction", METRICS_PROPERTY: json.dumps(sum_metrics(results), sort_keys=True)},
+        max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries)
     options = CommitOptions(data_storage_version=read_mf.manifest.data_format.version or "2.0")
-    if max_retries is not None:
-        options.max_retries = max_retries
-    mf = commit_transaction(store, base, txn, CommitContext(read_mf), options)
+    mf = commit_transaction(store, base, txn, CommitContext(read_mf), options, properties=properties)
     if idempotency_key:
         idempotency.remember(store, base, mf)
     if idempotency_key and mf.transaction is not None and mf.transaction.uuid != txn.uuid:

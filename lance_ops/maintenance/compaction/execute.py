@@ -40,16 +40,18 @@ import pyarrow as pa
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
 from lance_ops.io.base import ObjectStore
-from lance_ops.table import deletion, idempotency, naming, rowids, versions
-from lance_ops.table import locate
-from lance_ops.table.commit import (
-    IDEMPOTENCY_KEY,
+from lance_ops.table import deletion, rowids, versions
+from lance_ops.table.commit import idempotency
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import locate
+from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
+from lance_ops.table.commit.loop import (
     CommitContext,
     CommitOptions,
     commit_transaction,
 )
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.manifest import read_manifest
+from lance_ops.table.manifest.codec import read_manifest
 from lance_ops.table.paths import resolve_inside
 from lance_ops.table.write import write_fragments
 
