@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from lance_ops.errors import LanceOpsError, ObjectNotFoundError  # noqa: F401
 from lance_ops.schema import from_lance_fields  # noqa: F401
-from lance_ops.table import naming
+from lance_ops.table import naming, scan
 from lance_ops.table.paths import dataset_where, resolve_inside
 from lance_ops.table.statistics import *  # noqa: F401,F403 - re-exported for callers of this module
 from lance_ops.table.statistics import (  # noqa: F401
@@ -66,11 +66,9 @@ def _top_ancestor(fields: Sequence, field_id: int) -> int:
 
 
 def _select_fragments(ds, fragments) -> list:
-    frags = ds.get_fragments()
-    if fragments is None:
-        return frags
-    wanted = {f if isinstance(f, int) else f.fragment_id for f in fragments}
-    return [f for f in frags if f.fragment_id in wanted]
+    """The manifest records of the fragments to cover, in manifest order (as the scan planner
+    picks them: ``fragments`` are ids or fragments, None is all)."""
+    return [task.fragment for task in scan.plan(ds, [], fragments=fragments)]
 
 
 def rebuild_statistics(ds, fragments=None, force: bool = False, *, dry_run: bool = False,
@@ -88,12 +86,12 @@ def rebuild_statistics(ds, fragments=None, force: bool = False, *, dry_run: bool
     existing = set() if force else _listed_stats(ds)
     todo = []
     for frag in frags:
-        for i, df in enumerate(frag.metadata.files):
+        for i, df in enumerate(frag.files):
             if _stats_name(df.path) in existing:
                 continue
             todo.append((frag, i, df))
-    result = {"data_files": sum(len(f.metadata.files) for f in frags), "written": 0,
-              "already_present": sum(len(f.metadata.files) for f in frags) - len(todo),
+    result = {"data_files": sum(len(f.files) for f in frags), "written": 0,
+              "already_present": sum(len(f.files) for f in frags) - len(todo),
               "unsupported": 0, "failed": 0, "dry_run": bool(dry_run), "files": []}
     schema = ds.schema
     for n, (frag, i, df) in enumerate(todo, 1):
@@ -106,7 +104,7 @@ def rebuild_statistics(ds, fragments=None, force: bool = False, *, dry_run: bool
                 reader = None
                 if df.file_major_version >= 2 or (df.file_major_version, df.file_minor_version) == (0, 3):
                     reader = LanceFileReader(resolve_inside(ds.store, ds.base, df.path, under=(naming.DATA_DIR,),
-                                                            what=f"data file path of fragment {frag.metadata.id}",
+                                                            what=f"data file path of fragment {frag.id}",
                                                             where=dataset_where(ds)), store=ds.store)
                 if reader is None or reader.version != "2.0":  # legacy (0.1) and 2.1+ files
                     result["unsupported"] += 1

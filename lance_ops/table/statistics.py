@@ -54,7 +54,7 @@ fields themselves get null counts only.
 
 Layering: the table layer reaches this module through two marked hooks, imported lazily (as
 ``LanceDataset.optimize`` reaches compaction): ``FragmentWriter._open`` wraps its file writer with
-:func:`track_statistics`, ``LanceDataset._fragment_tables`` asks :func:`scan_offsets`.
+:func:`track_statistics`, the scan planner (:mod:`lance_ops.table.scan`) asks :func:`scan_ranges`.
 
 Who writes them
     * ``write_dataset``/``write_fragments`` (and therefore compaction) compute them while writing:
@@ -66,8 +66,8 @@ Who writes them
       pylance, or by a writer that crashed after the data file) by reading page by page.
 
 Who reads them
-    Filtered scans (:meth:`LanceDataset.to_table`, ``count_rows``, ``to_batches``) call
-    :func:`scan_offsets` per fragment: fragment-level aggregates skip whole fragments, per-page
+    The scan planner (every filtered scan, the Spark source) calls :func:`scan_ranges` per
+    fragment: fragment-level aggregates skip whole fragments, per-page
     bounds leave only the row ranges of pages that may match, which are then read with ranged
     reads. Statistics only ever *skip* work: results are identical with and without them.
 """
@@ -91,7 +91,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "STATS_DIR", "STATS_SUFFIX", "TRUNCATE_BYTES", "FORMAT_VERSION",
     "FieldPages", "FileStats", "stats_path", "load_file_stats", "track_statistics",
-    "scan_offsets", "forget_cached_statistics",
+    "scan_offsets", "scan_ranges", "forget_cached_statistics",
     "fragment_statistics", "truncate_min", "truncate_max",
 ]
 
@@ -771,6 +771,17 @@ def scan_offsets(ds, frag, filt) -> np.ndarray | None:
     None: read the whole fragment (no statistics, or they rule nothing out). An empty array:
     skip the fragment. Otherwise the live physical offsets of the pages that may match, sorted.
     """
+    ranges = scan_ranges(ds, frag, filt)
+    return ranges if ranges is None else frag.live_offsets_in(ranges)
+
+
+def scan_ranges(ds, frag, filt) -> np.ndarray | None:
+    """Physical row ranges of ``frag`` a scan with ``filt`` must read, from statistics.
+
+    None: read the whole fragment (no statistics, or they rule nothing out). An empty array:
+    skip the fragment. Otherwise an ``(n, 2)`` int64 array of the sorted, disjoint
+    ``[start, end)`` ranges of the pages that may match (deleted rows not removed).
+    """
     if filt is None:
         return None
     tree = getattr(filt, "tree", sp.UNKNOWN)
@@ -786,7 +797,7 @@ def scan_offsets(ds, frag, filt) -> np.ndarray | None:
     if not stats:
         return None
     if not sp.may_match(filt, {p: fp.aggregate() for p, fp in stats.items()}):
-        return np.empty(0, np.uint64)
+        return np.empty((0, 2), np.int64)
     bounds = np.unique(np.concatenate([fp.row_start for fp in stats.values()] + [np.array([0, n])]))
     seg_starts, seg_ends = bounds[:-1], bounds[1:]
     if len(seg_starts) <= 1:
@@ -806,13 +817,5 @@ def scan_offsets(ds, frag, filt) -> np.ndarray | None:
     if keep.all():
         return None
     if not keep.any():
-        return np.empty(0, np.uint64)
-    starts, ends = seg_starts[keep], seg_ends[keep]
-    lengths = ends - starts
-    total = int(lengths.sum())
-    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + np.arange(total)
-    offsets = offsets.astype(np.uint64)
-    mask = frag.live_mask()
-    if mask is not None:
-        offsets = offsets[mask[offsets.astype(np.int64)]]
-    return offsets
+        return np.empty((0, 2), np.int64)
+    return np.stack([seg_starts[keep], seg_ends[keep]], axis=1).astype(np.int64)

@@ -52,9 +52,9 @@ def pruning_disabled():
         return None
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(table_statistics, "scan_offsets", read_everything)
+        mp.setattr(table_statistics, "scan_ranges", read_everything)
         yield
-    assert calls, "no scan consulted lance_ops.table.statistics.scan_offsets: pruning_disabled() took no effect"
+    assert calls, "no scan consulted lance_ops.table.statistics.scan_ranges: pruning_disabled() took no effect"
 
 
 def sample_table(n: int = N, start: int = 0) -> pa.Table:
