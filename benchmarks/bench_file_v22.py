@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.bench_file import best_of, make_table  # noqa: E402
 from lance_ops.file import LanceFileWriter  # noqa: E402
-from lance_ops.file.reader_v2_1 import LanceFileReaderV21 as OurReader  # noqa: E402
+from lance_ops.format.v2_1.reader import LanceFileReaderV21 as OurReader  # noqa: E402
 
 
 def paired_best(repeat: int, fa, fb):

@@ -351,7 +351,7 @@ class LanceCompactionOperator(_CommittingOperator):
         self.spark_task_id = spark_task_id
 
     def options(self):
-        from lance_ops.maintenance.compaction_plan import CompactionOptions
+        from lance_ops.maintenance.compaction import CompactionOptions
 
         threshold = as_optional_float(self.materialize_deletions_threshold)
         return CompactionOptions(
@@ -363,7 +363,7 @@ class LanceCompactionOperator(_CommittingOperator):
         )
 
     def run(self, context, uri, storage_options, key):
-        from lance_ops.maintenance.compaction_plan import plan_compaction, plan_summary_metrics
+        from lance_ops.maintenance.compaction import plan_compaction, plan_summary_metrics
 
         ds = self.open_dataset(uri, storage_options)
         dry = as_bool(self.dry_run)

@@ -20,26 +20,19 @@ PACKAGE = ROOT / "lance_ops"
 FLOORS = {
     "errors": 0, "_proto": 0, "_version": 0,
     "io": 1, "schema": 1,
-    "encoding": 2, "file": 2, "format": 2,
+    "format": 2,
     "table": 3,
     "maintenance": 4,
     "spark": 5, "cli": 5, "demo": 5,
     "api": 9,  # the package face (ADR 0003): composes maintenance verbs onto the core dataset
+    "file": 9,  # the public face mirroring pylance's ``lance.file`` (ADR 0002): re-exports lance_ops.format
 }
 
 #: upward edges that exist today (importer -> imported); the redesign removes them
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 #: import cycles that exist today (each as the sorted modules of one strongly connected component)
-KNOWN_CYCLES = {
-    # the encoders import lance_ops.file.* (whose package imports the writers, which import the
-    # encoders): `import lance_ops.encoding.encode_v20_blob` as a first import fails today.
-    # The format/ layout of ADR 0002 puts the container below the encoders and ends it.
-    ("lance_ops.encoding", "lance_ops.encoding.encode_v20_blob", "lance_ops.encoding.encode_v21_blob",
-     "lance_ops.encoding.encode_v21_blob_v2", "lance_ops.encoding.encode_v2_1", "lance_ops.encoding.fields_v2_0",
-     "lance_ops.file", "lance_ops.file.dispatch", "lance_ops.file.reader", "lance_ops.file.reader_legacy",
-     "lance_ops.file.reader_v2_1", "lance_ops.file.writer", "lance_ops.file.writer_legacy"),
-}
+KNOWN_CYCLES: set[tuple[str, ...]] = set()
 
 
 def module_name(path: Path) -> str:

@@ -102,7 +102,7 @@ from google.protobuf.message import DecodeError
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, ObjectNotFoundError, TagError
-from lance_ops.file.blob_v2 import parse_side_file
+from lance_ops.format.blob_v2 import parse_side_file
 from lance_ops.table import idempotency, naming
 from lance_ops.table.manifest import ManifestFile, read_manifest
 from lance_ops.table.staging import StagedResult

@@ -149,7 +149,7 @@ def _read_meta(reader) -> dict:
 
 
 def _open(store, path: str):
-    from lance_ops.file.reader import LanceFileReader
+    from lance_ops.format.v2_0.reader import LanceFileReader
 
     return LanceFileReader(path, store=store)
 
@@ -175,7 +175,7 @@ def load_index(store, base: str, path: str, *, expect_coverage: dict[int, dict] 
 
 def _write_index(ds, version: int, coverage: dict[int, dict], row_ids, frag_ids, offsets,
                  idempotency_key: str | None) -> str:
-    from lance_ops.file.writer import LanceFileWriter
+    from lance_ops.format.registry import LanceFileWriter
 
     meta = {"format": FORMAT, "version": int(version), "idempotency_key": idempotency_key,
             "rows": int(row_ids.size), "fragments": [coverage[k] for k in sorted(coverage)]}

@@ -265,7 +265,7 @@ class _Verifier:
         except _DECODE_ERRORS as exc:
             return [f"footer or file metadata does not decode: {_describe(exc)}"], None
         problems: list[str] = []
-        from lance_ops.file.reader_legacy import LegacyFileReader
+        from lance_ops.format.legacy.reader import LegacyFileReader
 
         if not isinstance(reader, LegacyFileReader):  # a legacy reader's fields come from the manifest
             stored = {f.id for f in reader.lance_fields}
@@ -279,8 +279,8 @@ class _Verifier:
 
     def _decode_pages(self, reader, df, rows: int) -> list[str]:
         """Read every column of the file in chunks; a failure names the column and rows."""
-        from lance_ops.file import blob_v2
-        from lance_ops.file.reader_legacy import LegacyFileReader
+        from lance_ops.format import blob_v2
+        from lance_ops.format.legacy.reader import LegacyFileReader
 
         # blob columns as descriptors: their bytes are not encoded pages (side files are checked below)
         kwargs = {} if isinstance(reader, LegacyFileReader) else {"blob_descriptions": True}
@@ -490,14 +490,14 @@ class _Verifier:
 
 def _is_descriptor(t) -> bool:
     """A blob v2 descriptor column (compared by field names: readers may differ in field metadata)."""
-    from lance_ops.file import blob_v2
+    from lance_ops.format import blob_v2
 
     return pa.types.is_struct(t) and [f.name for f in t] == [f.name for f in blob_v2.DESCRIPTOR_TYPE]
 
 
 def _blob_side_ends(col, ends: dict[int, int]) -> None:
     """Record, per side file (blob id), the furthest byte that packed/dedicated descriptors need."""
-    from lance_ops.file import blob_v2
+    from lance_ops.format import blob_v2
 
     arr = col.combine_chunks() if hasattr(col, "combine_chunks") else col
     kind = np.asarray(arr.field("kind").fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)

@@ -142,7 +142,7 @@ def check_spark_append(dataset_schema: pa.Schema, data_schema: pa.Schema, uri: s
 def cast_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """``batch`` with the columns of ``schema`` (selected by name, cast where the type differs).
     Blob v2 columns are left as they come (bytes): the fragment writer converts them."""
-    from lance_ops.file.blob_v2 import is_blob_v2
+    from lance_ops.format.blob_v2 import is_blob_v2
 
     if batch.schema.equals(schema, check_metadata=False):
         return batch
@@ -159,7 +159,7 @@ def cast_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 def cast_batches(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatchReader:
-    from lance_ops.file.blob_v2 import is_blob_v2
+    from lance_ops.format.blob_v2 import is_blob_v2
 
     if not any(is_blob_v2(f) for f in schema):
         return pa.RecordBatchReader.from_batches(schema, (cast_batch(b, schema) for b in batches))

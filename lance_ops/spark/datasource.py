@@ -72,7 +72,7 @@ from lance_ops.spark._common import (
     spark_to_arrow_schema,
     storage_options_from,
 )
-from lance_ops.table import stats_pruning as sp
+from lance_ops.table.filters import pruning as sp
 
 log = logging.getLogger(__name__)
 

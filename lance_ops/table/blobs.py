@@ -1,6 +1,6 @@
 """Blob columns of datasets: ``take_blobs`` file handles and the bytes behind descriptions.
 
-pylance's datasets return blob columns as descriptions (see :mod:`lance_ops.file.blob_v2`);
+pylance's datasets return blob columns as descriptions (see :mod:`lance_ops.format.blob_v2`);
 the bytes are reached through ``take_blobs`` (lazy file-like :class:`BlobFile` objects, one
 per selected row, ``None`` for a null) or ``blob_handling="all_binary"``. Both are resolved
 here from the descriptions: a v1 description points into its own data file; a v2 descriptor
@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_ops.errors import CorruptFileError, UnsupportedError
-from lance_ops.file import blob_v2
+from lance_ops.format import blob_v2
 from lance_ops.table import naming
 from lance_ops.table.paths import dataset_where, resolve_inside
 
@@ -198,7 +198,7 @@ def legacy_locations(ds: "DatasetSnapshot", data_file, desc) -> _Locations:
 
 
 def v2_locations(ds: "DatasetSnapshot", data_file, desc) -> _Locations:
-    """Where the bytes of blob v2 descriptors are (see :mod:`lance_ops.file.blob_v2`)."""
+    """Where the bytes of blob v2 descriptors are (see :mod:`lance_ops.format.blob_v2`)."""
     desc = _as_array(desc)
     n = len(desc)
     loc = _Locations(n)

@@ -44,6 +44,7 @@ from lance_ops.errors import (
     SchemaMismatchError,
     StorageError,
 )
+from lance_ops.format.version import FileVersion
 from lance_ops.table import conflicts, deletion, feature_flags, naming
 from lance_ops.table import locate
 from lance_ops.table.manifest import (
@@ -55,7 +56,7 @@ from lance_ops.table.manifest import (
     read_manifest,
     write_manifest,
 )
-from lance_ops.table.fragment_stats import fill_fragment_stats
+from lance_ops.table.stats.fragments import fill_fragment_stats
 from lance_ops.table.idempotency import (  # noqa: F401 - IDEMPOTENCY_KEY, find_idempotent_commit re-exported
     IDEMPOTENCY_KEY,
     find_idempotent_commit,
@@ -393,11 +394,6 @@ def _carried_indices(txn, current: ManifestFile | None, restored: ManifestFile |
     return current.index_section if current is not None else None
 
 
-#: data file footer numbers -> the storage version they belong to
-_FILE_VERSIONS = {(0, 1): "0.1", (0, 2): "0.1", (0, 3): "2.0", (2, 0): "2.0", (2, 1): "2.1", (2, 2): "2.2",
-                  (2, 3): "2.3"}
-
-
 def _new_fragments(txn: transaction_pb2.Transaction):
     op = txn.WhichOneof("operation")
     if op == "append":
@@ -419,11 +415,12 @@ def _check_data_file_versions(manifest, txn: transaction_pb2.Transaction, where:
     want = manifest.data_format.version
     if not want:
         return
-    want = {"legacy": "0.1", "stable": "2.2"}.get(want, want)
+    want = str(FileVersion.lookup(want) or want)  # the dataset's version, as its messages spell it
     for frag in _new_fragments(txn):
         for df in frag.files:
-            got = _FILE_VERSIONS.get((df.file_major_version, df.file_minor_version))
-            if got is not None and got != want:
+            numbers = (df.file_major_version, df.file_minor_version)
+            got = FileVersion.from_manifest(*numbers) if numbers != (0, 0) else None  # (0, 0): not set
+            if got is not None and got != FileVersion.lookup(want):
                 raise SchemaMismatchError(
                     f"{where}: data file {df.path!r} (fragment {frag.id}) is Lance file version {got}, but the "
                     f"dataset stores {want}; write the fragments with data_storage_version={want!r}. Nothing "

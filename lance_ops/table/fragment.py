@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pyarrow as pa
 
+from lance_ops.format.version import FileVersion
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, ObjectNotFoundError
-from lance_ops.file import blob_v2
-from lance_ops.file.dispatch import open_file_reader
-from lance_ops.file.reader import LanceFileReader
+from lance_ops.format import blob_v2
+from lance_ops.format.registry import open_file_reader
+from lance_ops.format.v2_0.reader import LanceFileReader
 from lance_ops.table import addresses, blobs, deletion, naming, rowids
 from lance_ops.table.paths import dataset_where, resolve_inside
 
@@ -169,9 +170,9 @@ class LanceFragment:
             path = resolve_inside(ds.store, ds.base, df.path, under=(naming.DATA_DIR,),
                                   what=f"data file path of fragment {self.metadata.id}", where=dataset_where(ds))
             try:
-                # --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/file/reader_legacy.py) ---
+                # --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/format/legacy/reader.py) ---
                 if legacy:
-                    from lance_ops.file.reader_legacy import LegacyFileReader
+                    from lance_ops.format.legacy.reader import LegacyFileReader
 
                     # dictionary values: the version's (decoded from its manifest file, as pylance
                     # reads them), else the manifest file itself for the reader to look up
@@ -220,7 +221,7 @@ class LanceFragment:
 
         Blob columns come as bytes (``"all_binary"``, what compaction copies) or, with
         ``"descriptions"``, as the descriptions pylance's datasets return (the fields' types
-        are then :func:`~lance_ops.file.blob_v2.described_field` of the given ones).
+        are then :func:`~lance_ops.format.blob_v2.described_field` of the given ones).
         """
         n = self.physical_rows if offsets is None else len(offsets)
         logical = blob_handling == "logical"  # blob v2 as written: bytes, or external URIs kept
@@ -336,11 +337,11 @@ def _top_level_names(reader) -> dict[int, str]:
     return names
 
 
-# --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/file/reader_legacy.py) ---------------
+# --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/format/legacy/reader.py) ---------------
 def _is_legacy_file(df: table_pb2.DataFile, manifest: table_pb2.Manifest) -> bool:
     """A v0.1 data file: DataFile version 0.1/0.2, or (0, 0) in a manifest whose format is legacy."""
     if df.file_major_version != 0:
         return False
     if df.file_minor_version in (1, 2):
         return True
-    return df.file_minor_version == 0 and manifest.data_format.version in ("", "0.1", "legacy")
+    return df.file_minor_version == 0 and FileVersion.is_legacy_manifest_text(manifest.data_format.version)

@@ -40,9 +40,10 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
+from lance_ops.format.version import FileVersion
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError
-from lance_ops.file.proto_wire import serialize_like_upstream
+from lance_ops.format.proto_wire import serialize_like_upstream
 from lance_ops.table import versions
 
 MAGIC = b"LANC"
@@ -75,17 +76,16 @@ class ManifestFile:
         return self.manifest.version
 
 
-# --- serialisation matching upstream (prost): lance_ops.file.proto_wire --------------------------
+# --- serialisation matching upstream (prost): lance_ops.format.proto_wire --------------------------
 _serialize = serialize_like_upstream
 
 
 # --- dictionary values of legacy datasets ----------------------------------------------------
-LEGACY_FORMAT_VERSIONS = ("", "0.1", "legacy")
 
 
 def is_legacy(manifest: table_pb2.Manifest) -> bool:
     """True for a v0.1 dataset (the only kind whose manifest file holds dictionary values)."""
-    return manifest.data_format.version in LEGACY_FORMAT_VERSIONS
+    return FileVersion.is_legacy_manifest_text(manifest.data_format.version)
 
 
 def dictionary_fields(manifest: table_pb2.Manifest) -> list:
@@ -108,8 +108,8 @@ def place_dictionaries(manifest: table_pb2.Manifest, dictionaries: Mapping[int, 
     ``dictionaries`` (field id -> values): a manifest without them would make readers see empty
     strings, so it is refused (UnsupportedError) rather than written.
     """
-    from lance_ops.encoding import encode_legacy as enc
-    from lance_ops.encoding.decode_legacy import is_binary_like
+    from lance_ops.format.legacy import encode as enc
+    from lance_ops.format.legacy.decode import is_binary_like
 
     fields = dictionary_fields(manifest)
     missing = [f"{f.name} (id {f.id})" for f in fields if (dictionaries or {}).get(f.id) is None]
@@ -148,7 +148,7 @@ def decode_dictionaries(manifest: table_pb2.Manifest, data: bytes, end: int | No
     Values must lie before ``end`` (the manifest message's position). Decoded as pylance reads
     them: in a nullable field an empty string/binary value is null.
     """
-    from lance_ops.encoding import decode_legacy as dec
+    from lance_ops.format.legacy import decode as dec
 
     end = len(data) if end is None else end
     out: dict[int, pa.Array] = {}

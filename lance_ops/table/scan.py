@@ -2,7 +2,7 @@
 
 :func:`plan` turns ``(dataset, columns, filter)`` into one :class:`FragmentScanTask` per fragment
 to read, in manifest order: fragments and pages whose statistics rule the filter out are pruned at
-planning time (:func:`lance_ops.table.statistics.scan_ranges`), so a task names only the physical
+planning time (:func:`lance_ops.table.stats.prune.scan_ranges`), so a task names only the physical
 row ranges left to read. :func:`execute` reads one task (what ``LanceDataset.scan_fragment`` did).
 
 A task is a small picklable value (the fragment's manifest record, which also names its deletion
@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import InvalidArgumentError
-from lance_ops.file import blob_v2
-from lance_ops.table import statistics
+from lance_ops.format import blob_v2
+from lance_ops.table.stats import prune as stats_prune
 from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.snapshot import DatasetSnapshot
@@ -243,7 +243,7 @@ def iter_plan(ds: DatasetSnapshot, columns: Sequence[str] | str | None = None,
         ranges = None
         if prune and filt is not None:
             # fragment and page statistics: what cannot match is not read
-            ranges = statistics.scan_ranges(ds, LanceFragment(ds, proto), filt)
+            ranges = stats_prune.scan_ranges(ds, LanceFragment(ds, proto), filt)
             if ranges is not None and len(ranges) == 0:
                 continue
         yield FragmentScanTask(fragment=proto, version=ds.version, columns=tuple(out_columns),

@@ -1,36 +1,25 @@
-"""Data storage (file format) versions: the names pylance accepts and which ones we can write."""
+"""Data storage (file format) versions of datasets: which ones we write, and what old manifests hold.
+
+The names pylance accepts are parsed by :meth:`lance_ops.format.version.FileVersion.parse`.
+"""
 from __future__ import annotations
 
 from lance_ops.errors import CorruptFileError, MixedFileVersionsError, UnsupportedError
+from lance_ops.format.version import FileVersion
 
-_ALIASES = {
-    "stable": "2.2",
-    "next": "2.3",
-    "legacy": "0.1",
-    "0.1": "0.1",
-    "2.0": "2.0",
-    "2.1": "2.1",
-    "2.2": "2.2",
-    "2.3": "2.3",
-}
-#: versions lance_ops writes: 2.0 (file.writer), 2.1/2.2 (encoding.encode_v2_1), 0.1 (file.writer_legacy);
+#: versions lance_ops writes: 2.0 (format.writer), 2.1/2.2 (format.v2_1.encode), 0.1 (format.legacy.writer);
 #: 2.3 is pylance 14's unstable "next" format and is refused before anything is written.
-WRITABLE = ("2.0", "2.1", "2.2", "0.1")
+WRITABLE = (FileVersion.V2_0, FileVersion.V2_1, FileVersion.V2_2, FileVersion.LEGACY)
 #: default for new datasets. pylance 14 defaults to 2.2; we keep 2.0 (byte-identical to pylance's 2.0
 #: writer, fastest to read here); pass data_storage_version="stable" to match pylance's default.
-DEFAULT = "2.0"
+DEFAULT = FileVersion.V2_0
 
 
-def normalize(version: str | None, default: str = DEFAULT) -> str:
-    """Canonical version string for a user-given name (``"stable"`` -> ``"2.2"``)."""
+def normalize(version: str | None, default: str = DEFAULT) -> FileVersion:
+    """The version a user-given name stands for (``"stable"`` -> ``FileVersion.V2_2``)."""
     if version is None:
-        return default
-    key = str(version).strip().lower()
-    if key not in _ALIASES:
-        raise UnsupportedError(
-            f"unknown data_storage_version {version!r}; expected one of {sorted(_ALIASES)}"
-        )
-    return _ALIASES[key]
+        return FileVersion.parse(default)
+    return FileVersion.parse(version)
 
 
 def require_writable(version: str, where: str) -> str:
@@ -47,25 +36,22 @@ def require_writable(version: str, where: str) -> str:
 #: ``(file_major_version, file_minor_version)`` of a manifest DataFile -> storage version, as
 #: pylance maps them: (0, 0)-(0, 2) are legacy files ((0, 0) in manifests of Lance <= 0.15),
 #: (0, 3) is the footer version 2.0 files were first written with.
-FILE_VERSIONS = {
-    (0, 0): "0.1", (0, 1): "0.1", (0, 2): "0.1", (0, 3): "2.0",
-    (2, 0): "2.0", (2, 1): "2.1", (2, 2): "2.2", (2, 3): "2.3",
-}
 #: writer flag of Lance <= 0.15 datasets created for v2 files (the only hint an empty one has)
 _FLAG_USE_V2_FORMAT = 4
-_ORDER = {"0.1": 0, "2.0": 1, "2.1": 2, "2.2": 3, "2.3": 4}
 _MIXED = "The dataset contains a mixture of file versions. You will need to rollback to an earlier version"
 
 
-def file_version(data_file) -> str:
-    """Storage version of one manifest DataFile; UnsupportedError for numbers pylance does not know."""
-    key = (int(data_file.file_major_version), int(data_file.file_minor_version))
-    if key not in FILE_VERSIONS:
-        raise UnsupportedError(f"Unknown Lance storage version: {key[0]}.{key[1]} (data file {data_file.path!r})")
-    return FILE_VERSIONS[key]
+def file_version(data_file) -> FileVersion:
+    """Storage version of one manifest DataFile; UnsupportedError for numbers pylance does not know
+    (the map is :meth:`FileVersion.from_manifest`)."""
+    major, minor = int(data_file.file_major_version), int(data_file.file_minor_version)
+    found = FileVersion.from_manifest(major, minor)
+    if found is None:
+        raise UnsupportedError(f"Unknown Lance storage version: {major}.{minor} (data file {data_file.path!r})")
+    return found
 
 
-def _versions_of(fragments) -> tuple[str | None, str | None]:
+def _versions_of(fragments) -> tuple[FileVersion | None, FileVersion | None]:
     """(version of the first data file, first other version met or None), in pylance's order:
     the first data file of the first fragment with files sets the version."""
     first = None
@@ -79,7 +65,7 @@ def _versions_of(fragments) -> tuple[str | None, str | None]:
     return first, None
 
 
-def infer_from_files(fragments) -> str | None:
+def infer_from_files(fragments) -> FileVersion | None:
     """The one storage version of all data files (None without files); a mix raises
     MixedFileVersionsError (an OSError), with the text of pylance's commit-time error."""
     first, other = _versions_of(fragments)
@@ -103,22 +89,22 @@ def fill_missing_data_format(manifest, path: str = "<manifest>") -> None:
     if other is not None:
         raise CorruptFileError(path, f"All data files must have the same version.  Detected both {version} and {other}")
     if version is None:
-        version = _ALIASES["stable"] if manifest.writer_feature_flags & _FLAG_USE_V2_FORMAT else "0.1"
+        version = FileVersion.parse("stable") if manifest.writer_feature_flags & _FLAG_USE_V2_FORMAT \
+            else FileVersion.LEGACY
     manifest.data_format.file_format = "lance"
-    manifest.data_format.version = version
+    manifest.data_format.version = version.value
 
 
 def repair_legacy_version(manifest) -> None:
     """On commit: a dataset recorded as 0.1 whose files are newer gets their version (Lance 0.16
     wrote 0.1 over 2.0 files); one whose files mix versions is refused (MixedFileVersionsError),
     as pylance refuses every commit to it."""
-    recorded = _ALIASES.get(manifest.data_format.version.lower(), manifest.data_format.version)
-    if recorded != "0.1":
+    if FileVersion.lookup(manifest.data_format.version) is not FileVersion.LEGACY:
         return
     actual = infer_from_files(manifest.fragments)
-    if actual is not None and _ORDER.get(actual, 99) > _ORDER["0.1"]:
+    if actual is not None and actual > FileVersion.LEGACY:
         manifest.data_format.file_format = manifest.data_format.file_format or "lance"
-        manifest.data_format.version = actual
+        manifest.data_format.version = actual.value
 
 
 def refuse_mixed(manifest) -> None:

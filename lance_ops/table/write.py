@@ -30,10 +30,10 @@ from lance_ops.errors import (
     SchemaMismatchError,
     UnsupportedError,
 )
-from lance_ops.file import blob_v2
-from lance_ops.file.format import MANIFEST_VERSIONS
-from lance_ops.file.writer import LanceFileWriter
-from lance_ops.file.writer_legacy import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileWriter
+from lance_ops.format import blob_v2
+from lance_ops.format.version import FileVersion
+from lance_ops.format.writer import V2FileWriter
+from lance_ops.format.legacy.writer import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileWriter
 from lance_ops.io import open_store
 from lance_ops.schema import check_metadata_utf8, field_tree, from_lance_fields, to_lance_fields
 from lance_ops.table import feature_flags, naming, versions
@@ -112,7 +112,7 @@ def blob_v2_schema(schema: pa.Schema, version: str, uri: str) -> pa.Schema:
     """The schema a new dataset of ``version`` stores for ``schema``: at 2.2+ every top-level
     blob field (``large_binary`` + ``lance-encoding:blob``, or ``lance.blob.v2``) becomes a blob
     v2 field, as pylance does; ``lance.blob.v2`` before 2.2 is refused."""
-    at_2_2 = version not in ("0.1", "2.0", "2.1")
+    at_2_2 = FileVersion.parse(version) >= FileVersion.V2_2
     fields = []
     for f in schema:
         if blob_v2.is_blob_v2(f) and not at_2_2:
@@ -134,7 +134,7 @@ def conform_blob_columns(batch: pa.RecordBatch, schema: pa.Schema, allow_externa
     """``batch`` with the columns of ``schema``'s blob v2 fields in their logical struct form
     (bytes and extension arrays converted); external URIs checked (see
     ``encode_v21_blob_v2.check_external_uris``)."""
-    from lance_ops.encoding.encode_v21_blob_v2 import check_external_uris
+    from lance_ops.format.v2_1.blob_v2 import check_external_uris
 
     names = [f.name for f in schema if blob_v2.is_blob_v2(f)]
     if not names:
@@ -157,7 +157,7 @@ def _all_field_ids(fields: Iterable[file_pb2.Field]) -> list[int]:
 
 def _leaf_field_ids(fields: Iterable[file_pb2.Field]) -> list[int]:
     # [v2.1 writer] pre-order ids of the fields with a column in a 2.1+ data file
-    from lance_ops.encoding.encode_v2_1 import leaf_field_ids
+    from lance_ops.format.v2_1.encode import leaf_field_ids
 
     return leaf_field_ids(fields)
 
@@ -250,7 +250,7 @@ class FragmentWriter:
 
     def __init__(self, store, base: str, schema: pa.Schema, lance_fields: list[file_pb2.Field], *,
                  storage_options: Mapping[str, Any] | None, max_rows_per_file: int,
-                 max_bytes_per_file: int = MAX_BYTES_PER_FILE, version: str = "2.0",
+                 max_bytes_per_file: int = MAX_BYTES_PER_FILE, version: str | FileVersion = FileVersion.V2_0,
                  max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
                  dictionaries: Mapping[int, pa.Array] | None = None):
         if max_rows_per_file <= 0:
@@ -261,10 +261,10 @@ class FragmentWriter:
         self._options = storage_options
         self._max_rows = max_rows_per_file
         self._max_bytes = max_bytes_per_file
-        self._version = version
+        self._version = FileVersion.parse(version)
         self._max_rows_per_group = max_rows_per_group
         self._dictionaries = dict(dictionaries) if dictionaries else None
-        self._writer: LanceFileWriter | None = None
+        self._writer: V2FileWriter | LegacyFileWriter | None = None
         self._name = ""
         self.fragments: list[table_pb2.DataFragment] = []
         self.rows_written = 0
@@ -272,17 +272,17 @@ class FragmentWriter:
     def _open(self) -> None:
         self._name = naming.new_data_file_name()
         path = self._store.uri(self._store.join(self._base, naming.DATA_DIR, self._name))
-        if self._version == "0.1":
+        if self._version is FileVersion.LEGACY:
             self._writer = LegacyFileWriter(path, self._schema, storage_options=self._options,
                                             lance_fields=self._lance_fields, dictionaries=self._dictionaries,
                                             max_rows_per_group=self._max_rows_per_group)
             return
-        self._writer = LanceFileWriter(path, self._schema, version=self._version,
-                                       storage_options=self._options, lance_fields=self._lance_fields)
+        self._writer = V2FileWriter(path, self._schema, version=self._version,
+                                    storage_options=self._options, lance_fields=self._lance_fields)
         # lance_ops statistics hook: closing the writer also writes _stats/<stem>.stats.lance
         # (legacy v0.1 files carry their own statistics page table)
-        if self._version != "0.1":
-            from lance_ops.table.statistics import track_statistics
+        if self._version is not FileVersion.LEGACY:
+            from lance_ops.table.stats.collect import track_statistics
 
             self._writer = track_statistics(self._writer, self._store, self._base, self._name, self._options)
 
@@ -292,10 +292,10 @@ class FragmentWriter:
         rows = self._writer.close()
         size = self._writer.tell()
         frag = table_pb2.DataFragment(physical_rows=rows)
-        if self._version == "0.1":
-            # [legacy v0.1 writer] owner: lance_ops/file/writer_legacy.py -- as pylance records a
+        if self._version is FileVersion.LEGACY:
+            # [legacy v0.1 writer] owner: lance_ops/format/legacy/writer.py -- as pylance records a
             # legacy file: every field id, no column indices, version (0, 2) (the footer's numbers)
-            from lance_ops.file.writer_legacy import LEGACY_DATA_FILE_VERSION
+            from lance_ops.format.legacy.writer import LEGACY_DATA_FILE_VERSION
 
             frag.files.add(path=self._name, fields=_all_field_ids(self._lance_fields), column_indices=[],
                            file_major_version=LEGACY_DATA_FILE_VERSION[0],
@@ -303,11 +303,11 @@ class FragmentWriter:
             self.fragments.append(frag)
             self._writer = None
             return
-        major, minor = MANIFEST_VERSIONS[self._version]
+        major, minor = self._version.manifest_numbers
         frag.files.add(
             path=self._name,
             # [v2.1 writer] 2.0 files list every field id; 2.1+ files only the leaf fields that own a column
-            fields=_all_field_ids(self._lance_fields) if self._version == "2.0" else _leaf_field_ids(self._lance_fields),
+            fields=_all_field_ids(self._lance_fields) if self._version is FileVersion.V2_0 else _leaf_field_ids(self._lance_fields),
             column_indices=list(range(self._writer.num_columns)),
             file_major_version=major,
             file_minor_version=minor,
@@ -344,7 +344,7 @@ class FragmentWriter:
 
 def write_fragments(reader: pa.RecordBatchReader, store, base: str, lance_fields, *, storage_options=None,
                     max_rows_per_file: int = 1024 * 1024, max_bytes_per_file: int = MAX_BYTES_PER_FILE,
-                    version: str = "2.0", max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
+                    version: str | FileVersion = FileVersion.V2_0, max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
                     dictionaries: Mapping[int, pa.Array] | None = None,
                     allow_external_blob_outside_bases: bool = True) -> list[table_pb2.DataFragment]:
     """Write all batches of ``reader`` as new (uncommitted) fragments with id 0.
@@ -359,7 +359,7 @@ def write_fragments(reader: pa.RecordBatchReader, store, base: str, lance_fields
     """
     schema = from_lance_fields(lance_fields, dict(reader.schema.metadata or {}))
     has_blob_v2 = any(blob_v2.is_blob_v2(f) for f in schema)
-    if has_blob_v2 and version in ("0.1", "2.0", "2.1"):
+    if has_blob_v2 and FileVersion.parse(version) < FileVersion.V2_2:
         raise UnsupportedError(f"{store.uri(base)}: lance.blob.v2 columns need data_storage_version 2.2+, not {version}")
     writer = FragmentWriter(store, base, schema, lance_fields, storage_options=storage_options,
                             max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,
@@ -383,7 +383,7 @@ def _refuse_legacy_blob_append_at_2_2(dataset_schema: pa.Schema, version: str, u
     """Refuse appends to 2.2+ datasets whose blob fields use the legacy layout (written by
     pylance's file API or older lance_ops), before writing: pylance's next commit to such a
     dataset relabels the field as ``lance.blob.v2`` and can no longer read the old fragments."""
-    if version in ("0.1", "2.0", "2.1"):
+    if FileVersion.parse(version) < FileVersion.V2_2:
         return
     names = [f.name for f in dataset_schema if blob_v2.has_blobs(f) and not blob_v2.has_blob_v2(f)]
     if names:
@@ -497,12 +497,12 @@ def write_dataset(
         versions.require_writable(version, uri)
         data_schema = blob_v2_schema(reader.schema, version, uri)
         lance_fields = to_lance_fields(data_schema)
-        if version == "0.1":
+        if version is FileVersion.LEGACY:
             # (pylance marks them in 2.x schemas too; left to the 2.x writers' owners)
             mark_dictionary_fields(lance_fields)
 
     dictionaries: dict[int, pa.Array] = {}
-    if version == "0.1":
+    if version is FileVersion.LEGACY:
         expected = current.dictionaries if appending else None
         reader, dictionaries = legacy_dictionaries(reader, lance_fields, expected, uri)
     fragments = write_fragments(reader, store, base, lance_fields, storage_options=storage_options,

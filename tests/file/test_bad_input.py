@@ -19,8 +19,8 @@ from google.protobuf import any_pb2
 from lance_ops._proto import encodings_v2_0_pb2 as pb
 from lance_ops._proto import file2_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, ObjectNotFoundError, UnsupportedError
-from lance_ops.file.format import ARRAY_ENCODING_URL, FOOTER_SIZE, Footer
-from lance_ops.file.reader import LanceFileReader
+from lance_ops.format.container import ARRAY_ENCODING_URL, FOOTER_SIZE, Footer
+from lance_ops.format.v2_0.reader import LanceFileReader
 from tests.file.type_matrix import make_table
 
 lance = pytest.importorskip("lance")

@@ -20,7 +20,7 @@ import pytest
 
 from lance_ops.errors import UnsupportedError, UnsupportedTypeError
 from lance_ops.file import LanceFileWriter
-from lance_ops.file.reader_v2_1 import LanceFileReaderV21
+from lance_ops.format.v2_1.reader import LanceFileReaderV21
 
 lance = pytest.importorskip("lance")
 from lance.file import LanceFileReader as PyReader  # noqa: E402
@@ -204,7 +204,7 @@ def test_our_reader_reads_pylance_blob_files(tmp_path, version, name):
 def test_our_reader_reads_pylance_blob_files_v2_0(tmp_path, name):
     """The 2.0 reader resolves the packed (position, size) descriptions of blob columns (also in
     structs and lists) to the bytes, as pylance's file reader does, for every read."""
-    from lance_ops.file.reader import LanceFileReader
+    from lance_ops.format.v2_0.reader import LanceFileReader
 
     schema, batches, kw = _case("2.0", name)
     theirs = write_theirs(tmp_path / "t.lance", schema, batches, "2.0", **kw)
@@ -219,7 +219,7 @@ def test_our_reader_reads_pylance_blob_files_v2_0(tmp_path, name):
 
 def test_2_0_reader_returns_descriptions_when_asked(tmp_path):
     """``blob_descriptions=True``: the stored (position, size) pairs, nulls as (1, 0), no bytes read."""
-    from lance_ops.file.reader import LanceFileReader
+    from lance_ops.format.v2_0.reader import LanceFileReader
 
     schema, batches, _ = _case("2.0", "simple")
     path = write_ours(tmp_path / "o.lance", schema, batches, "2.0")

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lance_ops.encoding import encode_v21_bss as bss
+from lance_ops.format.v2_1.compression import bss
 from lance_ops.file import LanceFileWriter
-from lance_ops.file.reader_v2_1 import LanceFileReaderV21
+from lance_ops.format.v2_1.reader import LanceFileReaderV21
 
 lance = pytest.importorskip("lance")
 from lance.file import LanceFileReader as PyReader  # noqa: E402

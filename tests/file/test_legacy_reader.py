@@ -19,7 +19,7 @@ import pytest
 
 from lance_ops._proto import file_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError
-from lance_ops.file.reader_legacy import LegacyFileReader
+from lance_ops.format.legacy.reader import LegacyFileReader
 from lance_ops.io import open_store
 from lance_ops.table.manifest import read_manifest
 from lance_ops.table.naming import latest_version
@@ -576,7 +576,7 @@ def test_read_from_s3(small_file, moto_server, s3_bucket):
 
 
 def test_footer_version_tells_legacy_from_v2(small_file, tmp_path):
-    from lance_ops.file.reader_legacy import footer_version, is_legacy_footer
+    from lance_ops.format.legacy.reader import footer_version, is_legacy_footer
 
     src, _ = small_file
     assert footer_version(src.read_bytes()[-64:]) == (0, 2) and is_legacy_footer(0, 2)

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 
 from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
-from lance_ops.file.reader_legacy import LegacyFileReader
-from lance_ops.file.writer import LanceFileWriter
-from lance_ops.file.writer_legacy import LegacyFileWriter
+from lance_ops.format.legacy.reader import LegacyFileReader
+from lance_ops.file import LanceFileWriter
+from lance_ops.format.legacy.writer import LegacyFileWriter
 from lance_ops.schema import to_lance_fields
 
 from tests.file.test_legacy_reader import GROUP, assert_same, matrix_table

@@ -14,10 +14,10 @@ import pytest
 
 from lance_ops._proto import encodings_v2_0_pb2 as pb
 from lance_ops._proto import file_pb2
-from lance_ops.encoding import decode_v2_0 as dec
+from lance_ops.format.v2_0 import decode as dec
 from lance_ops.errors import CorruptFileError
-from lance_ops.file import reader as reader_mod
-from lance_ops.file.reader import FileMetadata, LanceFileReader
+from lance_ops.format.v2_0 import reader as reader_mod
+from lance_ops.format.v2_0.reader import FileMetadata, LanceFileReader
 from tests.file.test_bad_input import rewrite_file, write_pylance
 from tests.file.type_matrix import assert_tables_equal, make_table
 

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lance_ops.file.reader import LanceFileReader
+from lance_ops.format.v2_0.reader import LanceFileReader
 from tests.file.test_bad_input import write_pylance
 from tests.file.type_matrix import _decode_dictionaries, assert_tables_equal, make_table
 

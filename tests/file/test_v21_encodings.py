@@ -14,10 +14,10 @@ import pytest
 lance_file = pytest.importorskip("lance.file")
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb  # noqa: E402
-from lance_ops.encoding import v21_bitpacking as bp  # noqa: E402
-from lance_ops.encoding import v21_compressive as comp  # noqa: E402
-from lance_ops.encoding.v21_fsst import FsstTable  # noqa: E402
-from lance_ops.file.reader_v2_1 import LanceFileReaderV21  # noqa: E402
+from lance_ops.format.v2_1.compression import bitpack_decode as bp  # noqa: E402
+from lance_ops.format.v2_1.compression import decode as comp  # noqa: E402
+from lance_ops.format.v2_1.compression.fsst_decode import FsstTable  # noqa: E402
+from lance_ops.format.v2_1.reader import LanceFileReaderV21  # noqa: E402
 from tests.file.type_matrix import assert_tables_equal  # noqa: E402
 
 N = 3000

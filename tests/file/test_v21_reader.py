@@ -11,7 +11,7 @@ import pytest
 lance_file = pytest.importorskip("lance.file")
 
 from lance_ops.errors import CorruptFileError, UnsupportedError  # noqa: E402
-from lance_ops.file.reader_v2_1 import LanceFileReaderV21  # noqa: E402
+from lance_ops.format.v2_1.reader import LanceFileReaderV21  # noqa: E402
 from lance_ops.io import open_store  # noqa: E402
 from tests.file.type_matrix import assert_tables_equal, make_table  # noqa: E402
 
@@ -185,8 +185,8 @@ def test_damaged_bytes_raise_corrupt_file_error(tmp_path):
 
 
 def test_unsupported_encoding_names_file_column_and_encoding(tmp_path, monkeypatch):
-    from lance_ops.encoding import v21_chunks as chunks
-    from lance_ops.encoding import v21_compressive as comp
+    from lance_ops.format.v2_1.layout import chunks
+    from lance_ops.format.v2_1.compression import decode as comp
 
     table = pa.table({"a": pa.array(np.arange(3000, dtype=np.int64) % 7)})
     path = write(tmp_path / "u.lance", table, "2.2")

@@ -11,11 +11,11 @@ import pytest
 
 lance_file = pytest.importorskip("lance.file")
 
-from lance_ops.encoding import v21_bitpacking as bp  # noqa: E402
-from lance_ops.encoding import v21_fsst  # noqa: E402
-from lance_ops.encoding.decode_v2_1 import FullZipPage, MiniBlockPage  # noqa: E402
-from lance_ops.file import reader_v2_1  # noqa: E402
-from lance_ops.file.reader_v2_1 import LanceFileReaderV21  # noqa: E402
+from lance_ops.format.v2_1.compression import bitpack_decode as bp  # noqa: E402
+from lance_ops.format.v2_1.compression import fsst_decode as v21_fsst  # noqa: E402
+from lance_ops.format.v2_1.decode import FullZipPage, MiniBlockPage  # noqa: E402
+from lance_ops.format.v2_1 import reader as reader_v2_1  # noqa: E402
+from lance_ops.format.v2_1.reader import LanceFileReaderV21  # noqa: E402
 from lance_ops.io import LocalStore  # noqa: E402
 from tests.file.type_matrix import assert_tables_equal  # noqa: E402
 

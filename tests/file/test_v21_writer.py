@@ -1,4 +1,4 @@
-"""Unit tests of the Lance 2.1 / 2.2 writer (lance_ops.encoding.encode_v2_1 and helpers).
+"""Unit tests of the Lance 2.1 / 2.2 writer (lance_ops.format.v2_1.encode and helpers).
 
 These check the pieces against the reverse-engineered decoders (v21_bitpacking, v21_compressive,
 v21_fsst) and the file-level contract (footer version, leaf-only columns, page priority, field
@@ -15,19 +15,19 @@ import pytest
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops._proto import file2_pb2
-from lance_ops.encoding import encode_v21_bitpack as bp
-from lance_ops.encoding import encode_v21_fsst as fsst
-from lance_ops.encoding import encode_v21_layout as lay
-from lance_ops.encoding import encode_v21_shred as sh
-from lance_ops.encoding import encode_v21_values as ev
-from lance_ops.encoding import v21_bitpacking as ubp
-from lance_ops.encoding.encode_v2_1 import leaf_field_ids
-from lance_ops.encoding.v21_compressive import _unpack_inline, _unpack_out_of_line, decode_block, decode_miniblock
-from lance_ops.encoding.v21_fsst import FsstTable
+from lance_ops.format.v2_1.compression import bitpack as bp
+from lance_ops.format.v2_1.compression import fsst
+from lance_ops.format.v2_1.layout import pages as lay
+from lance_ops.format.v2_1.layout import shred as sh
+from lance_ops.format.v2_1.compression import values as ev
+from lance_ops.format.v2_1.compression import bitpack_decode as ubp
+from lance_ops.format.v2_1.encode import leaf_field_ids
+from lance_ops.format.v2_1.compression.decode import _unpack_inline, _unpack_out_of_line, decode_block, decode_miniblock
+from lance_ops.format.v2_1.compression.fsst_decode import FsstTable
 from lance_ops.errors import SchemaMismatchError, UnsupportedError
 from lance_ops.file import LanceFileWriter
-from lance_ops.file.format import PAGE_LAYOUT_URL
-from lance_ops.file.reader_v2_1 import LanceFileReaderV21
+from lance_ops.format.container import PAGE_LAYOUT_URL
+from lance_ops.format.v2_1.reader import LanceFileReaderV21
 from lance_ops.schema import to_lance_fields
 from tests.file.type_matrix import assert_tables_equal, make_table
 
@@ -77,7 +77,7 @@ def test_block_widths():
 # value compression (decoded with the reader's decoders)
 # --------------------------------------------------------------------------------------------
 def _decode_all(mb: ev.MiniBlocks):
-    from lance_ops.encoding.v21_compressive import Vals
+    from lance_ops.format.v2_1.compression.decode import Vals
 
     return Vals.concat([decode_miniblock(mb.encoding, bufs, c) for bufs, c in zip(mb.bufs, mb.counts)])
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from lance_ops.file import LanceFileWriter
-from lance_ops.file.reader_v2_1 import LanceFileReaderV21
+from lance_ops.format.v2_1.reader import LanceFileReaderV21
 from tests.file.type_matrix import assert_tables_equal, make_table
 
 lance = pytest.importorskip("lance")

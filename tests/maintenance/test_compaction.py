@@ -20,7 +20,7 @@ import pytest
 
 import lance_ops
 from lance_ops.errors import LanceOpsError, RetryableCommitConflictError, UnsupportedError
-from lance_ops.maintenance import compaction as compaction_mod
+from lance_ops.maintenance.compaction import run as compaction_mod
 from lance_ops.maintenance.compaction import (
     CompactionOptions,
     CompactionPlan,

@@ -6,7 +6,7 @@ import pytest
 
 import lance_ops
 from lance_ops.errors import RetryableCommitConflictError
-from lance_ops.maintenance import compaction as compaction_mod
+from lance_ops.maintenance.compaction import run as compaction_mod
 from lance_ops.maintenance.compaction import materialize_deletions, plan_materialization
 from tests.maintenance.test_compaction import all_files, build, data_files, sorted_table
 

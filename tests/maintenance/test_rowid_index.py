@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lance_ops
-from lance_ops.file.reader import LanceFileReader
-from lance_ops.file.writer import LanceFileWriter
+from lance_ops.format.v2_0.reader import LanceFileReader
+from lance_ops.file import LanceFileWriter
 from lance_ops.maintenance import rowid_index as R
 from lance_ops.table import rowid_index_hook
 

@@ -23,11 +23,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lance_ops
-from lance_ops.file.reader import LanceFileReader
-from lance_ops.file.writer import LanceFileWriter
+from lance_ops.format.v2_0.reader import LanceFileReader
+from lance_ops.file import LanceFileWriter
 from lance_ops.io import open_store
 from lance_ops.maintenance import statistics as S
-from lance_ops.table import statistics as table_statistics
+from lance_ops.table import stats as T
+from lance_ops.table.stats import prune as stats_prune
 from lance_ops.table.filters import compile_filter
 
 N = 6000
@@ -52,9 +53,9 @@ def pruning_disabled():
         return None
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(table_statistics, "scan_ranges", read_everything)
+        mp.setattr(stats_prune, "scan_ranges", read_everything)
         yield
-    assert calls, "no scan consulted lance_ops.table.statistics.scan_ranges: pruning_disabled() took no effect"
+    assert calls, "no scan consulted lance_ops.table.stats.prune.scan_ranges: pruning_disabled() took no effect"
 
 
 def sample_table(n: int = N, start: int = 0) -> pa.Table:
@@ -129,28 +130,28 @@ def page_stats_brute(values: pa.ChunkedArray | pa.Array):
 
 # --- values: the spec's rules ------------------------------------------------------------------------
 def test_truncate_min_max_strings_and_binary():
-    assert S.truncate_min("abcd", 3) == "abc" and S.truncate_max("abcd", 3) == "abd"
-    assert S.truncate_min("ab", 3) == "ab" and S.truncate_max("ab", 3) == "ab"
-    assert S.truncate_min(b"\x01\x02\x03\x04", 2) == b"\x01\x02"
-    assert S.truncate_max(b"\x01\x02\x03\x04", 2) == b"\x01\x03"
-    assert S.truncate_max(b"\x01\xff\x03", 2) == b"\x02"  # trailing 0xff cannot grow: dropped
-    assert S.truncate_max(b"\xff\xff\xff", 2) is None  # no upper bound exists
+    assert T.truncate_min("abcd", 3) == "abc" and T.truncate_max("abcd", 3) == "abd"
+    assert T.truncate_min("ab", 3) == "ab" and T.truncate_max("ab", 3) == "ab"
+    assert T.truncate_min(b"\x01\x02\x03\x04", 2) == b"\x01\x02"
+    assert T.truncate_max(b"\x01\x02\x03\x04", 2) == b"\x01\x03"
+    assert T.truncate_max(b"\x01\xff\x03", 2) == b"\x02"  # trailing 0xff cannot grow: dropped
+    assert T.truncate_max(b"\xff\xff\xff", 2) is None  # no upper bound exists
     # multi-byte characters are never split; the bound still holds byte-wise
-    assert S.truncate_min("ééé", 3) == "é"
-    assert S.truncate_max("ééé", 3) == "ê"
+    assert T.truncate_min("ééé", 3) == "é"
+    assert T.truncate_max("ééé", 3) == "ê"
     top = "\U0010ffff" * 3
-    assert S.truncate_max(top, 8) is None
-    assert S.truncate_max("a" + "\U0010ffff" * 3, 8) == "b"
-    assert S.truncate_max("\ud7ff" * 30, 6) in ("\ud7ff\ue000",)
+    assert T.truncate_max(top, 8) is None
+    assert T.truncate_max("a" + "\U0010ffff" * 3, 8) == "b"
+    assert T.truncate_max("\ud7ff" * 30, 6) in ("\ud7ff\ue000",)
     for text in ["zz" * 50, "a\U0010ffffb" * 20, "é" * 40, "abc" * 30]:
-        lo, hi = S.truncate_min(text), S.truncate_max(text)
-        assert len(lo.encode()) <= S.TRUNCATE_BYTES and lo <= text
-        assert hi is None or (len(hi.encode()) <= S.TRUNCATE_BYTES and hi > text
+        lo, hi = T.truncate_min(text), T.truncate_max(text)
+        assert len(lo.encode()) <= T.TRUNCATE_BYTES and lo <= text
+        assert hi is None or (len(hi.encode()) <= T.TRUNCATE_BYTES and hi > text
                               and hi.encode() > text.encode())
 
 
 def _stat(values, t):
-    return S.compute_stat(pa.array(values, t), t)
+    return T.compute_stat(pa.array(values, t), t)
 
 
 def test_float_rules_nan_and_signed_zero():
@@ -164,7 +165,7 @@ def test_float_rules_nan_and_signed_zero():
     assert (s.min, s.max, s.null_count, s.nan_count) == (None, None, 1, 1)
     s = _stat([float("-inf"), float("inf")], pa.float64())
     assert (s.min.as_py(), s.max.as_py()) == (-math.inf, math.inf)
-    s = S.compute_stat(pa.array(np.array([1.5, -2.5], np.float16)), pa.float16())
+    s = T.compute_stat(pa.array(np.array([1.5, -2.5], np.float16)), pa.float16())
     assert (s.min.as_py(), s.max.as_py()) == (-2.5, 1.5) and s.min.type == pa.float32()
 
 
@@ -182,14 +183,14 @@ def test_integer_temporal_decimal_bool_and_unordered_types():
     assert (s.min.as_py(), s.max.as_py()) == (Decimal("-3.50"), Decimal("1.25"))
     s = _stat([True, None, True], pa.bool_())
     assert (s.min.as_py(), s.max.as_py()) == (True, True)
-    s = S.compute_stat(pa.array(["b", "a", None]).dictionary_encode(), pa.dictionary(pa.int32(), pa.string()))
+    s = T.compute_stat(pa.array(["b", "a", None]).dictionary_encode(), pa.dictionary(pa.int32(), pa.string()))
     assert (s.min.as_py(), s.max.as_py(), s.null_count) == ("a", "b", 1)
     s = _stat([[1], None], pa.list_(pa.int64()))
     assert (s.min, s.max, s.null_count) == (None, None, 1)
     s = _stat(["x" * 100, "y"], pa.string())
-    assert s.min.as_py() == "x" * S.TRUNCATE_BYTES and s.max.as_py() == "y"
+    assert s.min.as_py() == "x" * T.TRUNCATE_BYTES and s.max.as_py() == "y"
     s = _stat([b"\xff" * 100], pa.binary())
-    assert s.min.as_py() == b"\xff" * S.TRUNCATE_BYTES and s.max is None  # unknown max
+    assert s.min.as_py() == b"\xff" * T.TRUNCATE_BYTES and s.max is None  # unknown max
 
 
 # --- files written with the data -----------------------------------------------------------------
@@ -214,9 +215,9 @@ def test_written_stats_match_the_pages_and_a_rebuild(tmp_path, small_pages):
     for frag in ds.get_fragments():
         df = frag.data_files()[0]
         reader = frag._reader(0)
-        fs = S.load_file_stats(ds._store, ds._base, df.path, frag.physical_rows)
+        fs = T.load_file_stats(ds._store, ds._base, df.path, frag.physical_rows)
         # same statistics as computed from the file afterwards, page by page
-        rebuilt = S.parse_stats_table(S.compute_file_statistics(reader, df, ds.manifest.fields, ds.schema))
+        rebuilt = T.parse_stats_table(S.compute_file_statistics(reader, df, ds.manifest.fields, ds.schema))
         assert set(fs.fields) == set(rebuilt.fields)
         first_row = frag.fragment_id * 2000
         for fid, pages in fs.fields.items():
@@ -224,7 +225,7 @@ def test_written_stats_match_the_pages_and_a_rebuild(tmp_path, small_pages):
             assert pages.row_start.tolist() == other.row_start.tolist()
             assert pages.null_count == other.null_count and pages.nan_count == other.nan_count
             assert pages.mins == other.mins and pages.maxs == other.maxs
-        by_fid = {sf.field_id: sf for sf in S.stat_fields(ds.manifest.fields, ds.schema)}
+        by_fid = {sf.field_id: sf for sf in T.stat_fields(ds.manifest.fields, ds.schema)}
         assert {by_fid[f].name for f in fs.fields} == {"id", "v", "s", "b", "ts", "st.x", "st.y", "lst"}
         for fid, pages in fs.fields.items():
             sf = by_fid[fid]
@@ -265,7 +266,7 @@ def test_collector_handles_pages_cut_across_batches(tmp_path, monkeypatch):
     path = str(tmp_path / "data" / "f.lance")
     os.makedirs(tmp_path / "data")
     inner = LanceFileWriter(path, data.schema, data_cache_bytes=4 * 3000)
-    w = S.track_statistics(inner, store, base, "f.lance")
+    w = T.track_statistics(inner, store, base, "f.lance")
     sizes = [1, 7, 300, 5, 900, 13, 1000, 774]
     pos = 0
     for size in sizes:
@@ -280,8 +281,8 @@ def test_collector_handles_pages_cut_across_batches(tmp_path, monkeypatch):
     assert any(s not in bounds for s in starts)
     ends = [p.row_start + p.length for p in reader.column_pages(0)]
     assert any(sum(1 for b in bounds if s < b < e) >= 1 for s, e in zip([0] + ends[:-1], ends))
-    fs = S.load_file_stats(store, base, "f.lance", 3000)
-    for sf in S.stat_fields(inner.lance_fields, data.schema):
+    fs = T.load_file_stats(store, base, "f.lance", 3000)
+    for sf in T.stat_fields(inner.lance_fields, data.schema):
         if sf.name == "st":
             continue
         pages = fs.fields[sf.field_id]
@@ -292,7 +293,7 @@ def test_collector_handles_pages_cut_across_batches(tmp_path, monkeypatch):
             for name in sf.path[1:]:
                 col = pc.struct_field(col, [name])
             piece = col.slice(p.row_start, p.length)
-            expect = S.compute_stat(piece, sf.type)
+            expect = T.compute_stat(piece, sf.type)
             assert pages.null_count[i] == expect.null_count
             assert pages.mins[i] == (expect.min.as_py() if expect.min is not None else None)
             assert pages.maxs[i] == (expect.max.as_py() if expect.max is not None else None)
@@ -410,12 +411,12 @@ def test_scan_offsets_contract(pruned_dataset):
     ds = lance_ops.dataset(pruned_dataset)
     frags = ds.get_fragments()
     f = compile_filter("id < 10", ds.schema)
-    offs = S.scan_offsets(ds, frags[0], f)
+    offs = T.scan_offsets(ds, frags[0], f)
     assert offs is not None and 10 <= offs.size < 300 and offs.max() < 300  # the first page(s) only
     assert 3 not in offs.tolist()  # deleted rows are not offered
-    assert S.scan_offsets(ds, frags[1], f).size == 0  # fragment ruled out
-    assert S.scan_offsets(ds, frags[0], compile_filter("isnan(v)", ds.schema)) is None  # no tree
-    assert S.scan_offsets(ds, frags[0], compile_filter("id >= 0", ds.schema)) is None  # all match
+    assert T.scan_offsets(ds, frags[1], f).size == 0  # fragment ruled out
+    assert T.scan_offsets(ds, frags[0], compile_filter("isnan(v)", ds.schema)) is None  # no tree
+    assert T.scan_offsets(ds, frags[0], compile_filter("id >= 0", ds.schema)) is None  # all match
 
 
 def test_scans_without_stats_files_are_unchanged(tmp_path, small_pages):
@@ -447,7 +448,7 @@ def test_wrong_bounds_would_change_results_so_bounds_are_really_used(tmp_path, s
     ds, uri = write(tmp_path, n=2000)
     frag = ds.get_fragments()[0]
     df = frag.data_files()[0]
-    path = S.stats_path(ds._store, ds._base, df.path)
+    path = T.stats_path(ds._store, ds._base, df.path)
     table = LanceFileReader(path).read_all()
     lie = table.set_column(table.schema.get_field_index("max_0"), table.schema.field("max_0"),
                            pc.if_else(pc.is_valid(table.column("max_0")),
@@ -490,8 +491,8 @@ def test_rebuild_fills_in_pylance_files(tmp_path):
     assert fresh.count_rows("id > 100000") == 0 and data_reads(calls) == []
     # the rebuilt statistics are right: compare with brute force over the whole file
     frag = fresh.get_fragments()[2]
-    fs = S.load_file_stats(fresh._store, fresh._base, frag.data_files()[0].path, frag.physical_rows)
-    ids = {sf.name: sf.field_id for sf in S.stat_fields(fresh.manifest.fields)}
+    fs = T.load_file_stats(fresh._store, fresh._base, frag.data_files()[0].path, frag.physical_rows)
+    ids = {sf.name: sf.field_id for sf in T.stat_fields(fresh.manifest.fields)}
     agg = fs.fields[ids["id"]].aggregate()
     assert (agg.min, agg.max, agg.null_count) == (4000, 5999, 0)
     agg = fs.fields[ids["s"]].aggregate()
@@ -600,8 +601,8 @@ def test_property_pruning_never_changes_results(tmp_path_factory, monkeypatch, r
     assert same(got, plain), flt
     # and the statistics bound every page
     for frag in ds.get_fragments():
-        fs = S.load_file_stats(ds._store, ds._base, frag.data_files()[0].path, frag.physical_rows)
-        for sf in S.stat_fields(ds.manifest.fields):
+        fs = T.load_file_stats(ds._store, ds._base, frag.data_files()[0].path, frag.physical_rows)
+        for sf in T.stat_fields(ds.manifest.fields):
             pages = fs.fields[sf.field_id]
             col = t.column(sf.name).slice(frag.fragment_id * cut, frag.physical_rows)
             for i in range(len(pages)):
@@ -616,7 +617,7 @@ def test_property_pruning_never_changes_results(tmp_path_factory, monkeypatch, r
 # --- many fragments, S3 ------------------------------------------------------------------------------------
 def test_many_fragments_list_stats_once(tmp_path, small_pages):
     ds, uri = write(tmp_path, max_rows_per_file=400)  # 15 fragments
-    assert len(ds.manifest.fragments) > S.LIST_THRESHOLD
+    assert len(ds.manifest.fragments) > T.LIST_THRESHOLD
     gone = sorted(os.listdir(os.path.join(uri, "_stats")))[::3]
     for name in gone:
         os.remove(os.path.join(uri, "_stats", name))
@@ -676,19 +677,19 @@ def test_property_written_stats_equal_stats_read_back(tmp_path_factory, sizes, c
     os.makedirs(root / "data")
     inner = LanceFileWriter(str(root / "data" / "f.lance"), data.schema, data_cache_bytes=cache,
                             max_page_bytes=page)
-    w = S.track_statistics(inner, store, base, "f.lance")
+    w = T.track_statistics(inner, store, base, "f.lance")
     pos = 0
     for size in sizes:
         if size:
             w.write_batch(data.slice(pos, size).combine_chunks().to_batches()[0])
         pos += size
     w.close()
-    written = S.load_file_stats(store, base, "f.lance", n)
+    written = T.load_file_stats(store, base, "f.lance", n)
     assert written is not None
     reader = LanceFileReader(str(root / "data" / "f.lance"))
     df = SimpleNamespace(path="f.lance", fields=[f.id for f in inner.lance_fields],
                          column_indices=list(range(inner.num_columns)))
-    back = S.parse_stats_table(S.compute_file_statistics(reader, df, inner.lance_fields, data.schema))
+    back = T.parse_stats_table(S.compute_file_statistics(reader, df, inner.lance_fields, data.schema))
     assert set(written.fields) == set(back.fields)
     for fid, pages in written.fields.items():
         other = back.fields[fid]

@@ -64,7 +64,7 @@ from lance_ops._proto import table_pb2
 from lance_ops.errors import FilterError, LanceOpsError, ObjectNotFoundError
 from lance_ops.file import LanceFileReader
 from lance_ops.io import open_store
-from lance_ops.maintenance.compaction_plan import plan_compaction
+from lance_ops.maintenance.compaction import plan_compaction
 from lance_ops.table import naming
 from lance_ops.table.manifest import read_manifest, write_manifest
 from lance_ops.table.transaction_file import read_transaction_file

@@ -22,7 +22,7 @@ from lance_ops.errors import IdempotencyUnknownError, ObjectNotFoundError, Stage
 from lance_ops.io import open_store
 from lance_ops.maintenance.cleanup import cleanup_old_versions
 from lance_ops.maintenance.compaction import commit_compaction, compact_files, plan_compaction
-from lance_ops.maintenance.compaction_plan import CompactionOptions
+from lance_ops.maintenance.compaction import CompactionOptions
 from lance_ops.maintenance.staged_commit import commit_result, commit_staged, pending_stages
 from lance_ops.table import idempotency
 from lance_ops.table.staging import StagedResult, read_staged, write_staged

@@ -35,7 +35,7 @@ from lance_ops.spark.datasource import (  # noqa: E402
     spark_filter_to_expression,
     spark_filter_to_tree,
 )
-from lance_ops.table import stats_pruning as sp  # noqa: E402
+from lance_ops.table.filters import pruning as sp  # noqa: E402
 
 
 def optimized_plan(df) -> str:

@@ -423,7 +423,7 @@ def test_blob_v2_bytes_equal_pylance(tmp_path):
 
 def test_blob_v2_side_file_naming(tmp_path):
     """Side files sit at data/<stem>/<blob_id, 32 binary digits least significant first>.blob."""
-    from lance_ops.file import blob_v2
+    from lance_ops.format import blob_v2
 
     uri, _ = v2_dataset(tmp_path)
     desc = lance.dataset(uri).to_table().column("b").combine_chunks()

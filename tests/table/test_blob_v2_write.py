@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import lance_ops
 from lance_ops._proto import file_pb2
 from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
-from lance_ops.file import blob_v2
+from lance_ops.format import blob_v2
 
 lance = pytest.importorskip("lance")
 from lance.blob import Blob, blob_array, blob_field  # noqa: E402

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from lance_ops.errors import FilterError
 from lance_ops.table.filters import Filter, compile_filter
-from lance_ops.table.stats_pruning import ColumnStats, may_match
+from lance_ops.table.filters.pruning import ColumnStats, may_match
 
 NAN, INF = float("nan"), float("inf")
 

@@ -23,7 +23,7 @@ from google.protobuf import unknown_fields
 import lance_ops
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, MixedFileVersionsError, UnsupportedError
-from lance_ops.file.reader import LanceFileReader
+from lance_ops.format.v2_0.reader import LanceFileReader
 from lance_ops.table.index_files import FILES_FIELD
 from lance_ops.table.manifest import encode_manifest
 

@@ -16,7 +16,7 @@ import pytest
 
 import lance_ops
 from lance_ops.errors import SchemaMismatchError
-from lance_ops.file.reader_legacy import LegacyFileReader
+from lance_ops.format.legacy.reader import LegacyFileReader
 from lance_ops.maintenance.compaction import compact_files
 
 lance = pytest.importorskip("lance")

@@ -17,7 +17,7 @@ import pytest
 
 import lance_ops
 from lance_ops._proto import file_pb2
-from lance_ops.file.reader_legacy import LegacyFileReader
+from lance_ops.format.legacy.reader import LegacyFileReader
 from lance_ops.io import open_store
 from lance_ops.table import deletion, fragment as fragment_module, naming
 from lance_ops.table.manifest import read_manifest

@@ -1,0 +1,1120 @@
+"""Reader for Lance v2 data files (``.lance``), file format version 2.0.
+
+Opening a file costs one tail read (the last 64 KiB) plus at most one more read covering global
+buffer 0 (the ``FileDescriptor``: schema and row count) and the column metadata, mirroring how
+upstream reads ``[gb0 start, EOF)``.
+
+Columns map to schema fields in pre-order (struct header columns and list offsets columns
+included). Reads are planned per column *node* (leaf, struct, list) as generators that yield
+batches of byte ranges: all columns of one request are advanced together, so every "round" of
+I/O (pages; then list items once the offsets are known; then binary bytes once their offsets are
+known) is a single coalesced ``store.read_ranges`` call. Projection touches only the chosen
+columns, ``read_range`` only the overlapping pages, and ``take_rows`` only the pages holding the
+rows -- and, for fixed-width and plain variable-width pages, only the bytes of those rows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generator, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf import any_pb2
+from google.protobuf.message import DecodeError
+
+from lance_ops.format.version import FileVersion
+from lance_ops._proto import encodings_v2_0_pb2 as pb
+from lance_ops._proto import file2_pb2, file_pb2
+from lance_ops.format.v2_0 import decode as dec
+from lance_ops.errors import (
+    CorruptFileError,
+    OutOfRangeError,
+    UnsupportedError,
+    UnsupportedTypeError,
+)
+from lance_ops.io.ranges import SMALL_RANGE_COUNT, coalesce, coalesce_list
+from lance_ops.format.container import (
+    ARRAY_ENCODING_URL,
+    COLUMN_ENCODING_URL,
+    FOOTER_SIZE,
+    PAGE_LAYOUT_URL,
+    Footer,
+)
+from lance_ops.format import blob_v2
+from lance_ops.format.reader_base import V2ReaderBase
+from lance_ops.schema import FieldNode, field_tree, from_lance_fields
+
+__all__ = ["LanceFileReader", "PageInfo", "ColumnInfo", "FileMetadata"]
+
+TAIL_READ_BYTES = 64 * 1024
+# Below this fraction of a page's rows, fixed-width and plain binary pages are read by ranges.
+PARTIAL_READ_FRACTION = 0.5
+# Global buffer 0 is fetched together with the column metadata when it is at most this far away.
+_GB0_GAP = 1 << 20
+
+_Requests = np.ndarray  # (k, 2) int64 array of (start, length)
+_NO_REQUESTS = np.zeros((0, 2), dtype=np.int64)
+_ZERO = np.zeros(1, dtype=np.int64)
+_ZERO.flags.writeable = False
+_Gen = Generator[_Requests, list[bytes], Any]
+
+
+# --------------------------------------------------------------------------------------------
+# public metadata objects
+# --------------------------------------------------------------------------------------------
+@dataclass
+class PageInfo:
+    """One page of one column."""
+
+    index: int
+    row_start: int  # first row (item, for list item columns) of the page within its column
+    length: int  # rows (items) in the page
+    buffer_offsets: tuple[int, ...]
+    buffer_sizes: tuple[int, ...]
+    priority: int
+    encoding: pb.ArrayEncoding
+
+    @property
+    def encoding_name(self) -> str:
+        return dec.describe(self.encoding)
+
+    @property
+    def num_bytes(self) -> int:
+        return int(sum(self.buffer_sizes))
+
+
+@dataclass
+class ColumnInfo:
+    """One column: which field it belongs to, its role, its pages and column buffers."""
+
+    index: int
+    field_path: str
+    role: str  # "values", "struct_header", "list_offsets", "packed_struct"
+    pages: list[PageInfo]
+    buffer_offsets: tuple[int, ...]
+    buffer_sizes: tuple[int, ...]
+
+    @property
+    def num_bytes(self) -> int:
+        return int(sum(p.num_bytes for p in self.pages) + sum(self.buffer_sizes))
+
+
+@dataclass
+class FileMetadata:
+    """What the footer and metadata sections of a file say."""
+
+    path: str
+    version: str
+    major_version: int
+    minor_version: int
+    num_rows: int
+    file_size: int
+    schema: pa.Schema
+    footer: Footer
+    global_buffers: list[tuple[int, int]]
+    columns: list[ColumnInfo] = field(default_factory=list)
+
+    @property
+    def num_data_bytes(self) -> int:
+        return int(sum(c.num_bytes for c in self.columns))
+
+
+# --------------------------------------------------------------------------------------------
+# column nodes
+# --------------------------------------------------------------------------------------------
+@dataclass
+class _Leaf:
+    column: int
+    dtype: pa.DataType
+    path: str
+
+
+@dataclass
+class _Blob(_Leaf):
+    """A blob column (``lance-encoding:blob``): pages of (position, size) descriptions; reads
+    return the bytes, or with ``describe`` the descriptions (``dtype`` is then their struct)."""
+
+    describe: bool = False
+
+
+@dataclass
+class _Struct:
+    header: int
+    children: list
+    dtype: pa.DataType
+    path: str
+
+
+@dataclass
+class _List:
+    column: int
+    child: Any
+    dtype: pa.DataType
+    path: str
+
+
+@dataclass
+class _ListBinary(_List):
+    """A string/binary field that Lance <= 0.14 wrote as ``list<uint8>`` (an offsets column, then
+    a u8 items column); read as ``list_type``, returned as ``dtype`` (pylance still reads these)."""
+
+    list_type: Optional[pa.DataType] = None
+
+
+@dataclass
+class _EncodingInfo:
+    """A parsed page encoding and what the reader derives from it (shared by equal pages)."""
+
+    encoding: pb.ArrayEncoding
+    buffers: list
+    fixed: Optional[dec.FixedPlan]
+    binary: Optional[dec.BinaryPlan]
+
+    _offsets: Optional["_EncodingInfo"] = None
+
+    @classmethod
+    def of(cls, enc: pb.ArrayEncoding) -> "_EncodingInfo":
+        return cls(enc, dec.referenced_buffers(enc), dec.fixed_plan(enc), dec.binary_plan(enc))
+
+    @property
+    def offsets(self) -> "_EncodingInfo":
+        """For a list page: the info of its offsets encoding."""
+        if self._offsets is None:
+            self._offsets = _EncodingInfo.of(self.encoding.list.offsets)
+        return self._offsets
+
+
+@dataclass
+class _Column:
+    index: int
+    path: str
+    role: str
+    pages: list[PageInfo]
+    page_starts: np.ndarray
+    page_ends: np.ndarray
+    buffer_offsets: tuple[int, ...]
+    buffer_sizes: tuple[int, ...]
+    infos: list[_EncodingInfo]
+    checked_length: bool = False
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.page_ends[-1]) if len(self.page_ends) else 0
+
+
+@dataclass(frozen=True)
+class _SchemaLayout:
+    """What a file's schema implies for reading (shared, read-only, by files with that schema)."""
+
+    schema: pa.Schema
+    nodes: dict  # top-level name -> _Leaf / _Blob / _Struct / _List
+    roles: dict  # column index -> (field path, role)
+    top_names: list
+    num_columns: int
+    described: Optional[dict] = None  # like ``nodes``, blob leaves returning descriptions
+
+
+# Caches shared by all readers (files written with one schema repeat the same schema and page
+# encodings): parsing them once per process instead of once per file is most of the cost of
+# opening a small file. Bounded; dict reads and writes are atomic, so threads may share them.
+_SCHEMA_CACHE_LIMIT = 256
+_ENCODING_CACHE_LIMIT = 100_000
+_SCHEMA_LAYOUTS: dict[bytes, _SchemaLayout] = {}
+_ENCODINGS: dict[bytes, "_EncodingInfo"] = {}
+_GOOD_COLUMN_ENCODINGS: dict[tuple[bytes, str], bool] = {}
+
+
+def _remember(cache: dict, key, value, limit: int) -> None:
+    if len(cache) >= limit:
+        try:
+            del cache[next(iter(cache))]  # oldest entry
+        except (StopIteration, KeyError, RuntimeError):  # emptied or changed by another thread
+            pass
+    cache[key] = value
+
+
+def _is_packed(node: FieldNode) -> bool:
+    md = node.proto.metadata
+    for key in ("packed", "lance-encoding:packed"):
+        if key in md and bytes(md[key]).strip().lower() in (b"true", b"1", b"yes"):
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------------------------
+# generator plumbing
+# --------------------------------------------------------------------------------------------
+def _gather(gens: Sequence[_Gen]) -> _Gen:
+    """Run several I/O generators side by side: one merged request list per round."""
+    results: list[Any] = [None] * len(gens)
+    pending: dict[int, _Requests] = {}
+    for i, g in enumerate(gens):
+        try:
+            pending[i] = next(g)
+        except StopIteration as stop:
+            results[i] = stop.value
+    while pending:
+        keys = list(pending)
+        counts = [len(pending[k]) for k in keys]
+        merged = np.concatenate([pending[k] for k in keys]) if keys else _NO_REQUESTS
+        data = yield merged
+        pending = {}
+        pos = 0
+        for k, c in zip(keys, counts):
+            part = data[pos : pos + c]
+            pos += c
+            try:
+                pending[k] = gens[k].send(part)
+            except StopIteration as stop:
+                results[k] = stop.value
+    return results
+
+
+def _normalize(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop empty ranges and merge touching ones (input sorted and non-overlapping)."""
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if len(starts) <= 1:
+        return starts.astype(np.int64), ends.astype(np.int64)
+    new = np.empty(len(starts), dtype=bool)
+    new[0] = True
+    new[1:] = starts[1:] != ends[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(starts) - 1)
+    return starts[first].astype(np.int64), ends[last].astype(np.int64)
+
+
+def _empty(dtype: pa.DataType) -> pa.Array:
+    return pa.array([], type=dtype)
+
+
+def _concat(chunks: list[pa.Array], dtype: pa.DataType) -> pa.Array:
+    chunks = [c for c in chunks if len(c)]
+    if not chunks:
+        return _empty(dtype)
+    if len(chunks) == 1:
+        return chunks[0]
+    return pa.concat_arrays(chunks)
+
+
+#: with many ranges, slices up to this size are copied into ``bytes`` rather than viewed
+_COPY_SMALL = 4096
+
+
+def _cut(blobs: list, groups: list[int], offsets: list[int], lengths: list[int]) -> list:
+    """The ranges (``groups[k]``'s blob, from ``offsets[k]``, ``lengths[k]`` bytes) of merged reads.
+
+    Large ranges are zero-copy views. Small ones (typically thousands, for a sparse take) are
+    copied into ``bytes``: a memoryview is a GC-tracked object and keeping thousands of them
+    alive makes the garbage collector run over and over (and, in a process with many live
+    objects, that costs more than the read); a small ``bytes`` copy is cheap and untracked.
+    """
+    out = []
+    views: dict[int, memoryview] = {}
+    for g, o, n in zip(groups, offsets, lengths):
+        blob = blobs[g]
+        if o == 0 and n == len(blob):
+            out.append(blob)
+            continue
+        view = views.get(g)
+        if view is None:
+            view = views[g] = memoryview(blob)
+        piece = view[o : o + n]
+        out.append(piece.tobytes() if n <= _COPY_SMALL else piece)
+    return out
+
+
+def _row_lengths(row_real: np.ndarray, span_start: np.ndarray, row_counts: np.ndarray) -> np.ndarray:
+    prev = np.empty_like(row_real)
+    if len(prev):
+        prev[1:] = row_real[:-1]
+        prev[np.cumsum(row_counts) - row_counts] = span_start
+    return row_real - prev
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return t in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary())
+
+
+def _has_binary(schema: pa.Schema) -> bool:
+    """True if a (possibly nested) field of ``schema`` is string or binary."""
+    def walk(t: pa.DataType) -> bool:
+        return _is_binary(t) or any(walk(t.field(i).type) for i in range(t.num_fields))
+    return any(walk(f.type) for f in schema)
+
+
+def _list_to_binary(arr: pa.Array, binary_type: pa.DataType) -> pa.Array:
+    """``list<uint8>`` (items without nulls) as the same values of ``binary_type``."""
+    values = arr.values
+    if values.offset:
+        values = pa.concat_arrays([values])
+    return pa.Array.from_buffers(binary_type, len(arr), [arr.buffers()[0], arr.buffers()[1], values.buffers()[1]],
+                                 null_count=arr.null_count, offset=arr.offset)
+
+
+def _described(node):
+    """A copy of a column-node tree whose blob leaves return their descriptions (and whose
+    parents' types say so)."""
+    if isinstance(node, _ListBinary):
+        return node
+    if isinstance(node, _Blob):
+        return _Blob(node.column, blob_v2.DESCRIPTION_TYPE, node.path, True)
+    if isinstance(node, _Struct):
+        kids = [_described(c) for c in node.children]
+        t = node.dtype
+        fields = [t.field(i).with_type(k.dtype) for i, k in enumerate(kids)]
+        return _Struct(node.header, kids, pa.struct(fields), node.path)
+    if isinstance(node, _List):
+        kid = _described(node.child)
+        vf = node.dtype.value_field.with_type(kid.dtype)
+        t = pa.large_list(vf) if pa.types.is_large_list(node.dtype) else pa.list_(vf)
+        return _List(node.column, kid, t, node.path)
+    return node
+
+
+# --------------------------------------------------------------------------------------------
+# the reader
+# --------------------------------------------------------------------------------------------
+class LanceFileReader(V2ReaderBase):
+    """Read a Lance 2.0 data file from a local path or an object store URI.
+
+    ``path`` is a local path or URI (``s3://bucket/key``); when ``store`` is given, ``path`` is
+    the location inside that store (as returned by :func:`lance_ops.io.open_store`).
+    """
+
+    def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *,
+                 store=None, _tail: Optional[tuple[bytes, int]] = None):
+        self._given_tail = _tail  # (last bytes, file size) already read by the version dispatch
+        self._bind(path, storage_options, store)
+        self._columns: dict[int, _Column] = {}
+        self._encodings = _ENCODINGS
+        self._guard(self._open)
+
+    # --- public properties ---------------------------------------------------------------
+    @property
+    def metadata(self) -> FileMetadata:
+        def build() -> FileMetadata:
+            cols = []
+            for i in range(self._footer.num_columns):
+                c = self._column(i)
+                cols.append(ColumnInfo(c.index, c.path, c.role, list(c.pages), c.buffer_offsets, c.buffer_sizes))
+            return FileMetadata(
+                self._uri, self._version, self._footer.major, self._footer.minor, self._num_rows,
+                self._file_size, self._schema, self._footer, list(self._gbo), cols,
+            )
+
+        return self._guard(build)
+
+    def column_pages(self, column_index: int) -> list[PageInfo]:
+        """The pages of one column (row start, length, buffers, encoding)."""
+        if not 0 <= column_index < self._footer.num_columns:
+            raise IndexError(f"{self._uri}: column {column_index} out of range (file has {self._footer.num_columns})")
+        return list(self._guard(lambda: self._column(column_index).pages))
+
+    def column_indices(self, name: str) -> list[int]:
+        """The column indices (pre-order) that store top-level field ``name``."""
+        node = self._top_node(name)
+        out: list[int] = []
+
+        def walk(n) -> None:
+            if isinstance(n, _Leaf):
+                out.append(n.column)
+            elif isinstance(n, _Struct):
+                out.append(n.header)
+                for c in n.children:
+                    walk(c)
+            else:
+                out.append(n.column)
+                walk(n.child)
+
+        walk(node)
+        return out
+
+    def read_global_buffer(self, index: int) -> bytes:
+        """The bytes of global buffer ``index`` (0 = the FileDescriptor)."""
+        if not 0 <= index < len(self._gbo):
+            raise IndexError(f"{self._uri}: global buffer {index} out of range (file has {len(self._gbo)})")
+        if index == 0:
+            return self._gb0_bytes
+        pos, size = self._gbo[index]
+        return self._guard(lambda: bytes(self._fetch([(pos, size)])[0]))
+
+    # --- reads ---------------------------------------------------------------------------
+    def read_all(self, columns: Optional[Sequence[str]] = None, *, blob_descriptions: bool = False) -> pa.Table:
+        """Every row of the chosen top-level columns (all by default), in the requested order.
+
+        Blob columns return their bytes; with ``blob_descriptions`` their (position, size)
+        descriptions instead (what pylance's datasets return), without reading the bytes."""
+        n = self._num_rows
+        sel = (np.array([0], dtype=np.int64), np.array([n], dtype=np.int64)) if n else \
+            (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return self._read_table(columns, sel, None, blob_descriptions)
+
+    def read_range(self, start: int, num_rows: int, columns: Optional[Sequence[str]] = None, *,
+                   blob_descriptions: bool = False) -> pa.Table:
+        """Rows ``[start, start + num_rows)``."""
+        start, num_rows = int(start), int(num_rows)
+        if start < 0 or num_rows < 0 or start + num_rows > self._num_rows:
+            raise OutOfRangeError(
+                f"{self._uri}: cannot read rows {start}..{start + num_rows} of a file with {self._num_rows} rows"
+            )
+        sel = _normalize(np.array([start], dtype=np.int64), np.array([start + num_rows], dtype=np.int64))
+        return self._read_table(columns, sel, None, blob_descriptions)
+
+    def take_rows(self, indices: Iterable[int] | np.ndarray | pa.Array, columns: Optional[Sequence[str]] = None, *,
+                  blob_descriptions: bool = False) -> pa.Table:
+        """Rows at ``indices`` (any order, duplicates allowed), in the given order."""
+        if isinstance(indices, (pa.Array, pa.ChunkedArray)):
+            idx = np.asarray(indices.to_numpy(zero_copy_only=False))
+        else:
+            idx = np.asarray(indices)
+        if idx.size == 0:
+            idx = idx.astype(np.int64)
+        if idx.ndim != 1 or not (np.issubdtype(idx.dtype, np.integer)):
+            raise TypeError(f"{self._uri}: take_rows needs a 1-d sequence of integers, got {idx.dtype} of shape {idx.shape}")
+        idx = idx.astype(np.int64, copy=False)
+        if idx.size and (idx.min() < 0 or idx.max() >= self._num_rows):
+            bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
+            raise OutOfRangeError(f"{self._uri}: row index {bad} out of range for a file with {self._num_rows} rows")
+        if idx.size > 1 and np.all(idx[1:] > idx[:-1]):
+            uniq, inverse = idx, None
+        else:
+            uniq, inverse = np.unique(idx, return_inverse=True)
+            inverse = inverse.reshape(-1)
+        sel = _normalize(uniq, uniq + 1)
+        return self._read_table(columns, sel, inverse, blob_descriptions)
+
+    def __repr__(self) -> str:
+        return f"LanceFileReader({self._uri!r}, version={self._version}, rows={self._num_rows})"
+
+    # --- opening -------------------------------------------------------------------------
+    def _open(self) -> None:
+        given, self._given_tail = self._given_tail, None
+        tail, size = given if given is not None else self._store.read_tail(self._path, TAIL_READ_BYTES)
+        self._file_size = size
+        footer = Footer.unpack(tail, size, self._uri)
+        self._footer = footer
+        self._version = FileVersion.from_footer(footer.major, footer.minor, self._uri)
+        if self._version is not FileVersion.V2_0:
+            raise UnsupportedError(
+                f"{self._uri}: Lance file version {self._version} (footer {footer.major}.{footer.minor}) "
+                "is not supported yet; this reader decodes 2.0 files"
+            )
+        tail_start = size - len(tail)
+        region_start = tail_start
+        region = bytes(tail)
+
+        def ensure(start: int, extra: Optional[tuple[int, int]] = None) -> None:
+            nonlocal region, region_start
+            wanted = []
+            if start < region_start:
+                wanted.append((start, region_start - start))
+            if extra is not None:
+                wanted.append(extra)
+            if not wanted:
+                return
+            got = self._fetch(wanted)
+            if start < region_start:
+                region = bytes(got[0]) + region
+                region_start = start
+            if extra is not None:
+                self._gb0_extra = bytes(got[-1])
+
+        def take(pos: int, length: int) -> bytes:
+            off = pos - region_start
+            if off < 0 or off + length > len(region):
+                raise self._corrupt(f"metadata range {pos}..{pos + length} is outside the file")
+            return region[off : off + length]
+
+        # the global buffer table (normally already in the tail)
+        if footer.gbo_table_start < region_start:
+            ensure(min(footer.gbo_table_start, footer.column_meta_start))
+        gbo_raw = take(footer.gbo_table_start, 16 * footer.num_global_buffers)
+        gbo = np.frombuffer(gbo_raw, dtype="<u8").reshape(-1, 2).astype(np.int64)
+        body_end = size - FOOTER_SIZE
+        self._gbo = [(p, s) for p, s in gbo.tolist()]
+        if any(p < 0 or s < 0 or p + s > body_end for p, s in self._gbo):
+            raise self._corrupt("a global buffer lies beyond the end of the file")
+        gb0_pos, gb0_size = self._gbo[0]
+        self._gb0_extra = None
+        near = footer.column_meta_start - _GB0_GAP <= gb0_pos
+        if near:
+            ensure(min(gb0_pos, footer.column_meta_start))
+            gb0 = take(gb0_pos, gb0_size)
+        else:
+            ensure(footer.column_meta_start, (gb0_pos, gb0_size))
+            gb0 = self._gb0_extra if self._gb0_extra is not None else take(gb0_pos, gb0_size)
+        self._gb0_bytes = bytes(gb0)
+        descriptor = file_pb2.FileDescriptor()
+        try:
+            descriptor.ParseFromString(self._gb0_bytes)
+        except DecodeError as exc:
+            raise self._corrupt(f"global buffer 0 (FileDescriptor) does not decode: {exc}") from None
+        self._descriptor = descriptor
+        self._num_rows = int(descriptor.length)
+        # the schema and its column layout are shared by every file with the same schema
+        schema_key = descriptor.schema.SerializeToString()
+        layout = _SCHEMA_LAYOUTS.get(schema_key)
+        if layout is None:
+            try:
+                schema = from_lance_fields(descriptor.schema.fields, dict(descriptor.schema.metadata))
+                tree = field_tree(descriptor.schema.fields)
+            except CorruptFileError as exc:
+                raise self._corrupt(f"schema: {exc.problem}") from None
+            except UnsupportedTypeError as exc:
+                raise UnsupportedTypeError(f"{self._uri}: {exc}") from None
+        # column metadata positions and the messages themselves
+        cmo_raw = take(footer.cmo_table_start, 16 * footer.num_columns)
+        cmo = np.frombuffer(cmo_raw, dtype="<u8").reshape(-1, 2).astype(np.int64)
+        if len(cmo) and (int(cmo.min()) < 0 or int((cmo[:, 0] + cmo[:, 1]).max()) > body_end):
+            raise self._corrupt("a column metadata block lies beyond the end of the file")
+        self._column_meta: list[file2_pb2.ColumnMetadata] = []
+        for i, (pos, length) in enumerate(cmo.tolist()):
+            meta = file2_pb2.ColumnMetadata()
+            try:
+                meta.ParseFromString(take(pos, length))
+            except DecodeError as exc:
+                raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
+            self._column_meta.append(meta)
+        if layout is None:
+            layout = self._layout(schema, tree)
+            _remember(_SCHEMA_LAYOUTS, schema_key, layout, _SCHEMA_CACHE_LIMIT)
+        self._schema, self._nodes, self._roles, self._top_names, self._described = (
+            layout.schema, layout.nodes, layout.roles, layout.top_names, layout.described)
+        if layout.num_columns != footer.num_columns and _has_binary(layout.schema):
+            # a file of Lance <= 0.14: its string/binary fields may be list-encoded (two columns)
+            old = self._layout(layout.schema, field_tree(descriptor.schema.fields), list_binary=True)
+            if old.num_columns == footer.num_columns:
+                self._schema, self._nodes, self._roles, self._top_names, self._described = (
+                    old.schema, old.nodes, old.roles, old.top_names, old.described)
+                layout = old
+        if layout.num_columns != footer.num_columns:
+            raise self._corrupt(
+                f"schema needs {layout.num_columns} columns but the footer lists {footer.num_columns}"
+            )
+
+    def _layout(self, schema: pa.Schema, tree: list[FieldNode], list_binary: bool = False) -> "_SchemaLayout":
+        """Column nodes of the fields (pre-order column numbering) and each column's role.
+
+        ``list_binary``: string/binary fields whose first page is list-encoded take two columns.
+        """
+        roles: dict[int, tuple[str, str]] = {}
+        counter = [0]
+
+        def build(node: FieldNode, prefix: str):
+            path = f"{prefix}{node.proto.name}"
+            t = node.arrow.type
+            col = counter[0]
+            counter[0] += 1
+            if pa.types.is_struct(t) and not _is_packed(node):
+                roles[col] = (path, "struct_header")
+                if len(node.children) != t.num_fields:
+                    raise self._corrupt(f"struct field {path!r} has {len(node.children)} child fields, expected {t.num_fields}")
+                kids = [build(c, path + ".") for c in node.children]
+                return _Struct(col, kids, t, path)
+            if pa.types.is_list(t) or pa.types.is_large_list(t):
+                roles[col] = (path, "list_offsets")
+                if len(node.children) != 1:
+                    raise self._corrupt(f"list field {path!r} has {len(node.children)} child fields, expected 1")
+                return _List(col, build(node.children[0], path + "."), t, path)
+            if pa.types.is_map(t):
+                raise UnsupportedError(f"{self._uri}: map field {path!r} is not supported")
+            if blob_v2.is_legacy_blob(node.arrow):
+                roles[col] = (path, "blob")
+                return _Blob(col, t, path)
+            if list_binary and _is_binary(t) and self._first_page_is_list(col):
+                roles[col] = (path, "list_offsets")
+                item = counter[0]
+                counter[0] += 1
+                roles[item] = (path + ".item", "values")
+                u8 = pa.field("item", pa.uint8(), nullable=False)
+                lt = pa.large_list(u8) if t in (pa.large_string(), pa.large_binary()) else pa.list_(u8)
+                return _ListBinary(col, _Leaf(item, pa.uint8(), path + ".item"), t, path, lt)
+            roles[col] = (path, "packed_struct" if pa.types.is_struct(t) else "values")
+            return _Leaf(col, t, path)
+
+        nodes: dict[str, Any] = {}
+        for node in tree:
+            if node.proto.name in nodes:
+                raise self._corrupt(f"schema has two top-level fields named {node.proto.name!r}")
+            nodes[node.proto.name] = build(node, "")
+        described = None
+        if any(r == "blob" for _, r in roles.values()):
+            described = {name: _described(n) for name, n in nodes.items()}
+        return _SchemaLayout(schema, nodes, roles, [n.proto.name for n in tree], counter[0], described)
+
+    def _first_page_is_list(self, col: int) -> bool:
+        """True if column ``col`` exists and its first page is list-encoded (as pylance decides)."""
+        if col >= len(self._column_meta) or not self._column_meta[col].pages:
+            return False
+        info = self._page_encoding(self._column_meta[col].pages[0], f"column {col} page 0")
+        return dec.encoding_kind(info.encoding) == "list"
+
+    def _top_node(self, name: str):
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise ValueError(
+                f"{self._uri}: no column named {name!r}; the file has {self._top_names}"
+            ) from None
+
+    # --- columns and pages ---------------------------------------------------------------
+    def _column(self, index: int) -> _Column:
+        col = self._columns.get(index)
+        if col is not None:
+            return col
+        meta = self._column_meta[index]
+        path, role = self._roles[index]
+        where = f"column {index} ({path!r})"
+        self._check_column_encoding(meta, where, role)
+        body_end = self._file_size - FOOTER_SIZE
+        pages: list[PageInfo] = []
+        infos: list[_EncodingInfo] = []
+        row = 0
+        encodings = self._encodings
+        for p_index, page in enumerate(meta.pages):
+            offs = tuple(page.buffer_offsets)
+            sizes = tuple(page.buffer_sizes)
+            if len(offs) != len(sizes):
+                raise self._corrupt(f"{where} page {p_index}: {len(offs)} buffer offsets but {len(sizes)} sizes")
+            for o, s in zip(offs, sizes):
+                if o + s > body_end:
+                    raise self._corrupt(
+                        f"{where} page {p_index}: buffer {o}..{o + s} lies beyond the end of the data ({body_end})"
+                    )
+            length = int(page.length)
+            info = None
+            if page.encoding.WhichOneof("location") == "direct":
+                info = encodings.get(page.encoding.direct.encoding)
+            if info is None:
+                info = self._page_encoding(page, f"{where} page {p_index}")
+            infos.append(info)
+            pages.append(PageInfo(p_index, row, length, offs, sizes, int(page.priority), info.encoding))
+            row += length
+        starts = np.array([p.row_start for p in pages], dtype=np.int64)
+        ends = starts + np.array([p.length for p in pages], dtype=np.int64)
+        col = _Column(index, path, role, pages, starts, ends,
+                      tuple(int(x) for x in meta.buffer_offsets), tuple(int(x) for x in meta.buffer_sizes), infos)
+        if len(col.buffer_offsets) != len(col.buffer_sizes):
+            raise self._corrupt(f"{where}: column buffer offsets and sizes differ in number")
+        self._columns[index] = col
+        return col
+
+    def _check_column_encoding(self, meta: file2_pb2.ColumnMetadata, where: str, role: str) -> None:
+        if not meta.HasField("encoding"):
+            return
+        loc = meta.encoding.WhichOneof("location")
+        if loc != "direct":
+            if loc == "indirect":
+                raise UnsupportedError(f"{self._uri}: {where}: deferred (indirect) column encodings are not supported")
+            return
+        raw = meta.encoding.direct.encoding
+        if (raw, role) in _GOOD_COLUMN_ENCODINGS:
+            return
+        wrapped = any_pb2.Any()
+        try:
+            wrapped.ParseFromString(raw)
+        except DecodeError as exc:
+            raise self._corrupt(f"{where}: column encoding does not decode: {exc}") from None
+        if wrapped.type_url != COLUMN_ENCODING_URL:
+            raise UnsupportedError(f"{self._uri}: {where}: unknown column encoding type {wrapped.type_url!r}")
+        ce = pb.ColumnEncoding()
+        try:
+            ce.ParseFromString(wrapped.value)
+        except DecodeError as exc:
+            raise self._corrupt(f"{where}: column encoding does not decode: {exc}") from None
+        case = ce.WhichOneof("column_encoding")
+        if case == "blob" and role != "blob":
+            raise self._corrupt(f"{where}: blob column encoding on a field without the lance-encoding:blob metadata")
+        if case == "blob" and ce.blob.inner.WhichOneof("column_encoding") not in (None, "values"):
+            raise UnsupportedError(f"{self._uri}: {where}: blob column with inner encoding "
+                                   f"{ce.blob.inner.WhichOneof('column_encoding')!r} is not supported")
+        _remember(_GOOD_COLUMN_ENCODINGS, (raw, role), True, _ENCODING_CACHE_LIMIT)
+
+    def _page_encoding(self, page, where: str) -> _EncodingInfo:
+        loc = page.encoding.WhichOneof("location")
+        if loc == "indirect":
+            raise UnsupportedError(f"{self._uri}: {where}: deferred (indirect) page encodings are not supported")
+        if loc != "direct":
+            raise self._corrupt(f"{where}: page has no encoding")
+        raw = page.encoding.direct.encoding
+        info = self._encodings.get(raw)
+        if info is not None:
+            return info
+        wrapped = any_pb2.Any()
+        try:
+            wrapped.ParseFromString(page.encoding.direct.encoding)
+        except DecodeError as exc:
+            raise self._corrupt(f"{where}: page encoding does not decode: {exc}") from None
+        if wrapped.type_url != ARRAY_ENCODING_URL:
+            if wrapped.type_url == PAGE_LAYOUT_URL:
+                raise UnsupportedError(f"{self._uri}: {where}: 2.1+ page layout found in a 2.0 file")
+            raise UnsupportedError(f"{self._uri}: {where}: unknown page encoding type {wrapped.type_url!r}")
+        enc = pb.ArrayEncoding()
+        try:
+            enc.ParseFromString(wrapped.value)
+        except DecodeError as exc:
+            raise self._corrupt(f"{where}: page encoding does not decode: {exc}") from None
+        info = _EncodingInfo.of(enc)
+        _remember(self._encodings, raw, info, _ENCODING_CACHE_LIMIT)
+        return info
+
+    def _check_length(self, col: _Column, expected: int) -> None:
+        if not col.checked_length:
+            if col.num_rows != expected:
+                raise self._corrupt(
+                    f"column {col.index} ({col.path!r}) pages hold {col.num_rows} rows, expected {expected}"
+                )
+            col.checked_length = True
+
+    # --- I/O -----------------------------------------------------------------------------
+    def _fetch(self, requests) -> list:
+        """The bytes of ``(start, length)`` ranges, as zero-copy views into coalesced reads.
+
+        Ranges are merged here (same gap rule as the store) so that the store returns each merged
+        span whole and no range is copied out of it.
+        """
+        arr = np.asarray(requests, dtype=np.int64).reshape(-1, 2)
+        if not len(arr):
+            return []
+        gap = int(getattr(self._store, "coalesce_gap", 4096))
+        if len(arr) <= SMALL_RANGE_COUNT:  # the usual case: a few pages' buffers
+            pairs = arr.tolist()
+            size = self._file_size
+            if any(s < 0 or n < 0 or s + n > size for s, n in pairs):
+                raise self._corrupt("a read would go past the end of the file")
+            groups, placement = coalesce_list(pairs, gap)
+            blobs = [memoryview(b) for b in self._store.read_ranges(self._path, [(s, e - s) for s, e in groups])]
+            return [blobs[g][o : o + n] for g, o, n in placement]
+        if np.any(arr < 0) or np.any(arr[:, 0] + arr[:, 1] > self._file_size):
+            raise self._corrupt("a read would go past the end of the file")
+        plan = coalesce(arr[:, 0], arr[:, 1], gap)
+        spans = np.stack([plan.group_starts, plan.group_ends - plan.group_starts], axis=1)
+        return _cut(self._store.read_ranges(self._path, spans), plan.range_group.tolist(),
+                    plan.range_offset.tolist(), plan.range_lengths.tolist())
+
+    def _run(self, gen: _Gen):
+        try:
+            requests = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        while True:
+            data = self._fetch(requests)
+            try:
+                requests = gen.send(data)
+            except StopIteration as stop:
+                return stop.value
+
+    def _buffer_location(self, col: _Column, page: PageInfo, key: tuple[int, int], ctx) -> tuple[int, int]:
+        kind, index = key
+        if kind == 0:  # page buffer
+            offsets, sizes = page.buffer_offsets, page.buffer_sizes
+        elif kind == 1:  # column buffer
+            offsets, sizes = col.buffer_offsets, col.buffer_sizes
+        elif kind == 2:  # file (global) buffer
+            if not 0 <= index < len(self._gbo):
+                raise ctx.corrupt(f"encoding references global buffer {index}, the file has {len(self._gbo)}")
+            return self._gbo[index]
+        else:
+            raise ctx.corrupt(f"unknown buffer type {kind}")
+        if not 0 <= index < len(offsets):
+            raise ctx.corrupt(f"encoding references buffer {index}, the page has {len(offsets)}")
+        return offsets[index], sizes[index]
+
+    # --- table assembly ------------------------------------------------------------------
+    def _read_table(self, columns, sel, inverse, describe: bool = False) -> pa.Table:
+        if columns is None:
+            names = list(self._top_names)
+        else:
+            if isinstance(columns, str):
+                columns = [columns]
+            names = list(columns)
+            for name in names:
+                self._top_node(name)
+            if len(set(names)) != len(names):
+                raise ValueError(f"{self._uri}: duplicate column names in {names}")
+
+        by_name = self._described if describe and self._described is not None else self._nodes
+
+        def work() -> pa.Table:
+            nodes = [by_name[n] for n in names]
+            for node in nodes:
+                self._check_top(node)
+            starts, ends = sel
+            if (inverse is None and len(starts) == 1 and int(starts[0]) == 0 and int(ends[0]) == self._num_rows
+                    and all(type(node) is _Leaf for node in nodes)):
+                results = self._read_whole_leaves(nodes)
+            else:
+                results = self._run(_gather([self._read_node(node, *sel) for node in nodes]))
+            arrays = [pa.chunked_array(chunks, type=node.dtype) for chunks, node in zip(results, nodes)]
+            fields = [self._schema.field(n) for n in names]
+            if by_name is not self._nodes:
+                fields = [blob_v2.described_field(f) for f in fields]
+            schema = pa.schema(fields, metadata=self._schema.metadata)
+            table = pa.Table.from_arrays(arrays, schema=schema)
+            if inverse is not None:
+                table = table.take(pa.array(inverse))
+            table.validate()
+            return table
+
+        return self._guard(work)
+
+    def _read_whole_leaves(self, nodes: Sequence[_Leaf]) -> list[list[pa.Array]]:
+        """Every page of single-column fields, in one I/O round.
+
+        The same reads and decoding as :meth:`_read_leaf` over all rows, without its per-page
+        generator plumbing (which dominates the cost of reading small files).
+        """
+        requests: list[tuple[int, int]] = []
+        work = []
+        for node in nodes:
+            col = self._column(node.column)
+            for page in col.pages:
+                if page.length <= 0:
+                    continue
+                info = col.infos[page.index]
+                ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
+                if info.fixed is not None and info.fixed.all_null:
+                    work.append((node, page, info, ctx, -1))
+                    continue
+                work.append((node, page, info, ctx, len(requests)))
+                requests.extend(self._buffer_location(col, page, key, ctx) for key in info.buffers)
+        data = self._fetch(requests)
+        chunks: dict[int, list[pa.Array]] = {id(node): [] for node in nodes}
+        for node, page, info, ctx, first in work:
+            if first < 0:
+                arr = pa.nulls(page.length, node.dtype)
+            else:
+                keys = info.buffers
+                bufs = dec.PageBuffers({key: pa.py_buffer(d) for key, d in zip(keys, data[first : first + len(keys)])})
+                arr = dec.decode_rows(info.encoding, page.length, node.dtype, bufs, ctx,
+                                      _ZERO, np.array([page.length], dtype=np.int64))
+            chunks[id(node)].append(arr)
+        return [chunks[id(node)] or [_empty(node.dtype)] for node in nodes]
+
+    def _check_top(self, node) -> None:
+        if isinstance(node, _Struct):
+            self._check_length(self._column(node.header), self._num_rows)
+        else:
+            self._check_length(self._column(node.column), self._num_rows)
+
+    def _read_node(self, node, starts: np.ndarray, ends: np.ndarray) -> _Gen:
+        """Generator returning the chunks of ``node`` for the row ranges ``[starts, ends)``."""
+        if isinstance(node, _ListBinary):
+            chunks = yield from self._read_list(_List(node.column, node.child, node.list_type, node.path), starts, ends)
+            return [_list_to_binary(c, node.dtype) for c in chunks]
+        if isinstance(node, _Blob):
+            return (yield from self._read_blob(node, starts, ends))
+        if isinstance(node, _Leaf):
+            return (yield from self._read_leaf(node, starts, ends))
+        if isinstance(node, _Struct):
+            return (yield from self._read_struct(node, starts, ends))
+        return (yield from self._read_list(node, starts, ends))
+
+    def _pages_for(self, col: _Column, starts: np.ndarray, ends: np.ndarray):
+        """(page, local starts, local ends) for each page overlapping the ranges."""
+        if not len(starts):
+            return []
+        out = []
+        if len(starts) == 1:  # one range: pages p0..p1 overlap it
+            s, e = int(starts[0]), int(ends[0])
+            p0 = int(np.searchsorted(col.page_ends, s, side="right"))
+            p1 = int(np.searchsorted(col.page_starts, e, side="left"))
+            pstarts = col.page_starts[p0:p1].tolist()
+            pends = col.page_ends[p0:p1].tolist()
+            for p, ps, pe in zip(range(p0, p1), pstarts, pends):
+                if pe > ps:
+                    out.append((col.pages[p], np.array([max(s, ps) - ps]), np.array([min(e, pe) - ps])))
+            return out
+        lo = np.searchsorted(ends, col.page_starts, side="right")
+        hi = np.searchsorted(starts, col.page_ends, side="left")
+        for p in np.flatnonzero((hi > lo) & (col.page_ends > col.page_starts)).tolist():
+            ps, pe = int(col.page_starts[p]), int(col.page_ends[p])
+            ls = np.maximum(starts[lo[p] : hi[p]], ps) - ps
+            le = np.minimum(ends[lo[p] : hi[p]], pe) - ps
+            out.append((col.pages[p], ls, le))
+        return out
+
+    def _read_leaf(self, node: _Leaf, starts, ends) -> _Gen:
+        col = self._column(node.column)
+        gens = [
+            self._read_page(col, page, col.infos[page.index], ls, le, node.dtype)
+            for page, ls, le in self._pages_for(col, starts, ends)
+        ]
+        chunks = yield from _gather(gens)
+        if not chunks:
+            return [_empty(node.dtype)]
+        return chunks
+
+    def _read_blob(self, node: _Blob, starts, ends) -> _Gen:
+        """A blob column: its descriptions, then (unless ``node.describe``) one more I/O round
+        for the bytes they point at. A description (p, 0) is empty for p = 0, else null (2.0
+        writes (1, 0))."""
+        col = self._column(node.column)
+        dtype = blob_v2.DESCRIPTION_TYPE
+        gens = [self._read_page(col, page, col.infos[page.index], ls, le, dtype)
+                for page, ls, le in self._pages_for(col, starts, ends)]
+        desc = _concat((yield from _gather(gens)), dtype)
+        if node.describe:
+            return [desc]
+        n = len(desc)
+        if desc.null_count:
+            raise self._corrupt(f"blob column {col.index} ({col.path!r}) has null descriptions")
+        pos = np.asarray(desc.field(0).to_numpy(zero_copy_only=False), dtype=np.uint64)
+        size = np.asarray(desc.field(1).to_numpy(zero_copy_only=False), dtype=np.uint64)
+        if n and int(size.max()) > self._file_size:
+            raise self._corrupt(f"blob column {col.index} ({col.path!r}): a value lies beyond the end of the file")
+        want = np.flatnonzero(size > 0)
+        pieces = []
+        if len(want):
+            pieces = yield np.stack([pos[want], size[want]], axis=1).astype(np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(size.astype(np.int64), out=offsets[1:])
+        nulls = (size == 0) & (pos != 0)
+        validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() else None
+        data = pa.py_buffer(b"".join(pieces))
+        return [pa.Array.from_buffers(pa.large_binary(), n, [validity, pa.py_buffer(offsets), data],
+                                      null_count=int(nulls.sum()))]
+
+    def _read_struct(self, node: _Struct, starts, ends) -> _Gen:
+        total = int((ends - starts).sum())
+        gens = [self._read_node(child, starts, ends) for child in node.children]
+        for child in node.children:
+            self._check_child(child, node)
+        results = yield from _gather(gens)
+        arrays = [_concat(chunks, child.dtype) for chunks, child in zip(results, node.children)]
+        for a in arrays:
+            if len(a) != total:
+                raise self._corrupt(f"struct field {node.path!r}: children have {len(a)} rows, expected {total}")
+        if not arrays:
+            return [pa.Array.from_buffers(node.dtype, total, [None], children=[])]
+        return [pa.StructArray.from_arrays(arrays, fields=list(node.dtype))]
+
+    def _check_child(self, child, parent: _Struct) -> None:
+        expected = self._column(parent.header).num_rows
+        if isinstance(child, _Struct):
+            self._check_length(self._column(child.header), expected)
+        else:
+            self._check_length(self._column(child.column), expected)
+
+    def _read_list(self, node: _List, starts, ends) -> _Gen:
+        col = self._column(node.column)
+        pages = self._pages_for(col, starts, ends)
+        base = np.zeros(len(col.pages) + 1, dtype=np.int64)
+        for i, page in enumerate(col.pages):
+            if dec.encoding_kind(page.encoding) != "list":
+                raise self._corrupt(
+                    f"column {col.index} ({col.path!r}) page {i}: expected list offsets, found {dec.describe(page.encoding)}"
+                )
+            base[i + 1] = base[i] + int(page.encoding.list.num_items)
+        self._check_item_column(node.child, int(base[-1]))
+        gens = [self._read_list_page(col, page, ls, le, int(base[page.index])) for page, ls, le in pages]
+        parts = yield from _gather(gens)
+        if parts:
+            span_s = np.concatenate([p[0] for p in parts])
+            span_e = np.concatenate([p[1] for p in parts])
+            lengths = np.concatenate([p[2] for p in parts])
+            nulls = [p[3] if p[3] is not None else np.zeros(len(p[2]), dtype=bool) for p in parts]
+            null_mask = np.concatenate(nulls) if any(p[3] is not None for p in parts) else None
+        else:
+            span_s = span_e = lengths = np.zeros(0, dtype=np.int64)
+            null_mask = None
+        item_s, item_e = _normalize(span_s, span_e)
+        child_chunks = yield from self._read_node(node.child, item_s, item_e)
+        values = _concat(child_chunks, node.child.dtype)
+        n = len(lengths)
+        total_items = int(lengths.sum())
+        if len(values) != total_items:
+            raise self._corrupt(f"list field {node.path!r}: {len(values)} items read, offsets say {total_items}")
+        large = pa.types.is_large_list(node.dtype)
+        if not large and total_items > 2**31 - 1:
+            raise UnsupportedError(f"{self._uri}: list field {node.path!r} needs more than 2^31 items in one read")
+        offsets = np.zeros(n + 1, dtype=np.int64 if large else np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        validity = None if null_mask is None or not null_mask.any() else pa.py_buffer(np.packbits(~null_mask, bitorder="little"))
+        if values.offset:
+            values = pa.concat_arrays([values])
+        arr = pa.Array.from_buffers(node.dtype, n, [validity, pa.py_buffer(offsets)], children=[values])
+        return [arr]
+
+    def _check_item_column(self, child, expected: int) -> None:
+        if isinstance(child, _Struct):
+            self._check_length(self._column(child.header), expected)
+        else:
+            self._check_length(self._column(child.column), expected)
+
+    def _read_list_page(self, col: _Column, page: PageInfo, ls, le, item_base: int) -> _Gen:
+        ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
+        lst = page.encoding.list
+        has_prev = ls > 0
+        first = ls - has_prev.astype(np.int64)
+        arr = yield from self._read_page(col, page, col.infos[page.index].offsets, first, le, pa.uint64(), ctx=ctx)
+        if arr.null_count:
+            raise ctx.corrupt("list offsets contain nulls")
+        stored = arr.to_numpy(zero_copy_only=False)
+        span_s, span_e, row_real, row_nulls = dec.resolve_range_ends(
+            ls, le, has_prev, stored, int(lst.null_offset_adjustment), int(lst.num_items), ctx, "list"
+        )
+        lengths = _row_lengths(row_real, span_s, le - ls)
+        return span_s + item_base, span_e + item_base, lengths, row_nulls
+
+    def _read_page(self, col: _Column, page: PageInfo, info: _EncodingInfo, ls: np.ndarray,
+                   le: np.ndarray, dtype: pa.DataType, ctx=None) -> _Gen:
+        """Generator returning the rows ``[ls[k], le[k])`` (page-local) of one page as one array."""
+        if ctx is None:
+            ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
+        n_sel = int((le - ls).sum())
+        if n_sel == 0:
+            return _empty(dtype)
+        enc = info.encoding
+        plan = info.fixed
+        if plan is not None and plan.all_null:
+            return pa.nulls(n_sel, dtype)
+        partial = n_sel < PARTIAL_READ_FRACTION * page.length
+        if partial and plan is not None and not pa.types.is_dictionary(dtype):
+            return (yield from self._read_fixed_partial(col, page, plan, ls, le, dtype, ctx))
+        if partial:
+            bplan = info.binary
+            if bplan is not None and dec._is_var_binary(dtype):
+                return (yield from self._read_binary_partial(col, page, bplan, ls, le, dtype, ctx))
+        keys = info.buffers
+        locations = [self._buffer_location(col, page, key, ctx) for key in keys]
+        data = yield np.array(locations, dtype=np.int64).reshape(-1, 2)
+        bufs = dec.PageBuffers({key: pa.py_buffer(d) for key, d in zip(keys, data)})
+        return dec.decode_rows(enc, page.length, dtype, bufs, ctx, ls, le)
+
+    def _read_fixed_partial(self, col, page, plan: dec.FixedPlan, ls, le, dtype, ctx) -> _Gen:
+        v_off, v_size = self._buffer_location(col, page, (int(plan.values.buffer_type), int(plan.values.buffer_index)), ctx)
+        bits = plan.bits_per_row
+        if bits == 1:
+            b_start, b_end = ls // 8, (le - 1) // 8 + 1
+        else:
+            w = bits // 8
+            b_start, b_end = ls * w, le * w
+        if int(b_end.max()) > v_size:
+            raise ctx.corrupt(f"values buffer of {v_size} bytes is too short for row {int(le.max()) - 1}")
+        requests = np.stack([b_start + v_off, b_end - b_start], axis=1)
+        k = len(requests)
+        if plan.validity is not None:
+            m_off, m_size = self._buffer_location(col, page, (int(plan.validity.buffer_type), int(plan.validity.buffer_index)), ctx)
+            m_start, m_end = ls // 8, (le - 1) // 8 + 1
+            if int(m_end.max()) > m_size:
+                raise ctx.corrupt(f"validity buffer of {m_size} bytes is too short for row {int(le.max()) - 1}")
+            requests = np.concatenate([requests, np.stack([m_start + m_off, m_end - m_start], axis=1)])
+        data = yield requests
+        return dec.assemble_fixed(plan, dtype, ls, le, data[:k], data[k:] if plan.validity is not None else None, ctx)
+
+    def _read_binary_partial(self, col, page, plan: dec.BinaryPlan, ls, le, dtype, ctx) -> _Gen:
+        o_off, o_size = self._buffer_location(col, page, (int(plan.offsets.buffer_type), int(plan.offsets.buffer_index)), ctx)
+        d_off, d_size = self._buffer_location(col, page, (int(plan.data.buffer_type), int(plan.data.buffer_index)), ctx)
+        has_prev = ls > 0
+        first = ls - has_prev.astype(np.int64)
+        if int(le.max()) * 8 > o_size:
+            raise ctx.corrupt(f"offsets buffer of {o_size} bytes is too short for row {int(le.max()) - 1}")
+        chunks = yield np.stack([first * 8 + o_off, (le - first) * 8], axis=1)
+        stored = np.frombuffer(b"".join(chunks), dtype="<u8")
+        span_s, span_e, row_real, row_nulls = dec.resolve_range_ends(
+            ls, le, has_prev, stored, plan.null_adjustment, d_size, ctx, "binary"
+        )
+        data = yield np.stack([span_s + d_off, span_e - span_s], axis=1)
+        return dec.finish_binary(dtype, le - ls, span_s, span_e, row_real, row_nulls, data, ctx)

@@ -1,0 +1,420 @@
+"""Value compression of the Lance 2.1+ writer: leaf values -> mini-block chunks or per-value bytes.
+
+Mini-block compressors cut a page's values into chunks (every chunk but the last holds a power of
+two number of values, at most 4096) and return, per chunk, the bytes of each of its value
+buffers. What each produces (byte formats shared with the reader in ``v21_compressive``):
+
+* flat: values back to back; chunks of the largest power of two values below ~8 KiB (4 KiB of
+  values) -- bits for booleans;
+* fixed-size list: optional validity bitmaps (one per nullable FSL layer) then the flattened items;
+* inline bitpacking: 1024-value chunks, each a width word and a FastLanes block;
+* RLE: run values (flat) and u8 run lengths (runs split at 255 and at chunk boundaries);
+* variable: ``n + 1`` offsets relative to the chunk buffer (u32/u64) then the bytes, padded with
+  0x48 to the offset width; chunks of the largest power of two values that fit 4 KiB;
+* FSST: the variable layout over FSST-compressed strings, with the symbol table in the encoding;
+* general (zstd / lz4): the first buffer of every chunk compressed on its own;
+* byte stream split: see ``encode_v21_bss``.
+
+Block compressors (levels of all-null pages, dictionaries) produce one opaque buffer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+
+from lance_ops._proto import encodings_v2_1_pb2 as pb
+from lance_ops.format.v2_1.compression import bitpack as bp
+
+MAX_MINIBLOCK_BYTES = 8 * 1024 - 6
+MAX_MINIBLOCK_VALUES = 4096
+AIM_MINICHUNK_SIZE = 4 * 1024
+VAR_PAD_BYTE = 72
+MIN_BUFFER_SIZE_FOR_COMPRESSION = 4 * 1024
+
+
+# --------------------------------------------------------------------------------------------
+# encoding descriptions
+# --------------------------------------------------------------------------------------------
+def enc_flat(bits: int, compression: Optional[pb.BufferCompression] = None) -> pb.CompressiveEncoding:
+    e = pb.CompressiveEncoding()
+    e.flat.bits_per_value = bits
+    if compression is not None:
+        e.flat.data.CopyFrom(compression)
+    return e
+
+
+def enc_variable(offset_bits: int) -> pb.CompressiveEncoding:
+    e = pb.CompressiveEncoding()
+    e.variable.offsets.CopyFrom(enc_flat(offset_bits))
+    return e
+
+
+def enc_inline_bitpacking(bits: int) -> pb.CompressiveEncoding:
+    e = pb.CompressiveEncoding()
+    e.inline_bitpacking.uncompressed_bits_per_value = bits
+    return e
+
+
+def enc_out_of_line_bitpacking(bits: int, width: int) -> pb.CompressiveEncoding:
+    e = pb.CompressiveEncoding()
+    e.out_of_line_bitpacking.uncompressed_bits_per_value = bits
+    e.out_of_line_bitpacking.values.CopyFrom(enc_flat(width))
+    return e
+
+
+def enc_rle(bits: int) -> pb.CompressiveEncoding:
+    e = pb.CompressiveEncoding()
+    e.rle.values.CopyFrom(enc_flat(bits))
+    e.rle.run_lengths.CopyFrom(enc_flat(8))
+    return e
+
+
+def enc_fsl(dims: list[int], validity: list[bool], inner: pb.CompressiveEncoding) -> pb.CompressiveEncoding:
+    out = inner
+    for dim, hv in reversed(list(zip(dims, validity))):
+        e = pb.CompressiveEncoding()
+        e.fixed_size_list.items_per_value = dim
+        e.fixed_size_list.values.CopyFrom(out)
+        if hv:
+            e.fixed_size_list.has_validity = True
+        out = e
+    return out
+
+
+def enc_general(compression: pb.BufferCompression, inner: pb.CompressiveEncoding) -> pb.CompressiveEncoding:
+    e = pb.CompressiveEncoding()
+    e.general.compression.CopyFrom(compression)
+    e.general.values.CopyFrom(inner)
+    return e
+
+
+def enc_fsst(symbol_table: bytes, inner: pb.CompressiveEncoding) -> pb.CompressiveEncoding:
+    e = pb.CompressiveEncoding()
+    e.fsst.symbol_table = symbol_table
+    e.fsst.values.CopyFrom(inner)
+    return e
+
+
+def buffer_compression(scheme: str, level: Optional[int]) -> pb.BufferCompression:
+    c = pb.BufferCompression()
+    c.scheme = {"lz4": pb.COMPRESSION_ALGORITHM_LZ4, "zstd": pb.COMPRESSION_ALGORITHM_ZSTD}[scheme]
+    if level is not None:
+        c.level = int(level)
+    return c
+
+
+# --------------------------------------------------------------------------------------------
+# general-purpose compression (byte formats of upstream's buffer compressors)
+# --------------------------------------------------------------------------------------------
+def general_compress(scheme: str, level: Optional[int], data) -> bytes:
+    raw = bytes(data)
+    if scheme == "lz4":
+        comp = pa.Codec("lz4_raw").compress(raw, asbytes=True) if raw else b""
+        return len(raw).to_bytes(4, "little") + comp
+    if scheme == "zstd":
+        lvl = level if level is not None else 3
+        codec = pa.Codec("zstd", compression_level=lvl if lvl != 0 else 3)  # zstd level 0 = default (3)
+        return len(raw).to_bytes(8, "little") + codec.compress(raw, asbytes=True)
+    raise ValueError(f"unknown compression scheme {scheme}")
+
+
+# --------------------------------------------------------------------------------------------
+# mini-block results
+# --------------------------------------------------------------------------------------------
+@dataclass
+class MiniBlocks:
+    encoding: pb.CompressiveEncoding
+    counts: list[int]  # values per chunk
+    bufs: list[list[bytes]]  # per chunk: the bytes of each value buffer
+    num_buffers: int = 1
+    # flat and fixed-size-list chunks: a last chunk that is full still records its log2 count
+    # (pylance writes 0 only for a short last chunk there; other compressors always write 0)
+    last_full: bool = False
+
+    @property
+    def logs(self) -> list[int]:
+        out = []
+        for i, c in enumerate(self.counts):
+            last = i == len(self.counts) - 1
+            out.append(0 if last and not self.last_full else int(c).bit_length() - 1)
+        return out
+
+    def size(self) -> int:
+        return sum(sum(len(b) for b in bb) for bb in self.bufs)
+
+
+def _vals_per_chunk(bytes_per_word: int, values_per_word: int) -> int:
+    size = 2 * bytes_per_word
+    n = 2 if values_per_word == 1 else 8
+    while 2 * size < MAX_MINIBLOCK_BYTES and 2 * n <= MAX_MINIBLOCK_VALUES:
+        size *= 2
+        n *= 2
+    return n
+
+
+def _even_counts(n: int, per: int) -> list[int]:
+    full, rest = divmod(n, per)
+    return [per] * full + ([rest] if rest else [])
+
+
+def flat_miniblock(data: np.ndarray, n: int, bits: int) -> MiniBlocks:
+    """Fixed-width values (``data``: n * bits/8 bytes, or LSB-first bits when ``bits == 1``)."""
+    data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    if bits % 8 == 0:
+        per = _vals_per_chunk(bits // 8, 1)
+    else:
+        per = _vals_per_chunk(bits, 8)
+    counts = _even_counts(n, per)
+    bufs = []
+    pos = 0
+    total = len(data)
+    for i, c in enumerate(counts):
+        nbytes = c * bits // 8 if i < len(counts) - 1 else total - pos
+        bufs.append([data[pos:pos + nbytes].tobytes()])
+        pos += nbytes
+    return MiniBlocks(enc_flat(bits), counts, bufs, last_full=n > 0 and n % per == 0)
+
+
+def fsl_miniblock(data: np.ndarray, n: int, item_bits: int, dims: list[int],
+                  validities: list[Optional[np.ndarray]]) -> MiniBlocks:
+    """FSL<...<FSL<fixed>>> rows: ``data`` holds the flattened items, ``validities[j]`` (bool, one
+    per element of layer ``j``'s child, or None) the nulls below FSL layer ``j``."""
+    data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    cum = 1
+    ceil_validity = 0
+    cums = []
+    for dim, v in zip(dims, validities):
+        cum *= dim
+        cums.append(cum)
+        if v is not None:
+            ceil_validity += (cum + 7) // 8
+    cum_bits = item_bits * cum
+    if cum_bits % 8 == 0:
+        bpw, vpw = cum_bits // 8, 1
+    else:
+        bpw, vpw = cum_bits, 8
+    est = ceil_validity * vpw + bpw
+    per = _vals_per_chunk(est, vpw)
+    counts = _even_counts(n, per)
+    bufs = []
+    row = 0
+    for c in counts:
+        chunk = []
+        for cm, v in zip(cums, validities):
+            if v is not None:
+                bits = v[row * cm:(row + c) * cm]
+                chunk.append(np.packbits(bits, bitorder="little").tobytes())
+        a = row * cum * item_bits // 8
+        b = ((row + c) * cum * item_bits + 7) // 8
+        chunk.append(data[a:b].tobytes())
+        bufs.append(chunk)
+        row += c
+    nb = 1 + sum(1 for v in validities if v is not None)
+    return MiniBlocks(enc_fsl(dims, [v is not None for v in validities], enc_flat(item_bits)), counts, bufs, nb,
+                      last_full=n > 0 and n % per == 0)
+
+
+def bitpack_estimate(values: np.ndarray, t_bits: int) -> Optional[int]:
+    """Bytes of inline bitpacking, or None when it does not beat the raw values."""
+    if t_bits not in (8, 16, 32, 64) or len(values) == 0:
+        return None
+    widths = bp.block_widths(values)
+    est = int(sum(1 + 1024 * int(w) // t_bits for w in widths)) * (t_bits // 8)
+    if est >= len(values) * t_bits // 8:
+        return None
+    return est
+
+
+def bitpack_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
+    data, sizes = bp.inline_pack(values, t_bits)
+    n = len(values)
+    counts = _even_counts(n, 1024)
+    bufs = []
+    pos = 0
+    for s in sizes:
+        bufs.append([data[pos:pos + s].tobytes()])
+        pos += s
+    return MiniBlocks(enc_inline_bitpacking(t_bits), counts, bufs)
+
+
+# --- RLE -------------------------------------------------------------------------------------
+def _run_starts(values: np.ndarray) -> np.ndarray:
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
+    change = np.empty(len(values), dtype=bool)
+    change[0] = True
+    change[1:] = values[1:] != values[:-1]
+    return np.flatnonzero(change)
+
+
+def _window_runs(starts: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """Run starts and lengths of values[a:b] (runs cut at the window edges)."""
+    i0 = np.searchsorted(starts, a, side="right")
+    i1 = np.searchsorted(starts, b, side="left")
+    s = np.concatenate([[a], starts[i0:i1]]).astype(np.int64)
+    lens = np.diff(np.append(s, b))
+    return s, lens
+
+
+def rle_estimate(values: np.ndarray, t_bits: int) -> int:
+    """Bytes of RLE with u8 run lengths over 4096-value segments."""
+    n = len(values)
+    if n == 0:
+        return 0
+    is_start = np.empty(n, dtype=bool)
+    is_start[0] = True
+    np.not_equal(values[1:], values[:-1], out=is_start[1:])
+    is_start[::MAX_MINIBLOCK_VALUES] = True
+    starts = np.flatnonzero(is_start)
+    lens = np.diff(np.append(starts, n))
+    pieces = int(((lens + 254) // 255).sum())
+    return pieces * (t_bits // 8 + 1)
+
+
+def run_count(values: np.ndarray) -> int:
+    if len(values) == 0:
+        return 0
+    return 1 + int(np.count_nonzero(values[1:] != values[:-1]))
+
+
+def rle_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
+    n = len(values)
+    w = t_bits // 8
+    starts = _run_starts(values)
+    counts, bufs = [], []
+    pos = 0
+
+    def encode(a: int, b: int):
+        s, lens = _window_runs(starts, a, b)
+        pieces = (lens + 254) // 255
+        vals = np.repeat(values[s], pieces)
+        # split runs longer than 255
+        rl = np.repeat(lens, pieces)
+        first = np.concatenate([[0], np.cumsum(pieces)[:-1]]) if len(pieces) else np.zeros(0, np.int64)
+        k = np.arange(len(rl)) - np.repeat(first, pieces)
+        rl = np.minimum(rl - 255 * k, 255)
+        return vals, rl.astype(np.uint8)
+
+    while pos < n:
+        rem = n - pos
+        if rem <= MAX_MINIBLOCK_VALUES:
+            vals, rl = encode(pos, n)
+            if len(vals) * (w + 1) <= MAX_MINIBLOCK_BYTES:
+                counts.append(rem)
+                bufs.append([np.ascontiguousarray(vals).view(np.uint8).tobytes(), rl.tobytes()])
+                break
+        k = min(12, (rem.bit_length() - 1))
+        while True:
+            c = 1 << k
+            vals, rl = encode(pos, pos + c)
+            if len(vals) * (w + 1) <= MAX_MINIBLOCK_BYTES or k == 0:
+                break
+            k -= 1
+        counts.append(c)
+        bufs.append([np.ascontiguousarray(vals).view(np.uint8).tobytes(), rl.tobytes()])
+        pos += c
+    return MiniBlocks(enc_rle(t_bits), counts, bufs, 2)
+
+
+# --- variable width --------------------------------------------------------------------------
+def _var_chunk_counts(offsets: np.ndarray, width: int, limit: int = AIM_MINICHUNK_SIZE) -> list[int]:
+    """Values per chunk: the largest power of two (>= 2, <= 2048) whose bytes + offsets fit
+    ``limit``; the rest in one chunk when it fits."""
+    n = len(offsets) - 1
+    counts = []
+    start = 0
+    while start < n:
+        remaining = n - start
+        if remaining <= 1:
+            counts.append(remaining)
+            break
+        num = 2
+        new = 4
+        while True:
+            if start + new >= n + 1:
+                size = int(offsets[n] - offsets[start]) + (n + 1 - start) * width
+                if size <= limit:
+                    num = remaining
+                break
+            size = int(offsets[start + new] - offsets[start]) + (new + 1) * width
+            if size <= limit:
+                if new * 2 > MAX_MINIBLOCK_VALUES:
+                    break
+                num = new
+                new *= 2
+            else:
+                break
+        counts.append(num)
+        start += num
+    return counts
+
+
+def variable_miniblock(offsets: np.ndarray, data: np.ndarray, offset_bits: int,
+                       limit: int = AIM_MINICHUNK_SIZE) -> MiniBlocks:
+    """Variable-width values: ``offsets`` (int64, n+1, starting anywhere) into ``data``."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    data = np.asarray(data, dtype=np.uint8)
+    width = offset_bits // 8
+    counts = _var_chunk_counts(offsets, width, limit)
+    odt = np.dtype(f"<u{width}")
+    bufs = []
+    start = 0
+    for c in counts:
+        offs = offsets[start:start + c + 1]
+        head = (c + 1) * width
+        rel = (offs - offs[0] + head).astype(odt)
+        body = data[int(offs[0]):int(offs[-1])]
+        size = head + len(body)
+        pad = (-size) % width
+        bufs.append([rel.tobytes() + body.tobytes() + bytes([VAR_PAD_BYTE]) * pad])
+        start += c
+    return MiniBlocks(enc_variable(offset_bits), counts, bufs)
+
+
+def general_wrap(mb: MiniBlocks, scheme: str, level: Optional[int]) -> MiniBlocks:
+    """Compress the first buffer of every chunk (when that pays off)."""
+    total = sum(len(b[0]) for b in mb.bufs)
+    if not mb.bufs or total < MIN_BUFFER_SIZE_FOR_COMPRESSION:
+        return mb
+    new = []
+    csize = 0
+    for b in mb.bufs:
+        c = general_compress(scheme, level, b[0])
+        csize += len(c)
+        new.append([c] + b[1:])
+    if csize >= total:
+        return mb
+    return MiniBlocks(enc_general(buffer_compression(scheme, level), mb.encoding), mb.counts, new, mb.num_buffers,
+                      mb.last_full)
+
+
+# --------------------------------------------------------------------------------------------
+# block compression (dictionaries)
+# --------------------------------------------------------------------------------------------
+def variable_block(offsets: np.ndarray, data: np.ndarray, offset_bits: int) -> bytes:
+    offsets = np.asarray(offsets, dtype=np.int64)
+    rel = offsets - offsets[0]
+    body = np.asarray(data, dtype=np.uint8)[int(offsets[0]):int(offsets[-1])]
+    if offset_bits == 32:
+        head = 8 + 4 * len(rel)
+        return (32).to_bytes(4, "little") + head.to_bytes(4, "little") + rel.astype("<u4").tobytes() + body.tobytes()
+    head = 16 + 8 * len(rel)
+    return (64).to_bytes(8, "little") + head.to_bytes(8, "little") + rel.astype("<u8").tobytes() + body.tobytes()
+
+
+# --------------------------------------------------------------------------------------------
+# full-zip (per value)
+# --------------------------------------------------------------------------------------------
+@dataclass
+class PerValue:
+    encoding: pb.CompressiveEncoding
+    fixed_bytes: int = 0  # bytes per value for fixed-width values
+    # fixed: (n, fixed_bytes) uint8 matrix; variable: offsets (int64, n+1) + data
+    matrix: Optional[np.ndarray] = None
+    offsets: Optional[np.ndarray] = None
+    data: Optional[np.ndarray] = None
+    offset_bits: int = 0
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,1124 @@
+"""Page layouts of Lance 2.1+ files (``lance.encodings21.PageLayout``) and Arrow assembly.
+
+Every page of a 2.1+ column is one of:
+
+* **mini-block** -- buffer 0: chunk metadata, one word per chunk (u16 in 2.1, u32 when the layout's
+  ``has_large_chunk`` (field 10, set by 2.2+ writers) is true): ``(size_in_8_byte_words - 1) << 4 |
+  log2(values in chunk)`` (0 for the last chunk, whose count is ``num_items`` minus the others).
+  Buffer 1: the chunks, each 8-byte aligned: ``u16 num_levels`` (0 without rep/def), ``u16 rep
+  bytes`` (if rep), ``u16 def bytes`` (if def), one size per value buffer (u16, or u32 with large
+  chunks), padding to 8 (0xFE), then rep, def and value buffers each padded to 8. Optional buffer 2:
+  the dictionary (block encoded). Next buffer, when ``repetition_index_depth > 0``: the repetition
+  index, ``depth + 1`` u64 per chunk: rows that end in the chunk, and items left over after the last
+  row end (a "trailer" that continues in the next chunk).
+* **full-zip** -- buffer 0: per level entry a control word (``rep << bits_def | def``, 1/2/4 bytes
+  by ``bits_rep + bits_def`` <= 8/16/32; absent when both are 0) then, for visible entries, the
+  value: fixed width (``bits_per_value``) for every visible entry, or, for variable width, a length
+  (``bits_per_offset``) and the bytes for valid entries only. Buffer 1 (variable width or lists):
+  the repetition index -- byte offset of each row start plus the end, as byte-packed integers of
+  1/2/4/8 bytes (``buffer size / (rows + 1)``).
+* **all-null / constant** (field 2) -- no value data. Buffers 0/1 hold rep/def levels when there
+  are lists or several kinds of null (2.1: raw u16; 2.2: ``rep_compression`` (7) /
+  ``def_compression`` (8) with ``num_rep_values`` (9) / ``num_def_values`` (10)); a 2.2 constant
+  page carries the value in ``inline_value`` (6).
+* **blob** -- an inner layout of (position u64, size u64) descriptions; the bytes live elsewhere in
+  the file. size 0 + position 0 = empty, size 0 + position != 0 = null (position = def level).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from google.protobuf import unknown_fields
+
+from lance_ops._proto import encodings_v2_1_pb2 as pb
+from lance_ops.format.v2_1.layout import chunks
+from lance_ops.format.v2_1.compression import decode as comp
+from lance_ops.format.v2_1.layout import repdef as rd
+from lance_ops.format.v2_1.layout.chunks import spans_index
+from lance_ops.format.v2_1.compression.decode import EncodingCorrupt, EncodingUnsupported, Vals
+
+Ranges = list[tuple[int, int]]  # absolute (position, size)
+
+
+def unknown(msg) -> dict[int, Any]:
+    """Fields of ``msg`` that our compiled proto does not know (newer upstream additions)."""
+    out: dict[int, Any] = {}
+    for u in unknown_fields.UnknownFieldSet(msg):
+        out[u.field_number] = u.data
+    return out
+
+
+def layout_name(layout: pb.PageLayout) -> str:
+    which = layout.WhichOneof("layout")
+    if which == "mini_block_layout":
+        m = layout.mini_block_layout
+        name = f"mini_block({comp.describe(m.value_compression)}"
+        if m.HasField("dictionary"):
+            name += f", dictionary={comp.describe(m.dictionary)}"
+        return name + ")"
+    if which == "full_zip_layout":
+        return f"full_zip({comp.describe(layout.full_zip_layout.value_compression)})"
+    if which == "all_null_layout":
+        return "constant" if 6 in unknown(layout.all_null_layout) else "all_null"
+    if which == "blob_layout":
+        return "blob(" + layout_name(layout.blob_layout.inner_layout) + ")"
+    return which or f"unknown layout (fields {sorted(unknown(layout))})"
+
+
+# --------------------------------------------------------------------------------------------
+# decoded run of rows
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Decoded:
+    """Levels (canonical) and visible values of some rows of one leaf column."""
+
+    levels: rd.Levels
+    values: Vals
+    num_rows: int
+
+    @staticmethod
+    def concat(parts: Sequence["Decoded"]) -> "Decoded":
+        if len(parts) == 1:
+            return parts[0]
+        return Decoded(rd.Levels.concat([p.levels for p in parts]), Vals.concat([p.values for p in parts]),
+                       sum(p.num_rows for p in parts))
+
+
+def select_rows(levels: rd.Levels, values: Vals, canon: rd.Canonical, ra: np.ndarray, rb: np.ndarray,
+                run_ends: Optional[np.ndarray] = None) -> Decoded:
+    """Cut the rows ``[ra[i], rb[i])`` (sorted, disjoint, numbered from the run's first row start)
+    out of a decoded run; one slice for one range, one gather for many.
+
+    ``run_ends`` (level positions, increasing): where runs of chunks that were decoded back to back
+    end; a row never extends past the end of its run (the next run may begin with the tail of a
+    row that is not wanted)."""
+    if canon.max_rep and levels.rep is not None:
+        starts = np.flatnonzero(levels.rep == canon.max_rep)
+        nrows = len(starts)
+    else:
+        starts = None
+        nrows = levels.n
+    if len(ra) > 1 and (run_ends is None or starts is None):  # merge touching ranges (e.g. whole pages)
+        touch = rb[:-1] == ra[1:]
+        if bool(touch.any()):
+            ra, rb = ra[np.concatenate([[True], ~touch])], rb[np.concatenate([~touch, [True]])]
+    k = len(ra)
+    if k == 0:
+        return Decoded(rd.Levels(None, None, 0), values.slice(0, 0), 0)
+    if int(ra[0]) < 0 or int(rb[-1]) > nrows:
+        raise EncodingCorrupt("requested rows are not in the decoded chunks")
+    if k == 1 and int(ra[0]) == 0 and int(rb[0]) == nrows and (starts is None or nrows == 0 or starts[0] == 0) \
+            and (run_ends is None or len(run_ends) <= 1 or starts is None):
+        return Decoded(levels, values, nrows)
+    if starts is None:
+        la, lb = ra, rb
+    else:
+        bounds = np.append(starts, levels.n)
+        la, lb = bounds[ra], bounds[rb]
+        if run_ends is not None and len(run_ends) > 1:
+            lb = np.minimum(lb, run_ends[np.minimum(np.searchsorted(run_ends, la, side="right"), len(run_ends) - 1)])
+    vis = rd.visible_mask(levels, canon)
+    if vis is None:
+        va, vb = la, lb
+    else:
+        vcum = np.zeros(levels.n + 1, dtype=np.int64)
+        np.cumsum(vis, out=vcum[1:])
+        va, vb = vcum[la], vcum[lb]
+    nsel = int((rb - ra).sum())
+    if k == 1:
+        a, b = int(la[0]), int(lb[0])
+        lv = rd.Levels(None if levels.rep is None else levels.rep[a:b],
+                       None if levels.defs is None else levels.defs[a:b], b - a)
+        return Decoded(lv, values.slice(int(va[0]), int(vb[0])), nsel)
+    lidx = spans_index(la, lb)
+    lv = rd.Levels(None if levels.rep is None else levels.rep[lidx],
+                   None if levels.defs is None else levels.defs[lidx], len(lidx))
+    vidx = lidx if vis is None else spans_index(va, vb)
+    return Decoded(lv, values.take(vidx), nsel)
+
+
+def _join(datas: Sequence) -> np.ndarray:
+    """The requested byte ranges back to back as one uint8 array (no copy for a single range)."""
+    if len(datas) == 1:
+        return np.frombuffer(datas[0], dtype=np.uint8)
+    return np.concatenate([np.frombuffer(d, dtype=np.uint8) for d in datas]) if datas else np.zeros(0, np.uint8)
+
+
+def empty_decoded(ctx: "PageCtx") -> Decoded:
+    """No rows of a leaf column."""
+    return Decoded(rd.Levels(None, None, 0),
+                   placeholder_vals(ctx.value_kind, ctx.value_width, 0, ctx.items_per_value), 0)
+
+
+def _map_defs(defs: Optional[np.ndarray], table: np.ndarray) -> Optional[np.ndarray]:
+    """Page definition levels -> canonical ones (``table`` is increasing: a few compares, no gather)."""
+    if defs is None:
+        return None
+    top = int(defs.max()) if len(defs) else 0
+    if top >= len(table):
+        raise EncodingCorrupt(f"definition level {top} is out of range for the page's layers")
+    if bool(np.all(table[:top + 1] == np.arange(top + 1))):
+        return defs.astype(np.uint16, copy=False)
+    if len(table) > 8 or bool(np.any(np.diff(table.astype(np.int64)) <= 0)):
+        return table[defs]
+    out = np.zeros(len(defs), np.uint16)
+    for i in range(1, top + 1):
+        out += (defs >= i).astype(np.uint16) * np.uint16(table[i] - table[i - 1])
+    return out
+
+
+def placeholder_vals(kind: str, width: int, n: int, ipv: int = 1) -> Vals:
+    if kind == "var":
+        return Vals("var", n, np.zeros(0, np.uint8), np.zeros(n + 1, np.int64))
+    if kind == "bool":
+        return Vals("bool", n, np.zeros(n, bool))
+    v = Vals("fixed", n, np.zeros((n, width), np.uint8))
+    v.items_per_value = ipv
+    return v
+
+
+# --------------------------------------------------------------------------------------------
+# pages
+# --------------------------------------------------------------------------------------------
+@dataclass
+class PageCtx:
+    """What a page decoder needs to know about its column."""
+
+    canon: rd.Canonical
+    value_kind: str  # "fixed" | "bool" | "var" (of the leaf's values)
+    value_width: int  # bytes per value for fixed (whole FSL row)
+    items_per_value: int = 1
+
+
+class Page:
+    """Base class: a page of ``num_rows`` rows starting at ``first_row``."""
+
+    def __init__(self, layout, offsets: Sequence[int], sizes: Sequence[int], num_rows: int,
+                 first_row: int, ctx: PageCtx, version: str):
+        self.layout = layout
+        self.offsets = [int(o) for o in offsets]
+        self.sizes = [int(s) for s in sizes]
+        self.num_rows = int(num_rows)
+        self.first_row = int(first_row)
+        self.ctx = ctx
+        self.version = version
+        self.ready = False
+
+    def buf(self, i: int) -> tuple[int, int]:
+        if i >= len(self.offsets):
+            raise EncodingCorrupt(f"page has {len(self.offsets)} buffers, needs buffer {i}")
+        return self.offsets[i], self.sizes[i]
+
+    # metadata to load before planning reads
+    def init_ranges(self) -> Ranges:
+        return []
+
+    def init(self, data: Sequence[bytes]) -> None:
+        self.ready = True
+
+    def plan(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, Callable[[Sequence[bytes]], Decoded]]:
+        """Byte ranges to read for the rows ``[starts[i], ends[i])`` (page-relative, sorted, disjoint)
+        and a function decoding them."""
+        raise NotImplementedError
+
+
+class MiniBlockPage(Page):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        m: pb.MiniBlockLayout = self.layout
+        self.large = bool(unknown(m).get(10, 0))
+        self.has_rep = m.HasField("rep_compression")
+        self.has_def = m.HasField("def_compression")
+        self.has_dict = m.HasField("dictionary")
+        self.depth = m.repetition_index_depth
+        self.num_items = m.num_items
+        self.num_buffers = m.num_buffers
+        self.def_table = rd.def_mapping(m.layers, self.ctx.canon)
+        self.max_rep = rd.page_max_rep(m.layers)
+        if self.max_rep != self.ctx.canon.max_rep:
+            raise EncodingCorrupt("page repetition depth differs from the schema")
+        if self.max_rep and not self.has_rep:
+            raise EncodingCorrupt("list page without repetition levels")
+        self.dictionary: Optional[Vals] = None
+        # pages of a column with equal keys decode their chunks as one batch (see decode_group)
+        self.batch_key = None if self.has_dict else (
+            m.rep_compression.SerializeToString(), m.def_compression.SerializeToString(),
+            m.value_compression.SerializeToString(), tuple(m.layers), self.num_buffers, self.large,
+            self.has_rep, self.has_def)
+
+    def init_ranges(self) -> Ranges:
+        out = [self.buf(0)]
+        nxt = 2
+        if self.has_dict:
+            out.append(self.buf(2))
+            nxt = 3
+        if self.depth > 0:
+            out.append(self.buf(nxt))
+        return out
+
+    def init(self, data: Sequence[bytes]) -> None:
+        meta = bytes(data[0])
+        word = 4 if self.large else 2
+        if len(meta) % word:
+            raise EncodingCorrupt(f"chunk metadata of {len(meta)} bytes is not a whole number of words")
+        words = np.frombuffer(meta, dtype=f"<u{word}").astype(np.int64)
+        nchunks = len(words)
+        sizes = ((words >> 4) + 1) * 8
+        logs = words & 0xF
+        counts = np.where(np.arange(nchunks) < nchunks - 1, np.left_shift(1, logs), 0).astype(np.int64)
+        if nchunks:
+            last = self.num_items - int(counts[:-1].sum())
+            if last < 0:
+                raise EncodingCorrupt("chunk value counts exceed the page's item count")
+            counts[-1] = last
+        elif self.num_items:
+            raise EncodingCorrupt("page has items but no chunks")
+        self.chunk_sizes = sizes
+        self.chunk_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        data_pos, data_size = self.buf(1)
+        if nchunks and self.chunk_offsets[-1] > data_size:
+            raise EncodingCorrupt("mini-block chunks run past their buffer")
+        self.data_pos = data_pos
+        self.chunk_counts = counts
+        pos = 1
+        if self.has_dict:
+            m = self.layout
+            self.dictionary = comp.decode_block(m.dictionary, data[pos], int(m.num_dictionary_items))
+            pos += 1
+        if self.max_rep:
+            if self.depth > 0:
+                ri = np.frombuffer(bytes(data[pos]), dtype="<u8").astype(np.int64)
+                stride = self.depth + 1
+                if len(ri) < nchunks * stride:
+                    raise EncodingCorrupt("repetition index is shorter than the chunk count")
+                ri = ri[: nchunks * stride].reshape(nchunks, stride)
+                ends, partial = ri[:, 0], ri[:, -1]
+                has_trailer = partial > 0
+                has_pre = np.concatenate([[False], has_trailer[:-1]])
+                starts = ends + has_trailer - has_pre
+            else:
+                raise EncodingUnsupported("list page without a repetition index")
+        else:
+            starts = counts
+        self.chunk_row_starts = starts.astype(np.int64)  # rows starting in each chunk
+        self.chunk_first_row = np.concatenate([[0], np.cumsum(self.chunk_row_starts)]).astype(np.int64)
+        if nchunks and self.chunk_first_row[-1] != self.num_rows:
+            raise EncodingCorrupt(f"chunks hold {int(self.chunk_first_row[-1])} rows, page says {self.num_rows}")
+        self.ready = True
+
+    def plan(self, starts, ends):
+        reqs, part = self.plan_part(starts, ends)
+        if part is None:
+            return [], lambda datas: empty_decoded(self.ctx)
+        return reqs, lambda datas: decode_group([(self, part)], datas)
+
+    def plan_part(self, starts, ends) -> tuple[Ranges, Optional[tuple]]:
+        """Byte ranges of the chunks holding the rows and what :func:`decode_group` needs:
+        (chunk ids, row ranges numbered within those chunks), or None when no rows are wanted."""
+        nch = len(self.chunk_sizes)
+        keep = ends > starts
+        a, b = starts[keep], ends[keep]
+        if not len(a) or nch == 0:
+            return [], None
+        fr_end = self.chunk_first_row[1:]
+        c0 = np.searchsorted(fr_end, a, side="right")
+        if self.max_rep:  # up to the chunk where row b starts: row b - 1 may run into it
+            c1 = np.where(b >= self.num_rows, nch - 1, np.searchsorted(fr_end, b, side="right"))
+        else:
+            c1 = np.searchsorted(fr_end, b - 1, side="right")
+        c0, c1 = np.minimum(c0, nch - 1), np.minimum(c1, nch - 1)
+        cover = np.cumsum(np.bincount(c0, minlength=nch + 1) - np.bincount(c1 + 1, minlength=nch + 1))[:nch] > 0
+        cids = np.flatnonzero(cover)
+        brk = np.flatnonzero(np.diff(cids) != 1) + 1
+        r0 = cids[np.concatenate([[0], brk])]
+        r1 = cids[np.concatenate([brk, [len(cids)]]) - 1]
+        offs = self.chunk_offsets
+        reqs = list(zip((self.data_pos + offs[r0]).tolist(), (offs[r1 + 1] - offs[r0]).tolist()))
+        # the requested rows, numbered within the decoded chunks
+        drow0 = chunks.excl_cumsum(self.chunk_row_starts[cids])
+        ra = a - self.chunk_first_row[c0] + drow0[np.searchsorted(cids, c0)]
+        rb = ra + (b - a)
+        return reqs, (cids, ra, rb)
+
+    def _decode_batch(self, buf: np.ndarray, pos: np.ndarray, sizes: np.ndarray, counts: np.ndarray):
+        """Levels, values and a value transform still to apply (FSST, dictionary) of a chunk batch."""
+        m: pb.MiniBlockLayout = self.layout
+        p = chunks.parse_headers(buf, pos, sizes, counts, self.has_rep, self.has_def, self.num_buffers, self.large)
+        nlev = p.num_levels
+        reps = chunks.batch_levels(m.rep_compression, buf, p.rep, nlev) if self.has_rep else None
+        defs = chunks.batch_levels(m.def_compression, buf, p.defs, nlev) if self.has_def else None
+        nz = counts > 0
+        table = None
+        if bool(nz.any()):
+            bufs = p.bufs if bool(nz.all()) else [(s[nz], z[nz]) for s, z in p.bufs]
+            values, table = chunks.batch_values(m.value_compression, buf, bufs, counts[nz], defer_fsst=True)
+        else:
+            values = placeholder_vals("fixed" if self.has_dict else self.ctx.value_kind, 0, 0)
+        post = None
+        if table is not None:
+            post = lambda v: chunks.fsst_decode(v, table)  # noqa: E731
+        if self.has_dict:
+            post = self._lookup
+        n = int(nlev.sum()) if (self.has_rep or self.has_def) else int(counts.sum())
+        if reps is not None and len(reps) != n or defs is not None and len(defs) != n:
+            raise EncodingCorrupt("mini-block levels do not match the chunk level counts")
+        dfs = _map_defs(defs, self.def_table) if defs is not None else None
+        return rd.Levels(reps, dfs, n), values, post, nlev
+
+    def _lookup(self, values: Vals) -> Vals:
+        """Dictionary indices -> dictionary values."""
+        idx = values.as_uint(values.width * 8).astype(np.int64) if values.n else np.zeros(0, np.int64)
+        nd = self.dictionary.n
+        if nd == 0:
+            return placeholder_vals(self.ctx.value_kind, self.ctx.value_width, len(idx))
+        return self.dictionary.take(np.clip(idx, 0, nd - 1))
+
+
+def decode_group(items: Sequence[tuple["MiniBlockPage", tuple]], datas: Sequence) -> Decoded:
+    """Decode the wanted chunks of one or more mini-block pages of a column (in page order, with
+    equal ``batch_key``) as one batch: pages start and end on row boundaries, so their chunks
+    can be decoded back to back. ``datas`` are the pages' byte ranges, in order."""
+    page = items[0][0]
+    buf = _join(datas)
+    if len(items) == 1:
+        cids, ra, rb = items[0][1]
+        sizes, counts = page.chunk_sizes[cids], page.chunk_counts[cids]
+        new_run = np.diff(cids) != 1  # (cids[i + 1] > 0 then)
+    else:
+        sizes = np.concatenate([p.chunk_sizes[part[0]] for p, part in items])
+        counts = np.concatenate([p.chunk_counts[part[0]] for p, part in items])
+        ras, rbs, runs, shift = [], [], [], 0
+        for p, (cids, a, b) in items:
+            ras.append(a + shift)
+            rbs.append(b + shift)
+            runs.append(np.concatenate([[cids[0] > 0], np.diff(cids) != 1]))  # a page's chunk 0 has no row tail
+            shift += int(p.chunk_row_starts[cids].sum())
+        ra, rb = np.concatenate(ras), np.concatenate(rbs)
+        new_run = np.concatenate(runs)[1:]
+    pos = chunks.excl_cumsum(sizes)
+    if int(pos[-1] + sizes[-1]) > len(buf):
+        raise EncodingCorrupt("mini-block chunks run past the data read")
+    lv, vals, post, nlev = page._decode_batch(buf, pos, sizes, counts)
+    # a run of chunks starting at a chunk > 0 may begin with the tail of an unwanted row: the rows
+    # of the run before it end where that run ends
+    run_ends = None
+    if page.max_rep and bool(new_run.any()):
+        run_ends = np.cumsum(nlev)[np.append(np.flatnonzero(new_run), len(nlev) - 1)]
+    d = select_rows(lv, vals, page.ctx.canon, ra, rb, run_ends)
+    if post is not None:
+        d.values = post(d.values)
+    return d
+
+
+class FullZipPage(Page):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        z: pb.FullZipLayout = self.layout
+        self.bits_rep, self.bits_def = z.bits_rep, z.bits_def
+        total = self.bits_rep + self.bits_def
+        self.cw = 0 if total == 0 else 1 if total <= 8 else 2 if total <= 16 else 4
+        self.detail = z.WhichOneof("details")
+        if self.detail is None:
+            raise EncodingCorrupt("full-zip layout without bits_per_value or bits_per_offset")
+        self.fixed_bytes = z.bits_per_value // 8 if self.detail == "bits_per_value" else 0
+        self.len_bytes = z.bits_per_offset // 8 if self.detail == "bits_per_offset" else 0
+        self.def_table = rd.def_mapping(z.layers, self.ctx.canon)
+        self.max_rep = rd.page_max_rep(z.layers)
+        self.max_visible = rd.page_max_visible(z.layers)
+        self.has_index = len(self.offsets) > 1 and self.sizes[1] > 0
+        self.stride = self.cw + self.fixed_bytes  # bytes per row when there is no repetition index
+        self.row_offsets = None
+
+    def init_ranges(self) -> Ranges:
+        return [self.buf(1)] if self.has_index else []
+
+    def init(self, data):
+        if self.has_index:
+            raw = bytes(data[0])
+            n = self.num_rows + 1
+            if len(raw) % n:
+                raise EncodingCorrupt(f"full-zip repetition index of {len(raw)} bytes does not fit {n} entries")
+            w = len(raw) // n
+            if w not in (1, 2, 4, 8):
+                raise EncodingCorrupt(f"full-zip repetition index entries of {w} bytes")
+            self.row_offsets = np.frombuffer(raw, dtype=f"<u{w}").astype(np.int64)
+            end = int(self.row_offsets[-1])
+        else:
+            if self.max_rep or self.len_bytes:
+                raise EncodingCorrupt("full-zip page without a repetition index")
+            end = self.num_rows * self.stride
+        if end > self.buf(0)[1]:
+            raise EncodingCorrupt("full-zip rows run past the data buffer")
+        self.ready = True
+
+    def _row_off(self, rows: np.ndarray) -> np.ndarray:
+        return self.row_offsets[rows] if self.row_offsets is not None else rows * self.stride
+
+    def plan(self, starts, ends):
+        pos0 = self.buf(0)[0]
+        keep = ends > starts
+        a, b = starts[keep], ends[keep]
+        oa, ob = self._row_off(a), self._row_off(b)
+        reqs = list(zip((pos0 + oa).tolist(), (ob - oa).tolist()))
+
+        def decode(datas):
+            if not len(a):
+                return empty_decoded(self.ctx)
+            buf = _join(datas)
+            if self.row_offsets is None and self.cw == 0 and self.fixed_bytes:
+                # no levels, no index: rows of exactly one fixed-width value each
+                n = int((b - a).sum())
+                if n * self.stride > len(buf):
+                    raise EncodingCorrupt("full-zip rows run past the data read")
+                raw = buf[:n * self.stride].reshape(n, self.stride)
+                return Decoded(rd.Levels(None, None, n), _per_value_fixed(self.layout.value_compression, raw, n), n)
+            shift = chunks.excl_cumsum(ob - oa) - oa
+            rows = spans_index(a, b)
+            if len(a) == 1:
+                rstart = self._row_off(rows) + int(shift[0])
+                rend = self._row_off(rows + 1) + int(shift[0])
+            else:
+                sh = np.repeat(shift, b - a)
+                rstart = self._row_off(rows) + sh
+                rend = self._row_off(rows + 1) + sh
+            return self._decode_rows(buf, rstart, rend)
+
+        return reqs, decode
+
+    def _decode_rows(self, buf: np.ndarray, row_start: np.ndarray, row_end: np.ndarray) -> Decoded:
+        """Decode rows whose bytes are ``buf[row_start[i]:row_end[i]]``."""
+        nrows = len(row_start)
+        if nrows and (int(row_start.min()) < 0 or int(row_end.max()) > len(buf)):
+            raise EncodingCorrupt("full-zip rows run past the data read")
+        cw = self.cw
+        # walk all rows in parallel, one level entry per step
+        cur = row_start.copy()
+        end = row_end
+        active = np.flatnonzero(cur < end) if nrows else np.zeros(0, np.int64)
+        ent_row, ent_step, ent_rep, ent_def, ent_start, ent_len = [], [], [], [], [], []
+        step = 0
+        maxv = self.max_visible
+        while len(active):
+            p = cur[active]
+            if cw:
+                if np.any(p + cw > len(buf)):
+                    raise EncodingCorrupt("full-zip control word runs past the data")
+                word = chunks.read_uint(buf, p, cw)
+                d = word & ((1 << self.bits_def) - 1)
+                r = word >> self.bits_def
+            else:
+                d = np.zeros(len(p), np.int64)
+                r = np.zeros(len(p), np.int64)
+            p = p + cw
+            visible = np.ones(len(p), bool) if maxv is None else d <= maxv
+            valid = d == 0
+            if self.fixed_bytes or self.len_bytes == 0:
+                vstart = p
+                vlen = np.where(visible, self.fixed_bytes, 0)
+                p = p + vlen
+            else:
+                has = visible & valid
+                lb = self.len_bytes
+                ln = np.zeros(len(p), np.int64)
+                hp = p[has]
+                if np.any(hp + lb > len(buf)):
+                    raise EncodingCorrupt("full-zip value length runs past the data")
+                ln[has] = chunks.read_uint(buf, hp, lb)
+                vstart = p + np.where(has, lb, 0)
+                vlen = ln
+                p = vstart + vlen
+            if np.any(p > end[active]):
+                raise EncodingCorrupt("full-zip value runs past its row")
+            ent_row.append(active)
+            ent_step.append(np.full(len(active), step))
+            ent_rep.append(r)
+            ent_def.append(d)
+            ent_start.append(np.where(visible, vstart, -1))
+            ent_len.append(vlen)
+            cur[active] = p
+            active = active[p < end[active]]
+            step += 1
+        if len(ent_row) == 1:
+            rep, dfs, vstart, vlen = ent_rep[0], ent_def[0], ent_start[0], ent_len[0]
+        elif ent_row:
+            rows = np.concatenate(ent_row)
+            order = np.lexsort((np.concatenate(ent_step), rows))
+            rep = np.concatenate(ent_rep)[order]
+            dfs = np.concatenate(ent_def)[order]
+            vstart = np.concatenate(ent_start)[order]
+            vlen = np.concatenate(ent_len)[order]
+        else:
+            rep = dfs = vstart = vlen = np.zeros(0, np.int64)
+        n = len(rep)
+        vis = vstart >= 0
+        starts, lens = np.compress(vis, vstart), np.compress(vis, vlen)
+        values = self._values(buf, starts, lens, np.compress(vis, dfs))
+        levels = rd.Levels(rep.astype(np.uint16) if self.max_rep else None,
+                           _map_defs(dfs.astype(np.uint16), self.def_table) if self.bits_def else None, n)
+        return Decoded(levels, values, nrows)
+
+    def _values(self, buf, starts, lens, dfs) -> Vals:
+        n = len(starts)
+        z: pb.FullZipLayout = self.layout
+        if self.fixed_bytes:
+            w = self.fixed_bytes
+            if not n:
+                raw = np.zeros((0, w), np.uint8)
+            elif int(starts[-1]) + w > len(buf) or int(starts.min()) < 0:
+                raise EncodingCorrupt("full-zip value runs past the data")
+            else:
+                stride = int(starts[1] - starts[0]) if n > 1 else w
+                if stride >= w and int(starts[-1]) == int(starts[0]) + stride * (n - 1) and \
+                        (n < 3 or bool(np.all(np.diff(starts) == stride))):
+                    # evenly spaced rows: a strided view (no copy when rows are back to back)
+                    raw = np.lib.stride_tricks.as_strided(buf[int(starts[0]):], shape=(n, w), strides=(stride, 1))
+                    if stride != w:
+                        raw = raw.copy()
+                else:
+                    # one row copy per value out of a sliding-window view of the bytes
+                    win = np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - w + 1, w), strides=(1, 1))
+                    raw = win[starts]
+            return _per_value_fixed(z.value_compression, raw, n)
+        total = int(lens.sum())
+        offs = np.zeros(n + 1, np.int64)
+        np.cumsum(lens, out=offs[1:])
+        src = np.repeat(starts - offs[:-1], lens) + np.arange(total, dtype=np.int64)
+        data = buf[src]
+        return _per_value_var(z.value_compression, Vals("var", n, data, offs))
+
+
+def _per_value_fixed(enc: pb.CompressiveEncoding, raw: np.ndarray, n: int) -> Vals:
+    which = enc.WhichOneof("compression")
+    if which == "flat":
+        return Vals("fixed", n, raw)
+    if which == "fixed_size_list":
+        dims, validity_layers = [], []
+        cur = enc.fixed_size_list
+        cum = 1
+        vbytes = 0
+        while True:
+            cum *= cur.items_per_value
+            if cur.has_validity:
+                validity_layers.append((vbytes, cum))
+                vbytes += (cum + 7) // 8
+            inner = cur.values
+            if inner.WhichOneof("compression") == "fixed_size_list":
+                cur = inner.fixed_size_list
+                continue
+            break
+        if inner.WhichOneof("compression") != "flat":
+            raise EncodingUnsupported(f"full-zip fixed-size list of {comp.describe(inner)}")
+        out = Vals("fixed", n, np.ascontiguousarray(raw[:, vbytes:]))
+        out.items_per_value = cum
+        if validity_layers:
+            iv = np.ones(n * cum, bool)
+            for off, c in validity_layers:
+                nb = (c + 7) // 8
+                bits = np.unpackbits(np.ascontiguousarray(raw[:, off:off + nb]), axis=1, bitorder="little")[:, :c]
+                iv &= np.repeat(bits.reshape(-1).astype(bool), cum // c)
+            out.item_validity = iv
+        return out
+    raise EncodingUnsupported(f"full-zip fixed-width values encoded with {comp.describe(enc)}")
+
+
+def _per_value_var(enc: pb.CompressiveEncoding, v: Vals) -> Vals:
+    which = enc.WhichOneof("compression")
+    if which == "variable":
+        if enc.variable.HasField("values"):
+            return _per_value_general(enc.variable.values, v)
+        return v
+    if which == "fsst":
+        inner = _per_value_var(enc.fsst.values, v)
+        return comp._fsst_apply(enc.fsst, inner)
+    if which == "variable_packed_struct":
+        layout = []
+        for f in enc.variable_packed_struct.fields:
+            kind = f.value.WhichOneof("compression")
+            lay = f.WhichOneof("layout")
+            if lay == "bits_per_value" and kind == "flat" and f.bits_per_value % 8 == 0:
+                layout.append(("fixed", f.bits_per_value // 8, None))
+            elif lay == "bits_per_length" and f.bits_per_length in (8, 16, 32, 64):
+                layout.append(("var", f.bits_per_length // 8, f.value))
+            else:
+                raise EncodingUnsupported(f"variable packed struct field encoded with {comp.describe(f.value)}")
+        v.packed = tuple(layout)
+        return v
+    if which == "general":
+        inner = _per_value_general(enc.general.compression, v)
+        return _per_value_var(enc.general.values, inner)
+    raise EncodingUnsupported(f"full-zip variable-width values encoded with {comp.describe(enc)}")
+
+
+def _per_value_general(compression: pb.BufferCompression, v: Vals) -> Vals:
+    datas = []
+    lens = np.zeros(v.n, np.int64)
+    for i in range(v.n):
+        a, b = int(v.offsets[i]), int(v.offsets[i + 1])
+        if b > a:
+            d = comp.general_decompress(compression, v.data[a:b].tobytes())
+        else:
+            d = b""
+        datas.append(d)
+        lens[i] = len(d)
+    offs = np.zeros(v.n + 1, np.int64)
+    np.cumsum(lens, out=offs[1:])
+    data = np.frombuffer(b"".join(datas), dtype=np.uint8)
+    return Vals("var", v.n, data, offs)
+
+
+class ConstantPage(Page):
+    """All-null (2.1+) or constant (2.2+) page."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        a = self.layout
+        extra = unknown(a)
+        self.inline_value = extra.get(6)
+        self.rep_comp = self._enc(extra.get(7))
+        self.def_comp = self._enc(extra.get(8))
+        self.num_rep = extra.get(9)
+        self.num_def = extra.get(10)
+        self.def_table = rd.def_mapping(a.layers, self.ctx.canon)
+        self.max_rep = rd.page_max_rep(a.layers)
+        self.ndefs = rd.page_def_count(a.layers)
+        # buffers: [scalar value buffer]? then [rep, def]? (2.1 all-null pages: just rep, def)
+        nb = len(self.offsets)
+        self.value_buf = self.inline_value is None and nb in (1, 3)
+        self.level_base = 1 if self.value_buf else 0
+
+    @staticmethod
+    def _enc(raw) -> Optional[pb.CompressiveEncoding]:
+        if raw is None:
+            return None
+        e = pb.CompressiveEncoding()
+        e.ParseFromString(bytes(raw))
+        return e
+
+
+    def _has(self, i: int) -> bool:
+        i += self.level_base
+        return i < len(self.sizes) and self.sizes[i] > 0
+
+    def init_ranges(self):
+        out = [self.buf(0)] if self.value_buf else []
+        return out + [self.buf(i + self.level_base) for i in (0, 1) if self._has(i)]
+
+    def init(self, data):
+        it = iter(data)
+        self.scalar = _scalar_value(bytes(next(it)), self.ctx) if self.value_buf else None
+        rep = next(it) if self._has(0) else None
+        dfs = next(it) if self._has(1) else None
+        self.rep = self._levels(rep, self.rep_comp, self.num_rep) if rep is not None else None
+        self.defs = self._levels(dfs, self.def_comp, self.num_def) if dfs is not None else None
+        if self.rep is None and self.max_rep:
+            # no levels stored: every row is one (null or empty) list at the outermost layer
+            pass
+        self.ready = True
+
+    def _levels(self, raw: bytes, enc, count) -> np.ndarray:
+        if enc is None:
+            return np.frombuffer(bytes(raw), dtype="<u2").astype(np.uint16)
+        n = int(count) if count is not None else len(raw) // 2
+        return comp.decode_levels(enc, raw, n)
+
+    def plan(self, starts, ends):
+        keep = ends > starts
+        a, b = starts[keep], ends[keep]
+
+        def decode(_datas):
+            n_rows = self.num_rows
+            if self.rep is None and self.defs is None:
+                levels = rd.Levels(np.full(n_rows, self.ctx.canon.max_rep, np.uint16) if self.max_rep else None,
+                                   None, n_rows)
+                if self.inline_value is None and not self.value_buf:
+                    # every entry is null at the innermost nullable layer
+                    page_def = 1 if self.ndefs else 0
+                    levels.defs = _map_defs(np.full(n_rows, page_def, np.uint16), self.def_table)
+            else:
+                n = len(self.defs) if self.defs is not None else len(self.rep)
+                rep = self.rep
+                if rep is None and self.max_rep:
+                    rep = np.full(n, self.ctx.canon.max_rep, np.uint16)
+                dfs = self.defs
+                if dfs is None and self.inline_value is None and not self.value_buf:
+                    dfs = np.full(n, 1 if self.ndefs else 0, np.uint16)
+                levels = rd.Levels(rep, _map_defs(dfs, self.def_table) if dfs is not None else None, n)
+            vis = rd.visible_mask(levels, self.ctx.canon)
+            nvis = levels.n if vis is None else int(vis.sum())
+            if self.scalar is not None:
+                vals = self.scalar.take(np.zeros(nvis, np.int64))
+            elif self.inline_value is not None:
+                v = np.frombuffer(bytes(self.inline_value), dtype=np.uint8)
+                if self.ctx.value_kind == "bool":
+                    vals = Vals("bool", nvis, np.full(nvis, bool(v[0] & 1) if len(v) else False))
+                else:
+                    vals = Vals("fixed", nvis, np.broadcast_to(v, (nvis, len(v))).copy())
+                    vals.items_per_value = self.ctx.items_per_value
+            else:
+                vals = placeholder_vals(self.ctx.value_kind, self.ctx.value_width, nvis, self.ctx.items_per_value)
+            return select_rows(levels, vals, self.ctx.canon, a, b)
+
+        return [], decode
+
+
+def _scalar_value(raw: bytes, ctx: PageCtx) -> Vals:
+    """A constant page's value buffer: u32 buffer count, u32 length each, then the Arrow buffers
+    of a one-value array (e.g. offsets + bytes for strings)."""
+    if len(raw) < 4:
+        raise EncodingCorrupt("constant value buffer is truncated")
+    nb = int.from_bytes(raw[:4], "little")
+    if len(raw) < 4 + 4 * nb:
+        raise EncodingCorrupt("constant value buffer header is truncated")
+    lens = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "little") for i in range(nb)]
+    pos = 4 + 4 * nb
+    bufs = []
+    for ln in lens:
+        if pos + ln > len(raw):
+            raise EncodingCorrupt("constant value buffer is truncated")
+        bufs.append(raw[pos:pos + ln])
+        pos += ln
+    if ctx.value_kind == "var":
+        if nb != 2:
+            raise EncodingCorrupt(f"variable-width constant with {nb} buffers")
+        ow = len(bufs[0]) // 2
+        offs = np.frombuffer(bufs[0], dtype=f"<u{ow}").astype(np.int64)
+        return Vals("var", 1, np.frombuffer(bufs[1], np.uint8)[offs[0]:offs[1]], offs - offs[0])
+    if nb != 1:
+        raise EncodingCorrupt(f"fixed-width constant with {nb} buffers")
+    v = np.frombuffer(bufs[0], np.uint8)
+    if ctx.value_kind == "bool":
+        return Vals("bool", 1, np.array([bool(v[0] & 1)]))
+    out = Vals("fixed", 1, v.reshape(1, -1).copy())
+    out.items_per_value = ctx.items_per_value
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Arrow assembly
+# --------------------------------------------------------------------------------------------
+def _bitmap(valid: Optional[np.ndarray]) -> Optional[pa.Buffer]:
+    if valid is None or valid.all():
+        return None
+    return pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
+
+
+def leaf_array(dtype: pa.DataType, vals: Vals, valid: Optional[np.ndarray]) -> pa.Array:
+    n = vals.n
+    if valid is not None and len(valid) != n:
+        raise EncodingCorrupt(f"{len(valid)} validity entries for {n} values")
+    nulls = None if valid is None else int(n - valid.sum())
+    vb = _bitmap(valid)
+    if nulls == 0:
+        nulls = 0
+    if pa.types.is_dictionary(dtype):
+        inner = leaf_array(dtype.value_type, vals, valid)
+        enc = pc.dictionary_encode(inner)
+        return enc.cast(dtype) if enc.type != dtype else enc
+    if pa.types.is_boolean(dtype):
+        if vals.kind == "bool":
+            bits = vals.data
+        else:
+            bits = vals.data.reshape(n, -1).any(axis=1) if vals.width else np.zeros(n, bool)
+        data = pa.py_buffer(np.packbits(bits, bitorder="little").tobytes())
+        return pa.Array.from_buffers(dtype, n, [vb, data], null_count=nulls if vb is not None else 0)
+    if pa.types.is_null(dtype):
+        return pa.nulls(n)
+    if (pa.types.is_string(dtype) or pa.types.is_binary(dtype) or pa.types.is_large_string(dtype)
+            or pa.types.is_large_binary(dtype)):
+        if vals.kind != "var":
+            if n == 0 or vals.width == 0:
+                vals = placeholder_vals("var", 0, n)
+            else:
+                raise EncodingCorrupt(f"{dtype} column decoded to fixed-width values")
+        large = pa.types.is_large_string(dtype) or pa.types.is_large_binary(dtype)
+        offs = vals.offsets.astype(np.int64 if large else np.int32)
+        if not large and len(vals.offsets) and vals.offsets[-1] > np.iinfo(np.int32).max:
+            raise EncodingUnsupported(f"{dtype} values exceed 2 GiB; read as large type")
+        return pa.Array.from_buffers(dtype, n, [vb, pa.py_buffer(np.ascontiguousarray(offs)),
+                                                pa.py_buffer(np.ascontiguousarray(vals.data))],
+                                     null_count=nulls if vb is not None else 0)
+    if pa.types.is_fixed_size_list(dtype):
+        dim = dtype.list_size
+        child_t = dtype.value_type
+        if vals.kind == "bool":
+            cvals = Vals("bool", n * dim, vals.data)
+        else:
+            w = vals.width // dim if dim else 0
+            cvals = Vals("fixed", n * dim, np.ascontiguousarray(vals.data).reshape(n * dim, w) if w else np.zeros((n * dim, 0), np.uint8))
+        child = leaf_array(child_t, cvals, vals.item_validity)
+        return pa.FixedSizeListArray.from_arrays(child, dim, mask=None if vb is None else pa.array(~valid))
+    if pa.types.is_struct(dtype) and vals.kind == "var":
+        if n == 0:
+            return pa.array([], type=dtype)
+        return _variable_packed_struct(dtype, vals, valid)
+    if pa.types.is_struct(dtype):  # packed struct: row-major fixed-width children
+        widths = []
+        for f in dtype:
+            bw = f.type.bit_width if hasattr(f.type, "bit_width") else None
+            if not bw or bw % 8:
+                raise EncodingUnsupported(f"packed struct child {f.name}: {f.type}")
+            widths.append(bw // 8)
+        data = vals.data.reshape(n, -1)
+        kids, pos = [], 0
+        for f, w in zip(dtype, widths):
+            kids.append(leaf_array(f.type, Vals("fixed", n, np.ascontiguousarray(data[:, pos:pos + w])), None))
+            pos += w
+        return pa.StructArray.from_arrays(kids, fields=list(dtype), mask=None if vb is None else pa.array(~valid))
+    bw = dtype.bit_width if hasattr(dtype, "bit_width") else None
+    if vals.kind != "fixed":
+        raise EncodingCorrupt(f"{dtype} column decoded to {vals.kind} values")
+    width = vals.width
+    if bw is not None and bw % 8 == 0 and width != bw // 8:
+        if n == 0 or width == 0:
+            vals = placeholder_vals("fixed", bw // 8, n)
+        else:
+            raise EncodingCorrupt(f"{dtype} needs {bw // 8}-byte values, page has {width}-byte values")
+    data = pa.py_buffer(np.ascontiguousarray(vals.data))
+    return pa.Array.from_buffers(dtype, n, [vb, data], null_count=nulls if vb is not None else 0)
+
+
+def _variable_packed_struct(dtype: pa.StructType, vals: Vals, valid: Optional[np.ndarray]) -> pa.Array:
+    """Rows of a 2.2 variable packed struct: per field, fixed bytes or a length then bytes."""
+    if not vals.packed or len(vals.packed) != dtype.num_fields:
+        raise EncodingCorrupt("variable packed struct rows without a matching field layout")
+    n_all = vals.n
+    buf = vals.data
+    present = np.flatnonzero(vals.offsets[1:] > vals.offsets[:-1])  # null rows carry no bytes
+    n = len(present)
+    cur = vals.offsets[:-1][present].copy()
+    end = vals.offsets[1:][present]
+    kids = []
+    for f, (kind, nb, enc) in zip(dtype, vals.packed):
+        if kind == "fixed":
+            if np.any(cur + nb > end):
+                raise EncodingCorrupt("variable packed struct field runs past its row")
+            raw = buf[cur[:, None] + np.arange(nb)[None, :]] if n else np.zeros((0, nb), np.uint8)
+            full = np.zeros((n_all, nb), np.uint8)
+            full[present] = raw
+            child = Vals("fixed", n_all, full)
+            cur = cur + nb
+        else:
+            if np.any(cur + nb > end):
+                raise EncodingCorrupt("variable packed struct length runs past its row")
+            ln = np.zeros(n, np.int64)
+            for k in range(nb):
+                ln |= buf[cur + k].astype(np.int64) << (8 * k)
+            cur = cur + nb
+            if np.any(cur + ln > end):
+                raise EncodingCorrupt("variable packed struct value runs past its row")
+            lens = np.zeros(n_all, np.int64)
+            lens[present] = ln
+            starts = np.zeros(n_all, np.int64)
+            starts[present] = cur
+            offs = np.zeros(n_all + 1, np.int64)
+            np.cumsum(lens, out=offs[1:])
+            src = np.repeat(starts - offs[:-1], lens) + np.arange(int(offs[-1]), dtype=np.int64)
+            child = _per_value_var(enc, Vals("var", n_all, buf[src], offs))
+            cur = cur + ln
+        kids.append(leaf_array(f.type, child, None))
+    mask = None if valid is None or valid.all() else pa.array(~valid)
+    return pa.StructArray.from_arrays(kids, fields=list(dtype), mask=mask)
+
+
+_DESCRIPTION_TYPE = pa.struct([pa.field("position", pa.uint64()), pa.field("size", pa.uint64())])
+
+
+def _descriptions(vals: Vals, valid: Optional[np.ndarray]) -> pa.Array:
+    """Blob (position, size) descriptions; a null row is a null struct of null children (as pylance)."""
+    n = vals.n
+    raw = np.ascontiguousarray(vals.data).reshape(-1).view("<u8").reshape(n, 2) if n else np.zeros((0, 2), "<u8")
+    vb = _bitmap(valid)
+    nulls = 0 if vb is None else int(n - valid.sum())
+    kids = [pa.Array.from_buffers(pa.uint64(), n, [vb, pa.py_buffer(np.ascontiguousarray(raw[:, i]))], null_count=nulls)
+            for i in (0, 1)]
+    return pa.StructArray.from_arrays(kids, fields=list(_DESCRIPTION_TYPE), mask=None if vb is None else pa.array(~valid))
+
+
+@dataclass
+class LeafState:
+    levels: rd.Levels
+    values: Vals
+    canon: rd.Canonical
+    positions: Optional[np.ndarray]  # bool mask of the level entries still in play (None: all)
+    rep_threshold: int  # element starts: rep >= this
+    layer: int  # index (innermost = 0) of the layer of the node being built
+    limit: Optional[int] = None  # entries in play are those with def < limit (None: all)
+    dmax: Optional[int] = None  # largest definition level (computed once)
+
+    def any_defs(self, lo: int, skip: Optional[int] = None) -> bool:
+        """Whether an entry in play has a definition level in ``[lo, limit)`` other than ``skip``."""
+        d = self.levels.defs
+        if d is None or not len(d):
+            return False
+        if self.dmax is None:
+            self.dmax = int(d.max())
+        hi = self.limit if self.limit is not None else self.dmax + 1
+        if lo >= hi or self.dmax < lo:
+            return False
+        m = (d >= lo) & (d < hi)
+        if skip is not None and lo <= skip < hi:
+            m &= d != skip
+        return bool(m.any())
+
+
+def _start_mask(lv: rd.Levels, keep: Optional[np.ndarray], thr: int) -> Optional[np.ndarray]:
+    """Element starts among the entries in play (None: every entry)."""
+    if lv.rep is not None and thr > 0:
+        m = lv.rep >= thr
+        return m if keep is None else m & keep
+    return keep
+
+
+def _count(mask: Optional[np.ndarray], n: int) -> int:
+    return n if mask is None else int(np.count_nonzero(mask))
+
+
+def _at(arr: np.ndarray, mask: Optional[np.ndarray]) -> np.ndarray:
+    return arr if mask is None else np.compress(mask, arr)  # (much faster than arr[mask])
+
+
+def build_array(node, leaves: dict, leaf_ids: Callable) -> pa.Array:
+    """Assemble the Arrow array of schema node ``node`` from its leaves' states.
+
+    ``leaves`` maps leaf field id -> LeafState; ``leaf_ids(node)`` lists the leaf field ids under a node.
+    """
+    dtype = node.arrow.type
+    ids = leaf_ids(node)
+    s0: LeafState = leaves[ids[0]]
+    lv = s0.levels
+    keep = s0.positions
+    smask = _start_mask(lv, keep, s0.rep_threshold)
+    nstarts = _count(smask, lv.n)
+    defs0 = lv.defs
+    t = s0.canon.null_level(s0.layer)
+    is_leaf_node = len(ids) == 1 and ids[0] == node.id
+    if is_leaf_node:
+        n_in_play = _count(keep, lv.n)
+        valid = _at(defs0, keep) < t if s0.any_defs(t) else None
+        if nstarts != n_in_play:
+            raise EncodingCorrupt("leaf levels disagree with the repetition structure")
+        if s0.values.n != n_in_play:
+            raise EncodingCorrupt(f"{s0.values.n} values for {n_in_play} visible level entries")
+        if dtype == _DESCRIPTION_TYPE and s0.values.kind == "fixed" and s0.values.width == 16:
+            return _descriptions(s0.values, valid)
+        return leaf_array(dtype, s0.values, valid)
+    if pa.types.is_struct(dtype):
+        valid = _at(defs0, smask) < t if s0.any_defs(t) else None
+        for i in ids:
+            leaves[i].layer -= 1
+        kids = [build_array(c, leaves, leaf_ids) for c in node.children]
+        if any(len(k) != nstarts for k in kids):
+            raise EncodingCorrupt("struct children have different lengths")
+        mask = None if valid is None or valid.all() else pa.array(~valid)
+        return pa.StructArray.from_arrays(kids, fields=list(dtype), mask=mask)
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        empty = s0.canon.empty_level(s0.layer)
+        if s0.any_defs(t, skip=empty):
+            d = _at(defs0, smask)
+            valid = (d < t) | (d == empty)
+        else:
+            valid = None
+        for i in ids:
+            s = leaves[i]
+            tt = s.canon.null_level(s.layer)
+            if s.any_defs(tt):
+                vis = s.levels.defs < tt
+                s.positions = vis if s.positions is None else s.positions & vis
+            if s.levels.defs is not None:
+                s.limit = tt if s.limit is None else min(s.limit, tt)
+            s.rep_threshold -= 1
+            s.layer -= 1
+        # offsets: the number of child element starts before each of this list's starts
+        child = _start_mask(lv, s0.positions, s0.rep_threshold)
+        large = pa.types.is_large_list(dtype)
+        odt = np.int64 if large or lv.n >= (1 << 31) - 1 else np.int32
+        offs = np.empty(nstarts + 1, odt)
+        spos = np.flatnonzero(smask) if keep is None and smask is not None and s0.rep_threshold == 0 else None
+        if spos is not None and (not len(spos) or spos[0] == 0):
+            # an outermost list of items: a row's entries are all its items, or one entry for a
+            # null / empty list
+            seg = np.diff(np.append(spos, lv.n))
+            if s0.positions is not None:
+                seg *= np.take(s0.positions, spos)
+            offs[0] = 0
+            np.cumsum(seg, out=offs[1:])
+        elif child is None:
+            offs[:-1] = np.arange(lv.n, dtype=odt) if smask is None else np.flatnonzero(smask)
+            offs[-1] = lv.n
+        else:
+            before = np.cumsum(child, dtype=odt)
+            before -= child
+            offs[:-1] = _at(before, smask)
+            offs[-1] = np.count_nonzero(child)
+        kid = build_array(node.children[0], leaves, leaf_ids)
+        off_arr = pa.array(offs.astype(np.int64 if large else np.int32, copy=False))
+        mask = None if valid is None or valid.all() else pa.array(~valid)
+        cls = pa.LargeListArray if large else pa.ListArray
+        return cls.from_arrays(off_arr, kid, type=dtype, mask=mask)
+    raise EncodingUnsupported(f"cannot assemble {dtype}")
+
+
+class BlobPage(Page):
+    """Blob layout: an inner page of (position u64, size u64) descriptions; the bytes live
+    out of line. A description with size 0 is empty (position 0) or null (position =
+    ``def << 16 | rep``)."""
+
+    decode_reads = True  # decoding fetches the blob bytes
+
+    def __init__(self, *args, fetch=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        b: pb.BlobLayout = self.layout
+        self.def_table = rd.def_mapping(b.layers, self.ctx.canon)
+        if rd.page_max_rep(b.layers):
+            raise EncodingUnsupported("blob pages inside lists")
+        inner_ctx = PageCtx(rd.Canonical((rd.ITEM,)), "fixed", 16)
+        inner = b.inner_layout
+        which = inner.WhichOneof("layout")
+        args2 = (self.offsets, self.sizes, self.num_rows, self.first_row, inner_ctx, self.version)
+        if which == "mini_block_layout":
+            self.inner = MiniBlockPage(inner.mini_block_layout, *args2)
+        elif which == "full_zip_layout":
+            self.inner = FullZipPage(inner.full_zip_layout, *args2)
+        else:
+            raise EncodingUnsupported(f"blob descriptions in a {which} page")
+        self.fetch = fetch
+
+    def init_ranges(self):
+        return self.inner.init_ranges()
+
+    def init(self, data):
+        self.inner.init(data)
+        self.ready = True
+
+    def plan(self, starts, ends, describe: bool = False):
+        """With ``describe`` the rows' (position, size) descriptions, without reading the bytes."""
+        reqs, inner_decode = self.inner.plan(starts, ends)
+
+        def decode(datas):
+            d = inner_decode(datas)
+            desc = d.values
+            if desc.kind != "fixed" or (desc.n and desc.width != 16):
+                raise EncodingCorrupt("blob descriptions are not (u64, u64) pairs")
+            raw = np.ascontiguousarray(desc.data).reshape(-1).view("<u8").reshape(-1, 2) if desc.n else np.zeros((0, 2), np.uint64)
+            pos, size = raw[:, 0].astype(np.int64), raw[:, 1].astype(np.int64)
+            null = (size == 0) & (pos != 0)
+            page_def = np.where(null, (pos >> 16) & 0xFFFF, 0).astype(np.uint16)
+            defs = _map_defs(page_def, self.def_table) if self.ctx.canon.kinds and len(self.layout.layers) and \
+                any(lay != pb.REPDEF_ALL_VALID_ITEM for lay in self.layout.layers) else None
+            if describe:
+                vals = Vals("fixed", len(size), np.ascontiguousarray(raw).view(np.uint8).reshape(-1, 16))
+                return Decoded(rd.Levels(None, defs, len(size)), vals, d.num_rows)
+            want = np.flatnonzero(size > 0)
+            blobs = self.fetch(list(zip(pos[want].tolist(), size[want].tolist()))) if len(want) else []
+            lens = np.where(size > 0, size, 0)
+            offs = np.zeros(len(size) + 1, np.int64)
+            np.cumsum(lens, out=offs[1:])
+            data = np.frombuffer(b"".join(bytes(b) for b in blobs), np.uint8)
+            vals = Vals("var", len(size), data, offs)
+            return Decoded(rd.Levels(None, defs, len(size)), vals, d.num_rows)
+
+        return reqs, decode

@@ -1,0 +1,506 @@
+"""Page layouts of the Lance 2.1+ writer: mini-block, full-zip, all-null and constant pages.
+
+Byte formats (as pylance 14 writes them; the reader's ``decode_v2_1`` documents the same):
+
+* **mini-block** -- buffer 0: one metadata word per chunk (u16 in 2.1, u32 in 2.2 where the layout
+  sets ``has_large_chunk``, field 10): ``(chunk_bytes / 8 - 1) << 4 | log2(values)`` (log 0 for
+  the last chunk, except a full last chunk of flat / fixed-size-list values, which keeps its log). Buffer 1: the chunks, each ``u16 num_levels`` (0 without levels), ``u16 rep
+  bytes``, ``u16 def bytes`` (when present), the size of every value buffer (u16 / u32 large),
+  0xFE padding to 8, then rep, def and value buffers each padded to 8 with 0xFE. Then the optional
+  dictionary buffer and, with lists, the repetition index (two u64 per chunk: rows that end in
+  the chunk, trailing items of a row that continues in the next chunk).
+* **full-zip** -- buffer 0: per level entry a control word ``rep << bits_def | def`` (1/2/4 bytes,
+  absent when there are no levels) followed, for visible entries, by the value (fixed width), or by
+  a length (u32/u64) and the bytes for valid values (variable width). Buffer 1 (variable width or
+  lists): byte offset of every row start and the end, byte-packed to 1/2/4/8 bytes by the
+  worst-case buffer size.
+* **all-null** -- no buffers when a single nullable layer says everything; otherwise raw u16
+  repetition and definition buffers.
+* **constant** (2.2) -- an all-null layout with the value inline (field 6, fixed width) or in a
+  leading value buffer (``u32 buffer count, u32 sizes, the Arrow buffers`` of a one-value array),
+  plus raw u16 level buffers when there are levels.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lance_ops.format.version import FileVersion
+from lance_ops._proto import encodings_v2_1_pb2 as pb
+from lance_ops.format.v2_1.compression import bitpack as bp
+from lance_ops.format.v2_1.compression import values as ev
+
+FILL = 0xFE
+MINIBLOCK_ALIGNMENT = 8
+MAX_CHUNK_BYTES_2_1 = 32 * 1024
+
+
+def _pad8(n: int) -> int:
+    return (-n) % 8
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _with_unknown(msg, extra: bytes):
+    """``msg`` re-parsed with extra (newer, unknown to our proto) fields appended."""
+    if not extra:
+        return msg
+    out = type(msg)()
+    out.ParseFromString(msg.SerializeToString() + extra)
+    return out
+
+
+def field_varint(num: int, value: int) -> bytes:
+    return _varint(num << 3) + _varint(value)
+
+
+def field_bytes(num: int, value: bytes) -> bytes:
+    return _varint(num << 3 | 2) + _varint(len(value)) + value
+
+
+# --------------------------------------------------------------------------------------------
+# levels
+# --------------------------------------------------------------------------------------------
+@dataclass
+class LevelCodec:
+    kind: str  # "flat" | "inline" | "ool" | "rle"
+    width: int = 16
+
+    def encoding(self) -> pb.CompressiveEncoding:
+        if self.kind == "inline":
+            return ev.enc_inline_bitpacking(16)
+        if self.kind == "ool":
+            return ev.enc_out_of_line_bitpacking(16, self.width)
+        if self.kind == "rle":
+            return ev.enc_rle(16)
+        return ev.enc_flat(16)
+
+
+def _block_bitpack_bytes(n: int, max_w: int) -> int:
+    if n <= 1024:
+        return (1 + 1024 * max_w // 16) * 2
+    return bp.out_of_line_size(n, 16, max_w)
+
+
+def _rle_block_bytes(levels: np.ndarray) -> int:
+    starts = ev._run_starts(levels)
+    lens = np.diff(np.append(starts, len(levels)))
+    return int(((lens + 254) // 255).sum()) * 3 + 8
+
+
+def choose_level_codec(levels: np.ndarray, version: str = FileVersion.V2_1) -> LevelCodec:
+    """Block compression of a page's u16 levels, chosen on the whole page (2.2 adds RLE)."""
+    n = len(levels)
+    if n == 0:
+        return LevelCodec("flat")
+    widths = bp.block_widths(levels)
+    mx = int(widths.max())
+    bitpack_ok = mx < 16 and not (len(widths) == 1 and (1024 * int(widths[0]) + 7) // 8 >= 2 * n)
+    if version >= FileVersion.V2_2:
+        rle = _rle_block_bytes(levels)
+        if rle < 2 * n and not (mx < 16 and _block_bitpack_bytes(n, mx) < rle and _block_bitpack_bytes(n, mx) < 2 * n):
+            return LevelCodec("rle")
+    if not bitpack_ok:
+        return LevelCodec("flat")
+    if n <= 1024:
+        return LevelCodec("inline")
+    return LevelCodec("ool", mx)
+
+
+def rle_block(levels: np.ndarray) -> bytes:
+    """Block RLE of u16 levels: u64 byte size of the run values, the values, u8 run lengths."""
+    levels = np.asarray(levels, dtype=np.uint16)
+    if len(levels) == 0:
+        return (0).to_bytes(8, "little")
+    starts = ev._run_starts(levels)
+    lens = np.diff(np.append(starts, len(levels)))
+    pieces = (lens + 254) // 255
+    vals = np.repeat(levels[starts], pieces).astype("<u2")
+    rl = np.repeat(lens, pieces)
+    first = np.concatenate([[0], np.cumsum(pieces)[:-1]])
+    k = np.arange(len(rl)) - np.repeat(first, pieces)
+    rl = np.minimum(rl - 255 * k, 255).astype(np.uint8)
+    vb = vals.tobytes()
+    return len(vb).to_bytes(8, "little") + vb + rl.tobytes()
+
+
+def compress_level_block(codec: LevelCodec, levels: np.ndarray) -> bytes:
+    levels = np.asarray(levels, dtype=np.uint16)
+    if codec.kind == "flat":
+        return np.ascontiguousarray(levels, dtype="<u2").tobytes()
+    if codec.kind == "inline":
+        return bp.inline_pack(levels, 16)[0].tobytes()
+    if codec.kind == "rle":
+        return rle_block(levels)
+    return bp.out_of_line_pack(levels, 16, codec.width).tobytes()
+
+
+def compress_level_chunks(codec: LevelCodec, chunks: Sequence[np.ndarray]) -> list[bytes]:
+    if codec.kind == "ool" and len(chunks) > 1:
+        return _ool_chunks(chunks, codec.width)
+    return [compress_level_block(codec, c) for c in chunks]
+
+
+def _ool_chunks(chunks: Sequence[np.ndarray], width: int) -> list[bytes]:
+    """Out-of-line bitpacking of many chunks with one numpy pass over all their blocks."""
+    pieces, plan = [], []
+    for c in chunks:
+        c = np.asarray(c, dtype=np.uint16)
+        n = len(c)
+        whole, tail = divmod(n, 1024)
+        pack_tail = bool(tail) and width * (1024 - tail) < (16 - width) * tail
+        if whole:
+            pieces.append(c[: whole * 1024])
+        if pack_tail:
+            pieces.append(np.concatenate([c[whole * 1024:], np.zeros(1024 - tail, np.uint16)]))
+        nblk = whole + (1 if pack_tail else 0)
+        raw_tail = c[whole * 1024:] if (tail and not pack_tail) else None
+        plan.append((nblk, raw_tail))
+    allv = np.concatenate(pieces) if pieces else np.zeros(0, np.uint16)
+    packed = bp.pack_blocks(allv, 16, width).view(np.uint8) if len(allv) else np.zeros(0, np.uint8)
+    per_block = 1024 * width // 8
+    out = []
+    pos = 0
+    for nblk, raw_tail in plan:
+        b = packed[pos: pos + nblk * per_block].tobytes()
+        pos += nblk * per_block
+        if raw_tail is not None:
+            b += raw_tail.astype("<u2").tobytes()
+        out.append(b)
+    return out
+
+
+def rep_index(rep_chunks: Sequence[np.ndarray], max_rep: int) -> np.ndarray:
+    """Two u64 per chunk: rows finishing in the chunk, trailing levels of an unfinished row."""
+    nch = len(rep_chunks)
+    out = np.zeros((nch, 2), dtype=np.uint64)
+    for i, r in enumerate(rep_chunks):
+        is_start = r == max_rep
+        rows = int(is_start[1:].sum()) if len(r) else 0
+        if i < nch - 1:
+            starts = np.flatnonzero(is_start)
+            left = len(r) - int(starts[-1]) if len(starts) else len(r)
+        else:
+            left = 0
+        if i and len(r) and r[0] == max_rep and out[i - 1, 1] != 0:
+            out[i - 1, 0] += 1
+            out[i - 1, 1] = 0
+        if i == nch - 1:
+            rows += 1
+        out[i, 0] = rows
+        out[i, 1] = left
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# pages
+# --------------------------------------------------------------------------------------------
+@dataclass
+class PageOut:
+    layout: pb.PageLayout
+    buffers: list[list]  # each: list of byte chunks
+
+
+def miniblock_page(values: ev.MiniBlocks, rep: Optional[np.ndarray], defs: Optional[np.ndarray],
+                   layers: Sequence[int], max_visible: Optional[int], num_items: int, large: bool,
+                   dictionary: Optional[tuple[pb.CompressiveEncoding, bytes, int]] = None,
+                   limit_21: bool = False) -> Optional[PageOut]:
+    """Assemble a mini-block page; None if a chunk would not fit the 2.1 limits."""
+    counts = values.counts
+    nch = len(counts)
+    has_levels = rep is not None or defs is not None
+    # level slices per chunk
+    level_chunks_rep: list[np.ndarray] = []
+    level_chunks_def: list[np.ndarray] = []
+    nlev_per_chunk: list[int] = []
+    if has_levels:
+        n_levels = len(rep) if rep is not None else len(defs)
+        if rep is not None and defs is not None and max_visible is not None:
+            vis_idx = np.flatnonzero(defs <= max_visible)
+        else:
+            vis_idx = None
+        cum = np.cumsum(counts)
+        bounds = [0]
+        for c in cum[:-1]:
+            if vis_idx is None:
+                bounds.append(int(c))
+            else:
+                bounds.append(int(vis_idx[int(c) - 1]) + 1)
+        bounds.append(n_levels)
+        for i in range(nch):
+            a, b = bounds[i], bounds[i + 1]
+            nlev_per_chunk.append(b - a)
+            if rep is not None:
+                level_chunks_rep.append(rep[a:b])
+            if defs is not None:
+                level_chunks_def.append(defs[a:b])
+        if max(nlev_per_chunk) > 0xFFFF:
+            return None
+    version = FileVersion.V2_2 if large else FileVersion.V2_1
+    rep_codec = choose_level_codec(rep, version) if rep is not None else None
+    def_codec = choose_level_codec(defs, version) if defs is not None else None
+    rep_bytes = compress_level_chunks(rep_codec, level_chunks_rep) if rep_codec else None
+    def_bytes = compress_level_chunks(def_codec, level_chunks_def) if def_codec else None
+    size_fmt = "<I" if large else "<H"
+    data_parts: list[bytes] = []
+    meta_words = np.zeros(nch, dtype=np.uint32 if large else np.uint16)
+    logs = values.logs
+    for i in range(nch):
+        bufs = values.bufs[i]
+        head = bytearray()
+        head += struct.pack("<H", nlev_per_chunk[i] if has_levels else 0)
+        if rep_bytes is not None:
+            head += struct.pack("<H", len(rep_bytes[i]))
+        if def_bytes is not None:
+            head += struct.pack("<H", len(def_bytes[i]))
+        for b in bufs:
+            head += struct.pack(size_fmt, len(b))
+        head += bytes([FILL]) * _pad8(len(head))
+        parts = [bytes(head)]
+        size = len(head)
+        pieces = []
+        if rep_bytes is not None:
+            pieces.append(rep_bytes[i])
+        if def_bytes is not None:
+            pieces.append(def_bytes[i])
+        pieces.extend(bufs)
+        for p in pieces:
+            parts.append(p)
+            pad = _pad8(len(p))
+            if pad:
+                parts.append(bytes([FILL]) * pad)
+            size += len(p) + pad
+        if limit_21 and size > MAX_CHUNK_BYTES_2_1:
+            return None
+        if not large and any(len(b) > 0xFFFF for b in bufs):
+            return None
+        if (rep_bytes is not None and len(rep_bytes[i]) > 0xFFFF) or (def_bytes is not None and len(def_bytes[i]) > 0xFFFF):
+            return None
+        meta_words[i] = ((size // 8 - 1) << 4) | logs[i]
+        data_parts.extend(parts)
+    m = pb.MiniBlockLayout()
+    if rep_codec is not None:
+        m.rep_compression.CopyFrom(rep_codec.encoding())
+    if def_codec is not None:
+        m.def_compression.CopyFrom(def_codec.encoding())
+    m.value_compression.CopyFrom(values.encoding)
+    if dictionary is not None:
+        m.dictionary.CopyFrom(dictionary[0])
+        m.num_dictionary_items = dictionary[2]
+    m.layers.extend(layers)
+    m.num_buffers = values.num_buffers
+    max_rep = sum(1 for lay in layers if lay in (pb.REPDEF_ALL_VALID_LIST, pb.REPDEF_NULLABLE_LIST,
+                                                  pb.REPDEF_EMPTYABLE_LIST, pb.REPDEF_NULL_AND_EMPTY_LIST))
+    if rep is not None:
+        m.repetition_index_depth = 1
+    m.num_items = num_items
+    if large:
+        m = _with_unknown(m, field_varint(10, 1))
+    layout = pb.PageLayout()
+    layout.mini_block_layout.CopyFrom(m)
+    buffers: list[list] = [[meta_words.tobytes()], [b"".join(data_parts)]]
+    if dictionary is not None:
+        buffers.append([dictionary[1]])
+    if rep is not None:
+        buffers.append([rep_index(level_chunks_rep, max_rep).astype("<u8").tobytes()])
+    return PageOut(layout, buffers)
+
+
+def _bytepacked(values: np.ndarray, max_value: int) -> bytes:
+    if max_value == 0:
+        return b""
+    for dt, lim in (("<u1", 0xFF), ("<u2", 0xFFFF), ("<u4", 0xFFFFFFFF)):
+        if max_value <= lim:
+            return values.astype(dt).tobytes()
+    return values.astype("<u8").tobytes()
+
+
+def _control_words(rep: Optional[np.ndarray], defs: Optional[np.ndarray], n: int) -> tuple[int, int, int, Optional[np.ndarray]]:
+    max_rep = int(rep.max()) if rep is not None and len(rep) else 0
+    max_def = int(defs.max()) if defs is not None and len(defs) else 0
+    bits_rep = max_rep.bit_length() if rep is not None else 0
+    bits_def = max_def.bit_length() if defs is not None else 0
+    total = bits_rep + bits_def
+    if total == 0:
+        return 0, 0, 0, None
+    cw = 1 if total <= 8 else 2 if total <= 16 else 4
+    word = np.zeros(n, dtype=np.uint32)
+    if defs is not None:
+        word |= defs.astype(np.uint32)
+    if rep is not None:
+        word |= rep.astype(np.uint32) << np.uint32(bits_def)
+    wb = word.astype(f"<u{cw}").view(np.uint8).reshape(n, cw)
+    return bits_rep, bits_def, cw, wb
+
+
+def fullzip_page(pv: ev.PerValue, rep: Optional[np.ndarray], defs: Optional[np.ndarray], valid: Optional[np.ndarray],
+                 layers: Sequence[int], max_visible: Optional[int], num_values: int,
+                 index_estimate: Optional[int] = None) -> PageOut:
+    """Zip levels and values; ``valid``: leaf validity per visible value (None: all valid).
+    ``index_estimate`` overrides the size estimate that picks the repetition index's width."""
+    n_entries = len(rep) if rep is not None else num_values
+    bits_rep, bits_def, cw, words = _control_words(rep, defs, n_entries)
+    if defs is not None and max_visible is not None:
+        visible = defs <= max_visible
+    else:
+        visible = np.ones(n_entries, dtype=bool)
+    z = pb.FullZipLayout()
+    z.bits_rep = bits_rep
+    z.bits_def = bits_def
+    z.num_items = n_entries
+    z.num_visible_items = num_values
+    z.value_compression.CopyFrom(pv.encoding)
+    z.layers.extend(layers)
+    buffers: list[list] = []
+    if pv.matrix is not None:
+        w = pv.fixed_bytes
+        z.bits_per_value = w * 8
+        if cw == 0:
+            buf = np.ascontiguousarray(pv.matrix).reshape(-1)
+        else:
+            full = np.zeros((n_entries, cw + w), dtype=np.uint8)
+            full[:, :cw] = words
+            full[visible, cw:] = pv.matrix
+            if visible.all():
+                buf = full.reshape(-1)
+            else:
+                mask = np.ones((n_entries, cw + w), dtype=bool)
+                mask[~visible, cw:] = False
+                buf = full[mask]
+        buffers.append([buf])
+        if rep is not None:
+            sizes = np.where(visible, cw + w, cw).astype(np.int64)
+            ends = np.cumsum(sizes)
+            starts = ends - sizes
+            row_starts = starts[rep == int(rep.max())] if len(rep) else np.zeros(0, np.int64)
+            est = len(pv.matrix) * w + cw * n_entries
+            idx = np.append(row_starts, int(ends[-1]) if len(ends) else 0)
+            buffers.append([_bytepacked(idx, est)])
+    else:
+        lb = pv.offset_bits // 8
+        z.bits_per_offset = pv.offset_bits
+        offs = np.asarray(pv.offsets, dtype=np.int64)
+        lens = np.diff(offs)
+        vv = np.ones(num_values, dtype=bool) if valid is None else valid
+        # per entry: the index of its value (visible entries only)
+        val_of = np.cumsum(visible) - 1
+        has_val = visible.copy()
+        has_val[visible] = vv
+        plen = np.full(n_entries, cw, dtype=np.int64) + np.where(has_val, lb, 0)
+        poffs = np.zeros(n_entries + 1, dtype=np.int64)
+        np.cumsum(plen, out=poffs[1:])
+        prefix = np.zeros(int(poffs[-1]), dtype=np.uint8)
+        if cw:
+            pos = (poffs[:-1][:, None] + np.arange(cw)[None, :]).reshape(-1)
+            prefix[pos] = words.reshape(-1)
+        ent_len = np.zeros(n_entries, dtype=np.int64)
+        ent_len[has_val] = lens[val_of[has_val]]
+        if lb:
+            hv = np.flatnonzero(has_val)
+            lbytes = ent_len[hv].astype(f"<u{lb}").view(np.uint8).reshape(-1, lb)
+            pos = (poffs[hv][:, None] + cw + np.arange(lb)[None, :]).reshape(-1)
+            prefix[pos] = lbytes.reshape(-1)
+        # entry data: the value's bytes (for entries with a valid value)
+        doffs = np.zeros(n_entries + 1, dtype=np.int64)
+        np.cumsum(ent_len, out=doffs[1:])
+        data = np.asarray(pv.data, dtype=np.uint8)
+        src_start = np.zeros(n_entries, dtype=np.int64)
+        src_start[has_val] = offs[:-1][val_of[has_val]]
+        # gather the value bytes in entry order with Arrow (no per-byte index arrays)
+        values_arr = pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), num_values, [None, pa.py_buffer(offs.astype(np.int64).tobytes()), pa.py_buffer(data.tobytes())])
+        take_idx = np.where(has_val, val_of, -1)
+        taken = values_arr.take(pa.array(np.maximum(take_idx, 0), pa.int64()))
+        taken = pc.if_else(pa.array(has_val), taken, pa.scalar(b"", pa.large_binary()))
+        prefix_arr = pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), n_entries, [None, pa.py_buffer(poffs.tobytes()), pa.py_buffer(prefix.tobytes())])
+        joined = pc.binary_join_element_wise(prefix_arr, taken, pa.scalar(b"", pa.large_binary()))
+        jb = joined.buffers()
+        jo = np.frombuffer(jb[1], dtype=np.int64, count=n_entries + 1, offset=joined.offset * 8)
+        buf = np.frombuffer(jb[2], dtype=np.uint8)[int(jo[0]):int(jo[-1])] if n_entries else np.zeros(0, np.uint8)
+        buffers.append([buf])
+        ends = jo - jo[0]
+        if rep is not None:
+            row_start_entries = np.flatnonzero(rep == int(rep.max())) if len(rep) else np.zeros(0, np.int64)
+        else:
+            row_start_entries = np.arange(n_entries)
+        idx = np.append(ends[row_start_entries], int(ends[-1]))
+        est = int(lens.sum()) + cw * n_entries + lb * num_values if index_estimate is None else index_estimate
+        buffers.append([_bytepacked(idx, est)])
+    layout = pb.PageLayout()
+    layout.full_zip_layout.CopyFrom(z)
+    return PageOut(layout, buffers)
+
+
+def all_null_page(layers: Sequence[int], rep: Optional[np.ndarray], defs: Optional[np.ndarray],
+                  simple: bool, version: str = FileVersion.V2_1) -> PageOut:
+    a = pb.AllNullLayout()
+    layout = pb.PageLayout()
+    if simple:
+        a.layers.append(pb.REPDEF_NULLABLE_ITEM)
+        layout.all_null_layout.CopyFrom(a)
+        return PageOut(layout, [])
+    a.layers.extend(layers)
+    if version >= FileVersion.V2_2:
+        # 2.2: levels block-compressed, described by fields 7/8 with value counts in 9/10
+        extra = b""
+        rb = db = b""
+        if rep is not None:
+            rc = choose_level_codec(rep, version)
+            extra += field_bytes(7, rc.encoding().SerializeToString())
+            rb = compress_level_block(rc, rep)
+        if defs is not None:
+            dc = choose_level_codec(defs, version)
+            extra += field_bytes(8, dc.encoding().SerializeToString())
+            db = compress_level_block(dc, defs)
+        if rep is not None:
+            extra += field_varint(9, len(rep))
+        if defs is not None:
+            extra += field_varint(10, len(defs))
+        a = _with_unknown(a, extra)
+        layout.all_null_layout.CopyFrom(a)
+        return PageOut(layout, [[rb], [db]])
+    layout.all_null_layout.CopyFrom(a)
+    rb = np.ascontiguousarray(rep, dtype="<u2").tobytes() if rep is not None else b""
+    db = np.ascontiguousarray(defs, dtype="<u2").tobytes() if defs is not None else b""
+    return PageOut(layout, [[rb], [db]])
+
+
+def constant_page(layers: Sequence[int], rep: Optional[np.ndarray], defs: Optional[np.ndarray],
+                  inline: Optional[bytes], value_buffer: Optional[bytes]) -> PageOut:
+    a = pb.AllNullLayout()
+    a.layers.extend(layers)
+    extra = field_bytes(6, inline) if inline is not None else b""
+    a = _with_unknown(a, extra)
+    layout = pb.PageLayout()
+    layout.all_null_layout.CopyFrom(a)
+    buffers: list[list] = []
+    if value_buffer is not None:
+        buffers.append([value_buffer])
+    if rep is not None or defs is not None:
+        rb = np.ascontiguousarray(rep, dtype="<u2").tobytes() if rep is not None else b""
+        db = np.ascontiguousarray(defs, dtype="<u2").tobytes() if defs is not None else b""
+        buffers.extend([[rb], [db]])
+    elif value_buffer is not None:
+        pass
+    return PageOut(layout, buffers)
+
+
+def scalar_value_buffer(arrow_buffers: Sequence[bytes]) -> bytes:
+    head = struct.pack("<I", len(arrow_buffers)) + b"".join(struct.pack("<I", len(b)) for b in arrow_buffers)
+    return head + b"".join(arrow_buffers)

@@ -1,0 +1,532 @@
+"""Reader for Lance v2 data files of file format version 2.1 and later (2.1, 2.2, 2.3).
+
+2.1+ files store one column per *leaf* field (struct and list fields have no column of their
+own: their validity and offsets live in the repetition/definition levels of every leaf below
+them). Every page is an ``Any(/lance.encodings21.PageLayout)`` whose ``priority`` is its first row.
+
+Reads go in at most two coalesced I/O rounds per call: first the per-page metadata that has not
+been loaded yet (mini-block chunk tables, dictionaries, repetition indexes), then the data --
+for ``read_range`` / ``take_rows`` only the mini-block chunks or full-zip rows that hold the
+requested rows. Page layouts and compressive encodings are decoded in
+:mod:`lance_ops.format.v2_1.decode`. The chunks of consecutive mini-block pages with the same
+encodings are decoded as one batch, back-to-back plain full-zip pages are read as one range, and
+the decoding of large reads is spread over a small thread pool (``LANCE_OPS_DECODE_THREADS``).
+"""
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf import any_pb2
+from google.protobuf.message import DecodeError
+
+from lance_ops.format.version import FileVersion
+from lance_ops._proto import encodings_v2_1_pb2 as pb
+from lance_ops._proto import file2_pb2, file_pb2
+from lance_ops.format.v2_1 import decode as dec
+from lance_ops.format.v2_1.layout import repdef as rd
+from lance_ops.format.v2_1.compression.decode import EncodingCorrupt, EncodingUnsupported
+from lance_ops.format import blob_v2
+from lance_ops.errors import CorruptFileError, LanceOpsError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
+from lance_ops.format.container import FOOTER_SIZE, PAGE_LAYOUT_URL, Footer
+from lance_ops.format.reader_base import DECODE_ERRORS, V2ReaderBase
+from lance_ops.schema import FieldNode, field_tree, from_lance_fields
+
+__all__ = ["LanceFileReaderV21", "SUPPORTED_VERSIONS"]
+
+SUPPORTED_VERSIONS = (FileVersion.V2_1, FileVersion.V2_2, FileVersion.V2_3)
+TAIL_READ_BYTES = 64 * 1024
+#: decode threads (``LANCE_OPS_DECODE_THREADS``; 0 or 1 decodes in the calling thread)
+DECODE_THREADS = int(os.environ.get("LANCE_OPS_DECODE_THREADS", min(4, os.cpu_count() or 1)))
+PARALLEL_MIN_BYTES = 1 << 20  # smaller reads decode in the calling thread
+GROUP_MAX_PART_BYTES = 1 << 20  # pages reading at most this much may be decoded as one batch
+_POOL: tuple = (None, None)  # (pid, executor)
+_POOL_LOCK = threading.Lock()
+
+
+def _decode_pool() -> Optional[ThreadPoolExecutor]:
+    """The shared decode pool (re-created in a forked child), or None when threads are off."""
+    global _POOL
+    if DECODE_THREADS <= 1:
+        return None
+    pid = os.getpid()
+    if _POOL[0] != pid:
+        with _POOL_LOCK:
+            if _POOL[0] != pid:
+                _POOL = (pid, ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="lance-ops-decode"))
+    return _POOL[1]
+
+
+def _is_packed(node: FieldNode) -> bool:
+    md = node.proto.metadata
+    for key in ("packed", "lance-encoding:packed"):
+        if key in md and bytes(md[key]).strip().lower() in (b"true", b"1", b"yes", b"on"):
+            return True
+    return False
+
+
+def _ranges(pairs) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) arrays of the non-empty row ranges."""
+    pairs = [(a, b) for a, b in pairs if b > a]
+    return (np.array([a for a, _ in pairs], dtype=np.int64), np.array([b for _, b in pairs], dtype=np.int64))
+
+
+def _group_decoder(page, items: list):
+    """Decode function of a batch of mini-block page parts (``items`` may still grow)."""
+    return lambda datas: dec.decode_group(items, datas) if items else dec.empty_decoded(page.ctx)
+
+
+def _plain_full_zip(page) -> bool:
+    return isinstance(page, dec.FullZipPage) and page.cw == 0 and not page.has_index and page.fixed_bytes > 0 \
+        and page.max_rep == 0 and len(page.offsets) == 1
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+@dataclass
+class _Leaf:
+    column: int
+    node: FieldNode
+    path: str
+    canon: rd.Canonical
+    ctx: dec.PageCtx
+
+
+class LanceFileReaderV21(V2ReaderBase):
+    """Read a Lance 2.1 / 2.2 / 2.3 data file from a local path or an object store URI.
+
+    Same surface as the 2.0 :class:`~lance_ops.format.v2_0.reader.LanceFileReader`.
+    """
+
+    def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *, store=None):
+        self._bind(path, storage_options, store)
+        self._pages: dict = {}
+        self._described: Optional[list] = None  # the schema tree with blob descriptions
+        self._guard(self._open)
+
+    # --- public properties ---------------------------------------------------------------
+    def read_global_buffer(self, index: int) -> bytes:
+        if not 0 <= index < len(self._gbo):
+            raise IndexError(f"{self._uri}: global buffer {index} out of range (file has {len(self._gbo)})")
+        if index == 0:
+            return self._gb0_bytes
+        pos, size = self._gbo[index]
+        return self._guard(lambda: bytes(self._store.read_range(self._path, pos, size)))
+
+    def column_layouts(self, column_index: int) -> list[str]:
+        """A short description of each page of a column (layout and encodings)."""
+        pages = self._guard(lambda: self._column_pages(column_index))
+        return [dec.layout_name(p._page_layout) for p in pages]
+
+    # --- reads ---------------------------------------------------------------------------
+    def read_all(self, columns: Optional[Sequence[str]] = None, *, blob_descriptions: bool = False) -> pa.Table:
+        """Every row of the chosen top-level columns (all by default).
+
+        Blob columns return their bytes; with ``blob_descriptions`` their (position, size)
+        descriptions instead (what pylance's datasets return), without reading the bytes."""
+        return self._read(columns, _ranges([(0, self._num_rows)]), None, blob_descriptions)
+
+    def read_range(self, start: int, num_rows: int, columns: Optional[Sequence[str]] = None, *,
+                   blob_descriptions: bool = False) -> pa.Table:
+        start, num_rows = int(start), int(num_rows)
+        if start < 0 or num_rows < 0 or start + num_rows > self._num_rows:
+            raise OutOfRangeError(
+                f"{self._uri}: cannot read rows {start}..{start + num_rows} of a file with {self._num_rows} rows")
+        return self._read(columns, _ranges([(start, start + num_rows)]), None, blob_descriptions)
+
+    def take_rows(self, indices: Iterable[int] | np.ndarray | pa.Array, columns: Optional[Sequence[str]] = None, *,
+                  blob_descriptions: bool = False) -> pa.Table:
+        if isinstance(indices, (pa.Array, pa.ChunkedArray)):
+            idx = np.asarray(indices.to_numpy(zero_copy_only=False))
+        else:
+            idx = np.asarray(indices)
+        if idx.size == 0:
+            idx = idx.astype(np.int64)
+        if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
+            raise TypeError(f"{self._uri}: take_rows needs a 1-d sequence of integers, got {idx.dtype} of shape {idx.shape}")
+        idx = idx.astype(np.int64, copy=False)
+        if idx.size and (idx.min() < 0 or idx.max() >= self._num_rows):
+            bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
+            raise OutOfRangeError(f"{self._uri}: row index {bad} out of range for a file with {self._num_rows} rows")
+        if idx.size > 1 and np.all(idx[1:] > idx[:-1]):
+            uniq, inverse = idx, None
+        else:
+            uniq, inverse = np.unique(idx, return_inverse=True)
+            inverse = inverse.reshape(-1)
+        # merge consecutive rows into ranges
+        brk = np.flatnonzero(np.diff(uniq) != 1) + 1
+        starts = uniq[np.concatenate([[0], brk])] if len(uniq) else uniq
+        ends = uniq[np.concatenate([brk, [len(uniq)]]) - 1] + 1 if len(uniq) else uniq
+        return self._read(columns, (starts, ends), inverse, blob_descriptions)
+
+    def __repr__(self) -> str:
+        return f"LanceFileReaderV21({self._uri!r}, version={self._version}, rows={self._num_rows})"
+
+    # --- errors --------------------------------------------------------------------------
+    def _guard(self, fn):
+        try:
+            return fn()
+        except LanceOpsError:
+            raise
+        except EncodingUnsupported as exc:
+            raise UnsupportedError(f"{self._uri}: {exc}") from exc
+        except (EncodingCorrupt, AssertionError, *DECODE_ERRORS) as exc:
+            raise CorruptFileError(self._uri, f"cannot decode file: {type(exc).__name__}: {exc}") from exc
+
+    # --- opening -------------------------------------------------------------------------
+    def _open(self) -> None:
+        tail, size = self._store.read_tail(self._path, TAIL_READ_BYTES)
+        self._file_size = size
+        footer = Footer.unpack(tail, size, self._uri)
+        self._footer = footer
+        self._version = FileVersion.from_footer(footer.major, footer.minor, self._uri)
+        if self._version not in SUPPORTED_VERSIONS:
+            raise UnsupportedError(f"{self._uri}: Lance file version {self._version} is not read by the 2.1+ reader")
+        tail = bytes(tail)
+        region_start = size - len(tail)
+        gbo_end = footer.gbo_table_start + 16 * footer.num_global_buffers
+        need_start = footer.column_meta_start
+        if footer.gbo_table_start < region_start:
+            extra = self._store.read_range(self._path, footer.gbo_table_start, gbo_end - footer.gbo_table_start)
+            gbo_raw = bytes(extra)
+        else:
+            gbo_raw = tail[footer.gbo_table_start - region_start: gbo_end - region_start]
+        gbo = np.frombuffer(gbo_raw, dtype="<u8").reshape(-1, 2).astype(np.int64)
+        body_end = size - FOOTER_SIZE
+        if np.any(gbo[:, 0] + gbo[:, 1] > body_end):
+            raise self._corrupt("a global buffer lies beyond the end of the file")
+        self._gbo = [(int(p), int(s)) for p, s in gbo]
+        gb0_pos, gb0_size = self._gbo[0]
+        need_start = min(need_start, gb0_pos) if footer.column_meta_start - gb0_pos <= (1 << 20) else need_start
+        if need_start < region_start:
+            head = bytes(self._store.read_range(self._path, need_start, region_start - need_start))
+            tail = head + tail
+            region_start = need_start
+
+        def take(pos: int, length: int) -> bytes:
+            off = pos - region_start
+            if off < 0 or off + length > len(tail):
+                raise self._corrupt(f"metadata range {pos}..{pos + length} is outside the file")
+            return tail[off:off + length]
+
+        if gb0_pos >= region_start:
+            self._gb0_bytes = take(gb0_pos, gb0_size)
+        else:
+            self._gb0_bytes = bytes(self._store.read_range(self._path, gb0_pos, gb0_size))
+        descriptor = file_pb2.FileDescriptor()
+        try:
+            descriptor.ParseFromString(self._gb0_bytes)
+        except DecodeError as exc:
+            raise self._corrupt(f"global buffer 0 (FileDescriptor) does not decode: {exc}") from None
+        self._descriptor = descriptor
+        self._num_rows = int(descriptor.length)
+        try:
+            fields = blob_v2.attach_descriptor_fields(descriptor.schema.fields)
+            self._schema = from_lance_fields(fields, dict(descriptor.schema.metadata))
+            self._tree = field_tree(fields)
+        except CorruptFileError as exc:
+            raise self._corrupt(f"schema: {exc.problem}") from None
+        except UnsupportedTypeError as exc:
+            raise UnsupportedTypeError(f"{self._uri}: {exc}") from None
+        cmo = np.frombuffer(take(footer.cmo_table_start, 16 * footer.num_columns), dtype="<u8").reshape(-1, 2).astype(np.int64)
+        self._column_meta: list[file2_pb2.ColumnMetadata] = []
+        for i, (pos, length) in enumerate(cmo.tolist()):
+            meta = file2_pb2.ColumnMetadata()
+            try:
+                meta.ParseFromString(take(pos, length))
+                if meta.encoding.WhichOneof("location") == "direct":
+                    # not needed to read the column, but its envelope must decode (as upstream checks)
+                    any_pb2.Any().ParseFromString(meta.encoding.direct.encoding)
+            except DecodeError as exc:
+                raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
+            self._column_meta.append(meta)
+        # leaves -> columns
+        self._leaves: dict[int, _Leaf] = {}
+        self._leaf_ids: dict[int, list[int]] = {}
+        counter = [0]
+
+        def walk(node: FieldNode, prefix: str, kinds: list[str]) -> list[int]:
+            path = f"{prefix}{node.proto.name}"
+            t = node.arrow.type
+            if pa.types.is_struct(t) and not _is_packed(node) and node.children:
+                ids: list[int] = []
+                for c in node.children:
+                    ids.extend(walk(c, path + ".", kinds + [rd.ITEM]))
+            elif _is_list(t) and node.children:
+                ids = walk(node.children[0], path + ".", kinds + [rd.LIST])
+            else:
+                col = counter[0]
+                counter[0] += 1
+                canon = rd.Canonical(tuple(reversed(kinds + [rd.ITEM])))
+                self._leaves[node.id] = _Leaf(col, node, path, canon, self._ctx_for(t, canon))
+                ids = [node.id]
+            self._leaf_ids[node.id] = ids
+            return ids
+
+        for top in self._tree:
+            walk(top, "", [])
+        if counter[0] != footer.num_columns:
+            raise self._corrupt(f"schema has {counter[0]} leaf fields but the file has {footer.num_columns} columns")
+        self._by_column = {leaf.column: leaf for leaf in self._leaves.values()}
+
+    @staticmethod
+    def _ctx_for(t: pa.DataType, canon: rd.Canonical) -> dec.PageCtx:
+        vt = t.value_type if pa.types.is_dictionary(t) else t
+        if (pa.types.is_string(vt) or pa.types.is_binary(vt) or pa.types.is_large_string(vt)
+                or pa.types.is_large_binary(vt)):
+            return dec.PageCtx(canon, "var", 0)
+        if pa.types.is_boolean(vt):
+            return dec.PageCtx(canon, "bool", 0)
+        ipv = 1
+        inner = vt
+        while pa.types.is_fixed_size_list(inner):
+            ipv *= inner.list_size
+            inner = inner.value_type
+        if pa.types.is_boolean(inner):
+            return dec.PageCtx(canon, "bool", 0, ipv)
+        try:
+            bw = inner.bit_width
+        except ValueError:
+            bw = 0
+        if pa.types.is_struct(inner):
+            try:
+                bw = sum(f.type.bit_width for f in inner)
+            except ValueError:  # variable packed struct (2.2): rows are variable width
+                return dec.PageCtx(canon, "var", 0)
+        return dec.PageCtx(canon, "fixed", (bw // 8) * ipv, ipv)
+
+    def _column_pages(self, column: int) -> list:
+        if column in self._pages:
+            return self._pages[column]
+        leaf = self._by_column[column]
+        meta = self._column_meta[column]
+        pages = []
+        first = 0
+        for i, p in enumerate(meta.pages):
+            enc = p.encoding
+            if enc.WhichOneof("location") != "direct":
+                raise UnsupportedError(f"{self._uri}: column {column} ({leaf.path}) page {i}: "
+                                       f"{enc.WhichOneof('location')} page encodings are not supported")
+            anym = any_pb2.Any()
+            anym.ParseFromString(enc.direct.encoding)
+            if anym.type_url != PAGE_LAYOUT_URL:
+                raise UnsupportedError(f"{self._uri}: column {column} ({leaf.path}) page {i}: "
+                                       f"encoding {anym.type_url!r} is not a 2.1+ page layout")
+            layout = pb.PageLayout()
+            layout.ParseFromString(anym.value)
+            page = self._make_page(layout, p, first, leaf, column, i)
+            page._page_layout = layout
+            page._leaf = leaf
+            pages.append(page)
+            first += int(p.length)
+        if first != self._num_rows and meta.pages:
+            raise self._corrupt(f"column {column} ({leaf.path}) pages hold {first} rows, file has {self._num_rows}")
+        self._pages[column] = pages
+        return pages
+
+    def _read_pages(self, column: int) -> list:
+        """The pages of a column as the read path uses them: runs of back-to-back full-zip pages of
+        plain fixed-width rows (no levels, no index, same layout) merged into one, so that they are
+        read and decoded as one range."""
+        key = ("read", column)
+        if key in self._pages:
+            return self._pages[key]
+        out: list = []
+        for page in self._column_pages(column):
+            prev = out[-1] if out else None
+            if (prev is not None and _plain_full_zip(page) and _plain_full_zip(prev)
+                    and prev.offsets[0] + prev.sizes[0] == page.offsets[0]
+                    and prev.first_row + prev.num_rows == page.first_row
+                    and prev.layout.SerializeToString() == page.layout.SerializeToString()):
+                merged = dec.FullZipPage(prev.layout, [prev.offsets[0]], [prev.sizes[0] + page.sizes[0]],
+                                         prev.num_rows + page.num_rows, prev.first_row, prev.ctx, prev.version)
+                merged._page_layout = prev._page_layout
+                merged._leaf = prev._leaf
+                out[-1] = merged
+            else:
+                out.append(page)
+        self._pages[key] = out
+        return out
+
+    def _make_page(self, layout: pb.PageLayout, p, first: int, leaf: _Leaf, column: int, index: int):
+        which = layout.WhichOneof("layout")
+        args = (list(p.buffer_offsets), list(p.buffer_sizes), int(p.length), first, leaf.ctx, self._version)
+        try:
+            if which == "mini_block_layout":
+                return dec.MiniBlockPage(layout.mini_block_layout, *args)
+            if which == "full_zip_layout":
+                return dec.FullZipPage(layout.full_zip_layout, *args)
+            if which == "all_null_layout":
+                return dec.ConstantPage(layout.all_null_layout, *args)
+            if which == "blob_layout":
+                return dec.BlobPage(layout.blob_layout, *args, fetch=self._fetch)
+            raise EncodingUnsupported(f"page layout {dec.layout_name(layout)}")
+        except EncodingUnsupported as exc:
+            raise UnsupportedError(f"{self._uri}: column {column} ({leaf.path}) page {index}: "
+                                   f"unsupported encoding: {exc}") from None
+        except (EncodingCorrupt, ValueError) as exc:
+            raise self._corrupt(f"column {column} ({leaf.path}) page {index}: {exc}") from None
+
+    # --- the read path -------------------------------------------------------------------
+    def _select(self, columns: Optional[Sequence[str]], describe: bool = False) -> list[FieldNode]:
+        tree = self._tree
+        if describe:
+            if self._described is None:
+                self._described = blob_v2.described_tree(self._tree)
+            tree = self._described
+        if columns is None:
+            return list(tree)
+        by_name = {n.proto.name: n for n in tree}
+        out = []
+        for c in columns:
+            if c not in by_name:
+                raise KeyError(f"{self._uri}: no column named {c!r} (file has {sorted(by_name)})")
+            out.append(by_name[c])
+        return out
+
+    def _read(self, columns, ranges: tuple[np.ndarray, np.ndarray], inverse, describe: bool = False) -> pa.Table:
+        nodes = self._select(columns, describe)
+        try:
+            return self._guard(lambda: self._read_inner(nodes, ranges, inverse, describe))
+        except KeyError:
+            raise
+
+    def _read_inner(self, nodes: list[FieldNode], ranges, inverse, describe: bool = False) -> pa.Table:
+        leaf_ids = [i for n in nodes for i in self._leaf_ids[n.id]]
+        starts, ends = ranges
+        # which pages, which page-relative row ranges
+        work = []  # (leaf id, page, (page starts, page ends))
+        for lid in leaf_ids:
+            leaf = self._leaves[lid]
+            for page in self._read_pages(leaf.column):
+                a0, b0 = page.first_row, page.first_row + page.num_rows
+                lo = int(np.searchsorted(ends, a0, side="right"))
+                hi = int(np.searchsorted(starts, b0, side="left"))
+                if hi > lo:
+                    rr = (np.maximum(starts[lo:hi], a0) - a0, np.minimum(ends[lo:hi], b0) - a0)
+                    work.append((lid, page, rr))
+        # round 1: page metadata
+        init_pages = [w[1] for w in work if not w[1].ready]
+        seen = set()
+        init_pages = [p for p in init_pages if not (id(p) in seen or seen.add(id(p)))]
+        reqs, owners = [], []
+        for p in init_pages:
+            rr = self._wrap(p, p.init_ranges)
+            reqs.extend(rr)
+            owners.append(len(rr))
+        datas = self._fetch(reqs)
+        pos = 0
+        for p, k in zip(init_pages, owners):
+            self._wrap(p, lambda: p.init(datas[pos:pos + k]))
+            pos += k
+        # round 2: data; small parts of consecutive mini-block pages with the same encodings
+        # decode as one batch
+        reqs, plans, group = [], [], None
+        for lid, page, rr in work:
+            key = getattr(page, "batch_key", None)
+            if key is None:
+                kw = {"describe": True} if describe and isinstance(page, dec.BlobPage) else {}
+                r, fn = self._wrap(page, lambda: page.plan(*rr, **kw))
+                plans.append((lid, page, fn, len(r)))
+                group = None
+            else:
+                r, part = self._wrap(page, lambda: page.plan_part(*rr))
+                small = sum(n for _, n in r) <= GROUP_MAX_PART_BYTES
+                if part is not None and small and group is not None and group[:2] == (lid, key):
+                    group[2].append((page, part))  # the group's decoder sees the appended page
+                    first_lid, first_page, fn, k = plans[-1]
+                    plans[-1] = (first_lid, first_page, fn, k + len(r))
+                else:
+                    items = [(page, part)] if part is not None else []
+                    plans.append((lid, page, _group_decoder(page, items), len(r)))
+                    group = (lid, key, items) if part is not None and small else None
+            reqs.extend(r)
+        datas = self._fetch(reqs)
+        jobs, pos = [], 0
+        for _, page, fn, k in plans:
+            jobs.append((page, fn, datas[pos:pos + k]))
+            pos += k
+        per_leaf: dict[int, list] = {lid: [] for lid in leaf_ids}
+        for (lid, _, _, _), got in zip(plans, self._decode_all(jobs)):
+            per_leaf[lid].append(got)
+        nsel = int((ends - starts).sum())
+        states = {}
+        for lid in leaf_ids:
+            leaf = self._leaves[lid]
+            parts = per_leaf[lid]
+            d = dec.Decoded.concat(parts) if parts else dec.empty_decoded(leaf.ctx)
+            if d.num_rows != nsel:
+                raise self._corrupt(f"column {leaf.column} ({leaf.path}) produced {d.num_rows} rows, expected {nsel}")
+            states[lid] = dec.LeafState(d.levels, d.values, leaf.canon, None,
+                                        leaf.canon.max_rep, len(leaf.canon.kinds) - 1)
+        arrays = []
+        for n in nodes:
+            try:
+                arr = dec.build_array(n, states, lambda node: self._leaf_ids[node.id])
+            except EncodingUnsupported as exc:
+                raise UnsupportedError(f"{self._uri}: field {n.proto.name!r}: {exc}") from None
+            except EncodingCorrupt as exc:
+                raise self._corrupt(f"field {n.proto.name!r}: {exc}") from None
+            if len(arr) != nsel:
+                raise self._corrupt(f"field {n.proto.name!r} assembled {len(arr)} rows, expected {nsel}")
+            arrays.append(arr)
+        fields = [self._schema.field(n.proto.name) for n in nodes]
+        if describe:
+            fields = [blob_v2.described_field(f) for f in fields]
+        schema = pa.schema(fields, metadata=self._schema.metadata)
+        table = pa.Table.from_arrays(arrays, schema=schema)
+        if inverse is not None:
+            table = table.take(pa.array(inverse))
+        return table
+
+    def _decode_all(self, jobs: list) -> list:
+        """Run the decode step of every (page, decode function, data) job; big batches go to a small
+        thread pool (numpy and Arrow release the GIL in the heavy loops). Pages whose decoding reads
+        more data (blobs) run here, in order."""
+        def one(job):
+            page, fn, blobs = job
+            return self._wrap(page, lambda: fn(blobs))
+
+        sizes = [sum(len(b) for b in blobs) for _, _, blobs in jobs]
+        pool = _decode_pool() if len(jobs) > 1 and sum(sizes) >= PARALLEL_MIN_BYTES else None
+        if pool is None:
+            return [one(j) for j in jobs]
+        futures = {}
+        for i in sorted(range(len(jobs)), key=lambda i: -sizes[i]):  # largest first
+            if not getattr(jobs[i][0], "decode_reads", False):
+                futures[i] = pool.submit(one, jobs[i])
+        return [futures[i].result() if i in futures else one(j) for i, j in enumerate(jobs)]
+
+    def _wrap(self, page, fn):
+        leaf = self._by_column_of_page(page)
+        try:
+            return fn()
+        except EncodingUnsupported as exc:
+            raise UnsupportedError(f"{self._uri}: column {leaf.column} ({leaf.path}): unsupported encoding: {exc}") from None
+        except LanceOpsError:
+            raise
+        except (EncodingCorrupt, struct.error, IndexError, ValueError, TypeError, OverflowError,
+                pa.ArrowException, DecodeError, AssertionError) as exc:
+            raise self._corrupt(f"column {leaf.column} ({leaf.path}) page at row {page.first_row}: "
+                                f"{type(exc).__name__}: {exc}") from None
+
+    @staticmethod
+    def _by_column_of_page(page) -> _Leaf:
+        return page._leaf
+
+    def _fetch(self, reqs) -> list[bytes]:
+        if not reqs:
+            return []
+        body_end = self._file_size - FOOTER_SIZE
+        for pos, size in reqs:
+            if pos < 0 or size < 0 or pos + size > body_end:
+                raise self._corrupt(f"data range {pos}..{pos + size} lies outside the file")
+        return self._store.read_ranges(self._path, reqs)

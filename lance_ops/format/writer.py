@@ -1,0 +1,448 @@
+"""Streaming writer of Lance v2 data files (file format 2.0), byte-compatible with upstream Lance.
+
+    with LanceFileWriter("s3://bucket/data/x.lance", storage_options=opts) as w:
+        for batch in batches:
+            w.write_batch(batch)
+    # the file appears when the ``with`` block ends (aborted if it raised)
+
+Layout written (see ``lance_ops.format.container``): page buffers, each padded with 0x48 to a 64-byte
+boundary, in the order pages are produced (per batch, column order) -- with blob fields
+(``lance-encoding:blob``) every batch first writes its blob values, each padded the same way, and
+then the pages it completes; global buffers added with
+:meth:`LanceFileWriter.add_global_buffer` (padded, in-stream); then global buffer 0 = the
+``lance.file.FileDescriptor`` (schema + row count, unpadded); one ``ColumnMetadata`` per column;
+the column metadata offset table; the global buffer offset table; the 40-byte footer.
+
+Memory is bounded by the per-column page accumulation: page buffers go to the output sink as
+soon as a page is encoded.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import pyarrow as pa
+from google.protobuf import any_pb2
+
+from lance_ops._proto import encodings_v2_0_pb2 as enc_pb
+from lance_ops._proto import file2_pb2, file_pb2
+from lance_ops.format.buffers import chunk_size
+from lance_ops.format.v2_0.blob import column_encoding_bytes as blob_column_encoding_bytes
+from lance_ops.format.v2_1.blob import OutOfLineBuffers
+from lance_ops.format.v2_1.blob_v2 import BlobV2FieldEncoder, SideFiles
+from lance_ops.format import blob_v2
+from lance_ops.format.v2_0.fields import EncodedPage, FieldEncoder, build_encoder, check_values, check_writable
+from lance_ops.errors import SchemaMismatchError, UnsupportedError
+from lance_ops.format.container import (
+    ARRAY_ENCODING_URL,
+    COLUMN_ENCODING_URL,
+    PAD_BYTE,
+    PAGE_ALIGNMENT,
+    Footer,
+    padding_for,
+)
+from lance_ops.format.version import V2_WRITABLE, FileVersion
+from lance_ops.schema import conform_batch, to_lance_fields
+
+DEFAULT_CACHE_BYTES_PER_COLUMN = 8 * 1024 * 1024
+DEFAULT_MAX_PAGE_BYTES = 32 * 1024 * 1024
+MAX_PAGE_BYTES_ENV = "LANCE_FILE_WRITER_MAX_PAGE_BYTES"
+_PADDING = PAD_BYTE * PAGE_ALIGNMENT
+SUPPORTED_VERSIONS = V2_WRITABLE  # 2.1/2.2 via lance_ops.format.v2_1.encode
+
+
+@dataclass(frozen=True)
+class WrittenPage:
+    """Where one page of one column landed in the file."""
+
+    column_index: int
+    row_start: int  # first row (first item for columns below a list) of the page in its column
+    num_rows: int
+    buffers: tuple[tuple[int, int], ...]  # (offset, size) of each page buffer
+    encoding: enc_pb.ArrayEncoding = field(compare=False, repr=False)
+
+
+def _any_bytes(type_url: str, message) -> bytes:
+    return any_pb2.Any(type_url=type_url, value=message.SerializeToString()).SerializeToString()
+
+
+def _direct_encoding(type_url: str, message) -> file2_pb2.Encoding:
+    encoding = file2_pb2.Encoding()
+    encoding.direct.encoding = _any_bytes(type_url, message)
+    return encoding
+
+
+def _column_encoding_bytes() -> bytes:
+    column_encoding = enc_pb.ColumnEncoding()
+    column_encoding.values.SetInParent()
+    return _any_bytes(COLUMN_ENCODING_URL, column_encoding)
+
+
+_COLUMN_ENCODING = _column_encoding_bytes()
+_BLOB_COLUMN_ENCODING = blob_column_encoding_bytes()
+
+
+def _max_page_bytes(value: int | None) -> int:
+    if value is not None:
+        return int(value)
+    env = os.environ.get(MAX_PAGE_BYTES_ENV)
+    if env:
+        try:
+            return int(env)
+        except ValueError:
+            pass
+    return DEFAULT_MAX_PAGE_BYTES
+
+
+class V2FileWriter:
+    """Write one Lance data file; mirrors ``lance.file.LanceFileWriter``.
+
+    ``schema`` may be omitted: it is then taken from the first batch. ``data_cache_bytes`` is the
+    accumulation budget shared by the top-level fields (upstream semantics: when given it is
+    divided by the number of top-level fields; when None each column gets 8 MiB).
+    ``max_page_bytes`` (default 32 MiB, or ``LANCE_FILE_WRITER_MAX_PAGE_BYTES``) caps the size of
+    a page cut from one oversized array. ``lance_fields`` (internal, for datasets) are the Lance
+    field protos to store instead of ``to_lance_fields(schema)`` (pre-assigned field ids).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        schema: pa.Schema | None = None,
+        *,
+        version: str | FileVersion = FileVersion.V2_0,
+        storage_options: Mapping[str, Any] | None = None,
+        data_cache_bytes: int | None = None,
+        max_page_bytes: int | None = None,
+        lance_fields: Sequence[file_pb2.Field] | None = None,
+    ) -> None:
+        parsed = FileVersion.parse_file_writer(version)
+        if parsed not in SUPPORTED_VERSIONS:  # legacy files come from the registry's legacy writer
+            raise UnsupportedError(
+                f"Lance file version {str(version)!r} cannot be written yet (supported: {', '.join(SUPPORTED_VERSIONS)})")
+        self.version = parsed
+        self.path = os.fspath(path) if isinstance(path, os.PathLike) else path
+        self._storage_options = storage_options
+        self._data_cache_bytes = data_cache_bytes
+        self._max_page_bytes = _max_page_bytes(max_page_bytes)
+        self._given_lance_fields = list(lance_fields) if lance_fields is not None else None
+        self._schema: pa.Schema | None = None
+        self._lance_fields: list[file_pb2.Field] = []
+        self._encoders: list[FieldEncoder] = []
+        self._columns: list[file2_pb2.ColumnMetadata] = []
+        self._pages: list[list[WrittenPage]] = []
+        self._column_rows: list[int] = []
+        self._schema_metadata: dict[str, bytes] = {}
+        self._global_buffers: list[tuple[int, int]] = []
+        self._blob_columns: set[int] = set()  # 2.0 columns whose column encoding is ``blob``
+        self._has_blobs = False
+        self._rows = 0
+        self._blob_v2_names: set[str] = set()
+        self._blob_side_files: SideFiles | None = None
+        self._inner_path = ""
+        self._store = None
+        self._sink = None
+        self._closed = False
+        if schema is not None:
+            self._initialize(schema)
+
+    # --- set-up --------------------------------------------------------------------------------
+    def _initialize(self, schema: pa.Schema) -> None:
+        """Validate the schema and build one encoder per top-level field (no bytes written)."""
+        if len(schema) == 0:
+            raise SchemaMismatchError("cannot write a Lance file with no columns")
+        schema = self._blob_v2_schema(schema)
+        lance_fields = to_lance_fields(schema)  # raises UnsupportedTypeError for map, union, views...
+        for f in schema:
+            if f.name in self._blob_v2_names:
+                continue
+            if self.version is FileVersion.V2_0:
+                check_writable(f)
+            else:  # [v2.1 dispatch] leaf-only columns, see lance_ops.format.v2_1.encode
+                from lance_ops.format.v2_1 import encode as enc21
+
+                enc21.check_writable(f, self.version)
+        if self._given_lance_fields is not None:
+            if len(self._given_lance_fields) != len(lance_fields):
+                raise SchemaMismatchError(
+                    f"lance_fields has {len(self._given_lance_fields)} fields but the schema flattens to "
+                    f"{len(lance_fields)}")
+            lance_fields = self._given_lance_fields
+        if self._data_cache_bytes is not None:
+            cache = max(1, int(self._data_cache_bytes) // len(schema))
+        else:
+            cache = DEFAULT_CACHE_BYTES_PER_COLUMN
+        counter = [0]
+        if self.version is FileVersion.V2_0:
+            self._encoders = [build_encoder(f, counter, cache, self._max_page_bytes) for f in schema]
+        else:  # [v2.1 dispatch]
+            from lance_ops.format.v2_1 import encode as enc21
+
+            self._encoders = []
+            for f in schema:
+                if f.name in self._blob_v2_names:  # [blob v2] one descriptor column per blob field
+                    self._encoders.append(BlobV2FieldEncoder(f, counter[0], cache, self._max_page_bytes,
+                                                             self._side_files))
+                    counter[0] += 1
+                else:
+                    self._encoders.append(enc21.build_encoder(f, counter, cache, self._max_page_bytes, self.version))
+        num_columns = counter[0]
+        self._blob_columns = set()
+        self._has_blobs = False
+        if self.version is FileVersion.V2_0:
+            for encoder in self._encoders:
+                self._blob_columns.update(encoder.blob_columns())
+            self._has_blobs = bool(self._blob_columns)
+        else:
+            self._has_blobs = any(encoder.blob_leaves for encoder in self._encoders)
+        self._schema = schema
+        self._lance_fields = blob_v2.data_file_fields(lance_fields) if self._blob_v2_names else lance_fields
+        self._columns = [file2_pb2.ColumnMetadata() for _ in range(num_columns)]
+        self._pages = [[] for _ in range(num_columns)]
+        self._column_rows = [0] * num_columns
+        for key, value in (schema.metadata or {}).items():
+            self._schema_metadata[key.decode() if isinstance(key, bytes) else key] = (
+                value if isinstance(value, bytes) else str(value).encode())
+
+    def _blob_v2_schema(self, schema: pa.Schema) -> pa.Schema:
+        """``schema`` with blob v2 fields (``lance.blob.v2``; datasets at 2.2 turn legacy blob
+        fields into them, see ``table.write.blob_v2_schema``) in their logical struct form;
+        remembers their names. Blob v2 below the top level or before 2.2 is refused. Side files
+        go to ``<file stem>/`` next to the file."""
+        names = []
+        fields = []
+        at_2_2 = self.version >= FileVersion.V2_2
+        for f in schema:
+            if blob_v2.is_blob_v2(f):
+                if not at_2_2:
+                    raise UnsupportedError(
+                        f"field {f.name!r}: lance.blob.v2 columns need file version 2.2 or later (this file is "
+                        f"{self.version}); use large_binary with lance-encoding:blob for the older blob layout")
+                f = blob_v2.logical_field(f)
+                names.append(f.name)
+            else:
+                t = f.type
+                nested = (pa.types.is_struct(t) and any(blob_v2.has_blob_v2(t.field(i)) for i in range(t.num_fields))) or (
+                    hasattr(t, "value_field") and blob_v2.has_blob_v2(t.value_field))
+                if nested:
+                    raise UnsupportedError(f"field {f.name!r}: lance.blob.v2 columns are only written at the top level")
+            fields.append(f)
+        self._blob_v2_names = set(names)
+        return pa.schema(fields, metadata=schema.metadata) if names else schema
+
+    def _side_files(self) -> SideFiles:
+        """The blob v2 side files of this data file (opened on first use)."""
+        if self._blob_side_files is None:
+            self._open_sink()
+            self._blob_side_files = SideFiles(self._store, self._inner_path)
+        return self._blob_side_files
+
+    def _open_sink(self):
+        if self._sink is None:
+            from lance_ops.io import open_store
+
+            self._store, inner = open_store(self.path, self._storage_options)
+            self._inner_path = inner
+            self._sink = self._store.open_output(inner)
+        return self._sink
+
+    # --- public API ----------------------------------------------------------------------------
+    @property
+    def schema(self) -> pa.Schema | None:
+        return self._schema
+
+    @property
+    def num_columns(self) -> int:
+        return len(self._columns)
+
+    @property
+    def lance_fields(self) -> list[file_pb2.Field]:
+        """The Lance fields stored in the file (pre-order, one column each in 2.0)."""
+        return list(self._lance_fields)
+
+    @property
+    def pages(self) -> list[list[WrittenPage]]:
+        """Per column, the pages written so far (complete after :meth:`close`)."""
+        return [list(p) for p in self._pages]
+
+    @property
+    def rows_written(self) -> int:
+        return self._rows
+
+    def tell(self) -> int:
+        """Bytes written to the output so far."""
+        return self._sink.tell() if self._sink is not None else 0
+
+    def write_batch(self, data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> None:
+        """Append a RecordBatch or a Table (or an iterable of batches)."""
+        self._check_open()
+        if isinstance(data, pa.Table):
+            batches: Iterable[pa.RecordBatch] = data.to_batches()
+            if self._schema is None:
+                self._initialize(data.schema)
+        elif isinstance(data, pa.RecordBatch):
+            batches = [data]
+        elif isinstance(data, pa.RecordBatchReader):
+            batches = data
+        else:
+            batches = data
+        for batch in batches:
+            self._write_one(batch)
+
+    def add_schema_metadata(self, key: str, value: str | bytes) -> None:
+        """Add (or replace) a schema metadata entry; applied when the file is closed."""
+        self._check_open()
+        self._schema_metadata[key] = value if isinstance(value, bytes) else str(value).encode()
+
+    def add_global_buffer(self, data: bytes) -> int:
+        """Write an extra global buffer now; returns its index (the first one is 1)."""
+        self._check_open()
+        sink = self._open_sink()
+        position = sink.tell()
+        view = memoryview(data).cast("B")
+        sink.write(view)
+        pad = padding_for(len(view))
+        if pad:
+            sink.write(_PADDING[:pad])
+        self._global_buffers.append((position, len(view)))
+        return len(self._global_buffers)
+
+    def close(self) -> int:
+        """Flush the remaining pages, write metadata and footer, publish the file; returns rows."""
+        if self._closed:
+            return self._rows
+        if self._schema is None:
+            raise SchemaMismatchError(
+                f"{self.path}: no schema was provided when the writer was opened and no data was written, so "
+                "the schema is unknown and the file cannot be created (pass schema= or write a batch); "
+                "nothing was written")
+        try:
+            for encoder in self._encoders:
+                self._write_pages(encoder.flush())
+            for encoder in self._encoders:
+                self._write_pages(encoder.finish())
+            self._write_tail()
+            if self._blob_side_files is not None:
+                self._blob_side_files.close()  # side files are published before their data file
+            self._sink.close()
+        except BaseException:
+            self.abort()
+            raise
+        self._closed = True
+        return self._rows
+
+    def abort(self) -> None:
+        """Discard everything written; nothing appears at ``path``."""
+        self._closed = True
+        if self._blob_side_files is not None:
+            self._blob_side_files.abort()
+        if self._sink is not None:
+            self._sink.abort()
+
+    def __enter__(self) -> "V2FileWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    # --- internals -----------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the LanceFileWriter is closed")
+
+    def _write_one(self, batch: pa.RecordBatch) -> None:
+        if self._schema is None:
+            self._initialize(batch.schema)
+        if self._blob_v2_names:  # bytes / extension arrays -> the logical struct the schema names
+            batch = pa.RecordBatch.from_arrays(
+                [blob_v2.to_logical(c, self._schema.field(n)) if n in self._blob_v2_names else c
+                 for n, c in zip(batch.schema.names, batch.columns)],
+                schema=pa.schema([self._schema.field(n) if n in self._blob_v2_names else f
+                                  for n, f in zip(batch.schema.names, batch.schema)]))
+        batch = conform_batch(batch, self._schema)
+        if self.version is FileVersion.V2_0:
+            for array, f in zip(batch.columns, self._schema):
+                check_values(array, f)  # before anything of this batch is encoded
+        else:  # [v2.1 dispatch] struct nulls are allowed in 2.1+
+            from lance_ops.format.v2_1 import encode as enc21
+
+            for array, f in zip(batch.columns, self._schema):
+                enc21.check_values(array, f)
+        n = batch.num_rows
+        if n == 0:
+            return
+        if n > 2**32:
+            raise ValueError("cannot write Lance files with more than 2^32 rows in one batch")
+        if not self._has_blobs:
+            for encoder, array in zip(self._encoders, batch.columns):
+                self._write_pages(encoder.maybe_encode(array))
+        else:
+            # blob values go out of line, at the current end of the file, before every page this
+            # batch completes (pylance's order); positions are absolute file offsets
+            sink = self._open_sink()
+            external = OutOfLineBuffers(sink.tell())
+            pages = []
+            for encoder, array in zip(self._encoders, batch.columns):
+                pages.extend(encoder.maybe_encode(array, external))
+            for chunk in external.chunks:
+                sink.write(chunk)
+            self._write_pages(pages)
+        self._rows += n
+
+    def _write_pages(self, pages: list[EncodedPage]) -> None:
+        if not pages:
+            return
+        sink = self._open_sink()
+        for page in pages:
+            locations = []
+            for chunks in page.buffers:
+                position = sink.tell()
+                size = 0
+                for chunk in chunks:
+                    size += chunk_size(chunk)
+                    sink.write(chunk)
+                pad = padding_for(size)
+                if pad:
+                    sink.write(_PADDING[:pad])
+                locations.append((position, size))
+            column = page.column_index
+            proto = self._columns[column].pages.add()
+            proto.buffer_offsets.extend(p for p, _ in locations)
+            proto.buffer_sizes.extend(s for _, s in locations)
+            proto.length = page.num_rows
+            # [v2.1 dispatch] 2.1+ pages are PageLayouts with priority = first row
+            proto.encoding.CopyFrom(_direct_encoding(getattr(page, "type_url", ARRAY_ENCODING_URL), page.encoding))
+            if getattr(page, "priority", 0):
+                proto.priority = page.priority
+            self._pages[column].append(
+                WrittenPage(column, self._column_rows[column], page.num_rows, tuple(locations), page.encoding))
+            self._column_rows[column] += page.num_rows
+
+    def _write_tail(self) -> None:
+        sink = self._open_sink()
+        descriptor = file_pb2.FileDescriptor(length=self._rows)
+        descriptor.schema.fields.extend(self._lance_fields)
+        for key, value in self._schema_metadata.items():
+            descriptor.schema.metadata[key] = value
+        descriptor_bytes = descriptor.SerializeToString()
+        gbo = [(sink.tell(), len(descriptor_bytes))] + self._global_buffers
+        sink.write(descriptor_bytes)
+
+        column_meta_start = sink.tell()
+        cmo = []
+        for index, column in enumerate(self._columns):
+            column.encoding.direct.encoding = _BLOB_COLUMN_ENCODING if index in self._blob_columns else _COLUMN_ENCODING
+            data = column.SerializeToString()
+            cmo.append((sink.tell(), len(data)))
+            sink.write(data)
+        cmo_table_start = sink.tell()
+        sink.write(b"".join(struct.pack("<QQ", p, s) for p, s in cmo))
+        gbo_table_start = sink.tell()
+        sink.write(b"".join(struct.pack("<QQ", p, s) for p, s in gbo))
+        major, minor = self.version.footer
+        sink.write(Footer(column_meta_start, cmo_table_start, gbo_table_start, len(gbo), len(cmo), major, minor).pack())

@@ -1,0 +1,356 @@
+"""Compaction execution: rewrite a task's fragments into new data files (committed by ``commit``).
+
+Execution streams: the task's fragments are read one at a time (every column, physical rows)
+in consecutive groups of about ``_GROUP_ROWS`` rows / ``_GROUP_BYTES`` bytes (a bigger fragment
+is a group of its own); the next group is read in a background thread while the current one is
+written, which hides store latency. A group's live rows are taken into one contiguous table (one
+copy that also drops the deleted rows, and far fewer, larger batches for the writer), and the
+rows are cut into new fragments of exactly the sizes the plan fixed; memory is bounded by two
+groups plus one group's copy and the file writer's buffers, never by the task. New fragments
+carry id 0 and are written with the dataset's own storage version (a version lance_ops cannot
+write is refused before anything is written). The dataset is opened at the task's read
+version, whose fragments must be the task's byte for byte.
+
+Row ids
+  * With stable row ids, each new fragment carries the row ids of the rows it received: the old
+    fragments' ``RowIdSequence`` s with deleted rows masked out, concatenated and sliced to the
+    new sizes. The created-at / last-updated-at version sequences are carried over the same way
+    (missing ones count as version 1, last-updated defaulting to created-at, as upstream), so
+    ``take_by_row_id`` and ``_rowid`` give the same rows before and after.
+  * Without stable row ids a row id is the row address, which changes. Upstream reserves the
+    new fragment ids with a separate ReserveFragments commit so that it can remap indices from
+    old to new addresses. lance_ops writes no indices (and refuses datasets that have some), so
+    nothing needs remapping: the new fragments get their ids when the Rewrite manifest is built
+    (from ``max_fragment_id + 1``) and no ReserveFragments version is written.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from lance_ops._proto import table_pb2, transaction_pb2
+from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
+from lance_ops.table import deletion, idempotency, naming, rowids, versions
+from lance_ops.table import locate, scan
+from lance_ops.table.commit import (
+    IDEMPOTENCY_KEY,
+    CommitContext,
+    CommitOptions,
+    commit_transaction,
+)
+from lance_ops.table.manifest import read_manifest
+from lance_ops.table.paths import resolve_inside
+from lance_ops.table.write import write_fragments
+
+from lance_ops.maintenance.compaction.model import (
+    RewriteResult,
+    RewriteTask,
+    check_no_indices,
+    same_fragment,
+    zero_metrics,
+)
+
+log = logging.getLogger(__name__)
+
+# --- reading the source fragments ----------------------------------------------------------------
+#: consecutive source fragments are gathered until a group holds this many rows or bytes
+_GROUP_ROWS = 128 * 1024
+_GROUP_BYTES = 32 << 20
+
+
+def _take_live(tables: list[pa.Table], deleted: list[bool]) -> pa.Table:
+    """Several fragments' live rows as one table (one chunk per column); ``deleted``: whether
+    each fragment had deleted rows (its table was filtered by the scan)."""
+    if len(tables) == 1 and not deleted[0]:
+        return tables[0]  # nothing dropped, nothing to merge: no copy
+    try:
+        return pa.concat_tables(tables).combine_chunks()
+    except pa.ArrowException:  # e.g. dictionary columns whose chunks do not share a dictionary
+        return pa.concat_tables(tables)
+
+
+def _groups(task: RewriteTask) -> list[list[tuple[table_pb2.DataFragment, int | None]]]:
+    """The task's fragments (with their planned live rows), cut into consecutive groups."""
+    expected = task.live_rows or [None] * len(task.fragments)
+    groups: list[list[tuple[table_pb2.DataFragment, int | None]]] = []
+    current: list[tuple[table_pb2.DataFragment, int | None]] = []
+    rows = size = 0
+    for proto, n in zip(task.fragments, expected):
+        current.append((proto, n))
+        rows += proto.physical_rows
+        size += sum(df.file_size_bytes for df in proto.files)
+        if rows >= _GROUP_ROWS or size >= _GROUP_BYTES:
+            groups.append(current)
+            current, rows, size = [], 0, 0
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _live_tables(task: RewriteTask, view, schema: pa.Schema, stats: dict[str, int],
+                 prefetch: int = 1) -> Iterator[pa.Table]:
+    """The source fragments' live rows, in order, one table per group of fragments.
+
+    Each fragment is read through the scan planner (every column, blob v2 as written). The next
+    ``prefetch`` groups are read in a background thread while the current one is being written
+    (``prefetch=0``: no thread); see the module docstring for the grouping.
+    """
+    scans = {t.fragment_id: t for t in scan.plan(view, schema.names, fragments=task.fragments,
+                                                 blob_handling="logical")}
+
+    def load(proto: table_pb2.DataFragment, expected_live: int | None) -> tuple[pa.Table, bool, int]:
+        """The fragment's live rows, whether it had deleted rows, its live count."""
+        table = scan.execute(view, scans[proto.id])
+        live = table.num_rows
+        if expected_live is not None and live != expected_live:
+            raise LanceOpsError(
+                f"fragment {proto.id}: read {live} live rows but the plan counted "
+                f"{expected_live}; its deletion file or metadata is inconsistent"
+            )
+        return table, live != proto.physical_rows, live
+
+    def load_group(group) -> list[tuple[pa.Table, bool, int]]:
+        return [load(proto, n) for proto, n in group]
+
+    def live_rows(group, loaded) -> pa.Table:
+        # (counted here, in the consuming thread, in group order)
+        stats["rows_read"] += sum(live for _, _, live in loaded)
+        stats["bytes_read"] += sum(df.file_size_bytes for proto, _ in group for df in proto.files)
+        return _take_live([t for t, _, _ in loaded], [d for _, d, _ in loaded])
+
+    jobs = iter(_groups(task))
+    if prefetch <= 0:
+        for group in jobs:
+            yield live_rows(group, load_group(group))
+        return
+    # One background thread reads the next groups, in order; the copy of each group's live rows
+    # is made here, next to the writing, which balances the two threads (copies and writes run
+    # without the GIL). A second reader thread does not pay on two cores.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lance-ops-compact-read") as pool:
+        pending: deque = deque()
+        try:
+            for group in itertools.islice(jobs, prefetch):
+                pending.append((group, pool.submit(load_group, group)))
+            while pending:
+                group, fut = pending.popleft()
+                loaded = fut.result()
+                nxt = next(jobs, None)
+                if nxt is not None:
+                    pending.append((nxt, pool.submit(load_group, nxt)))
+                table = live_rows(group, loaded)
+                del loaded
+                yield table
+        finally:
+            for _, fut in pending:
+                fut.cancel()
+
+
+class _RowSource:
+    """Hands out batches totalling exactly ``n`` rows from a stream of tables."""
+
+    def __init__(self, tables: Iterator[pa.Table]):
+        self._tables = tables
+        self._pending: list[pa.RecordBatch] = []
+
+    def _refill(self) -> bool:
+        for table in self._tables:
+            batches = [b for b in table.to_batches() if b.num_rows]
+            if batches:
+                self._pending.extend(batches)
+                return True
+        return False
+
+    def take(self, n: int) -> Iterator[pa.RecordBatch]:
+        left = n
+        while left > 0:
+            if not self._pending and not self._refill():
+                raise LanceOpsError(f"the source fragments ran out of rows ({left} of {n} missing)")
+            batch = self._pending.pop(0)
+            if batch.num_rows > left:
+                self._pending.insert(0, batch.slice(left))
+                batch = batch.slice(0, left)
+            left -= batch.num_rows
+            yield batch
+
+    def exhausted(self) -> bool:
+        return not self._pending and not self._refill()
+
+
+# --- row ids and version sequences ----------------------------------------------------------------
+def _row_id_sequence(store, base: str, frag: table_pb2.DataFragment) -> rowids.RowIdSequence:
+    which = frag.WhichOneof("row_id_sequence")
+    where = f"fragment {frag.id} row ids"
+    if which == "inline_row_ids":
+        seq = rowids.RowIdSequence.from_bytes(frag.inline_row_ids, where)
+    elif which == "external_row_ids":
+        ext = frag.external_row_ids
+        path = resolve_inside(store, base, ext.path, what=f"external row-id path of fragment {frag.id}",
+                              where=store.uri(base))
+        seq = rowids.RowIdSequence.from_bytes(store.read_range(path, ext.offset, ext.size), store.uri(path))
+    else:
+        raise LanceOpsError(f"{where}: the dataset uses stable row ids but fragment {frag.id} has none")
+    if len(seq) != frag.physical_rows:
+        raise LanceOpsError(f"{where}: {len(seq)} row ids for {frag.physical_rows} physical rows")
+    return seq
+
+
+def _version_arrays(store, base: str, frag: table_pb2.DataFragment) -> tuple[np.ndarray, np.ndarray]:
+    n = frag.physical_rows
+    created = rowids.read_fragment_versions(store, base, frag, "created")
+    if created is None:
+        created = np.ones(n, dtype=np.uint64)
+    updated = rowids.read_fragment_versions(store, base, frag, "updated")
+    if updated is None:
+        updated = created
+    if created.size != n or updated.size != n:
+        raise LanceOpsError(f"fragment {frag.id}: version sequences do not cover its {n} physical rows")
+    return created, updated
+
+
+def _carry_row_ids(task: RewriteTask, store, base: str, new_fragments: list[table_pb2.DataFragment]) -> None:
+    """Give the new fragments the row ids and version sequences of the rows they received."""
+    sequences, created, updated = [], [], []
+    for proto in task.fragments:
+        seq = _row_id_sequence(store, base, proto)
+        c, u = _version_arrays(store, base, proto)
+        if proto.HasField("deletion_file"):
+            dead = deletion.read_deletion_offsets(store, base, proto.id, proto.deletion_file)
+            seq = seq.mask(dead)
+            keep = np.ones(proto.physical_rows, dtype=bool)
+            keep[dead.astype(np.int64)] = False
+            c, u = c[keep], u[keep]
+        sequences.append(seq)
+        created.append(c)
+        updated.append(u)
+    sizes = [f.physical_rows for f in new_fragments]
+    chunks = rowids.RowIdSequence.rechunk(sequences, sizes)
+    all_created = np.concatenate(created) if created else np.empty(0, np.uint64)
+    all_updated = np.concatenate(updated) if updated else np.empty(0, np.uint64)
+    start = 0
+    for frag, seq, size in zip(new_fragments, chunks, sizes):
+        frag.inline_row_ids = seq.to_bytes()
+        frag.inline_created_at_versions = rowids.encode_version_sequence(all_created[start:start + size])
+        frag.inline_last_updated_at_versions = rowids.encode_version_sequence(all_updated[start:start + size])
+        start += size
+
+
+# --- execution -----------------------------------------------------------------------------------
+def _delete_data_files(store, base: str, paths: Sequence[str]) -> None:
+    """Remove uncommitted data files we wrote (and their statistics sidecars), best effort."""
+    try:
+        from lance_ops.table.stats.store import stats_path
+    except ImportError:  # pragma: no cover - statistics are optional
+        stats_path = None
+    for path in paths:
+        targets = [store.join(base, naming.DATA_DIR, path)]
+        if stats_path is not None:
+            targets.append(stats_path(store, base, path))
+        for target in targets:
+            try:
+                if target is targets[0] or store.exists(target):
+                    store.delete(target)
+            except Exception:  # noqa: BLE001 - best effort; cleanup_old_versions removes orphans later
+                log.warning("could not remove orphan file %s", store.uri(target), exc_info=True)
+
+
+def _open_read_version(task: RewriteTask, store, base: str):
+    """The dataset at the task's read version; its fragments must be the task's, byte for byte."""
+    from lance_ops.errors import DatasetNotFoundError
+    from lance_ops.table.dataset import LanceDataset
+
+    uri = store.uri(base)
+    try:
+        ds = LanceDataset(uri, task.read_version, _store=(store, base))
+    except DatasetNotFoundError as exc:
+        # retryable: compact_files re-plans from the newest version (issue 16)
+        raise RetryableCommitConflictError(
+            f"{uri}: the compaction task was planned at version {task.read_version}, which no longer "
+            "exists (cleaned up?); re-plan the compaction"
+        ) from exc
+    current = {f.id: f for f in ds.manifest.fragments}
+    for frag in task.fragments:
+        if frag.id not in current or not same_fragment(current[frag.id], frag):
+            raise LanceOpsError(
+                f"{uri}: fragment {frag.id} of the compaction task differs from version "
+                f"{task.read_version}'s; the task does not belong to this dataset"
+            )
+    if list(ds.manifest.fields) != list(task.fields):
+        raise LanceOpsError(f"{uri}: the task's schema differs from version {task.read_version}'s")
+    return ds
+
+
+def execute_task(task: RewriteTask, store, base: str, *, storage_options=None) -> RewriteResult:
+    """Rewrite ``task``'s fragments into new data files; returns the (uncommitted) result."""
+    where = store.uri(base)
+    version = versions.normalize(task.data_storage_version)
+    versions.require_writable(version, where)
+    if task.kind not in ("compact", "materialize"):
+        raise LanceOpsError(f"{where}: unknown compaction task kind {task.kind!r}")
+    if sum(task.output_rows) != sum(task.live_rows or task.output_rows):
+        raise LanceOpsError(f"{where}: task output sizes do not add up to its live rows")
+    view = _open_read_version(task, store, base)
+    schema = view.schema
+    stats = {"rows_read": 0, "bytes_read": 0}
+    source = _RowSource(_live_tables(task, view, schema, stats))
+    new_fragments: list[table_pb2.DataFragment] = []
+    try:
+        for size in task.output_rows:
+            reader = pa.RecordBatchReader.from_batches(schema, source.take(size))
+            # (legacy datasets: the rewritten files keep the dataset's dictionary values)
+            written = write_fragments(reader, store, base, list(task.fields), storage_options=storage_options,
+                                      max_rows_per_file=size, version=version,
+                                      dictionaries=view.manifest_file.dictionaries or None)
+            if len(written) != 1 or written[0].physical_rows != size:
+                raise LanceOpsError(f"{where}: expected one new fragment of {size} rows, wrote "
+                                    f"{[f.physical_rows for f in written]}")
+            new_fragments.extend(written)
+        if not source.exhausted():
+            raise LanceOpsError(f"{where}: the source fragments hold more live rows than the plan counted")
+        if task.stable_row_ids:
+            _carry_row_ids(task, store, base, new_fragments)
+    except BaseException:
+        _delete_data_files(store, base, [df.path for f in new_fragments for df in f.files])
+        raise
+    metrics = {
+        "fragments_removed": len(task.fragments),
+        "fragments_added": len(new_fragments),
+        "files_removed": sum(len(f.files) + f.HasField("deletion_file") for f in task.fragments),
+        "files_added": sum(len(f.files) for f in new_fragments),
+        "rows_read": stats["rows_read"],
+        "rows_written": sum(f.physical_rows for f in new_fragments),
+        "bytes_read": stats["bytes_read"],
+        "bytes_written": sum(df.file_size_bytes for f in new_fragments for df in f.files),
+    }
+    originals = []
+    for f in task.fragments:
+        copy = table_pb2.DataFragment()
+        copy.CopyFrom(f)
+        originals.append(copy)
+    return RewriteResult(task.read_version, originals, new_fragments, metrics, task.kind)
+
+
+def discard_results(uri_or_store, results: Sequence[RewriteResult], *, storage_options=None, base=None) -> int:
+    """Delete the data files of results that will never be committed; returns how many.
+
+    Only call this when the results are known not to be part of any committed version (e.g.
+    after a RetryableCommitConflictError from their own commit). Otherwise leave them to
+    ``cleanup_old_versions``.
+    """
+    if isinstance(uri_or_store, str):
+        from lance_ops.io import open_store
+
+        store, base = open_store(uri_or_store, storage_options)
+    else:
+        store = uri_or_store
+    paths = [p for r in results for p in r.new_data_files]
+    _delete_data_files(store, base, paths)
+    return len(paths)

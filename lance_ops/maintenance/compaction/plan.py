@@ -1,0 +1,444 @@
+"""Compaction planning: which fragments to rewrite together, and into how many new fragments.
+
+Planning only reads the manifest (and, for fragments written by very old writers that did not
+record a deletion count, their deletion files). It follows upstream Lance's rules so a plan made
+here names the same fragments pylance 14 would rewrite:
+
+1. Walk the fragments in manifest order and give each a *candidacy*:
+
+   * ``materialize_deletions`` and ``deleted / physical > materialize_deletions_threshold``
+     (compared in 32-bit floats, as upstream) -> **compact itself** (its deleted rows go away);
+   * else ``physical_rows < target_rows_per_fragment`` -> **compact with neighbours**;
+   * else not a candidate: it ends the current run.
+
+2. Consecutive candidates form a run (only contiguous runs, so row order is kept). A run that is
+   a single compact-with-neighbours fragment is dropped (rewriting it alone gains nothing).
+3. Each run is split greedily into tasks of at least ``target_rows_per_fragment`` *live* rows; a
+   remainder smaller than the target stays in the last task.
+4. ``max_source_fragments`` bounds the work of one run: tasks are taken in order while their
+   source fragments add up to at most that many, stopping at the first task that does not fit
+   (observed pylance 14.0.2 behaviour).
+
+Each task is rewritten into ``max(1, live_rows // target)`` new fragments of (almost) equal size,
+the first ``live_rows % n`` of them one row longer — what pylance 14.0.2 writes (e.g. 800 live
+rows with a target of 250 -> 267, 267, 266). ``max_rows_per_file`` (ours) only adds fragments so
+that none exceeds it. The sizes are fixed at plan time and carried by the task.
+
+``materialize_deletions_threshold >= 1.0`` turns materialisation off, as upstream's option
+validation does.
+
+Indices: Lance only combines fragments covered by the same indices and remaps the indices after
+the rewrite. lance_ops writes no indices and cannot remap them, so a dataset whose manifest lists
+any index (including pylance's fragment-reuse system index) is refused with
+:class:`~lance_ops.errors.UnsupportedError` instead of being given stale indices.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import asdict, dataclass, field, fields as dc_fields
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from lance_ops._proto import file_pb2, table_pb2
+from lance_ops.errors import LanceOpsError, UnsupportedError
+from lance_ops.table import deletion, versions
+
+from lance_ops.maintenance.compaction.model import check_no_indices, message_from_b64, message_to_b64
+
+TASK_FORMAT = "lance_ops.compaction_task/1"
+PLAN_FORMAT = "lance_ops.compaction_plan/1"
+
+#: task kinds
+COMPACT = "compact"
+MATERIALIZE = "materialize"
+
+
+# --- options ---------------------------------------------------------------------------------
+@dataclass
+class CompactionOptions:
+    """How to compact; the defaults are upstream's."""
+
+    target_rows_per_fragment: int = 1024 * 1024
+    #: lance_ops extra: no new fragment gets more rows than this (None: only the target rule)
+    max_rows_per_file: int | None = None
+    materialize_deletions: bool = True
+    materialize_deletions_threshold: float = 0.1
+    #: take tasks in order while their source fragments add up to at most this many
+    max_source_fragments: int | None = None
+
+    def __post_init__(self) -> None:
+        self.target_rows_per_fragment = int(self.target_rows_per_fragment)
+        if self.target_rows_per_fragment <= 0:
+            raise ValueError("target_rows_per_fragment must be positive")
+        if self.max_rows_per_file is not None:
+            self.max_rows_per_file = int(self.max_rows_per_file)
+            if self.max_rows_per_file <= 0:
+                raise ValueError("max_rows_per_file must be positive")
+        self.materialize_deletions_threshold = float(self.materialize_deletions_threshold)
+        if not self.materialize_deletions_threshold >= 0.0:
+            raise ValueError("materialize_deletions_threshold must be >= 0")
+        if self.max_source_fragments is not None:
+            self.max_source_fragments = int(self.max_source_fragments)
+            if self.max_source_fragments <= 0:
+                raise ValueError("max_source_fragments must be positive")
+        self.materialize_deletions = bool(self.materialize_deletions)
+        if self.materialize_deletions_threshold >= 1.0:
+            # as upstream's CompactionOptions::validate: a ratio can never exceed 1
+            self.materialize_deletions = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "CompactionOptions":
+        known = {f.name for f in dc_fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+
+# --- helpers ---------------------------------------------------------------------------------
+def output_sizes(live_rows: int, target: int, max_rows_per_file: int | None = None) -> list[int]:
+    """Row counts of the new fragments a task of ``live_rows`` rows is written into."""
+    live_rows = int(live_rows)
+    if live_rows <= 0:
+        return []
+    n = max(1, live_rows // int(target))
+    if max_rows_per_file:
+        n = max(n, -(-live_rows // int(max_rows_per_file)))
+    size, extra = divmod(live_rows, n)
+    return [size + 1] * extra + [size] * (n - extra)
+
+
+def num_deleted(store, base: str, fragment: table_pb2.DataFragment) -> int:
+    """Deleted rows of a fragment (from the manifest; very old writers left the count at 0)."""
+    if not fragment.HasField("deletion_file"):
+        return 0
+    count = fragment.deletion_file.num_deleted_rows
+    if count == 0 and store is not None:
+        count = int(deletion.read_deletion_offsets(store, base, fragment.id, fragment.deletion_file).size)
+    return int(count)
+
+
+def deleted_ratio_exceeds(deleted: int, physical: int, threshold: float) -> bool:
+    """``deleted / physical > threshold`` in 32-bit floats (upstream compares f32 values)."""
+    if physical <= 0:
+        return False
+    return bool(np.float32(deleted) / np.float32(physical) > np.float32(threshold))
+
+
+def _check_fragment_supported(frag: table_pb2.DataFragment, where: str) -> None:
+    for df in frag.files:
+        if df.HasField("base_id"):
+            raise UnsupportedError(
+                f"{where}: fragment {frag.id} has data file {df.path} in another base path "
+                f"(base_id {df.base_id}); lance_ops does not compact multi-base datasets"
+            )
+
+
+# --- tasks and plans ---------------------------------------------------------------------------
+@dataclass
+class CompactionTask:
+    """One unit of rewrite work: a contiguous run of fragments and the new fragment sizes.
+
+    Self-contained (no URI inside): it carries the read version, the fragments' metadata exactly
+    as they were at that version, the schema, the storage version, the options and the new
+    fragment sizes, so it can be shipped as JSON to any machine that can reach the dataset's
+    storage and run there with :meth:`execute`. Execution opens the dataset at the read version
+    (which must not have been cleaned up meanwhile) and checks that its fragments and schema are
+    the task's, so a task can never be run against the wrong dataset.
+    """
+
+    read_version: int
+    fragments: list[table_pb2.DataFragment]
+    options: CompactionOptions
+    output_rows: list[int]
+    fields: list[file_pb2.Field]
+    schema_metadata: dict[str, bytes] = field(default_factory=dict)
+    data_storage_version: str = "2.0"
+    stable_row_ids: bool = False
+    kind: str = COMPACT
+    #: live rows of each source fragment (plan-time numbers, used for checks and summaries)
+    live_rows: list[int] = field(default_factory=list)
+
+    @property
+    def fragment_ids(self) -> list[int]:
+        return [f.id for f in self.fragments]
+
+    @property
+    def physical_rows(self) -> int:
+        return sum(f.physical_rows for f in self.fragments)
+
+    @property
+    def num_live_rows(self) -> int:
+        return sum(self.output_rows)
+
+    def summary(self) -> dict[str, Any]:
+        """A small description (what a dry run reports)."""
+        return {
+            "kind": self.kind,
+            "fragment_ids": self.fragment_ids,
+            "physical_rows": self.physical_rows,
+            "live_rows": self.num_live_rows,
+            "deleted_rows": self.physical_rows - self.num_live_rows,
+            "files": sum(len(f.files) + f.HasField("deletion_file") for f in self.fragments),
+            "bytes": sum(df.file_size_bytes for f in self.fragments for df in f.files),
+            "output_rows": list(self.output_rows),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": TASK_FORMAT,
+            "kind": self.kind,
+            "read_version": self.read_version,
+            "fragment_ids": self.fragment_ids,
+            "fragments": [message_to_b64(f) for f in self.fragments],
+            "live_rows": list(self.live_rows),
+            "output_rows": list(self.output_rows),
+            "options": self.options.to_dict(),
+            "fields": [message_to_b64(f) for f in self.fields],
+            "schema_metadata": {k: base64.b64encode(v).decode() for k, v in self.schema_metadata.items()},
+            "data_storage_version": self.data_storage_version,
+            "stable_row_ids": self.stable_row_ids,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], where: str = "<compaction task>") -> "CompactionTask":
+        try:
+            if raw.get("format") != TASK_FORMAT:
+                raise ValueError(f"format is {raw.get('format')!r}, expected {TASK_FORMAT!r}")
+            fragments = [message_from_b64(table_pb2.DataFragment, t) for t in raw["fragments"]]
+            ids = [int(i) for i in raw.get("fragment_ids", [f.id for f in fragments])]
+            if ids != [f.id for f in fragments]:
+                raise ValueError("fragment_ids do not match the fragments' metadata")
+            task = cls(
+                read_version=int(raw["read_version"]),
+                fragments=fragments,
+                options=CompactionOptions.from_dict(raw["options"]),
+                output_rows=[int(n) for n in raw["output_rows"]],
+                fields=[message_from_b64(file_pb2.Field, t) for t in raw["fields"]],
+                schema_metadata={k: base64.b64decode(v) for k, v in raw.get("schema_metadata", {}).items()},
+                data_storage_version=str(raw.get("data_storage_version", "2.0")),
+                stable_row_ids=bool(raw.get("stable_row_ids", False)),
+                kind=str(raw.get("kind", COMPACT)),
+                live_rows=[int(n) for n in raw.get("live_rows", [])],
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LanceOpsError(f"{where}: not a valid compaction task: {exc}") from exc
+        if task.kind not in (COMPACT, MATERIALIZE):
+            raise LanceOpsError(f"{where}: unknown compaction task kind {task.kind!r}")
+        return task
+
+    @classmethod
+    def from_json(cls, text: str | bytes, where: str = "<compaction task>") -> "CompactionTask":
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise LanceOpsError(f"{where}: not a valid compaction task: {exc}") from exc
+        return cls.from_dict(raw, where)
+
+    def execute(self, uri: str, storage_options: dict | None = None):
+        """Write this task's new fragments under ``uri``; returns a RewriteResult (not committed)."""
+        from lance_ops.io import open_store
+        from lance_ops.maintenance.compaction.execute import execute_task
+
+        store, base = open_store(str(uri), storage_options)
+        return execute_task(self, store, base, storage_options=storage_options)
+
+    def __reduce__(self):  # picklable through its JSON form (protos inside)
+        return (CompactionTask.from_json, (self.to_json(),))
+
+
+@dataclass
+class CompactionPlan:
+    """The tasks of one compaction, all planned against ``read_version``."""
+
+    read_version: int
+    tasks: list[CompactionTask]
+    options: CompactionOptions
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.tasks)
+
+    def compaction_tasks(self) -> list[CompactionTask]:
+        return list(self.tasks)
+
+    def summary(self) -> list[dict[str, Any]]:
+        return [t.summary() for t in self.tasks]
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "format": PLAN_FORMAT,
+            "read_version": self.read_version,
+            "options": self.options.to_dict(),
+            "tasks": [t.to_dict() for t in self.tasks],
+        }, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, where: str = "<compaction plan>") -> "CompactionPlan":
+        try:
+            raw = json.loads(text)
+            if raw.get("format") != PLAN_FORMAT:
+                raise ValueError(f"format is {raw.get('format')!r}, expected {PLAN_FORMAT!r}")
+            tasks = [CompactionTask.from_dict(t, where) for t in raw["tasks"]]
+            return cls(int(raw["read_version"]), tasks, CompactionOptions.from_dict(raw["options"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LanceOpsError(f"{where}: not a valid compaction plan: {exc}") from exc
+
+    def __reduce__(self):
+        return (CompactionPlan.from_json, (self.to_json(),))
+
+
+# --- planning --------------------------------------------------------------------------------
+def _split_run(items: list[tuple[table_pb2.DataFragment, int]], target: int) -> list[list]:
+    """Greedy split into chunks of >= ``target`` live rows; a small remainder joins the last one."""
+    chunks = []
+    rest = items
+    while rest:
+        taken, rows = 0, 0
+        while rows < target and taken < len(rest):
+            rows += rest[taken][1]
+            taken += 1
+        if sum(n for _, n in rest[taken:]) >= target:
+            chunks.append(rest[:taken])
+            rest = rest[taken:]
+        else:
+            chunks.append(rest)
+            break
+    return chunks
+
+
+def _task(ds, frags_rows, options: CompactionOptions, kind: str, output_rows: list[int]) -> CompactionTask:
+    frags = []
+    for frag, _ in frags_rows:
+        copy = table_pb2.DataFragment()
+        copy.CopyFrom(frag)
+        frags.append(copy)
+    m = ds.manifest
+    return CompactionTask(
+        read_version=ds.version,
+        fragments=frags,
+        options=options,
+        output_rows=output_rows,
+        fields=[_copy_field(f) for f in m.fields],
+        schema_metadata=dict(m.schema_metadata),
+        data_storage_version=m.data_format.version or "2.0",
+        stable_row_ids=ds.has_stable_row_ids,
+        kind=kind,
+        live_rows=[n for _, n in frags_rows],
+    )
+
+
+def _copy_field(f: file_pb2.Field) -> file_pb2.Field:
+    out = file_pb2.Field()
+    out.CopyFrom(f)
+    return out
+
+
+def _fragment_stats(ds) -> Iterable[tuple[table_pb2.DataFragment, int, int]]:
+    """(fragment, physical rows, deleted rows) in manifest order."""
+    for frag in ds.manifest.fragments:
+        yield frag, int(frag.physical_rows), num_deleted(ds.store, ds.base, frag)
+
+
+def plan_compaction(ds, options: CompactionOptions | None = None, **kwargs) -> CompactionPlan:
+    """Plan the compaction of ``ds`` (at its checked-out version); writes nothing.
+
+    ``options`` or keyword arguments (the fields of :class:`CompactionOptions`).
+    """
+    if options is None:
+        options = CompactionOptions(**kwargs)
+    elif kwargs:
+        raise TypeError("pass either options or keyword arguments, not both")
+    check_no_indices(ds.manifest_file, ds.uri)
+    versions.refuse_mixed(ds.manifest)
+    target = options.target_rows_per_fragment
+    runs: list[list[tuple[table_pb2.DataFragment, int, bool]]] = []
+    current: list[tuple[table_pb2.DataFragment, int, bool]] | None = None
+    for frag, physical, deleted in _fragment_stats(ds):
+        if options.materialize_deletions and deleted_ratio_exceeds(
+                deleted, physical, options.materialize_deletions_threshold):
+            itself = True
+        elif physical < target:
+            itself = False
+        else:
+            if current:
+                runs.append(current)
+            current = None
+            continue
+        if current is None:
+            current = []
+        current.append((frag, physical - deleted, itself))
+    if current:
+        runs.append(current)
+
+    tasks: list[CompactionTask] = []
+    budget = options.max_source_fragments
+    used = 0
+    stop = False
+    for run in runs:
+        if len(run) == 1 and not run[0][2]:
+            continue  # a lone compact-with-neighbours fragment: nothing to gain
+        for chunk in _split_run([(f, n) for f, n, _ in run], target):
+            if budget is not None and used + len(chunk) > budget:
+                stop = True
+                break
+            used += len(chunk)
+            for frag, _ in chunk:
+                _check_fragment_supported(frag, ds.uri)
+            live = sum(n for _, n in chunk)
+            tasks.append(_task(ds, chunk, options, COMPACT,
+                               output_sizes(live, target, options.max_rows_per_file)))
+        if stop:
+            break
+    return CompactionPlan(ds.version, tasks, options)
+
+
+def plan_materialization(ds, threshold: float = 0.1, *, max_rows_per_file: int | None = None,
+                         max_source_fragments: int | None = None) -> CompactionPlan:
+    """One task per fragment whose deleted ratio exceeds ``threshold``, whatever its size.
+
+    Each such fragment is rewritten without its deleted rows into one new fragment (or more, if
+    ``max_rows_per_file`` asks for it); no fragments are merged. Like Delta's REORG ... PURGE.
+    """
+    options = CompactionOptions(
+        target_rows_per_fragment=1 << 62, max_rows_per_file=max_rows_per_file,
+        materialize_deletions=True, materialize_deletions_threshold=threshold,
+        max_source_fragments=max_source_fragments,
+    )
+    check_no_indices(ds.manifest_file, ds.uri)
+    versions.refuse_mixed(ds.manifest)
+    tasks = []
+    for frag, physical, deleted in _fragment_stats(ds):
+        if not (options.materialize_deletions and deleted_ratio_exceeds(deleted, physical, threshold)):
+            continue
+        if options.max_source_fragments is not None and len(tasks) >= options.max_source_fragments:
+            break
+        _check_fragment_supported(frag, ds.uri)
+        live = physical - deleted
+        sizes = output_sizes(live, live or 1, max_rows_per_file)
+        tasks.append(_task(ds, [(frag, live)], options, MATERIALIZE, sizes))
+    return CompactionPlan(ds.version, tasks, options)
+
+
+def plan_summary_metrics(plan: CompactionPlan) -> dict[str, int]:
+    """What executing ``plan`` would do, in the metric names of a real run (bytes written unknown)."""
+    summaries = plan.summary()
+    return {
+        "fragments_removed": sum(len(s["fragment_ids"]) for s in summaries),
+        "fragments_added": sum(len(s["output_rows"]) for s in summaries),
+        "files_removed": sum(s["files"] for s in summaries),
+        "files_added": sum(len(s["output_rows"]) for s in summaries),
+        "rows_read": sum(s["live_rows"] for s in summaries),
+        "rows_written": sum(s["live_rows"] for s in summaries),
+        "bytes_read": sum(s["bytes"] for s in summaries),
+        "bytes_written": 0,
+    }
+
+
+def fragments_key(fragments: Sequence[table_pb2.DataFragment]) -> bytes:
+    return b"\x00".join(f.SerializeToString(deterministic=True) for f in fragments)
