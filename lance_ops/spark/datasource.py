@@ -190,7 +190,7 @@ class LanceReader(DataSourceReader):
 
         return LanceDataset(self.uri, self.version, self.storage_options)
 
-    def plan(self, ds=None) -> list:
+    def plan(self, ds: Any = None) -> list:
         """The scan tasks of this read (one per fragment left after pruning, split into pieces of
         at most ``rows_per_partition`` physical rows), in fragment order."""
         from lance_ops.table import scan
@@ -206,7 +206,7 @@ class LanceReader(DataSourceReader):
             tasks.extend(task.split(self.rows_per_partition))
         return tasks
 
-    def partitions(self):
+    def partitions(self) -> list:
         parts = [LanceInputPartition(task) for task in self.plan()]
         return parts or [LanceInputPartition(None)]
 
@@ -220,7 +220,7 @@ class LanceReader(DataSourceReader):
             out = out & e
         return out
 
-    def _filter(self, ds):
+    def _filter(self, ds: Any) -> Any:
         """The pushed filters compiled for the scan, with their statistics pruning tree."""
         from dataclasses import replace
 
@@ -339,7 +339,7 @@ _TREE_OPS = {EqualTo: "equal", GreaterThan: "greater", GreaterThanOrEqual: "grea
              LessThan: "less", LessThanOrEqual: "less_equal"}
 
 
-def spark_filter_to_tree(f, schema: pa.Schema) -> sp.Node:
+def spark_filter_to_tree(f: Any, schema: pa.Schema) -> sp.Node:
     """The statistics pruning tree of Spark filter ``f`` (same semantics as
     :func:`spark_filter_to_expression`: Kleene logic, NaN equal to itself and above every number),
     so the scan planner can skip fragments and pages no row of which can match; ``sp.UNKNOWN``
@@ -350,7 +350,7 @@ def spark_filter_to_tree(f, schema: pa.Schema) -> sp.Node:
         return sp.UNKNOWN
 
 
-def _tree(f, schema: pa.Schema) -> sp.Node:
+def _tree(f: Any, schema: pa.Schema) -> sp.Node:
     if isinstance(f, Not):
         return sp.Not(_tree(f.child, schema))
     attr = getattr(f, "attribute", None)

@@ -7,7 +7,7 @@ files (cached per dataset in ``LanceDataset.cache``).
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -96,7 +96,7 @@ def scan_offsets(ds, frag, filt) -> np.ndarray | None:
     return ranges if ranges is None else frag.live_offsets_in(ranges)
 
 
-def scan_ranges(ds, frag, filt) -> np.ndarray | None:
+def scan_ranges(ds: Any, frag: Any, filt: sp.Prunable | None) -> np.ndarray | None:
     """Physical row ranges of ``frag`` a scan with ``filt`` must read, from statistics (what the
     scan planner, :mod:`lance_ops.table.scan`, asks).
 
