@@ -1,10 +1,10 @@
 """Compaction execution: rewrite a task's fragments into new data files (committed by ``commit``).
 
-Execution streams: the task's fragments are read one at a time (every column, physical rows)
-in consecutive groups of about ``_GROUP_ROWS`` rows / ``_GROUP_BYTES`` bytes (a bigger fragment
+Execution streams: the task's fragments are read one at a time through the scan planner (every
+column, live rows; :mod:`lance_ops.table.scan`) in consecutive groups of about ``_GROUP_ROWS`` rows / ``_GROUP_BYTES`` bytes (a bigger fragment
 is a group of its own); the next group is read in a background thread while the current one is
-written, which hides store latency. A group's live rows are taken into one contiguous table (one
-copy that also drops the deleted rows, and far fewer, larger batches for the writer), and the
+written, which hides store latency. A group's live rows are gathered into one contiguous table (one
+copy, and far fewer, larger batches for the writer), and the
 rows are cut into new fragments of exactly the sizes the plan fixed; memory is bounded by two
 groups plus one group's copy and the file writer's buffers, never by the task. New fragments
 carry id 0 and are written with the dataset's own storage version (a version lance_ops cannot
