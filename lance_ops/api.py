@@ -8,6 +8,7 @@ get adds the maintenance verbs (``optimize``, ``cleanup_old_versions``) by impor
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from lance_ops.table import dataset as core
@@ -28,10 +29,15 @@ class LanceDataset(core.LanceDataset):
 
         return DatasetOptimizer(self)
 
-    def cleanup_old_versions(self, older_than=None, retain_versions=None, *, delete_unverified: bool = False,
+    def cleanup_old_versions(self, older_than: timedelta | None = None, retain_versions: int | None = None, *,
+                             delete_unverified: bool = False,
                              error_if_tagged_old_versions: bool = True, dry_run: bool = False,
                              progress: Callable[[int, int], None] | None = None) -> "CleanupStats":
-        """Remove old versions and the files only they use (see lance_ops.maintenance.cleanup)."""
+        """Remove old versions and the files only they use (see lance_ops.maintenance.cleanup).
+
+        Versions older than ``older_than`` (or beyond the newest ``retain_versions``) go, with
+        the data, deletion and index files no remaining version references.
+        """
         from lance_ops.maintenance.cleanup import cleanup_old_versions
 
         return cleanup_old_versions(self, older_than, retain_versions, delete_unverified=delete_unverified,
@@ -54,6 +60,10 @@ def dataset(uri: str, version: int | str | None = None, storage_options: Mapping
 
 @functools.wraps(core_write.write_dataset)
 def write_dataset(*args: Any, **kwargs: Any) -> LanceDataset:
+    """:func:`lance_ops.table.write.write_dataset`, returning the face's dataset class.
+
+    Same arguments; ``functools.wraps`` replaces this docstring with the core one at runtime.
+    """
     return _face(core_write.write_dataset(*args, **kwargs))
 
 

@@ -38,9 +38,18 @@ import sys
 import time
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Callable, Iterator, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence, TextIO
 
 from lance_ops import errors as _errors
+
+if TYPE_CHECKING:  # pyarrow and the table layer load only when a command needs them
+    import pyarrow as pa
+
+    from lance_ops.table.dataset import LanceDataset
+
+#: what a ``cmd_*`` function returns: a result printed as text or JSON, or already-formatted text
+CommandResult = dict[str, Any] | str
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1
@@ -133,7 +142,7 @@ def _format_value(value: Any) -> str:
     return str(value)
 
 
-def _print_result(result: Any, as_json: bool, out=None) -> None:
+def _print_result(result: Any, as_json: bool, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     data = _jsonable(result)
     if as_json:
@@ -155,7 +164,7 @@ def _print_result(result: Any, as_json: bool, out=None) -> None:
 class Progress:
     """A one-line progress bar on stderr (no-op unless enabled)."""
 
-    def __init__(self, label: str, enabled: bool, stream=None):
+    def __init__(self, label: str, enabled: bool, stream: TextIO | None = None) -> None:
         self.label = label
         self.enabled = enabled
         self.stream = stream or sys.stderr
@@ -181,26 +190,27 @@ class Progress:
         self._shown = True
 
     def close(self) -> None:
+        """End the bar's line (if one was drawn) so later output starts on a fresh line."""
         if self._shown:
             self.stream.write("\n")
             self.stream.flush()
             self._shown = False
 
 
-def _progress(args, label: str) -> Progress:
+def _progress(args: argparse.Namespace, label: str) -> Progress:
     enabled = (not getattr(args, "json", False) and not getattr(args, "no_progress", False)
                and hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
     return Progress(label, enabled)
 
 
 # --- helpers ------------------------------------------------------------------------------------
-def _open(args, version=None):
+def _open(args: argparse.Namespace, version: int | str | None = None) -> LanceDataset:
     from lance_ops.table.dataset import LanceDataset
 
     return LanceDataset(args.uri, version, args.storage_options)
 
 
-def _read_input(path: str, fmt: str, schema=None) -> tuple[Any, int | None]:
+def _read_input(path: str, fmt: str, schema: pa.Schema | None = None) -> tuple[pa.RecordBatchReader, int | None]:
     """A RecordBatchReader over a Parquet / CSV / Arrow IPC file, and its row count if known."""
     import pyarrow as pa
 
@@ -208,10 +218,11 @@ def _read_input(path: str, fmt: str, schema=None) -> tuple[Any, int | None]:
         raise UsageError(f"input file {path} does not exist")
     if fmt == "auto":
         ext = os.path.splitext(path)[1].lower()
-        fmt = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".ipc": "arrow",
-               ".feather": "arrow", ".arrows": "arrow"}.get(ext)
-        if fmt is None:
+        guessed = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".ipc": "arrow",
+                   ".feather": "arrow", ".arrows": "arrow"}.get(ext)
+        if guessed is None:
             raise UsageError(f"cannot tell the format of {path} from its extension; pass --format")
+        fmt = guessed
     try:
         if fmt == "parquet":
             import pyarrow.parquet as pq
@@ -236,7 +247,8 @@ def _read_input(path: str, fmt: str, schema=None) -> tuple[Any, int | None]:
     raise UsageError(f"unknown input format {fmt!r}")
 
 
-def _conform(reader, schema, progress: Callable[[int, int | None], None], total: int | None):
+def _conform(reader: pa.RecordBatchReader, schema: pa.Schema | None, progress: Callable[[int, int | None], None],
+             total: int | None) -> pa.RecordBatchReader:
     """Batches of ``reader`` cast to ``schema`` (by column name), counting rows for the progress bar."""
     import pyarrow as pa
 
@@ -266,7 +278,11 @@ def _conform(reader, schema, progress: Callable[[int, int | None], None], total:
 
 
 # --- commands -------------------------------------------------------------------------------------
-def cmd_inspect(args) -> dict:
+def cmd_inspect(args: argparse.Namespace) -> dict[str, Any]:
+    """``inspect``: the dataset's health report plus statistics coverage and pending stages.
+
+    With ``--versions`` every version's timestamp, rows and fragments are listed too.
+    """
     from lance_ops.maintenance.health import dataset_health
     from lance_ops.maintenance.statistics import statistics_coverage
 
@@ -290,7 +306,11 @@ def cmd_inspect(args) -> dict:
     return health
 
 
-def cmd_append(args) -> dict:
+def cmd_append(args: argparse.Namespace) -> dict[str, Any]:
+    """``append``: add the rows of a Parquet, CSV or Arrow IPC file (``--create`` makes the dataset).
+
+    Input columns are matched to the dataset schema by name and cast; a keyed re-run adds nothing.
+    """
     from lance_ops.errors import DatasetNotFoundError
     from lance_ops.table.dataset import LanceDataset
     from lance_ops.table.write import write_dataset
@@ -324,7 +344,11 @@ def cmd_append(args) -> dict:
             "rows": rows, "already_committed": unchanged}
 
 
-def cmd_delete(args) -> dict:
+def cmd_delete(args: argparse.Namespace) -> dict[str, Any]:
+    """``delete``: delete the rows matching a SQL predicate (``--dry-run`` only counts them).
+
+    With ``--idempotency-key`` a re-run reports the first commit instead of deleting again.
+    """
     ds = _open(args)
     if args.dry_run:
         return {"num_deleted_rows": ds.count_rows(args.predicate), "dry_run": True, "version": ds.version}
@@ -343,7 +367,7 @@ def cmd_delete(args) -> dict:
     return result
 
 
-def cmd_keys(args) -> dict:
+def cmd_keys(args: argparse.Namespace) -> dict[str, Any]:
     """The idempotency-key ledger: coverage, lost version ranges; ``--accept-lost`` forgets them."""
     from lance_ops.table import idempotency
 
@@ -355,7 +379,7 @@ def cmd_keys(args) -> dict:
     return out
 
 
-def _compaction():
+def _compaction() -> ModuleType:
     try:
         from lance_ops.maintenance import compaction
     except ImportError as exc:
@@ -365,7 +389,11 @@ def _compaction():
     return compaction
 
 
-def cmd_compact(args) -> dict:
+def cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
+    """``compact``: merge small fragments and materialize deletions (pylance's ``compact_files``).
+
+    Only the options given on the command line are passed on; the library defaults the rest.
+    """
     compaction = _compaction()
     ds = _open(args)
     kwargs: dict[str, Any] = {"dry_run": args.dry_run}
@@ -383,7 +411,11 @@ def cmd_compact(args) -> dict:
         progress.close()
 
 
-def cmd_materialize(args) -> dict:
+def cmd_materialize(args: argparse.Namespace) -> dict[str, Any]:
+    """``materialize-deletions``: rewrite fragments whose deleted ratio exceeds ``--threshold``.
+
+    Frees the space of deleted rows without merging fragments.
+    """
     compaction = _compaction()
     ds = _open(args)
     kwargs: dict[str, Any] = {"dry_run": args.dry_run}
@@ -399,7 +431,7 @@ def cmd_materialize(args) -> dict:
         progress.close()
 
 
-def _require_fragments(ds, uri: str, ids: Sequence[int] | None) -> None:
+def _require_fragments(ds: LanceDataset, uri: str, ids: Sequence[int] | None) -> None:
     """UsageError naming the fragment ids (given with --fragment) that ``ds`` does not have."""
     if not ids:
         return
@@ -412,7 +444,11 @@ def _require_fragments(ds, uri: str, ids: Sequence[int] | None) -> None:
                          f"its fragments: {listing})")
 
 
-def cmd_rebuild_stats(args) -> dict:
+def cmd_rebuild_stats(args: argparse.Namespace) -> dict[str, Any]:
+    """``rebuild-stats``: write page statistics for data files that have none (or all, ``--force``).
+
+    Reports the new statistics coverage; text output counts files unless ``--list-files``.
+    """
     from lance_ops.maintenance.statistics import rebuild_statistics, statistics_coverage
 
     ds = _open(args)
@@ -429,7 +465,8 @@ def cmd_rebuild_stats(args) -> dict:
     return result
 
 
-def cmd_refresh_rowid_index(args) -> dict:
+def cmd_refresh_rowid_index(args: argparse.Namespace) -> dict[str, Any]:
+    """``refresh-rowid-index``: build or update the persisted row-id index of the latest version."""
     from lance_ops.maintenance.rowid_index import refresh_row_id_index
 
     ds = _open(args)
@@ -440,7 +477,11 @@ def cmd_refresh_rowid_index(args) -> dict:
         progress.close()
 
 
-def cmd_cleanup(args) -> dict:
+def cmd_cleanup(args: argparse.Namespace) -> dict[str, Any]:
+    """``cleanup``: delete old versions and the files only they use.
+
+    Ages come from ``--older-than``; ``--dry-run`` reports what would be deleted.
+    """
     from lance_ops.maintenance.cleanup import cleanup_old_versions
 
     ds = _open(args)
@@ -462,7 +503,7 @@ def cmd_cleanup(args) -> dict:
 EXIT_VERIFY_PROBLEMS = 4
 
 
-def cmd_verify(args) -> Any:
+def cmd_verify(args: argparse.Namespace) -> CommandResult:
     """Check every file the selected manifests reference; exit 4 naming each problem."""
     from lance_ops.maintenance.verify import verify_dataset
 
@@ -561,11 +602,11 @@ class _ArgumentError(Exception):
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are raised (main() prints them), not printed + exited."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise _ArgumentError(self, message)
 
 
-def _common(default_suppress: bool) -> argparse.ArgumentParser:
+def _common(default_suppress: bool) -> _Parser:
     d = argparse.SUPPRESS if default_suppress else None
     p = _Parser(add_help=False)
     g = p.add_argument_group("common options")
@@ -582,6 +623,10 @@ def _common(default_suppress: bool) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``lance-ops`` argument parser: one subcommand per ``cmd_*`` function.
+
+    Usage errors are raised (not printed and exited) so :func:`main` can report them as JSON.
+    """
     from lance_ops._version import __version__
 
     common = _common(default_suppress=True)
@@ -594,7 +639,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lance-ops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def add(name: str, func, help_text: str, dry_run: bool = False) -> argparse.ArgumentParser:
+    def add(name: str, func: Callable[[argparse.Namespace], CommandResult], help_text: str,
+            dry_run: bool = False) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
         p.add_argument("uri", help="dataset URI (path or s3://bucket/path)")
         if dry_run:

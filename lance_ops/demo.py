@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 OK_STATES = ("success", "skipped")
@@ -64,6 +64,11 @@ def _logs_to(path: Path) -> Iterator[None]:
 
 
 def airflow_environment(home: Path) -> dict[str, str]:
+    """Environment for the Airflow processes of the demo, rooted at ``home``.
+
+    Points Airflow at the repository's DAGs and a local Spark connection, and puts this venv's
+    ``bin`` and the repository on PATH/PYTHONPATH so tasks run the code being demonstrated.
+    """
     venv_bin = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
     if venv_bin not in path.split(os.pathsep):
@@ -85,6 +90,10 @@ def airflow_environment(home: Path) -> dict[str, str]:
 
 
 def make_source(directory: Path, start: int, rows: int, files: int) -> None:
+    """Write ``rows`` synthetic event rows (ids from ``start``) as ``files`` Parquet files.
+
+    The ingest DAG reads them; a fixed seed per batch keeps the demo's numbers reproducible.
+    """
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -105,6 +114,10 @@ def make_source(directory: Path, start: int, rows: int, files: int) -> None:
 
 
 def health(uri: str, target: int) -> dict[str, Any]:
+    """The dataset health report of ``uri`` (as a dict) plus its live row count.
+
+    Shown before and after maintenance, so the demo can print what the DAGs changed.
+    """
     import lance_ops
     from lance_ops.maintenance.health import dataset_health
 
@@ -152,7 +165,11 @@ def _fmt_bytes(n: float) -> str:
 
 
 def summary_table(before: dict[str, Any], after: dict[str, Any]) -> str:
-    rows = [
+    """A before/after text table of the health reports ``before`` and ``after``.
+
+    One row per metric the demo's maintenance is expected to change.
+    """
+    rows: list[tuple[str, str, Callable[[Any], str]]] = [
         ("versions", "num_versions", str),
         ("fragments", "fragments", str),
         ("small fragments", "small_fragments", str),
@@ -191,6 +208,10 @@ def _print_run(dag_id: str, ok: bool, states: list[tuple[str, str]], xcoms: dict
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the demo: ingest with Spark via Airflow, then run maintenance and show the effect.
+
+    Returns the process exit code (0 when every DAG run succeeded).
+    """
     parser = argparse.ArgumentParser(prog="python -m lance_ops.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default=os.environ.get("LANCE_OPS_DEMO_DIR", ".demo"),
                         help="working directory (default: ./.demo; the dataset and sources are recreated)")

@@ -98,12 +98,12 @@ class CorruptFileError(LanceOpsError, ValueError, OSError):
 
     pylance_raises = "LanceFileReader / dataset open on a damaged file: OSError ('Error reading file metadata')"
 
-    def __init__(self, path: str, problem: str):
+    def __init__(self, path: str, problem: str) -> None:
         self.path = path
         self.problem = problem
         super().__init__(f"{path}: {problem}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[CorruptFileError], tuple[str, ...]]:
         return (type(self), (self.path, self.problem))
 
 
@@ -117,13 +117,13 @@ class UnsafePathError(CorruptFileError):
 
     pylance_raises = "dataset read of a data file path with '..': ValueError (ArrowInvalid 'Not found')"
 
-    def __init__(self, where: str, field: str, offending: str, reason: str):
+    def __init__(self, where: str, field: str, offending: str, reason: str) -> None:
         self.field = field
         self.offending = offending
         self.reason = reason
         super().__init__(where, f"{field} {offending!r} {reason}; refusing to follow a path outside the dataset")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[CorruptFileError], tuple[str, ...]]:
         return (type(self), (self.path, self.field, self.offending, self.reason))
 
 

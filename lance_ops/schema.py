@@ -119,7 +119,7 @@ def parse_logical_type(text: str, children: Sequence[pa.Field] = ()) -> pa.DataT
     raise UnsupportedTypeError(f"Lance logical type {text!r} is not supported")
 
 
-def _encoding_for(dt: pa.DataType) -> int:
+def _encoding_for(dt: pa.DataType) -> file_pb2.Encoding:
     if pa.types.is_struct(dt) or pa.types.is_null(dt):  # upstream leaves both without an encoding
         return file_pb2.NONE
     if pa.types.is_dictionary(dt):
@@ -142,7 +142,7 @@ def _check_storable(dt: pa.DataType, name: str) -> None:
 def check_metadata_utf8(schema: pa.Schema | Sequence[pa.Field], where: str = "") -> None:
     """Refuse schema or field metadata whose keys or values are not UTF-8, as pylance does
     (Lance stores metadata as strings; binary values must be base64-encoded by the caller)."""
-    def check(metadata, owner: str) -> None:
+    def check(metadata: Mapping[bytes | str, bytes | str] | None, owner: str) -> None:
         for key, value in (metadata or {}).items():
             for part in (key, value):
                 if isinstance(part, bytes):
@@ -241,6 +241,7 @@ class FieldNode:
 
     @property
     def id(self) -> int:
+        """The Lance field id (``proto.id``), the key data files and manifests use for columns."""
         return self.proto.id
 
     def walk(self) -> Iterable["FieldNode"]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from datetime import datetime
+from types import TracebackType
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -78,7 +79,12 @@ class ObjectWriter(abc.ABC):
     def __enter__(self) -> "ObjectWriter":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             self.close()
         else:
@@ -147,11 +153,12 @@ class ObjectStore(abc.ABC):
 
     def read_ranges(
         self, path: str, ranges: Sequence[tuple[int, int]] | np.ndarray
-    ) -> list[bytes]:
+    ) -> Sequence[bytes | memoryview]:
         """Many ``(start, length)`` ranges, in input order, with nearby ones read together.
 
         Ranges closer than :attr:`coalesce_gap` bytes share one request; stores may issue the
-        merged requests concurrently.
+        merged requests concurrently. Items are ``bytes`` or, where a store can serve them without
+        a copy (a memory-mapped local file), read-only ``memoryview`` slices.
         """
         starts, lengths = _ranges.as_ranges(ranges)
         if len(starts) == 0:

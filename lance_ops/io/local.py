@@ -14,7 +14,7 @@ import shutil
 import stat
 import uuid
 from datetime import datetime, timezone
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -101,6 +101,10 @@ class LocalStore(ObjectStore):
 
     # --- reads -----------------------------------------------------------------------------
     def size(self, path: str) -> int:
+        """Size of the regular file at ``path``; ObjectNotFoundError if missing.
+
+        A directory or other non-regular file is a StorageError, as it is not an object.
+        """
         with _mapped_errors("size", path):
             st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
@@ -109,16 +113,22 @@ class LocalStore(ObjectStore):
         return st.st_size
 
     def exists(self, path: str) -> bool:
+        """Whether a regular file exists at ``path`` (directories do not count)."""
         self.metrics.add(head_requests=1)
         return os.path.isfile(path)
 
     def read(self, path: str) -> bytes:
+        """The whole file, read in one call (counted as one GET in the metrics)."""
         with _mapped_errors("read", path), open(path, "rb") as f:
             data = f.read()
         self.metrics.add(get_requests=1, bytes_read=len(data))
         return data
 
     def read_range(self, path: str, start: int, length: int) -> bytes:
+        """Exactly ``length`` bytes from ``start`` with ``pread``.
+
+        CorruptFileError if the file ends before ``start + length``.
+        """
         if start < 0 or length < 0:
             raise ValueError(f"read_range: start and length must be >= 0, got {start}, {length}")
         if length == 0:
@@ -126,6 +136,10 @@ class LocalStore(ObjectStore):
         return self._read_spans(path, [(start, start + length)])[0]
 
     def read_tail(self, path: str, n: int) -> tuple[bytes, int]:
+        """The last ``n`` bytes (the whole file if smaller) and the file size.
+
+        Size and data come from one open file, so a footer read is consistent with its size.
+        """
         if n < 0:
             raise ValueError(f"read_tail: n must be >= 0, got {n}")
         with _mapped_errors("read_tail", path):
@@ -139,7 +153,9 @@ class LocalStore(ObjectStore):
         self.metrics.add(get_requests=1, bytes_read=len(data))
         return data, size
 
-    def read_ranges(self, path: str, ranges) -> list:
+    def read_ranges(
+        self, path: str, ranges: Sequence[tuple[int, int]] | np.ndarray
+    ) -> Sequence[bytes | memoryview]:
         """Many ranges; large or scattered requests are served from a read-only memory map.
 
         Small requests (few merged reads, little data) use ``pread`` and return ``bytes``. Bigger
@@ -158,10 +174,11 @@ class LocalStore(ObjectStore):
             groups, placement = _ranges.coalesce_list(pairs, self.coalesce_gap)
             total = sum(e - s for s, e in groups)
             if total < _MMAP_MIN_BYTES:
-                wanted = [(s, e) for s, e in groups if e > s]
-                read = iter(self._read_spans(path, wanted) if wanted else [])
-                blobs = [next(read) if e > s else b"" for s, e in groups]
-                return [blobs[g] if o == 0 and n == len(blobs[g]) else bytes(blobs[g][o : o + n])
+                non_empty = [(s, e) for s, e in groups if e > s]
+                read = iter(self._read_spans(path, non_empty) if non_empty else [])
+                group_blobs = [next(read) if e > s else b"" for s, e in groups]
+                return [group_blobs[g] if o == 0 and n == len(group_blobs[g])
+                        else bytes(group_blobs[g][o : o + n])
                         for g, o, n in placement]
         plan = _ranges.coalesce(starts, lengths, self.coalesce_gap)
         sizes = plan.group_ends - plan.group_starts
@@ -196,7 +213,7 @@ class LocalStore(ObjectStore):
                 for s, n in zip(starts.tolist(), lengths.tolist())]
 
     def _read_spans(self, path: str, spans: list[tuple[int, int]]) -> list[bytes]:
-        out = []
+        out: list[bytes] = []
         with _mapped_errors("read_range", path):
             fd = os.open(path, os.O_RDONLY)
             try:
@@ -232,6 +249,10 @@ class LocalStore(ObjectStore):
         return tmp
 
     def put(self, path: str, data: bytes) -> None:
+        """Write the whole file atomically: a fsynced temp file renamed over ``path``.
+
+        Readers see either the old file or the new one, never a partial write.
+        """
         with _mapped_errors("put", path):
             tmp = self._write_temp(path, data)
             try:
@@ -242,6 +263,11 @@ class LocalStore(ObjectStore):
         self.metrics.add(put_requests=1, bytes_written=len(data))
 
     def put_if_absent(self, path: str, data: bytes) -> None:
+        """Publish ``data`` at ``path`` only if nothing is there (AlreadyExistsError otherwise).
+
+        A hard link of a fsynced temp file makes this atomic; file systems without hard links fall
+        back to an exclusive create.
+        """
         with _mapped_errors("put_if_absent", path):
             tmp = self._write_temp(path, data)
             try:
@@ -275,10 +301,12 @@ class LocalStore(ObjectStore):
             raise
 
     def open_output(self, path: str) -> ObjectWriter:
+        """A streaming writer into a temp file that is renamed into place on close."""
         with _mapped_errors("open_output", path):
             return _LocalWriter(self, path)
 
     def copy(self, src: str, dst: str) -> None:
+        """Copy ``src`` to ``dst`` through a temp file, so ``dst`` is never seen half-copied."""
         with _mapped_errors("copy", src):
             src_file = open(src, "rb")
         with src_file, _mapped_errors("copy", dst):
@@ -296,6 +324,10 @@ class LocalStore(ObjectStore):
 
     # --- listing and deletes ---------------------------------------------------------------
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every regular file below the directory ``prefix``, recursively, in sorted order.
+
+        A missing ``prefix`` lists nothing; files removed while listing are skipped.
+        """
         if not os.path.isdir(prefix):
             return
 
@@ -313,6 +345,10 @@ class LocalStore(ObjectStore):
                     yield info
 
     def list_dir(self, prefix: str) -> Iterator[ObjectInfo]:
+        """The regular files directly inside the directory ``prefix``, sorted by name.
+
+        A missing ``prefix`` lists nothing; sub-directories are not listed.
+        """
         try:
             entries = sorted(os.scandir(prefix), key=lambda e: e.name)
         except (FileNotFoundError, NotADirectoryError):
@@ -336,6 +372,7 @@ class LocalStore(ObjectStore):
         return _info(path, st) if stat.S_ISREG(st.st_mode) else None
 
     def delete(self, path: str) -> None:
+        """Remove the file at ``path``; a missing file is not an error."""
         with _mapped_errors("delete", path):
             try:
                 os.unlink(path)
@@ -344,6 +381,7 @@ class LocalStore(ObjectStore):
         self.metrics.add(delete_requests=1)
 
     def delete_many(self, paths: Iterable[str]) -> None:
+        """Remove each path in turn (the local file system has no batch delete)."""
         for path in paths:
             self.delete(path)
 
@@ -353,7 +391,7 @@ _WRITEBACK_STEP = 8 << 20
 _SYNC_FILE_RANGE_WRITE = 2
 
 
-def _load_sync_file_range():
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
     """libc's ``sync_file_range`` (Linux), or None where it does not exist."""
     try:
         import ctypes

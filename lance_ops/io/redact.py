@@ -114,6 +114,7 @@ class RedactingFilter(logging.Filter):
     """A filter (for handlers or loggers) that redacts every record passing through it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Redact ``record`` in place and always let it through."""
         redact_record(record)
         return True
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timezone
-from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -127,6 +127,7 @@ class S3Store(ObjectStore):
         self.retry = retry if retry is not None else RetryPolicy.from_options(storage_options)
 
     def uri(self, path: str) -> str:
+        """``s3://bucket/key`` for ``path`` (the bucket URI itself for an empty path)."""
         key = path.lstrip("/")
         return f"s3://{self.bucket}/{key}" if key else f"s3://{self.bucket}"
 
@@ -161,6 +162,7 @@ class S3Store(ObjectStore):
         return resp
 
     def size(self, path: str) -> int:
+        """Content-Length of a HEAD request, retried on transient failures."""
         resp = self._retrying("size", path, lambda: self._head(path))
         return int(resp["ContentLength"])
 
@@ -190,6 +192,7 @@ class S3Store(ObjectStore):
         return _Response(status, data, resp.get("ContentRange"))
 
     def read(self, path: str) -> bytes:
+        """The whole object from one GET (retried as a whole); a non-200 answer is an error."""
         def attempt() -> bytes:
             resp = self._get_once(path, None)
             if resp.status != 200:
@@ -201,6 +204,10 @@ class S3Store(ObjectStore):
         return self._retrying("read", path, attempt)
 
     def read_range(self, path: str, start: int, length: int) -> bytes:
+        """Exactly ``length`` bytes from ``start`` with an HTTP Range GET.
+
+        CorruptFileError if the object ends before ``start + length``.
+        """
         if start < 0 or length < 0:
             raise ValueError(f"read_range: start and length must be >= 0, got {start}, {length}")
         if length == 0:
@@ -234,6 +241,10 @@ class S3Store(ObjectStore):
         return self._retrying("read_range", path, attempt)
 
     def read_tail(self, path: str, n: int) -> tuple[bytes, int]:
+        """The last ``n`` bytes and the object size, from one suffix-range GET.
+
+        An empty object (416 to a suffix range) is answered with a HEAD for its size.
+        """
         if n < 0:
             raise ValueError(f"read_tail: n must be >= 0, got {n}")
         if n == 0:
@@ -271,14 +282,19 @@ class S3Store(ObjectStore):
 
     # --- writes ----------------------------------------------------------------------------
     def put(self, path: str, data: bytes) -> None:
-        data = _as_body(data)
-        self._call("put", path, "put_object", Body=data)
-        self.metrics.add(put_requests=1, bytes_written=len(data))
+        """Upload the whole object with one PutObject (S3 puts are atomic)."""
+        body = _as_body(data)
+        self._call("put", path, "put_object", Body=body)
+        self.metrics.add(put_requests=1, bytes_written=len(body))
 
     def put_if_absent(self, path: str, data: bytes) -> None:
-        data = _as_body(data)
+        """Conditional PutObject (``If-None-Match: *``); AlreadyExistsError if the key exists.
+
+        S3 answers a lost race with 412 or 409, both mapped to AlreadyExistsError.
+        """
+        body = _as_body(data)
         try:
-            self.client.put_object(Bucket=self.bucket, Key=path, Body=data, IfNoneMatch="*")
+            self.client.put_object(Bucket=self.bucket, Key=path, Body=body, IfNoneMatch="*")
         except ClientError as e:
             self.metrics.add(put_requests=1)
             if error_code(e) in _CONFLICT_CODES or http_status(e) in (409, 412):
@@ -288,9 +304,10 @@ class S3Store(ObjectStore):
             raise map_error(e, "put_if_absent", self.uri(path)) from e
         except CLIENT_ERRORS as e:
             raise map_error(e, "put_if_absent", self.uri(path)) from e
-        self.metrics.add(put_requests=1, bytes_written=len(data))
+        self.metrics.add(put_requests=1, bytes_written=len(body))
 
     def open_output(self, path: str) -> ObjectWriter:
+        """A multipart-upload writer; the object appears when the upload completes on close."""
         return S3Writer(
             self.client, self.bucket, path,
             uri=self.uri(path), metrics=self.metrics, part_size=self.part_size,
@@ -342,22 +359,32 @@ class S3Store(ObjectStore):
         return page
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object below the directory ``prefix``, recursively, page by page.
+
+        Directory-marker keys (ending in "/") are skipped.
+        """
         for page in self._pages("list", _dir_prefix(prefix)):
             for obj in page.get("Contents", ()):
                 if not obj["Key"].endswith("/"):  # skip "directory marker" objects
                     yield _info(obj)
 
     def list_dir(self, prefix: str) -> Iterator[ObjectInfo]:
+        """The objects directly inside the directory ``prefix`` (a "/"-delimited listing)."""
         for page in self._pages("list_dir", _dir_prefix(prefix), Delimiter="/"):
             for obj in page.get("Contents", ()):
                 if not obj["Key"].endswith("/"):
                     yield _info(obj)
 
     def delete(self, path: str) -> None:
+        """DeleteObject on ``path``; S3 does not fail for a missing key."""
         self._call("delete", path, "delete_object")
         self.metrics.add(delete_requests=1)
 
     def delete_many(self, paths: Iterable[str]) -> None:
+        """Delete ``paths`` with DeleteObjects in batches of ``delete_batch_size`` keys.
+
+        Missing keys are ignored; any other per-key failure raises StorageError.
+        """
         batch: list[str] = []
         for path in paths:
             batch.append(path)
@@ -367,7 +394,7 @@ class S3Store(ObjectStore):
         if batch:
             self._delete_batch(batch)
 
-    def _delete_batch(self, keys: list[str]) -> None:
+    def _delete_batch(self, keys: Sequence[str]) -> None:
         request = {"Objects": [{"Key": k} for k in keys], "Quiet": True}
         try:
             resp = self.client.delete_objects(Bucket=self.bucket, Delete=request)

@@ -7,12 +7,15 @@ operations built on them: :func:`rebuild_statistics` and :func:`statistics_cover
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import pyarrow as pa
 
+from lance_ops._proto import table_pb2
 from lance_ops.errors import LanceOpsError
 from lance_ops.table import naming, scan
+from lance_ops.table.dataset import LanceDataset
+from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.paths import dataset_where, resolve_inside
 from lance_ops.table.stats import (
     PageRecord, PageStat, compute_stat, field_values, forget_cached_statistics, is_tracked,
@@ -20,11 +23,15 @@ from lance_ops.table.stats import (
     write_stats_file,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from lance_ops.format.v2_0.reader import LanceFileReader
+
 log = logging.getLogger(__name__)
 
 __all__ = ["rebuild_statistics", "statistics_coverage", "compute_file_statistics"]
 
-def compute_file_statistics(reader, data_file_proto, dataset_fields: Sequence,
+
+def compute_file_statistics(reader: LanceFileReader, data_file_proto: table_pb2.DataFile, dataset_fields: Sequence,
                             schema: pa.Schema | None = None) -> pa.Table:
     """The statistics table of one data file, read page by page with ``reader``."""
     column_of = dict(zip(data_file_proto.fields, data_file_proto.column_indices))
@@ -64,14 +71,15 @@ def _top_ancestor(fields: Sequence, field_id: int) -> int:
     return fid
 
 
-def _select_fragments(ds, fragments) -> list:
+def _select_fragments(ds: LanceDataset,
+                      fragments: Iterable[int | LanceFragment] | None) -> list[table_pb2.DataFragment]:
     """The manifest records of the fragments to cover, in manifest order (as the scan planner
     picks them: ``fragments`` are ids or fragments, None is all)."""
     return [task.fragment for task in scan.plan(ds, [], fragments=fragments)]
 
 
-def rebuild_statistics(ds, fragments=None, force: bool = False, *, dry_run: bool = False,
-                       progress=None) -> dict:
+def rebuild_statistics(ds: LanceDataset, fragments: Iterable[int | LanceFragment] | None = None, force: bool = False,
+                       *, dry_run: bool = False, progress: Callable[[int, int], object] | None = None) -> dict:
     """Write statistics for the data files of ``ds`` that have none (all of them with ``force``).
 
     ``fragments``: fragment ids (or fragments) to limit the work to. Data is only read, never
@@ -90,7 +98,7 @@ def rebuild_statistics(ds, fragments=None, force: bool = False, *, dry_run: bool
             if stats_file_name(df.path) in existing:
                 continue
             todo.append((frag, i, df))
-    result = {"data_files": sum(len(f.files) for f in frags), "written": 0,
+    result: dict[str, Any] = {"data_files": sum(len(f.files) for f in frags), "written": 0,
               "already_present": sum(len(f.files) for f in frags) - len(todo),
               "unsupported": 0, "failed": 0, "dry_run": bool(dry_run), "files": []}
     schema = ds.schema
@@ -122,7 +130,7 @@ def rebuild_statistics(ds, fragments=None, force: bool = False, *, dry_run: bool
     return result
 
 
-def statistics_coverage(ds) -> dict:
+def statistics_coverage(ds: LanceDataset) -> dict:
     """How many data files of ``ds`` (its version) have a statistics file."""
     names = listed_stats_files(ds)
     files = [df.path for f in ds.manifest.fragments for df in f.files]

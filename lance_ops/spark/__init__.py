@@ -21,10 +21,19 @@ first used (``lance_ops.spark.LanceDataSource`` / ``register`` load it lazily).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what __getattr__ below hands out, for type checkers
+    from lance_ops.spark.datasource import LanceDataSource, register
+
 __all__ = ["LanceDataSource", "register"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
+    """Load ``LanceDataSource`` and ``register`` from the data source module on first use.
+
+    PEP 562 hook: importing ``lance_ops.spark`` (e.g. for a job's ``--help``) never loads PySpark.
+    """
     if name in ("LanceDataSource", "register"):
         from lance_ops.spark import datasource
 

@@ -5,20 +5,29 @@ executor-side helpers can be imported cheaply by the Python workers.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
 import re
 import sys
 import traceback
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, NoReturn, Sequence, TextIO
 
 import pyarrow as pa
 
 from lance_ops.errors import DatasetNotFoundError, InputNotFoundError, LanceOpsError, UsageError
+from lance_ops.io.base import ObjectStore
 from lance_ops.table.dataset import open_manifest
 from lance_ops.table.manifest import ManifestFile
 from lance_ops.table.write import check_append_schema
+
+if TYPE_CHECKING:  # PySpark loads only inside the functions that use it
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+#: a job's body: ``run(spark, args)`` returns the job's summary (printed as its JSON line)
+JobBody = Callable[["SparkSession", argparse.Namespace], Mapping[str, Any]]
 
 #: prefix of data source options that are storage options (``storage_option.aws_region``)
 STORAGE_OPTION_PREFIX = "storage_option."
@@ -36,7 +45,11 @@ def parse_kv(pairs: Sequence[str] | None, what: str = "option") -> dict[str, str
     return out
 
 
-def latest_manifest(store, base: str, uri: str) -> ManifestFile | None:
+def latest_manifest(store: ObjectStore, base: str, uri: str) -> ManifestFile | None:
+    """The latest manifest of the dataset at ``base`` in ``store``, or None if there is none.
+
+    Jobs that may create the dataset use it: a missing dataset is a normal case, not an error.
+    """
     try:
         return open_manifest(store, base, None, uri)
     except DatasetNotFoundError:
@@ -64,7 +77,7 @@ def job_logging(level: int = logging.INFO) -> Iterator[None]:
         logger.setLevel(saved)
 
 
-class _JobLogHandler(logging.StreamHandler):
+class _JobLogHandler(logging.StreamHandler[TextIO]):
     """Writes to whatever ``sys.stderr`` is when a record comes, not the stream of the moment the
     handler was made: a job run inside a longer process (tests, notebooks) must not keep writing
     to a stream that has been swapped out and closed since."""
@@ -73,15 +86,15 @@ class _JobLogHandler(logging.StreamHandler):
         super().__init__(sys.stderr)
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; the property decides
+    def stream(self, value: TextIO) -> None:  # StreamHandler.__init__ assigns it; the property decides
         pass
 
 
-def print_summary(summary: Mapping[str, Any], stream=None) -> None:
+def print_summary(summary: Mapping[str, Any], stream: TextIO | None = None) -> None:
     """The job's one-line JSON summary (its last stdout line: Airflow pushes it to XCom).
 
     Readers should take the last line that parses as a JSON object: spark-submit mixes the
@@ -121,10 +134,15 @@ def _normalize_field(f: pa.Field, *, timestamps: bool) -> pa.Field:
 
 
 def normalize_schema(schema: pa.Schema, *, timestamps: bool = True) -> pa.Schema:
+    """``schema`` with every field's type as Spark would render it (see :func:`_normalize_type`).
+
+    Comparing normalized schemas ignores differences Spark cannot express (string widths,
+    timestamp units); schema metadata is kept.
+    """
     return pa.schema([_normalize_field(f, timestamps=timestamps) for f in schema], metadata=schema.metadata)
 
 
-def spark_to_arrow_schema(spark_schema) -> pa.Schema:
+def spark_to_arrow_schema(spark_schema: StructType) -> pa.Schema:
     """The Arrow schema of a new dataset made from a Spark DataFrame schema."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -159,6 +177,10 @@ def cast_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 def cast_batches(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatchReader:
+    """A reader of ``batches``, each cast to ``schema`` with :func:`cast_batch` as it is read.
+
+    With blob v2 columns (left in their input type) the reader's schema is the first batch's.
+    """
     from lance_ops.format.blob_v2 import is_blob_v2
 
     if not any(is_blob_v2(f) for f in schema):
@@ -169,7 +191,7 @@ def cast_batches(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Rec
     if first is None:
         return pa.RecordBatchReader.from_batches(schema, [])
 
-    def chain():
+    def chain() -> Iterator[pa.RecordBatch]:
         yield first
         yield from it
 
@@ -177,7 +199,7 @@ def cast_batches(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Rec
 
 
 # --- Arrow -> Spark (for the data source's schema) ---------------------------------------------------
-def arrow_to_spark_type(t: pa.DataType):
+def arrow_to_spark_type(t: pa.DataType) -> DataType:
     """A Spark type able to hold ``t`` (unsigned ints widen, uint64 becomes decimal(20,0))."""
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import from_arrow_type
@@ -204,7 +226,11 @@ def arrow_to_spark_type(t: pa.DataType):
     return from_arrow_type(t, prefer_timestamp_ntz=True)
 
 
-def arrow_to_spark_schema(schema: pa.Schema):
+def arrow_to_spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark schema the data source reports for a dataset with Arrow ``schema``.
+
+    Each field's type comes from :func:`arrow_to_spark_type`; names and nullability are kept.
+    """
     from pyspark.sql import types as T
 
     return T.StructType([T.StructField(f.name, arrow_to_spark_type(f.type), f.nullable) for f in schema])
@@ -216,7 +242,8 @@ def storage_options_from(options: Mapping[str, str]) -> dict[str, str]:
             if k.lower().startswith(STORAGE_OPTION_PREFIX) and len(k) > len(STORAGE_OPTION_PREFIX)}
 
 
-def commit_or_stage(summary: dict, args, uri: str, key: str, storage_options, version_if_staged) -> dict:
+def commit_or_stage(summary: dict[str, Any], args: argparse.Namespace, uri: str, key: str,
+                    storage_options: Mapping[str, Any] | None, version_if_staged: int | None) -> dict[str, Any]:
     """End of a job: with ``--stage-only`` leave the staged result for a separate commit step,
     otherwise commit it (once: a committed key is a no-op) and record the outcome in ``summary``."""
     if args.stage_only:
@@ -315,7 +342,7 @@ def _remote_lance_error(exc: BaseException) -> LanceOpsError | None:
             return None
 
 
-def check_input_paths(spark, paths: Sequence[str]) -> None:
+def check_input_paths(spark: SparkSession, paths: Sequence[str]) -> None:
     """Raise InputNotFoundError naming the first of ``paths`` (no glob patterns) that does not
     exist, before Spark's reader logs a Java stack trace for it. Paths the check cannot
     resolve (unknown file systems, glob patterns) are left to Spark."""
@@ -338,7 +365,7 @@ def check_input_paths(spark, paths: Sequence[str]) -> None:
             raise InputNotFoundError(f"input path does not exist: {path}")
 
 
-def report_failure(exc: BaseException, *, idempotent: bool, stream=None) -> int:
+def report_failure(exc: BaseException, *, idempotent: bool, stream: TextIO | None = None) -> int:
     """Print the cause as ONE line first (``lance-ops: error: <ErrorClass>: <message>``), then
     the trace; returns the exit code: EXIT_NOT_RETRYABLE or EXIT_RETRYABLE."""
     from lance_ops.errors import error_line, is_retryable
@@ -354,8 +381,8 @@ def report_failure(exc: BaseException, *, idempotent: bool, stream=None) -> int:
     return EXIT_RETRYABLE if retryable else EXIT_NOT_RETRYABLE
 
 
-def _usage_error(parser) -> Callable[[str], None]:
-    def error(message: str) -> None:
+def _usage_error(parser: argparse.ArgumentParser) -> Callable[[str], NoReturn]:
+    def error(message: str) -> NoReturn:
         sys.stderr.write(f"{ERROR_PREFIX}UsageError: {message}\n")
         parser.print_usage(sys.stderr)
         sys.exit(EXIT_NOT_RETRYABLE)
@@ -363,7 +390,7 @@ def _usage_error(parser) -> Callable[[str], None]:
     return error
 
 
-def run_job(name: str, parser, run, argv=None) -> int:
+def run_job(name: str, parser: argparse.ArgumentParser, run: JobBody, argv: Sequence[str] | None = None) -> int:
     """Parse arguments, run ``run(spark, args)`` in a SparkSession, print the JSON summary line.
 
     A failure prints its cause as the first line on stderr and the trace below it, and returns
@@ -371,13 +398,15 @@ def run_job(name: str, parser, run, argv=None) -> int:
     stages ...) or EXIT_RETRYABLE (75: storage/network errors, lost commit races; an unknown
     commit outcome only with an idempotency key).
     """
-    parser.error = _usage_error(parser)
+    # argparse offers no hook for its usage-error exit but overriding error(); the parser is the
+    # caller's, so its bound method is replaced (mypy forbids assigning to a method)
+    parser.error = _usage_error(parser)  # type: ignore[method-assign, assignment]
     args = parser.parse_args(argv)
     with job_logging():
         return _run_job(name, args, run)
 
 
-def _run_job(name: str, args, run) -> int:
+def _run_job(name: str, args: argparse.Namespace, run: JobBody) -> int:
     from lance_ops.io.options import parse_storage_option_args
 
     idempotent = bool(getattr(args, "idempotency_key", None))

@@ -6,7 +6,7 @@ a syntax error names what was expected and what was found and draws a caret unde
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 import sqlglot
 from sqlglot import exp, generator, tokens
@@ -19,10 +19,14 @@ class LanceSQL(Dialect):
     """Lance's filter dialect: '...' strings, `...` (and "...") identifiers, backslash kept."""
 
     class Tokenizer(tokens.Tokenizer):
+        """Single quotes delimit strings; backticks and double quotes identifiers."""
+
         QUOTES = ["'"]
         IDENTIFIERS = ["`", '"']
 
     class Generator(generator.Generator):
+        """Writes ``isnan(x)`` as Lance spells it."""
+
         TRANSFORMS = {**generator.Generator.TRANSFORMS,
                       exp.IsNan: lambda self, e: self.func("isnan", e.this)}
 
@@ -76,7 +80,7 @@ def parse(sql: str, what: str = "filter") -> exp.Expression:
     if not sql.strip():
         raise FilterError(f"Invalid {what}: the {what} is empty")
     try:
-        return sqlglot.parse_one(sql, read=LanceSQL, into=exp.Condition)
+        return cast(exp.Expression, sqlglot.parse_one(sql, read=LanceSQL, into=exp.Condition))
     except ParseError as e:
         err: dict[str, Any] = e.errors[0] if e.errors else {}
         line, col = err.get("line"), err.get("col")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Union
+from typing import Any, Mapping, Protocol, Union, cast
 
 __all__ = [
     "ColumnStats", "may_match", "outcomes", "Node", "Cmp", "In", "IsNull", "And", "Or", "Not",
@@ -81,21 +81,29 @@ class In:
 
 @dataclass(frozen=True)
 class IsNull:
+    """``column IS NULL``."""
+
     column: str
 
 
 @dataclass(frozen=True)
 class And:
+    """Kleene AND of ``children``."""
+
     children: tuple["Node", ...]
 
 
 @dataclass(frozen=True)
 class Or:
+    """Kleene OR of ``children``."""
+
     children: tuple["Node", ...]
 
 
 @dataclass(frozen=True)
 class Not:
+    """Kleene NOT of ``child``."""
+
     child: "Node"
 
 
@@ -109,12 +117,14 @@ class IsBool:
 
 @dataclass(frozen=True)
 class Const:
+    """A constant outcome: TRUE, FALSE or NULL (None)."""
+
     value: bool | None
 
 
 @dataclass(frozen=True)
 class Unknown:
-    pass
+    """Anything the tree cannot express: every outcome is possible."""
 
 
 UNKNOWN = Unknown()
@@ -122,16 +132,20 @@ Node = Union[Cmp, In, IsNull, And, Or, Not, IsBool, Const, Unknown]
 
 
 class Prunable(Protocol):
-    """What :func:`may_match` reads of a compiled filter (``lance_ops.table.filters.Filter``).
+    """What :func:`may_match` reads of a compiled filter (:class:`lance_ops.table.filters.sql.Filter`).
 
     Declared here so this module never imports the filter compiler, which imports this one.
     """
 
     @property
-    def tree(self) -> Node: ...
+    def tree(self) -> Node:
+        """The pruning form of the filter."""
+        ...
 
     @property
-    def constant(self) -> bool | None: ...
+    def constant(self) -> bool | None:
+        """True/False for a filter that does not depend on any row, else None."""
+        ...
 
 
 # --- evaluation --------------------------------------------------------------------------------
@@ -143,7 +157,7 @@ def may_match(filter: "Prunable | Node", stats: Mapping[str, ColumnStats]) -> bo
     """
     if any(getattr(s, "num_rows", None) == 0 for s in stats.values()):
         return False
-    tree = getattr(filter, "tree", filter)
+    tree = cast(Node, getattr(filter, "tree", filter))
     if getattr(filter, "constant", None) is False:
         return False
     return bool(outcomes(tree, stats) & TRUE)

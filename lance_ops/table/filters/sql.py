@@ -141,6 +141,7 @@ class SqlCompiler:
 
     # -- driver ---------------------------------------------------------------------------------
     def compile(self) -> Filter:
+        """The text as a filter predicate (FilterError when it is not a valid boolean expression)."""
         try:
             return self._compile()
         except RecursionError:
@@ -179,6 +180,7 @@ class SqlCompiler:
         return self._fail(node, f"unsupported SQL construct {what}: {node.sql(dialect=LanceSQL)}")
 
     def visit(self, node: exp.Expression) -> Value:
+        """Translate one syntax node (and its children) into a :class:`Value`."""
         kind = type(node)
         if kind in COMPARISONS:
             return self._compare(node, COMPARISONS[kind], self.visit(node.this),
@@ -261,7 +263,7 @@ class SqlCompiler:
 
     def _coerce(self, node: exp.Expression, v: Value, target: pa.DataType) -> tuple[Value, bool]:
         """Literal ``v`` converted for comparison with a ``target`` value; True if exact."""
-        s, src = v.lit, v.lit.type
+        s, src = v.scalar, v.scalar.type
         if pa.types.is_dictionary(target):
             target = target.value_type
         if src == target:
@@ -311,7 +313,7 @@ class SqlCompiler:
             a, b, op = b, a, FLIPPED[op]
         if rank(a) == 0 and rank(b) == 1 and pa.types.is_integer(a.type) and (
                 pa.types.is_integer(b.type) or is_floating(b.type)):
-            op, b = int_bounds(op, b.lit.as_py(), a.type)
+            op, b = int_bounds(op, b.scalar.as_py(), a.type)
         if b.lit is not None and rank(a) < 3:
             b, exact = self._coerce(node, b, a.type)
         res = self._call(node, op, [a, b])
@@ -445,7 +447,7 @@ class SqlCompiler:
         if isinstance(node, exp.Column):
             if not all(isinstance(p, exp.Identifier) for p in node.parts):
                 return None
-            return [(p.this, self._quote(p), p) for p in node.parts]
+            return [(p.this, self._quote(p), p) for p in node.parts if isinstance(p, exp.Identifier)]
         if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Identifier):
             head = self._path_parts(node.this)
             ident = node.expression
@@ -517,14 +519,14 @@ class SqlCompiler:
         if isinstance(rhs, exp.Boolean):
             b = self._predicate(self.visit(node.this), node.this)
             if not rhs.this:
-                b = self._with_tree(self._call(node, "invert", [b]), sp.Not(b.tree))
+                b = self._with_tree(self._call(node, "invert", [b]), sp.Not(b.pruning))
             out = self._call(node, "coalesce", [b, literal(pa.scalar(False))])
-            return self._with_tree(out, sp.IsBool(b.tree, True))
+            return self._with_tree(out, sp.IsBool(b.pruning, True))
         raise self._unsupported(node, f"IS {rhs.sql(dialect=LanceSQL)}")
 
     def _v_Not(self, node: exp.Not) -> Value:
         b = self._predicate(self.visit(node.this), node.this)
-        return self._with_tree(self._call(node, "invert", [b]), sp.Not(b.tree))
+        return self._with_tree(self._call(node, "invert", [b]), sp.Not(b.pruning))
 
     def _logical(self, node: exp.Expression, fn: str) -> Value:
         """A chain of ANDs (or ORs), flattened and combined as a balanced tree."""
@@ -551,7 +553,7 @@ class SqlCompiler:
                                    "use IN (...) for long lists of values")
         cls = sp.Or if absorbing else sp.And
         tree = cls(tuple(c for v in kept
-                         for c in (v.tree.children if isinstance(v.tree, cls) else (v.tree,))))
+                         for c in (v.tree.children if isinstance(v.tree, cls) else (v.pruning,))))
         while len(kept) > 1:
             pairs = [kept[i:i + 2] for i in range(0, len(kept), 2)]
             kept = [self._call(node, fn, p) if len(p) == 2 else p[0] for p in pairs]
@@ -581,7 +583,7 @@ class SqlCompiler:
         lo = self._compare(node, "greater_equal", x, self.visit(node.args["low"]))
         hi = self._compare(node, "less_equal", x, self.visit(node.args["high"]))
         out = self._call(node, "and_kleene", [lo, hi])
-        return self._with_tree(out, sp.And((lo.tree, hi.tree)))
+        return self._with_tree(out, sp.And((lo.pruning, hi.pruning)))
 
     def _v_In(self, node: exp.In) -> Value:
         if any(node.args.get(k) for k in ("query", "unnest", "field")):
@@ -626,7 +628,7 @@ class SqlCompiler:
             (t,) = src
             if t == vtype or (pa.types.is_integer(t) and pa.types.is_integer(vtype)) or (
                     is_stringy(t) and is_stringy(vtype)):
-                arr = pa.array([i.lit.as_py() for i in items], t)
+                arr = pa.array([i.scalar.as_py() for i in items], t)
                 try:
                     return arr.cast(vtype, safe=True)
                 except ARROW_ERRORS:
@@ -655,7 +657,7 @@ class SqlCompiler:
             if escape is not None and escape != "\\":
                 pattern = rewrite_escape(pattern, escape)
             out = self._call(node, "match_like", [x], pattern=pattern, ignore_case=ignore_case)
-            tree = sp.UNKNOWN
+            tree: sp.Node = sp.UNKNOWN
             if x.path is not None and not ignore_case:
                 tree = sp.like_tree(".".join(x.path), pattern)
             out = self._with_tree(out, tree)
@@ -694,7 +696,7 @@ class SqlCompiler:
         if nd is not None and (nd.lit is None or not pa.types.is_integer(nd.type)):
             raise self._unsupported(node, "ROUND with non-constant digits")
         return self._call(node, "round", [self.visit(node.this)],
-                          ndigits=nd.lit.as_py() if nd else 0, round_mode="half_towards_infinity")
+                          ndigits=nd.scalar.as_py() if nd else 0, round_mode="half_towards_infinity")
 
     def _v_Coalesce(self, node: exp.Coalesce) -> Value:
         args = [self.visit(e) for e in [node.this, *node.expressions]]

@@ -35,29 +35,47 @@ class Value:
     tree: sp.Node | None = None         # pruning form (boolean values)
 
     @property
+    def scalar(self) -> pa.Scalar:
+        """The constant's value (for a literal; AttributeError for anything else)."""
+        if self.lit is None:
+            raise AttributeError(f"not a constant: {self.e}")
+        return self.lit
+
+    @property
+    def pruning(self) -> sp.Node:
+        """The pruning tree (UNKNOWN, which prunes nothing, when none was built)."""
+        return self.tree if self.tree is not None else sp.UNKNOWN
+
+    @property
     def expr(self) -> pc.Expression:
+        """The pyarrow expression (built from the literal on first use)."""
         if self.e is None:
             self.e = pc.scalar(self.lit)
         return self.e
 
 
 def literal(s: pa.Scalar, text: str | None = None) -> Value:
+    """A constant value (``text``: a numeric literal's SQL text, kept for exact decimals)."""
     return Value(None, s.type, lit=s, text=text)
 
 
 def is_null_literal(v: Value) -> bool:
+    """Whether ``v`` is the constant NULL."""
     return v.lit is not None and not v.lit.is_valid
 
 
 def is_floating(t: pa.DataType) -> bool:
+    """Whether ``t`` is a floating-point type."""
     return pa.types.is_floating(t)
 
 
 def is_numeric(t: pa.DataType) -> bool:
+    """Whether ``t`` is an integer, floating-point or decimal type."""
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
 
 
 def is_stringy(t: pa.DataType) -> bool:
+    """Whether ``t`` is a string type (plain, large or view)."""
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
 
 
@@ -66,15 +84,15 @@ def with_timezone(s: pa.Scalar, tz: str | None) -> pa.Scalar:
     return pa.scalar(s.value, pa.timestamp(s.type.unit, tz))
 
 
-COMPARISONS = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.GT: "greater", exp.GTE: "greater_equal",
+COMPARISONS: dict[type[exp.Expression], str] = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.GT: "greater", exp.GTE: "greater_equal",
         exp.LT: "less", exp.LTE: "less_equal"}
 FLIPPED = {"equal": "equal", "not_equal": "not_equal", "greater": "less", "less": "greater",
          "greater_equal": "less_equal", "less_equal": "greater_equal"}
 PROMOTING = {"add", "subtract", "multiply", "divide"}
-ARITHMETIC = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply", exp.Div: "divide"}
-UNARY_FUNCTIONS = {exp.Lower: "utf8_lower", exp.Upper: "utf8_upper", exp.Abs: "abs", exp.Floor: "floor",
+ARITHMETIC: dict[type[exp.Expression], str] = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply", exp.Div: "divide"}
+UNARY_FUNCTIONS: dict[type[exp.Expression], str] = {exp.Lower: "utf8_lower", exp.Upper: "utf8_upper", exp.Abs: "abs", exp.Floor: "floor",
           exp.Ceil: "ceil", exp.Sqrt: "sqrt", exp.IsNan: "is_nan"}
-PATTERN_FUNCTIONS = {exp.StartsWith: "starts_with", exp.EndsWith: "ends_with",
+PATTERN_FUNCTIONS: dict[type[exp.Expression], str] = {exp.StartsWith: "starts_with", exp.EndsWith: "ends_with",
                   exp.Contains: "match_substring", exp.RegexpLike: "match_substring_regex"}
 SqlType = exp.DataType.Type
 SQL_TYPES = {
@@ -118,7 +136,7 @@ def int_bounds(op: str, v: float | int, typ: pa.DataType) -> tuple[str, Value]:
 
 def exact_decimal(v: Value) -> decimal.Decimal:
     """A numeric literal as an exact Decimal (from its SQL text when it has one)."""
-    return decimal.Decimal(v.text if v.text and is_floating(v.type) else str(v.lit.as_py()))
+    return decimal.Decimal(v.text if v.text and is_floating(v.type) else str(v.scalar.as_py()))
 
 
 def rewrite_escape(pattern: str, escape: str) -> str:

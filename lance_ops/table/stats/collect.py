@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Protocol, Sequence, TypeVar, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_ops.errors import LanceOpsError
+from lance_ops.io import ObjectStore
 from lance_ops.schema import from_lance_fields
 from lance_ops.table.stats.store import (
     TRUNCATE_BYTES, PageRecord, PageStat, stats_path, stats_table, write_stats_file,
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "truncate_min", "truncate_max", "stats_type", "compute_stat", "StatField", "stat_fields",
-    "is_tracked", "field_values", "merge_stats", "StatisticsCollector", "track_statistics",
+    "is_tracked", "field_values", "merge_stats", "StatisticsCollector", "track_statistics", "PagedWriter",
 ]
 
 
@@ -98,7 +99,8 @@ def stats_type(t: pa.DataType) -> pa.DataType | None:
     return None
 
 
-def _minmax_input(values, t: pa.DataType, st: pa.DataType):
+def _minmax_input(values: pa.Array | pa.ChunkedArray, t: pa.DataType,
+                  st: pa.DataType) -> pa.Array | pa.ChunkedArray:
     if pa.types.is_dictionary(t) or pa.types.is_float16(t):
         values = values.cast(st)
     if pa.types.is_duration(st):
@@ -153,6 +155,7 @@ class StatField:
 
     @property
     def name(self) -> str:
+        """The dotted path (``"st.x"``) filters and pruning use."""
         return ".".join(self.path)
 
 
@@ -189,7 +192,7 @@ def is_tracked(sf: StatField) -> bool:
     return not pa.types.is_struct(sf.type)
 
 
-def field_values(data, path: Sequence[str]):
+def field_values(data: pa.RecordBatch | pa.Table, path: Sequence[str]) -> pa.Array | pa.ChunkedArray:
     """The values of ``path`` from a RecordBatch / Table (struct children via struct_field)."""
     col = data.column(path[0])
     for name in path[1:]:
@@ -210,8 +213,8 @@ def merge_stats(parts: Sequence[tuple[int, PageStat]], t: pa.DataType) -> PageSt
     if len(parts) == 1:
         return parts[0][1]
     stats = [st for _, st in parts]
-    nulls = None if any(st.null_count is None for st in stats) else sum(st.null_count for st in stats)
-    nans = None if any(st.nan_count is None for st in stats) else sum(st.nan_count for st in stats)
+    nulls = None if any(st.null_count is None for st in stats) else sum(st.null_count or 0 for st in stats)
+    nans = None if any(st.nan_count is None for st in stats) else sum(st.nan_count or 0 for st in stats)
     stype = stats_type(t)
     if stype is None:
         return PageStat(nulls, nans, None, None)
@@ -250,7 +253,7 @@ class _Piece:
 
     __slots__ = ("start", "rows", "stat", "raw")
 
-    def __init__(self, start: int, rows: int, stat: PageStat, raw):
+    def __init__(self, start: int, rows: int, stat: PageStat, raw: pa.Array | pa.ChunkedArray | None):
         self.start, self.rows, self.stat, self.raw = start, rows, stat, raw
 
 
@@ -267,7 +270,7 @@ class _Pending:
         self.done = 0  # pages already handled
         self.stype = stats_type(sf.type)
 
-    def stat_of(self, values) -> PageStat:
+    def stat_of(self, values: pa.Array | pa.ChunkedArray) -> PageStat:
         if self.stype is None:
             return PageStat(int(values.null_count), None, None, None)
         return compute_stat(values, self.sf.type)
@@ -300,6 +303,7 @@ class StatisticsCollector:
         self.drain(pages)
 
     def drain(self, pages: Sequence[Sequence]) -> None:
+        """Record the statistics of the pages (per column) the writer emitted since the last call."""
         for p in self._pending:
             col_pages = pages[p.column] if p.column < len(pages) else []
             while p.done < len(col_pages):
@@ -329,20 +333,52 @@ class StatisticsCollector:
             p.pieces.pop(0)
 
     def table(self, data_file: str, num_rows: int) -> pa.Table:
+        """The statistics file contents of what was recorded (see :func:`stats_table`)."""
         return stats_table(self.records, data_file, num_rows)
+
+
+class PagedWriter(Protocol):
+    """What the statistics hook uses of a Lance file writer (``LanceFileWriter`` is one)."""
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The Arrow schema of the file (None until the first batch)."""
+        ...
+
+    @property
+    def lance_fields(self) -> Sequence[Any]:
+        """The file's Lance fields (their order is the column order)."""
+        ...
+
+    @property
+    def pages(self) -> Sequence[Sequence[Any]]:
+        """Per column, the pages emitted so far (each with ``row_start`` and ``num_rows``)."""
+        ...
+
+    def write_batch(self, data: Any) -> None:
+        """Append a batch."""
+        ...
+
+    def close(self) -> int:
+        """Finish the file; returns its rows."""
+        ...
+
+
+W = TypeVar("W", bound=PagedWriter)
 
 
 class _StatsTrackingWriter:
     """A LanceFileWriter that also writes the statistics file of what it wrote (on close)."""
 
-    def __init__(self, writer, store, base: str, data_file: str, storage_options=None):
+    def __init__(self, writer: PagedWriter, store: ObjectStore, base: str, data_file: str,
+                 storage_options: Mapping[str, Any] | None = None):
         self._writer = writer
         self._store, self._base, self._data_file = store, base, data_file
         self._options = storage_options
         self._collector: StatisticsCollector | None = None
         self._failed = False
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._writer, name)
 
     def _fail(self, exc: BaseException) -> None:
@@ -350,7 +386,7 @@ class _StatsTrackingWriter:
                     self._data_file, type(exc).__name__, exc)
         self._failed, self._collector = True, None
 
-    def write_batch(self, data) -> None:
+    def write_batch(self, data: Any) -> None:
         self._writer.write_batch(data)
         if self._failed:
             return
@@ -379,10 +415,12 @@ class _StatsTrackingWriter:
         return rows
 
 
-def track_statistics(writer, store, base: str, data_file: str, storage_options=None):
+def track_statistics(writer: W, store: ObjectStore, base: str, data_file: str,
+                     storage_options: Mapping[str, Any] | None = None) -> W:
     """Wrap the LanceFileWriter of ``data/<data_file>`` so that closing it also writes its stats.
 
     Statistics are best effort: if they cannot be computed or written, the data file is still
-    written and a warning is logged (``rebuild_statistics`` fills the gap later).
+    written and a warning is logged (``rebuild_statistics`` fills the gap later). The wrapper
+    passes every other attribute through to ``writer``, so callers keep using it as one.
     """
-    return _StatsTrackingWriter(writer, store, base, data_file, storage_options)
+    return cast(W, _StatsTrackingWriter(writer, store, base, data_file, storage_options))

@@ -12,6 +12,7 @@ counts the rows of the data files), and so are fragments whose files live in oth
 from __future__ import annotations
 
 from lance_ops._proto import table_pb2
+from lance_ops.io import ObjectStore
 from lance_ops.table import deletion
 
 
@@ -27,7 +28,7 @@ def _needs_stats(frag: table_pb2.DataFragment) -> bool:
     return frag.physical_rows - deleted <= 0
 
 
-def fill_fragment_stats(store, base: str, manifest: table_pb2.Manifest) -> None:
+def fill_fragment_stats(store: ObjectStore, base: str, manifest: table_pb2.Manifest) -> None:
     """In place: missing data-file sizes and deleted-row counts, and no fragment without live rows."""
     if not any(_needs_stats(f) for f in manifest.fragments):
         return

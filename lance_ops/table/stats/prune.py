@@ -7,29 +7,55 @@ files (cached per dataset in ``LanceDataset.cache``).
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from typing import Iterable, Protocol
 
 import numpy as np
 
+from lance_ops._proto import table_pb2
 from lance_ops.table.filters import pruning as sp
 from lance_ops.table.stats.collect import stat_fields
 from lance_ops.table.stats.store import (
-    STATS_DIR, FieldPages, FileStats, listed_stats_files, load_file_stats, stats_file_name,
+    STATS_DIR, FieldPages, FileStats, StatsDataset, listed_stats_files, load_file_stats, stats_file_name,
 )
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LIST_THRESHOLD", "scan_offsets", "scan_ranges", "fragment_statistics", "forget_cached_statistics"]
+__all__ = ["LIST_THRESHOLD", "scan_offsets", "scan_ranges", "fragment_statistics", "forget_cached_statistics",
+           "StatsFragment"]
 
 _CACHE_NAME = "lance_ops.statistics"  # this module's LanceDataset.cache
 
 
-def forget_cached_statistics(ds) -> None:
+class StatsFragment(Protocol):
+    """What pruning reads of a fragment (:class:`~lance_ops.table.fragment.LanceFragment` is one)."""
+
+    metadata: table_pb2.DataFragment
+
+    @property
+    def fragment_id(self) -> int:
+        """The fragment's id."""
+        ...
+
+    @property
+    def physical_rows(self) -> int:
+        """Rows stored in its data files, deleted ones included."""
+        ...
+
+    def live_mask(self) -> np.ndarray | None:
+        """Boolean mask over physical rows (None when nothing is deleted)."""
+        ...
+
+    def live_offsets_in(self, ranges: np.ndarray) -> np.ndarray:
+        """Physical offsets of the live rows within ``ranges`` (``(n, 2)`` ``[start, end)``)."""
+        ...
+
+
+def forget_cached_statistics(ds: StatsDataset) -> None:
     """Drop what scans of ``ds`` cached about its statistics files (after some were written)."""
     ds.cache(_CACHE_NAME).clear()
 
 
-def _path_ids(ds) -> dict[str, int]:
+def _path_ids(ds: StatsDataset) -> dict[str, int]:
     cache = ds.cache(_CACHE_NAME)
     key = ("__paths__", ds.version)
     got = cache.get(key)
@@ -43,7 +69,7 @@ def _path_ids(ds) -> dict[str, int]:
 LIST_THRESHOLD = 8
 
 
-def _file_stats(ds, data_file_proto, rows: int) -> FileStats | None:
+def _file_stats(ds: StatsDataset, data_file_proto: table_pb2.DataFile, rows: int) -> FileStats | None:
     cache = ds.cache(_CACHE_NAME)
     key = ("file", data_file_proto.path)
     if key not in cache:
@@ -61,7 +87,7 @@ def _file_stats(ds, data_file_proto, rows: int) -> FileStats | None:
     return cache[key]
 
 
-def fragment_statistics(ds, frag, columns: Iterable[str]) -> dict[str, FieldPages]:
+def fragment_statistics(ds: StatsDataset, frag: StatsFragment, columns: Iterable[str]) -> dict[str, FieldPages]:
     """Per-page statistics of ``columns`` (dotted paths) in fragment ``frag``, where known."""
     ids = _path_ids(ds)
     out: dict[str, FieldPages] = {}
@@ -86,7 +112,7 @@ def _covers(pages: FieldPages, rows: int) -> bool:
     return bool(pages.row_start[0] == 0 and ends[-1] == rows and np.all(pages.row_start[1:] == ends[:-1]))
 
 
-def scan_offsets(ds, frag, filt) -> np.ndarray | None:
+def scan_offsets(ds: StatsDataset, frag: StatsFragment, filt: sp.Prunable | None) -> np.ndarray | None:
     """Physical rows of ``frag`` a scan with ``filt`` must read, from statistics.
 
     None: read the whole fragment (no statistics, or they rule nothing out). An empty array:
@@ -96,7 +122,7 @@ def scan_offsets(ds, frag, filt) -> np.ndarray | None:
     return ranges if ranges is None else frag.live_offsets_in(ranges)
 
 
-def scan_ranges(ds: Any, frag: Any, filt: sp.Prunable | None) -> np.ndarray | None:
+def scan_ranges(ds: StatsDataset, frag: StatsFragment, filt: sp.Prunable | None) -> np.ndarray | None:
     """Physical row ranges of ``frag`` a scan with ``filt`` must read, from statistics (what the
     scan planner, :mod:`lance_ops.table.scan`, asks).
 

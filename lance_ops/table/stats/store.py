@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 import pyarrow as pa
 
+from lance_ops._proto import table_pb2
 from lance_ops.errors import LanceOpsError, ObjectNotFoundError
+from lance_ops.io import ObjectStore
 from lance_ops.table.filters import pruning as sp
 
 log = logging.getLogger(__name__)
@@ -19,7 +22,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "STATS_DIR", "STATS_SUFFIX", "TRUNCATE_BYTES", "FORMAT_VERSION", "PageStat", "PageRecord",
     "FieldPages", "FileStats", "stats_path", "stats_file_name", "stats_table", "write_stats_file",
-    "parse_stats_table", "load_file_stats", "listed_stats_files",
+    "parse_stats_table", "load_file_stats", "listed_stats_files", "StatsDataset",
 ]
 
 #: extension area (must equal ``lance_ops.maintenance.cleanup.STATS_DIR``)
@@ -45,7 +48,43 @@ class PageStat:
     max: pa.Scalar | None
 
 
-def stats_path(store, base: str, data_file: str) -> str:
+class StatsDataset(Protocol):
+    """What statistics read of a dataset version (:class:`~lance_ops.table.dataset.LanceDataset` is one).
+
+    A protocol, so that this package never imports the dataset module (which imports it).
+    """
+
+    @property
+    def store(self) -> ObjectStore:
+        """The object store holding the dataset."""
+        ...
+
+    @property
+    def base(self) -> str:
+        """The dataset root inside :attr:`store`."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """The version number."""
+        ...
+
+    @property
+    def manifest(self) -> table_pb2.Manifest:
+        """The manifest of the version."""
+        ...
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the version."""
+        ...
+
+    def cache(self, name: str) -> dict:
+        """The dataset object's cache called ``name``."""
+        ...
+
+
+def stats_path(store: ObjectStore, base: str, data_file: str) -> str:
     """Store path of the statistics file of data file ``data_file`` (a path relative to data/)."""
     stem = data_file.rsplit("/", 1)[-1]
     if stem.endswith(".lance"):
@@ -107,7 +146,8 @@ def _scalars_to_array(values: list, t: pa.DataType) -> pa.Array:
         return pa.concat_arrays(chunks) if chunks else pa.array([], t)
 
 
-def write_stats_file(table: pa.Table, store, path: str, storage_options=None) -> None:
+def write_stats_file(table: pa.Table, store: ObjectStore, path: str,
+                     storage_options: Mapping[str, Any] | None = None) -> None:
     """Write ``table`` (from :func:`stats_table`) as the Lance file ``path`` of ``store``."""
     from lance_ops.format.registry import LanceFileWriter
 
@@ -122,15 +162,16 @@ class FieldPages:
 
     row_start: np.ndarray
     num_rows: np.ndarray
-    null_count: list
-    nan_count: list
-    mins: list
-    maxs: list
+    null_count: list[int | None]
+    nan_count: list[int | None]
+    mins: list[Any]
+    maxs: list[Any]
 
     def __len__(self) -> int:
         return len(self.row_start)
 
     def page(self, i: int) -> sp.ColumnStats:
+        """Statistics of page ``i``, in the form pruning reads."""
         return sp.ColumnStats(self.mins[i], self.maxs[i], self.null_count[i], int(self.num_rows[i]),
                               self.nan_count[i])
 
@@ -149,8 +190,8 @@ class FieldPages:
 
     def _aggregate(self) -> sp.ColumnStats:
         n = int(self.num_rows.sum())
-        nulls = None if any(c is None for c in self.null_count) else int(sum(self.null_count))
-        nans = None if any(c is None for c in self.nan_count) else int(sum(self.nan_count))
+        nulls = None if any(c is None for c in self.null_count) else int(sum(c or 0 for c in self.null_count))
+        nans = None if any(c is None for c in self.nan_count) else int(sum(c or 0 for c in self.nan_count))
         lo = hi = None
         if all(self._bounds_known(i) for i in range(len(self))):
             los = [v for v in self.mins if v is not None]
@@ -215,7 +256,7 @@ def parse_stats_table(table: pa.Table, data_file: str = "") -> FileStats:
     return FileStats(meta.get(_META_DATA_FILE, b"").decode() or data_file, rows, fields)
 
 
-def load_file_stats(store, base: str, data_file: str, expected_rows: int | None = None) -> FileStats | None:
+def load_file_stats(store: ObjectStore, base: str, data_file: str, expected_rows: int | None = None) -> FileStats | None:
     """The statistics of ``data_file`` (relative to data/), or None when there are none (or bad)."""
     from lance_ops.format.v2_0.reader import LanceFileReader
 
@@ -238,7 +279,7 @@ def load_file_stats(store, base: str, data_file: str, expected_rows: int | None 
     return fs
 
 
-def listed_stats_files(ds) -> set[str]:
+def listed_stats_files(ds: StatsDataset) -> set[str]:
     """Names of the files under ``_stats/`` of dataset ``ds`` (one listing)."""
     prefix = ds.store.join(ds.base, STATS_DIR)
     return {info.path.rsplit("/", 1)[-1] for info in ds.store.list_dir(prefix)}
