@@ -37,6 +37,7 @@ CHECKED = {
     "schema.py",
     "spark/__init__.py",
     "spark/_common.py",
+    "table/scan.py",
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
