@@ -34,14 +34,33 @@ CHECKED = {
     "cli.py",
     "demo.py",
     "errors.py",
+    "file.py",
+    "format/version.py",
     "schema.py",
     "spark/__init__.py",
     "spark/_common.py",
+    "maintenance/__init__.py",
+    "maintenance/compaction/",
+    "maintenance/cleanup/",
+    "maintenance/health.py",
+    "maintenance/rowid_index.py",
+    "maintenance/staged_commit.py",
+    "maintenance/verify.py",
+    "spark/_tasks.py",
+    "table/filters/__init__.py",
+    "table/filters/parse.py",
+    "table/filters/projection.py",
+    "table/filters/pruning.py",
+    "table/filters/values.py",
+    "table/stats/__init__.py",
+    "table/stats/fragments.py",
+    "table/stats/prune.py",
+    "table/stats/store.py",
     "table/scan.py",
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 573
+TODO_GAPS_MAX = 473
 
 
 def _modules() -> list[str]:

@@ -33,6 +33,7 @@ from typing import Any, Mapping
 
 from lance_ops._proto import file_pb2, transaction_pb2
 from lance_ops.errors import DatasetNotFoundError, LanceOpsError, ObjectNotFoundError
+from lance_ops.io.base import ObjectStore
 from lance_ops.io import open_store
 from lance_ops.table import idempotency, naming, versions
 from lance_ops.table.commit import (
@@ -63,12 +64,13 @@ def stage_kind(operation: str) -> str:
     return idempotency.kind_of_operation(operation)
 
 
-def fields_to_b64(fields) -> list[str]:
+def fields_to_b64(fields: Any) -> list[str]:
     """Lance field protos as base64 strings (the ``schema_fields`` of a StagedResult)."""
     return [base64.b64encode(f.SerializeToString(deterministic=True)).decode() for f in fields]
 
 
-def fields_from_b64(texts) -> list[file_pb2.Field]:
+def fields_from_b64(texts: Any) -> list[file_pb2.Field]:
+    """Lance field protos from :func:`fields_to_b64`'s strings."""
     out = []
     for text in texts:
         f = file_pb2.Field()
@@ -77,14 +79,14 @@ def fields_from_b64(texts) -> list[file_pb2.Field]:
     return out
 
 
-def _latest(store, base: str, uri: str) -> ManifestFile | None:
+def _latest(store: ObjectStore, base: str, uri: str) -> ManifestFile | None:
     try:
         return open_manifest(store, base, None, uri)
     except DatasetNotFoundError:
         return None
 
 
-def _read_manifest_at(store, base: str, uri: str, version: int, fallback: ManifestFile) -> ManifestFile:
+def _read_manifest_at(store: ObjectStore, base: str, uri: str, version: int, fallback: ManifestFile) -> ManifestFile:
     """The manifest the staged write was planned against (the latest one if it is gone)."""
     if version <= 0 or version == fallback.version:
         return fallback
@@ -176,7 +178,7 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     return _result(mf.version, op, already, metrics)
 
 
-def _commit_rewrite(uri: str, result: StagedResult, storage_options) -> dict:
+def _commit_rewrite(uri: str, result: StagedResult, storage_options: Any) -> dict:
     from lance_ops.maintenance import compaction
 
     rewrite_results = [compaction.RewriteResult.from_json(_group_json(g)) for g in result.rewrite_groups]
@@ -229,13 +231,13 @@ def commit_staged(uri: str, key: str, *, storage_options: Mapping[str, Any] | No
             if earlier is not None:
                 log.info("%s: key %s was already committed as version %d", uri, key, earlier.version)
                 return _result(earlier.version, earlier.operation, True, _replayed(None, earlier))
-        read_staged(store, base, key)  # raises ObjectNotFoundError naming the key
+        staged = read_staged(store, base, key)  # raises ObjectNotFoundError naming the key
     if staged.key != key:
         raise LanceOpsError(f"{uri}: _staging/{key}.json holds a result for key {staged.key!r}")
     return commit_result(uri, staged, storage_options=storage_options)
 
 
-def _mark(store, base: str, key: str, version: int) -> None:
+def _mark(store: ObjectStore, base: str, key: str, version: int) -> None:
     """Mark the stage committed, best effort: the commit landed and the key ledger answers re-runs."""
     try:
         mark_committed(store, base, key, version)

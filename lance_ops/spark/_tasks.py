@@ -10,9 +10,14 @@ plus a small state (URI, storage options, field protos as base64), not by value.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import pyarrow as pa
+
+if TYPE_CHECKING:  # PySpark and the protos load only where the tasks run
+    from pyspark import TaskContext
+
+    from lance_ops._proto import table_pb2
 
 #: Columns of the rows a write task returns to the driver.
 FRAGMENT_ROWS_DDL = "partition int, seq int, attempt int, num_rows long, fragment string"
@@ -22,7 +27,8 @@ FRAGMENT_ROWS_SCHEMA = pa.schema([
 ])
 
 
-def _task_context():
+def task_context() -> TaskContext | None:
+    """The running Spark task's ``TaskContext`` (None outside a Spark task or without pyspark)."""
     try:
         from pyspark import TaskContext
     except ImportError:  # pragma: no cover - only inside Spark
@@ -32,7 +38,7 @@ def _task_context():
 
 def write_partition(batches: Iterable[pa.RecordBatch], *, uri: str, storage_options: Mapping[str, Any] | None,
                     fields_b64: list[str], schema_metadata: Mapping[str, str], max_rows_per_file: int,
-                    data_storage_version: str):
+                    data_storage_version: str) -> list[table_pb2.DataFragment]:
     """Write ``batches`` as new uncommitted fragments of the dataset at ``uri``; returns the protos.
 
     Batches are cast (by column name) to the dataset schema given by ``fields_b64`` so that every
@@ -57,7 +63,7 @@ class WriteFragmentsTask:
     """``mapInArrow`` function: one partition in, its fragment metadata out (one row per fragment)."""
 
     def __init__(self, uri: str, storage_options: Mapping[str, Any] | None, fields_b64: list[str],
-                 schema_metadata: Mapping[str, str], max_rows_per_file: int, data_storage_version: str):
+                 schema_metadata: Mapping[str, str], max_rows_per_file: int, data_storage_version: str) -> None:
         self.uri = uri
         self.storage_options = dict(storage_options or {})
         self.fields_b64 = list(fields_b64)
@@ -68,7 +74,7 @@ class WriteFragmentsTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from lance_ops.table.staging import fragment_to_b64
 
-        ctx = _task_context()
+        ctx = task_context()
         fragments = write_partition(
             batches, uri=self.uri, storage_options=self.storage_options, fields_b64=self.fields_b64,
             schema_metadata=self.schema_metadata, max_rows_per_file=self.max_rows_per_file,
@@ -89,7 +95,7 @@ class WriteFragmentsTask:
 class CompactionTaskRunner:
     """RDD ``map`` function: a CompactionTask as JSON in, its RewriteResult as JSON out."""
 
-    def __init__(self, uri: str, storage_options: Mapping[str, Any] | None):
+    def __init__(self, uri: str, storage_options: Mapping[str, Any] | None) -> None:
         self.uri = uri
         self.storage_options = dict(storage_options or {})
 

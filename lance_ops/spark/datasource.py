@@ -451,10 +451,10 @@ class LanceWriter(DataSourceArrowWriter):
         self.fields_b64 = fields_to_b64(fields)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LanceCommitMessage:
-        from lance_ops.spark._tasks import _task_context, write_partition
+        from lance_ops.spark._tasks import task_context, write_partition
         from lance_ops.table.staging import fragment_to_b64
 
-        ctx = _task_context()
+        ctx = task_context()
         partition = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
         if self.already_committed:

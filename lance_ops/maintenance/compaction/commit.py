@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from lance_ops._proto import transaction_pb2
 from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
+from lance_ops.io.base import ObjectStore
 from lance_ops.table import idempotency, locate, naming
 from lance_ops.table.commit import (
     IDEMPOTENCY_KEY,
@@ -41,7 +42,7 @@ METRICS_PROPERTY = "lance_ops.compaction.metrics"
 OPERATION_PROPERTY = "lance_ops.operation"
 
 
-def _open(ds_or_uri, storage_options):
+def _open(ds_or_uri: Any, storage_options: Any) -> Any:
     from lance_ops.table.dataset import LanceDataset
 
     if isinstance(ds_or_uri, LanceDataset):
@@ -50,6 +51,7 @@ def _open(ds_or_uri, storage_options):
 
 
 def sum_metrics(results: Sequence[RewriteResult]) -> dict[str, int]:
+    """The metric counters of ``results`` added up."""
     out = zero_metrics()
     for r in results:
         for k in METRIC_KEYS:
@@ -57,7 +59,7 @@ def sum_metrics(results: Sequence[RewriteResult]) -> dict[str, int]:
     return out
 
 
-def replayed_metrics(earlier) -> dict[str, Any]:
+def replayed_metrics(earlier: Any) -> dict[str, Any]:
     """Metrics recorded by an earlier commit with the same idempotency key (a ManifestFile, or
     the key ledger's record when that version was cleaned up)."""
     if isinstance(earlier, idempotency.KeyRecord):
@@ -76,7 +78,7 @@ def replayed_metrics(earlier) -> dict[str, Any]:
     return out
 
 
-def find_committed_rewrite(store, base: str, key: str, since: int = 0):
+def find_committed_rewrite(store: ObjectStore, base: str, key: str, since: int = 0) -> Any:
     """``(record, manifest or None)`` of the rewrite committed with ``key``, or None (see
     :func:`lance_ops.table.idempotency.lookup`; ``since``: the plan's read version)."""
     rec = idempotency.lookup(store, base, key, "rewrite", since=since)
@@ -85,9 +87,9 @@ def find_committed_rewrite(store, base: str, key: str, since: int = 0):
     return rec, idempotency.manifest_of(store, base, rec)
 
 
-def commit_compaction(ds_or_uri, results: Sequence[RewriteResult], *, storage_options=None,
+def commit_compaction(ds_or_uri: Any, results: Sequence[RewriteResult], *, storage_options: Any = None,
                       idempotency_key: str | None = None, max_retries: int | None = None,
-                      _return_manifest: bool = False):
+                      _return_manifest: bool = False) -> Any:
     """Commit executed tasks as one Rewrite version; returns the metrics (with ``version``).
 
     Results may be a subset of a plan's tasks (failed tasks are simply left out). The commit is

@@ -32,13 +32,14 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
+from lance_ops.io.base import ObjectStore
 from lance_ops.table import deletion, idempotency, naming, rowids, versions
 from lance_ops.table import locate, scan
 from lance_ops.table.commit import (
@@ -80,7 +81,7 @@ def _take_live(tables: list[pa.Table], deleted: list[bool]) -> pa.Table:
 
 def _groups(task: RewriteTask) -> list[list[tuple[table_pb2.DataFragment, int | None]]]:
     """The task's fragments (with their planned live rows), cut into consecutive groups."""
-    expected = task.live_rows or [None] * len(task.fragments)
+    expected: list[int | None] = list(task.live_rows) or [None] * len(task.fragments)
     groups: list[list[tuple[table_pb2.DataFragment, int | None]]] = []
     current: list[tuple[table_pb2.DataFragment, int | None]] = []
     rows = size = 0
@@ -96,7 +97,7 @@ def _groups(task: RewriteTask) -> list[list[tuple[table_pb2.DataFragment, int | 
     return groups
 
 
-def _live_tables(task: RewriteTask, view, schema: pa.Schema, stats: dict[str, int],
+def _live_tables(task: RewriteTask, view: Any, schema: pa.Schema, stats: dict[str, int],
                  prefetch: int = 1) -> Iterator[pa.Table]:
     """The source fragments' live rows, in order, one table per group of fragments.
 
@@ -118,10 +119,10 @@ def _live_tables(task: RewriteTask, view, schema: pa.Schema, stats: dict[str, in
             )
         return table, live != proto.physical_rows, live
 
-    def load_group(group) -> list[tuple[pa.Table, bool, int]]:
+    def load_group(group: Any) -> list[tuple[pa.Table, bool, int]]:
         return [load(proto, n) for proto, n in group]
 
-    def live_rows(group, loaded) -> pa.Table:
+    def live_rows(group: Any, loaded: Any) -> pa.Table:
         # (counted here, in the consuming thread, in group order)
         stats["rows_read"] += sum(live for _, _, live in loaded)
         stats["bytes_read"] += sum(df.file_size_bytes for proto, _ in group for df in proto.files)
@@ -186,7 +187,7 @@ class _RowSource:
 
 
 # --- row ids and version sequences ----------------------------------------------------------------
-def _row_id_sequence(store, base: str, frag: table_pb2.DataFragment) -> rowids.RowIdSequence:
+def _row_id_sequence(store: ObjectStore, base: str, frag: table_pb2.DataFragment) -> rowids.RowIdSequence:
     which = frag.WhichOneof("row_id_sequence")
     where = f"fragment {frag.id} row ids"
     if which == "inline_row_ids":
@@ -203,7 +204,7 @@ def _row_id_sequence(store, base: str, frag: table_pb2.DataFragment) -> rowids.R
     return seq
 
 
-def _version_arrays(store, base: str, frag: table_pb2.DataFragment) -> tuple[np.ndarray, np.ndarray]:
+def _version_arrays(store: ObjectStore, base: str, frag: table_pb2.DataFragment) -> tuple[np.ndarray, np.ndarray]:
     n = frag.physical_rows
     created = rowids.read_fragment_versions(store, base, frag, "created")
     if created is None:
@@ -216,7 +217,7 @@ def _version_arrays(store, base: str, frag: table_pb2.DataFragment) -> tuple[np.
     return created, updated
 
 
-def _carry_row_ids(task: RewriteTask, store, base: str, new_fragments: list[table_pb2.DataFragment]) -> None:
+def _carry_row_ids(task: RewriteTask, store: ObjectStore, base: str, new_fragments: list[table_pb2.DataFragment]) -> None:
     """Give the new fragments the row ids and version sequences of the rows they received."""
     sequences, created, updated = [], [], []
     for proto in task.fragments:
@@ -244,12 +245,12 @@ def _carry_row_ids(task: RewriteTask, store, base: str, new_fragments: list[tabl
 
 
 # --- execution -----------------------------------------------------------------------------------
-def _delete_data_files(store, base: str, paths: Sequence[str]) -> None:
+def _delete_data_files(store: ObjectStore, base: str, paths: Sequence[str]) -> None:
     """Remove uncommitted data files we wrote (and their statistics sidecars), best effort."""
     try:
         from lance_ops.table.stats.store import stats_path
     except ImportError:  # pragma: no cover - statistics are optional
-        stats_path = None
+        stats_path = None  # type: ignore[assignment]
     for path in paths:
         targets = [store.join(base, naming.DATA_DIR, path)]
         if stats_path is not None:
@@ -262,7 +263,7 @@ def _delete_data_files(store, base: str, paths: Sequence[str]) -> None:
                 log.warning("could not remove orphan file %s", store.uri(target), exc_info=True)
 
 
-def _open_read_version(task: RewriteTask, store, base: str):
+def _open_read_version(task: RewriteTask, store: ObjectStore, base: str) -> Any:
     """The dataset at the task's read version; its fragments must be the task's, byte for byte."""
     from lance_ops.errors import DatasetNotFoundError
     from lance_ops.table.dataset import LanceDataset
@@ -288,7 +289,7 @@ def _open_read_version(task: RewriteTask, store, base: str):
     return ds
 
 
-def execute_task(task: RewriteTask, store, base: str, *, storage_options=None) -> RewriteResult:
+def execute_task(task: RewriteTask, store: ObjectStore, base: str, *, storage_options: Any = None) -> RewriteResult:
     """Rewrite ``task``'s fragments into new data files; returns the (uncommitted) result."""
     where = store.uri(base)
     version = versions.normalize(task.data_storage_version)
@@ -338,7 +339,7 @@ def execute_task(task: RewriteTask, store, base: str, *, storage_options=None) -
     return RewriteResult(task.read_version, originals, new_fragments, metrics, task.kind)
 
 
-def discard_results(uri_or_store, results: Sequence[RewriteResult], *, storage_options=None, base=None) -> int:
+def discard_results(uri_or_store: Any, results: Sequence[RewriteResult], *, storage_options: Any = None, base: str | None = None) -> int:
     """Delete the data files of results that will never be committed; returns how many.
 
     Only call this when the results are known not to be part of any committed version (e.g.
@@ -352,5 +353,5 @@ def discard_results(uri_or_store, results: Sequence[RewriteResult], *, storage_o
     else:
         store = uri_or_store
     paths = [p for r in results for p in r.new_data_files]
-    _delete_data_files(store, base, paths)
+    _delete_data_files(store, cast(str, base), paths)
     return len(paths)
