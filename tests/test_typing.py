@@ -60,6 +60,7 @@ CHECKED = {
     "table/commit/hooks.py",
     "table/commit/properties.py",
     "table/manifest/__init__.py",
+    "table/scan.py",
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done

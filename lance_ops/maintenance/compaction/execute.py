@@ -1,10 +1,10 @@
 """Compaction execution: rewrite a task's fragments into new data files (committed by ``commit``).
 
-Execution streams: the task's fragments are read one at a time (every column, physical rows)
-in consecutive groups of about ``_GROUP_ROWS`` rows / ``_GROUP_BYTES`` bytes (a bigger fragment
+Execution streams: the task's fragments are read one at a time through the scan planner (every
+column, live rows; :mod:`lance_ops.table.scan`) in consecutive groups of about ``_GROUP_ROWS`` rows / ``_GROUP_BYTES`` bytes (a bigger fragment
 is a group of its own); the next group is read in a background thread while the current one is
-written, which hides store latency. A group's live rows are taken into one contiguous table (one
-copy that also drops the deleted rows, and far fewer, larger batches for the writer), and the
+written, which hides store latency. A group's live rows are gathered into one contiguous table (one
+copy, and far fewer, larger batches for the writer), and the
 rows are cut into new fragments of exactly the sizes the plan fixed; memory is bounded by two
 groups plus one group's copy and the file writer's buffers, never by the task. New fragments
 carry id 0 and are written with the dataset's own storage version (a version lance_ops cannot
@@ -40,6 +40,7 @@ import pyarrow as pa
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
 from lance_ops.io.base import ObjectStore
+from lance_ops.table import scan
 from lance_ops.table import deletion, rowids, versions
 from lance_ops.table.commit import idempotency
 from lance_ops.table.manifest import naming
@@ -71,18 +72,15 @@ _GROUP_ROWS = 128 * 1024
 _GROUP_BYTES = 32 << 20
 
 
-def _take_live(tables: list[pa.Table], masks: list[np.ndarray | None]) -> pa.Table:
-    """The live rows of several fragments' tables as one table (one chunk per column)."""
-    if len(tables) == 1 and masks[0] is None:
-        return tables[0]  # nothing to drop or merge: no copy
+def _take_live(tables: list[pa.Table], deleted: list[bool]) -> pa.Table:
+    """Several fragments' live rows as one table (one chunk per column); ``deleted``: whether
+    each fragment had deleted rows (its table was filtered by the scan)."""
+    if len(tables) == 1 and not deleted[0]:
+        return tables[0]  # nothing dropped, nothing to merge: no copy
     try:
-        if all(m is None for m in masks):
-            return pa.concat_tables(tables).combine_chunks()
-        keep = np.concatenate([m if m is not None else np.ones(t.num_rows, dtype=bool)
-                               for t, m in zip(tables, masks)])
-        return pa.concat_tables(tables).take(pa.array(np.flatnonzero(keep)))
+        return pa.concat_tables(tables).combine_chunks()
     except pa.ArrowException:  # e.g. dictionary columns whose chunks do not share a dictionary
-        return pa.concat_tables([t if m is None else t.filter(pa.array(m)) for t, m in zip(tables, masks)])
+        return pa.concat_tables(tables)
 
 
 def _groups(task: RewriteTask) -> list[list[tuple[table_pb2.DataFragment, int | None]]]:
@@ -103,41 +101,36 @@ def _groups(task: RewriteTask) -> list[list[tuple[table_pb2.DataFragment, int | 
     return groups
 
 
-def _live_tables(task: RewriteTask, view: Any, schema: pa.Schema,
-                 top_ids: list[int], stats: dict[str, int], prefetch: int = 1) -> Iterator[pa.Table]:
+def _live_tables(task: RewriteTask, view: Any, schema: pa.Schema, stats: dict[str, int],
+                 prefetch: int = 1) -> Iterator[pa.Table]:
     """The source fragments' live rows, in order, one table per group of fragments.
 
-    The next ``prefetch`` groups are read in a background thread while the current one is being
-    written (``prefetch=0``: no thread); see the module docstring for the grouping.
+    Each fragment is read through the scan planner (every column, blob v2 as written). The next
+    ``prefetch`` groups are read in a background thread while the current one is being written
+    (``prefetch=0``: no thread); see the module docstring for the grouping.
     """
-    fields = list(schema)
+    scans = {t.fragment_id: t for t in scan.plan(view, schema.names, fragments=task.fragments,
+                                                 blob_handling="logical")}
 
-    def load(proto: table_pb2.DataFragment, expected_live: int | None) -> tuple[pa.Table, np.ndarray | None, int]:
-        """The fragment's physical rows, its live-row mask (None: nothing deleted), its live count."""
-        frag = LanceFragment(view, proto)
-        table = frag.read(fields, top_ids, blob_handling="logical")  # blob v2: bytes, URIs kept
-        mask = frag.live_mask()
-        if mask is not None and len(mask) != table.num_rows:
-            raise LanceOpsError(
-                f"fragment {proto.id}: its data files hold {table.num_rows} rows but the manifest "
-                f"says {len(mask)} physical rows"
-            )
-        live = table.num_rows if mask is None else int(np.count_nonzero(mask))
+    def load(proto: table_pb2.DataFragment, expected_live: int | None) -> tuple[pa.Table, bool, int]:
+        """The fragment's live rows, whether it had deleted rows, its live count."""
+        table = scan.execute(view, scans[proto.id])
+        live = table.num_rows
         if expected_live is not None and live != expected_live:
             raise LanceOpsError(
                 f"fragment {proto.id}: read {live} live rows but the plan counted "
                 f"{expected_live}; its deletion file or metadata is inconsistent"
             )
-        return table, mask, live
+        return table, live != proto.physical_rows, live
 
-    def load_group(group: Any) -> list[tuple[pa.Table, np.ndarray | None, int]]:
+    def load_group(group: Any) -> list[tuple[pa.Table, bool, int]]:
         return [load(proto, n) for proto, n in group]
 
     def live_rows(group: Any, loaded: Any) -> pa.Table:
         # (counted here, in the consuming thread, in group order)
         stats["rows_read"] += sum(live for _, _, live in loaded)
         stats["bytes_read"] += sum(df.file_size_bytes for proto, _ in group for df in proto.files)
-        return _take_live([t for t, _, _ in loaded], [m for _, m, _ in loaded])
+        return _take_live([t for t, _, _ in loaded], [d for _, d, _ in loaded])
 
     jobs = iter(_groups(task))
     if prefetch <= 0:
@@ -311,9 +304,8 @@ def execute_task(task: RewriteTask, store: ObjectStore, base: str, *, storage_op
         raise LanceOpsError(f"{where}: task output sizes do not add up to its live rows")
     view = _open_read_version(task, store, base)
     schema = view.schema
-    top_ids = [view.top_field_ids[f.name] for f in schema]
     stats = {"rows_read": 0, "bytes_read": 0}
-    source = _RowSource(_live_tables(task, view, schema, top_ids, stats))
+    source = _RowSource(_live_tables(task, view, schema, stats))
     new_fragments: list[table_pb2.DataFragment] = []
     try:
         for size in task.output_rows:
