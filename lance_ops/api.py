@@ -11,8 +11,13 @@ import functools
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from lance_ops.maintenance import rowid_index
 from lance_ops.table import dataset as core
 from lance_ops.table import write as core_write
+from lance_ops.table.commit import hooks
+
+# the face composes the layers: take_by_row_id asks the persisted row-id index first (ADR 0006)
+hooks.register_row_id_index(rowid_index.lookup)
 
 if TYPE_CHECKING:
     from lance_ops.maintenance.cleanup import CleanupStats

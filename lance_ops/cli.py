@@ -353,7 +353,7 @@ def cmd_delete(args: argparse.Namespace) -> dict[str, Any]:
     if args.dry_run:
         return {"num_deleted_rows": ds.count_rows(args.predicate), "dry_run": True, "version": ds.version}
     if args.idempotency_key:
-        from lance_ops.table import idempotency
+        from lance_ops.table.commit import idempotency
 
         # the key ledger (delete keys only): a re-run reports the first commit, even once cleaned up
         earlier = idempotency.lookup(ds.store, ds.base, args.idempotency_key, "delete")
@@ -369,7 +369,7 @@ def cmd_delete(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_keys(args: argparse.Namespace) -> dict[str, Any]:
     """The idempotency-key ledger: coverage, lost version ranges; ``--accept-lost`` forgets them."""
-    from lance_ops.table import idempotency
+    from lance_ops.table.commit import idempotency
 
     ds = _open(args)
     out: dict[str, Any] = {}

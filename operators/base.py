@@ -37,10 +37,6 @@ from operators.hooks import LanceHook, is_absolute_uri, normalize_conn_id
 #: the alias through which operators with templated dataset URIs emit their asset events
 LANCE_ASSET_ALIAS = "lance_ops_datasets"
 
-#: how many recent versions a retry searches for its own earlier commit
-IDEMPOTENCY_LOOKBACK = 100
-
-
 # -- small value helpers (templated fields arrive as strings unless the DAG renders native objects)
 def as_bool(value: Any) -> bool:
     if isinstance(value, bool):
@@ -112,7 +108,7 @@ def _json_default(value: Any) -> Any:
 # -- idempotency --------------------------------------------------------------------------------
 def idempotency_key(context: Mapping[str, Any], scope: str | None = None) -> str:
     """The commit key of this task instance: dag_id, run_id, task (or group) id, map_index."""
-    from lance_ops.table.staging import sanitize_key
+    from lance_ops.table.commit.staging import sanitize_key
 
     ti = context["ti"]
     map_index = getattr(ti, "map_index", -1)
@@ -124,9 +120,9 @@ def idempotency_key(context: Mapping[str, Any], scope: str | None = None) -> str
 
 def find_committed(ds, key: str):
     """The ManifestFile an earlier try committed with ``key`` (None if there is none)."""
-    from lance_ops.table.commit import find_idempotent_commit
+    from lance_ops.table.commit.idempotency import find_committed as find_in_ledger
 
-    return find_idempotent_commit(ds.store, ds.base, key, lookback=IDEMPOTENCY_LOOKBACK)
+    return find_in_ledger(ds.store, ds.base, key)
 
 
 # -- error classification -----------------------------------------------------------------------

@@ -63,7 +63,7 @@ class _CommittingOperator(LanceBaseOperator):
         self.log.info("key %s was already committed as version %d: nothing to do", key, earlier.version)
         import json
 
-        from lance_ops.table.transaction_file import load_transaction
+        from lance_ops.table.commit.transaction_file import load_transaction
 
         metrics = {}
         txn = load_transaction(ds.store, ds.base, earlier)
@@ -260,7 +260,7 @@ class LanceDeleteOperator(_CommittingOperator):
         self.dry_run = dry_run
 
     def run(self, context, uri, storage_options, key):
-        from lance_ops.table.commit import IDEMPOTENCY_KEY
+        from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
 
         if not str(self.predicate or "").strip():
             raise ValueError("predicate is empty; refusing to guess what to delete")
@@ -412,7 +412,7 @@ class LanceCompactionOperator(_CommittingOperator):
 
     def _store_plan(self, uri, storage_options, key, plan) -> str:
         from lance_ops.io import open_store
-        from lance_ops.table.staging import STAGING_DIR
+        from lance_ops.table.commit.staging import STAGING_DIR
 
         store, base = open_store(uri, storage_options)
         path = store.join(base, STAGING_DIR, f"{key}.plan.json")

@@ -89,6 +89,16 @@ class _LanceSparkSubmitHook(SparkSubmitHook):
 
         return super()._process_spark_submit_log(watch())
 
+    @property
+    def submit_returncode(self) -> int | None:
+        """Exit code of the last spark-submit process (None before it ended or if none ran)."""
+        return getattr(getattr(self, "_submit_sp", None), "returncode", None)
+
+    @property
+    def last_log_lines(self) -> list[str]:
+        """The tail of the last spark-submit's output that the provider keeps."""
+        return [str(line) for line in getattr(self, "_last_submit_log_lines", None) or []]
+
 
 class LanceSparkSubmitOperator(SparkSubmitOperator):
     """spark-submit one of lance_ops' Spark jobs in ``--stage-only`` mode for a Lance dataset.
@@ -166,9 +176,9 @@ class LanceSparkSubmitOperator(SparkSubmitOperator):
 
         if not isinstance(exc, AirflowException) or type(exc) is not AirflowException:
             return  # skips, or our own errors before the submit: handled by Airflow as they are
-        lines = list(getattr(self._hook, "job_error_lines", None) or [])
-        process = getattr(self._hook, "_submit_sp", None)
-        returncode = getattr(process, "returncode", None)
+        hook = self._hook if isinstance(self._hook, _LanceSparkSubmitHook) else None
+        lines = list(getattr(hook, "job_error_lines", None) or [])  # set once the job's output streamed
+        returncode = hook.submit_returncode if hook is not None else None
         if not lines:
             return
         self.log.error("%s", lines[0])
@@ -177,7 +187,8 @@ class LanceSparkSubmitOperator(SparkSubmitOperator):
                                        f"not retryable)") from exc
 
     def _summary(self) -> dict[str, Any] | None:
-        lines = list(getattr(self._hook, "_last_submit_log_lines", None) or [])
+        hook = self._hook
+        lines = hook.last_log_lines if isinstance(hook, _LanceSparkSubmitHook) else []
         for line in reversed(lines):
             text = str(line).strip()
             if text.startswith("{") and text.endswith("}"):

@@ -39,6 +39,13 @@ CHECKED = {
     "schema.py",
     "spark/__init__.py",
     "spark/_common.py",
+    "maintenance/__init__.py",
+    "maintenance/compaction/",
+    "maintenance/cleanup/",
+    "maintenance/health.py",
+    "maintenance/rowid_index.py",
+    "maintenance/staged_commit.py",
+    "maintenance/verify.py",
     "spark/_tasks.py",
     "table/filters/__init__.py",
     "table/filters/parse.py",
@@ -49,10 +56,15 @@ CHECKED = {
     "table/stats/fragments.py",
     "table/stats/prune.py",
     "table/stats/store.py",
+    "table/commit/__init__.py",
+    "table/commit/hooks.py",
+    "table/commit/properties.py",
+    "table/manifest/__init__.py",
+    "table/scan.py",
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 522
+TODO_GAPS_MAX = 458
 
 
 def _modules() -> list[str]:

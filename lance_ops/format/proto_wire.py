@@ -1,8 +1,8 @@
 """Protobuf bytes as upstream Lance (prost) writes them: :func:`serialize_like_upstream`.
 
 Manifests, transaction files and legacy data files all serialise through it, so it lives on the
-file floor, below every user. (It used to sit in ``table.manifest``, which made the legacy file
-writer import upward; ``table.manifest`` still re-exports it.)
+file floor, below every user. (It used to sit in ``table.manifest.codec``, which made the legacy file
+writer import upward; ``table.manifest.codec`` still re-exports it.)
 """
 from __future__ import annotations
 

@@ -113,6 +113,12 @@ class ObjectStore(abc.ABC):
     def __init__(self) -> None:
         self.metrics = StoreMetrics()
 
+    @property
+    def external_manifest_table(self) -> str | None:
+        """The declared commit capability: the DynamoDB table through which this store commits
+        manifests (``s3+ddb://``), or None when the store's put-if-absent is used directly."""
+        return self.ddb_table_name or None
+
     # --- paths -----------------------------------------------------------------------------
     def join(self, path: str, *parts: str) -> str:
         """Join ``parts`` below ``path`` with "/" (empty parts and stray slashes are dropped)."""

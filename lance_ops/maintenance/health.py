@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
-from lance_ops.table import naming, tags as tags_mod
+from lance_ops.table import tags as tags_mod
+from lance_ops.table.manifest import naming
 
 
 @dataclass
 class DatasetHealth:
+    """How much maintenance a dataset needs: fragment, row and deletion counts at one version."""
+
     uri: str
     version: int
     num_versions: int
@@ -30,11 +34,12 @@ class DatasetHealth:
     stable_row_ids: bool
 
     def to_dict(self) -> dict:
+        """Plain dict (for XCom / logs)."""
         return asdict(self)
 
 
 def dataset_health(
-    ds,
+    ds: Any,
     *,
     target_rows_per_fragment: int = 1024 * 1024,
     materialize_deletions_threshold: float = 0.1,

@@ -22,8 +22,8 @@ sequence (a digest of the inline bytes, or the external file location). It lives
 as the version's manifest (``cleanup_old_versions`` deletes it with that version).
 
 Using it
-    Importing this module registers :func:`lookup` with
-    :mod:`lance_ops.table.rowid_index_hook`; ``LanceDataset.take_by_row_id`` then asks it first.
+    The public face (``lance_ops/api.py``) installs :func:`lookup` as the row-id index hook of
+    :mod:`lance_ops.table.commit.hooks`; ``LanceDataset.take_by_row_id`` then asks it first.
     An index answers only when what it covers is *exactly* the dataset version's fragments
     (same ids, physical rows, deletion files and row-id sequences) - normally the index of that
     very version, but an index of another version whose fragments are identical works too. Any
@@ -43,13 +43,14 @@ import json
 import logging
 import uuid as _uuid
 from dataclasses import dataclass
-from typing import Callable
+from datetime import datetime
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 
 from lance_ops.errors import LanceOpsError, ObjectNotFoundError
-from lance_ops.table import rowid_index_hook
+from lance_ops.io.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ _WRITE_ROWS = 1 << 20
 
 
 # --- what an index covers ----------------------------------------------------------------------
-def fragment_key(frag) -> dict:
+def fragment_key(frag: Any) -> dict:
     """Identity of a fragment's rows and row ids (a ``DataFragment`` proto)."""
     deletion = None
     if frag.HasField("deletion_file"):
@@ -88,7 +89,7 @@ def fragment_key(frag) -> dict:
             "row_ids": row_ids}
 
 
-def _coverage_of(frag_protos) -> dict[int, dict]:
+def _coverage_of(frag_protos: Any) -> dict[int, dict]:
     return {int(f.id): fragment_key(f) for f in frag_protos}
 
 
@@ -104,7 +105,7 @@ class RowIdIndex:
     fragment_ids: np.ndarray
     offsets: np.ndarray
 
-    def covers(self, frag_protos) -> bool:
+    def covers(self, frag_protos: Any) -> bool:
         """True iff the index describes exactly these fragments."""
         return _coverage_of(frag_protos) == self.coverage
 
@@ -121,13 +122,13 @@ class RowIdIndex:
 
 
 # --- files --------------------------------------------------------------------------------------
-def _dir(store, base: str) -> str:
+def _dir(store: ObjectStore, base: str) -> str:
     return store.join(base, ROWID_INDEX_DIR)
 
 
-def list_indices(store, base: str) -> list[tuple[int, str, object]]:
+def list_indices(store: ObjectStore, base: str) -> list[tuple[int, str, datetime]]:
     """``(version, path, last_modified)`` of every index file, newest version first."""
-    out = []
+    out: list[tuple[int, str, datetime]] = []
     for info in store.list_dir(_dir(store, base)):
         name = info.path.rsplit("/", 1)[-1]
         head, sep, rest = name.partition("-")
@@ -138,7 +139,7 @@ def list_indices(store, base: str) -> list[tuple[int, str, object]]:
     return out
 
 
-def _read_meta(reader) -> dict:
+def _read_meta(reader: Any) -> dict:
     raw = (reader.schema.metadata or {}).get(_META)
     if raw is None:
         raise LanceOpsError(f"{reader.path}: not a lance_ops row-id index (no {_META.decode()} metadata)")
@@ -148,7 +149,7 @@ def _read_meta(reader) -> dict:
     return meta
 
 
-def _open(store, path: str):
+def _open(store: ObjectStore, path: str) -> Any:
     from lance_ops.format.v2_0.reader import LanceFileReader
 
     return LanceFileReader(path, store=store)
@@ -158,7 +159,7 @@ def _coverage_from_meta(meta: dict) -> dict[int, dict]:
     return {int(f["id"]): dict(f) for f in meta["fragments"]}
 
 
-def load_index(store, base: str, path: str, *, expect_coverage: dict[int, dict] | None = None) -> RowIdIndex | None:
+def load_index(store: ObjectStore, base: str, path: str, *, expect_coverage: dict[int, dict] | None = None) -> RowIdIndex | None:
     """Load an index file; None if ``expect_coverage`` is given and differs (data not read then)."""
     reader = _open(store, path)
     meta = _read_meta(reader)
@@ -173,7 +174,7 @@ def load_index(store, base: str, path: str, *, expect_coverage: dict[int, dict] 
                       table.column("fragment_id").to_numpy(), table.column("offset").to_numpy())
 
 
-def _write_index(ds, version: int, coverage: dict[int, dict], row_ids, frag_ids, offsets,
+def _write_index(ds: Any, version: int, coverage: dict[int, dict], row_ids: Any, frag_ids: Any, offsets: Any,
                  idempotency_key: str | None) -> str:
     from lance_ops.format.registry import LanceFileWriter
 
@@ -200,7 +201,7 @@ def _key_suffix(idempotency_key: str | None) -> str:
     return f"-k{hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]}.lance"
 
 
-def _find_keyed(store, base: str, listing, idempotency_key: str) -> dict | None:
+def _find_keyed(store: ObjectStore, base: str, listing: Any, idempotency_key: str) -> dict | None:
     """Metadata and path of the index written under ``idempotency_key``, if any survives."""
     suffix = _key_suffix(idempotency_key)
     for version, path, _ in listing:
@@ -217,7 +218,7 @@ def _find_keyed(store, base: str, listing, idempotency_key: str) -> dict | None:
 
 
 # --- building -------------------------------------------------------------------------------------
-def _fragment_rows(frag) -> tuple[np.ndarray, np.ndarray]:
+def _fragment_rows(frag: Any) -> tuple[np.ndarray, np.ndarray]:
     ids = frag.stable_row_ids
     if ids is None:
         raise LanceOpsError(f"fragment {frag.fragment_id} has no row-id sequence although the dataset "
@@ -228,7 +229,7 @@ def _fragment_rows(frag) -> tuple[np.ndarray, np.ndarray]:
     return ids[live.astype(np.int64)], live.astype(np.uint32)
 
 
-def refresh_row_id_index(ds, *, idempotency_key: str | None = None,
+def refresh_row_id_index(ds: Any, *, idempotency_key: str | None = None,
                          progress: Callable[[int, int], None] | None = None) -> dict:
     """Build (or bring up to date) the row-id index of the latest version of ``ds``.
 
@@ -289,7 +290,7 @@ def refresh_row_id_index(ds, *, idempotency_key: str | None = None,
             result["rebuilt"] += 1
         if progress is not None:
             progress(n, len(frags))
-    if reuse_ids:
+    if reuse_ids and previous is not None:  # (reused ids come from a previous index)
         keep = np.isin(previous.fragment_ids, np.array(reuse_ids, dtype=previous.fragment_ids.dtype))
         pieces_ids.insert(0, previous.row_ids[keep])
         pieces_frag.insert(0, previous.fragment_ids[keep].astype(np.uint32))
@@ -316,7 +317,7 @@ def refresh_row_id_index(ds, *, idempotency_key: str | None = None,
 MAX_CANDIDATES = 3
 
 
-def find_index(ds, frag_protos=None) -> RowIdIndex | None:
+def find_index(ds: Any, frag_protos: Any = None) -> RowIdIndex | None:
     """An index that covers exactly the fragments of ``ds`` (cached on ``ds``), or None."""
     protos = list(ds.manifest.fragments) if frag_protos is None else list(frag_protos)
     coverage = _coverage_of(protos)
@@ -346,8 +347,8 @@ def find_index(ds, frag_protos=None) -> RowIdIndex | None:
     return found
 
 
-def lookup(dataset, fragments, row_ids) -> tuple[np.ndarray, np.ndarray] | None:
-    """The rowid_index_hook lookup: (positions in ``fragments``, offsets), or None to fall back."""
+def lookup(dataset: Any, fragments: Any, row_ids: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """The row-id index hook (lance_ops.table.commit.hooks): (positions in ``fragments``, offsets), or None to fall back."""
     if not dataset.has_stable_row_ids:
         return None
     protos = [f.metadata for f in fragments]
@@ -365,5 +366,3 @@ def lookup(dataset, fragments, row_ids) -> tuple[np.ndarray, np.ndarray] | None:
         found = ok
     return pos, np.where(found, offsets, 0).astype(np.uint64)
 
-
-rowid_index_hook.register(lookup)

@@ -2,7 +2,7 @@
 
 A Spark job (``lance_ops.spark.ingest`` / ``lance_ops.spark.compact``) writes data files on its
 executors and stages *what* it wrote under ``_staging/{key}.json`` (see
-:mod:`lance_ops.table.staging`). :func:`commit_staged` turns that into one new dataset version:
+:mod:`lance_ops.table.commit.staging`). :func:`commit_staged` turns that into one new dataset version:
 
 * ``append``    -> an Append transaction (creates the dataset when it is missing and the staged
   result carries a schema);
@@ -10,7 +10,7 @@ executors and stages *what* it wrote under ``_staging/{key}.json`` (see
 * ``rewrite``   -> the compaction commit (:func:`lance_ops.maintenance.compaction.commit_compaction`).
 
 The key is recorded in the transaction properties (``lance_ops.idempotency_key``) and in the
-dataset's key ledger (:mod:`lance_ops.table.idempotency`), which cleanup carries forward; before
+dataset's key ledger (:mod:`lance_ops.table.commit.idempotency`), which cleanup carries forward; before
 committing the ledger is consulted, so committing the same key twice (an Airflow retry of the
 commit step, a cleared old run, or a re-run Spark job that finds its own earlier stage) is a
 no-op that returns the version committed the first time - also after compaction and cleanup
@@ -33,17 +33,20 @@ from typing import Any, Mapping
 
 from lance_ops._proto import file_pb2, transaction_pb2
 from lance_ops.errors import DatasetNotFoundError, LanceOpsError, ObjectNotFoundError
+from lance_ops.io.base import ObjectStore
 from lance_ops.io import open_store
-from lance_ops.table import idempotency, naming, versions
-from lance_ops.table.commit import (
-    IDEMPOTENCY_KEY,
+from lance_ops.table import versions
+from lance_ops.table.commit import idempotency
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit.properties import CommitProperties
+from lance_ops.table.commit.loop import (
     CommitContext,
     CommitOptions,
     commit_transaction,
 )
 from lance_ops.table.dataset import open_manifest
-from lance_ops.table.manifest import ManifestFile
-from lance_ops.table.staging import (
+from lance_ops.table.manifest.codec import ManifestFile
+from lance_ops.table.commit.staging import (
     StagedResult,
     check_staged_files,
     list_staged,
@@ -51,7 +54,7 @@ from lance_ops.table.staging import (
     read_staged,
     sanitize_key,
 )
-from lance_ops.table.transaction_file import load_transaction
+from lance_ops.table.commit.transaction_file import load_transaction
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +66,13 @@ def stage_kind(operation: str) -> str:
     return idempotency.kind_of_operation(operation)
 
 
-def fields_to_b64(fields) -> list[str]:
+def fields_to_b64(fields: Any) -> list[str]:
     """Lance field protos as base64 strings (the ``schema_fields`` of a StagedResult)."""
     return [base64.b64encode(f.SerializeToString(deterministic=True)).decode() for f in fields]
 
 
-def fields_from_b64(texts) -> list[file_pb2.Field]:
+def fields_from_b64(texts: Any) -> list[file_pb2.Field]:
+    """Lance field protos from :func:`fields_to_b64`'s strings."""
     out = []
     for text in texts:
         f = file_pb2.Field()
@@ -77,14 +81,14 @@ def fields_from_b64(texts) -> list[file_pb2.Field]:
     return out
 
 
-def _latest(store, base: str, uri: str) -> ManifestFile | None:
+def _latest(store: ObjectStore, base: str, uri: str) -> ManifestFile | None:
     try:
         return open_manifest(store, base, None, uri)
     except DatasetNotFoundError:
         return None
 
 
-def _read_manifest_at(store, base: str, uri: str, version: int, fallback: ManifestFile) -> ManifestFile:
+def _read_manifest_at(store: ObjectStore, base: str, uri: str, version: int, fallback: ManifestFile) -> ManifestFile:
     """The manifest the staged write was planned against (the latest one if it is gone)."""
     if version <= 0 or version == fallback.version:
         return fallback
@@ -132,9 +136,8 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     if op == "rewrite":
         return _commit_rewrite(uri, result, storage_options)
 
-    props = dict(transaction_properties or {})
-    if key:
-        props[IDEMPOTENCY_KEY] = key
+    properties = CommitProperties.from_keywords(stage_kind(op), idempotency_key=key,
+                                                transaction_properties=transaction_properties)
     create = current is None
     if create and not result.schema_fields:
         raise DatasetNotFoundError(
@@ -147,7 +150,6 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     versions.require_writable(version, uri)
 
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid())
-    txn.transaction_properties.update(props)
     if overwrite:
         txn.overwrite.fragments.extend(result.fragments)
         txn.overwrite.schema.extend(fields_from_b64(result.schema_fields))
@@ -163,7 +165,7 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
         read = _read_manifest_at(store, base, uri, result.read_version, current)
         txn.read_version = read.version
     options = CommitOptions(data_storage_version=version)
-    mf = commit_transaction(store, base, txn, CommitContext(read), options)
+    mf = commit_transaction(store, base, txn, CommitContext(read), options, properties=properties)
     landed = load_transaction(store, base, mf)
     already = bool(key) and landed is not None and landed.uuid != txn.uuid
     if key:
@@ -176,7 +178,7 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     return _result(mf.version, op, already, metrics)
 
 
-def _commit_rewrite(uri: str, result: StagedResult, storage_options) -> dict:
+def _commit_rewrite(uri: str, result: StagedResult, storage_options: Any) -> dict:
     from lance_ops.maintenance import compaction
 
     rewrite_results = [compaction.RewriteResult.from_json(_group_json(g)) for g in result.rewrite_groups]
@@ -229,13 +231,13 @@ def commit_staged(uri: str, key: str, *, storage_options: Mapping[str, Any] | No
             if earlier is not None:
                 log.info("%s: key %s was already committed as version %d", uri, key, earlier.version)
                 return _result(earlier.version, earlier.operation, True, _replayed(None, earlier))
-        read_staged(store, base, key)  # raises ObjectNotFoundError naming the key
+        staged = read_staged(store, base, key)  # raises ObjectNotFoundError naming the key
     if staged.key != key:
         raise LanceOpsError(f"{uri}: _staging/{key}.json holds a result for key {staged.key!r}")
     return commit_result(uri, staged, storage_options=storage_options)
 
 
-def _mark(store, base: str, key: str, version: int) -> None:
+def _mark(store: ObjectStore, base: str, key: str, version: int) -> None:
     """Mark the stage committed, best effort: the commit landed and the key ledger answers re-runs."""
     try:
         mark_committed(store, base, key, version)
@@ -280,7 +282,7 @@ def pending_stages(uri: str, *, storage_options: Mapping[str, Any] | None = None
         if res is None:
             entry["error"] = "not a valid staged result"
         else:
-            from lance_ops.table.staging import staged_fragments
+            from lance_ops.table.commit.staging import staged_fragments
 
             frags = staged_fragments(res)
             entry.update(operation=res.operation, read_version=res.read_version,

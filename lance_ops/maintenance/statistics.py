@@ -13,7 +13,8 @@ import pyarrow as pa
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import LanceOpsError
-from lance_ops.table import naming
+from lance_ops.table import scan
+from lance_ops.table.manifest import naming
 from lance_ops.table.dataset import LanceDataset
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.paths import dataset_where, resolve_inside
@@ -71,12 +72,11 @@ def _top_ancestor(fields: Sequence, field_id: int) -> int:
     return fid
 
 
-def _select_fragments(ds: LanceDataset, fragments: Iterable[int | LanceFragment] | None) -> list[LanceFragment]:
-    frags = ds.get_fragments()
-    if fragments is None:
-        return frags
-    wanted = {f if isinstance(f, int) else f.fragment_id for f in fragments}
-    return [f for f in frags if f.fragment_id in wanted]
+def _select_fragments(ds: LanceDataset,
+                      fragments: Iterable[int | LanceFragment] | None) -> list[table_pb2.DataFragment]:
+    """The manifest records of the fragments to cover, in manifest order (as the scan planner
+    picks them: ``fragments`` are ids or fragments, None is all)."""
+    return [task.fragment for task in scan.plan(ds, [], fragments=fragments)]
 
 
 def rebuild_statistics(ds: LanceDataset, fragments: Iterable[int | LanceFragment] | None = None, force: bool = False,
@@ -95,12 +95,12 @@ def rebuild_statistics(ds: LanceDataset, fragments: Iterable[int | LanceFragment
     existing = set() if force else listed_stats_files(ds)
     todo = []
     for frag in frags:
-        for i, df in enumerate(frag.metadata.files):
+        for i, df in enumerate(frag.files):
             if stats_file_name(df.path) in existing:
                 continue
             todo.append((frag, i, df))
-    result: dict[str, Any] = {"data_files": sum(len(f.metadata.files) for f in frags), "written": 0,
-              "already_present": sum(len(f.metadata.files) for f in frags) - len(todo),
+    result: dict[str, Any] = {"data_files": sum(len(f.files) for f in frags), "written": 0,
+              "already_present": sum(len(f.files) for f in frags) - len(todo),
               "unsupported": 0, "failed": 0, "dry_run": bool(dry_run), "files": []}
     schema = ds.schema
     for n, (frag, i, df) in enumerate(todo, 1):
@@ -113,7 +113,7 @@ def rebuild_statistics(ds: LanceDataset, fragments: Iterable[int | LanceFragment
                 reader = None
                 if df.file_major_version >= 2 or (df.file_major_version, df.file_minor_version) == (0, 3):
                     reader = LanceFileReader(resolve_inside(ds.store, ds.base, df.path, under=(naming.DATA_DIR,),
-                                                            what=f"data file path of fragment {frag.metadata.id}",
+                                                            what=f"data file path of fragment {frag.id}",
                                                             where=dataset_where(ds)), store=ds.store)
                 if reader is None or reader.version != FileVersion.V2_0:  # legacy (0.1) and 2.1+ files
                     result["unsupported"] += 1

@@ -37,8 +37,10 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from lance_ops.errors import CorruptFileError, DatasetNotFoundError, LanceOpsError, ObjectNotFoundError, StorageError
+from lance_ops.io.base import ObjectStore
 from lance_ops.table import deletion as deletion_mod
-from lance_ops.table import naming, rowids
+from lance_ops.table import rowids
+from lance_ops.table.manifest import naming
 from lance_ops.table.paths import unsafe_reason
 
 #: rows decoded per read in deep mode (per column)
@@ -61,6 +63,7 @@ class Problem:
     problem: str
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain dict (for JSON output)."""
         return asdict(self)
 
     def __str__(self) -> str:
@@ -84,9 +87,11 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """True iff no problem was found."""
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain dict (for JSON output / XCom)."""
         return {"uri": self.uri, "ok": self.ok, "versions": list(self.versions), "deep": self.deep,
                 "counts": dict(self.counts), "problems": [p.to_dict() for p in self.problems]}
 
@@ -106,7 +111,7 @@ _COUNTERS = ("versions", "fragments", "data_files", "data_bytes", "deletion_file
              "blob_side_files", "skipped_files")
 
 
-def _index_files(index) -> list[tuple[str, int]]:
+def _index_files(index: Any) -> list[tuple[str, int]]:
     """``(path, size_bytes)`` of ``IndexMetadata.files`` (field 10), read from the unknown fields
     (our compiled proto predates the field).
 
@@ -159,7 +164,7 @@ def _describe(exc: BaseException) -> str:
 class _Verifier:
     """Checks versions of one dataset; results of files shared by several versions are reused."""
 
-    def __init__(self, store, base: str, deep: bool, progress: Callable[[int, int], None] | None):
+    def __init__(self, store: ObjectStore, base: str, deep: bool, progress: Callable[[int, int], None] | None) -> None:
         self.store, self.base = store, base
         self.deep = deep
         self.progress = progress
@@ -172,7 +177,7 @@ class _Verifier:
         self._deletion_results: dict[tuple, list[str]] = {}
 
     # -- helpers ----------------------------------------------------------------------------------
-    def _add(self, version, fragment, rel, problem: str) -> None:
+    def _add(self, version: Any, fragment: Any, rel: Any, problem: str) -> None:
         self.problems.append(Problem(version, fragment, rel, problem))
 
     def _size(self, path: str) -> int | None:
@@ -188,7 +193,7 @@ class _Verifier:
         return self.store.join(self.base, *parts)
 
     # -- one version ------------------------------------------------------------------------------
-    def check_version(self, vds) -> None:
+    def check_version(self, vds: Any) -> None:
         m = vds.manifest
         v = int(m.version)
         self.counts["versions"] += 1
@@ -223,7 +228,7 @@ class _Verifier:
         self._check_indices(v, vds, set(seen), known)
 
     # -- data files -------------------------------------------------------------------------------
-    def _check_data_files(self, v: int, frag) -> None:
+    def _check_data_files(self, v: int, frag: Any) -> None:
         proto = frag.metadata
         if not proto.files:
             self._add(v, frag.fragment_id, None, "fragment has no data files")
@@ -243,7 +248,7 @@ class _Verifier:
                 self._add(v, frag.fragment_id, rel,
                           f"data file has {rows} rows but the fragment's physical_rows is {frag.physical_rows}")
 
-    def _check_data_file(self, frag, index: int, df, rel: str) -> tuple[list[str], int | None]:
+    def _check_data_file(self, frag: Any, index: int, df: Any, rel: str) -> tuple[list[str], int | None]:
         why = _unsafe(df.path)
         if why:
             return [why], None
@@ -277,7 +282,7 @@ class _Verifier:
             problems += self._decode_pages(reader, df, rows)
         return problems, rows
 
-    def _decode_pages(self, reader, df, rows: int) -> list[str]:
+    def _decode_pages(self, reader: Any, df: Any, rows: int) -> list[str]:
         """Read every column of the file in chunks; a failure names the column and rows."""
         from lance_ops.format import blob_v2
         from lance_ops.format.legacy.reader import LegacyFileReader
@@ -315,7 +320,7 @@ class _Verifier:
         return problems
 
     # -- deletions --------------------------------------------------------------------------------
-    def _check_deletions(self, v: int, frag) -> None:
+    def _check_deletions(self, v: int, frag: Any) -> None:
         proto = frag.metadata
         if not proto.HasField("deletion_file"):
             return
@@ -333,7 +338,7 @@ class _Verifier:
         for problem in found:
             self._add(v, frag.fragment_id, rel, problem)
 
-    def _deletion_problems(self, frag, df, rel: str) -> list[str]:
+    def _deletion_problems(self, frag: Any, df: Any, rel: str) -> list[str]:
         if self._size(self._path(rel)) is None:
             return ["deletion file is missing"]
         try:
@@ -355,7 +360,7 @@ class _Verifier:
         return out
 
     # -- row ids ----------------------------------------------------------------------------------
-    def _check_row_ids(self, v: int, frag, stable: bool, next_row_id: int) -> np.ndarray | None:
+    def _check_row_ids(self, v: int, frag: Any, stable: bool, next_row_id: int) -> np.ndarray | None:
         proto = frag.metadata
         fid = frag.fragment_id
         for name in _EXTERNAL_SEQUENCES:
@@ -391,7 +396,7 @@ class _Verifier:
             self._add(v, fid, rel, f"row id {int(ids.max())} is not below the manifest's next_row_id {next_row_id}")
         return ids
 
-    def _check_external(self, v: int, fid: int, ext, what: str) -> bool:
+    def _check_external(self, v: int, fid: int, ext: Any, what: str) -> bool:
         rel = ext.path
         why = _unsafe(rel)
         if why:
@@ -425,7 +430,7 @@ class _Verifier:
                               f"in {where}")
 
     # -- indices ----------------------------------------------------------------------------------
-    def _check_indices(self, v: int, vds, live: set[int], known_max: int) -> None:
+    def _check_indices(self, v: int, vds: Any, live: set[int], known_max: int) -> None:
         from pyroaring import BitMap
 
         section = vds.manifest_file.index_section
@@ -461,7 +466,7 @@ class _Verifier:
                 continue
             self._check_index_files(v, index, uid, label, where)
 
-    def _check_index_files(self, v: int, index, uid: str, label: str, where: str) -> None:
+    def _check_index_files(self, v: int, index: Any, uid: str, label: str, where: str) -> None:
         if index.HasField("base_id"):
             self.counts["skipped_files"] += 1
             return
@@ -488,14 +493,14 @@ class _Verifier:
                 self._add(v, None, rel, f"{label}: index file is {actual} bytes but the manifest records {size}")
 
 
-def _is_descriptor(t) -> bool:
+def _is_descriptor(t: Any) -> bool:
     """A blob v2 descriptor column (compared by field names: readers may differ in field metadata)."""
     from lance_ops.format import blob_v2
 
     return pa.types.is_struct(t) and [f.name for f in t] == [f.name for f in blob_v2.DESCRIPTOR_TYPE]
 
 
-def _blob_side_ends(col, ends: dict[int, int]) -> None:
+def _blob_side_ends(col: Any, ends: dict[int, int]) -> None:
     """Record, per side file (blob id), the furthest byte that packed/dedicated descriptors need."""
     from lance_ops.format import blob_v2
 
@@ -515,7 +520,7 @@ def _blob_side_ends(col, ends: dict[int, int]) -> None:
 
 
 def verify_dataset(
-    uri_or_ds,
+    uri_or_ds: Any,
     *,
     version: int | str | None = None,
     all_versions: bool = False,
@@ -544,7 +549,7 @@ def verify_dataset(
         store, base = open_store(uri, options)
     verifier = _Verifier(store, base, deep, progress)
 
-    def open_version(v):
+    def open_version(v: Any) -> Any:
         if given is not None:
             return given if v is None or v == given.version else given.checkout_version(v)
         return LanceDataset(uri, v, options)
@@ -570,7 +575,7 @@ def verify_dataset(
     return VerifyReport(uri, checked, deep, verifier.counts, verifier.problems)
 
 
-def _open_checked(open_fn):
+def _open_checked(open_fn: Any) -> Any:
     """The opened dataset version, or a :class:`Problem` when its manifest is damaged."""
     try:
         return open_fn()

@@ -19,7 +19,7 @@ import pyarrow as pa
 from lance_ops.errors import DatasetNotFoundError, InputNotFoundError, LanceOpsError, UsageError
 from lance_ops.io.base import ObjectStore
 from lance_ops.table.dataset import open_manifest
-from lance_ops.table.manifest import ManifestFile
+from lance_ops.table.manifest.codec import ManifestFile
 from lance_ops.table.write import check_append_schema
 
 if TYPE_CHECKING:  # PySpark loads only inside the functions that use it

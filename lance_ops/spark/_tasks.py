@@ -27,7 +27,8 @@ FRAGMENT_ROWS_SCHEMA = pa.schema([
 ])
 
 
-def _task_context() -> TaskContext | None:
+def task_context() -> TaskContext | None:
+    """The running Spark task's ``TaskContext`` (None outside a Spark task or without pyspark)."""
     try:
         from pyspark import TaskContext
     except ImportError:  # pragma: no cover - only inside Spark
@@ -71,9 +72,9 @@ class WriteFragmentsTask:
         self.data_storage_version = data_storage_version
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from lance_ops.table.staging import fragment_to_b64
+        from lance_ops.table.commit.staging import fragment_to_b64
 
-        ctx = _task_context()
+        ctx = task_context()
         fragments = write_partition(
             batches, uri=self.uri, storage_options=self.storage_options, fields_b64=self.fields_b64,
             schema_metadata=self.schema_metadata, max_rows_per_file=self.max_rows_per_file,

@@ -73,7 +73,7 @@ def _read_plan_file(path: str, storage_options) -> bytes:
 
 def _group(result) -> dict[str, Any]:
     """A staged rewrite group: the ids and new fragments (as staging documents them) + the result."""
-    from lance_ops.table.staging import fragment_to_b64
+    from lance_ops.table.commit.staging import fragment_to_b64
 
     return {"old_fragment_ids": result.original_fragment_ids,
             "new_fragments": [fragment_to_b64(f) for f in result.new_fragments],
@@ -89,9 +89,9 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     from lance_ops.spark._common import commit_or_stage
     from lance_ops.spark._tasks import CompactionTaskRunner
     from lance_ops.spark.datasource import register
-    from lance_ops.table import idempotency
+    from lance_ops.table.commit import idempotency
     from lance_ops.table.dataset import LanceDataset
-    from lance_ops.table.staging import StagedResult, read_staged, sanitize_key, write_staged
+    from lance_ops.table.commit.staging import StagedResult, read_staged, sanitize_key, write_staged
 
     register(spark)
     uri = args.uri

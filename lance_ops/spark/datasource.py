@@ -72,6 +72,7 @@ from lance_ops.spark._common import (
     spark_to_arrow_schema,
     storage_options_from,
 )
+from lance_ops.table.filters import pruning as sp
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,8 @@ DEFAULT_ROWS_PER_PARTITION = 1024 * 1024
 READ_BATCH_ROWS = 64 * 1024
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
-__all__ = ["LanceDataSource", "LanceInputPartition", "LanceCommitMessage", "register", "spark_filter_to_expression"]
+__all__ = ["LanceDataSource", "LanceInputPartition", "LanceCommitMessage", "register", "spark_filter_to_expression",
+           "spark_filter_to_tree"]
 
 
 def _truthy(value: Any) -> bool:
@@ -148,15 +150,22 @@ def register(spark, *, push_filters: bool = True) -> None:
 # --- reading -----------------------------------------------------------------------------------------
 @dataclass
 class LanceInputPartition(InputPartition):
-    """Physical rows ``[start, end)`` of one fragment (``fragment_id == -1``: an empty dataset)."""
+    """One planned scan task (:class:`~lance_ops.table.scan.FragmentScanTask`: a fragment's rows left
+    after statistics pruning, at most ``rows_per_partition`` physical rows); None: an empty dataset."""
 
-    fragment_id: int
-    start: int
-    end: int
+    task: Any = None
+
+    @property
+    def fragment_id(self) -> int:
+        return -1 if self.task is None else self.task.fragment_id
 
 
 class LanceReader(DataSourceReader):
-    """Reads one pinned version, one or more partitions per fragment, only the requested columns."""
+    """Reads one pinned version, one or more partitions per fragment, only the requested columns.
+
+    Partitions are the scan planner's tasks (ADR 0005), planned on the driver after Spark pushed
+    its filters: fragments and pages whose statistics rule the pushed filters out are not read.
+    """
 
     def __init__(self, uri: str, storage_options: dict, version: int, dataset_schema: pa.Schema,
                  spark_schema, rows_per_partition: int):
@@ -181,16 +190,25 @@ class LanceReader(DataSourceReader):
 
         return LanceDataset(self.uri, self.version, self.storage_options)
 
-    def partitions(self):
-        ds = self._dataset()
-        parts = []
-        for frag in ds.get_fragments():
-            n = frag.physical_rows
-            if n == 0 or frag.count_rows() == 0:
+    def plan(self, ds: Any = None) -> list:
+        """The scan tasks of this read (one per fragment left after pruning, split into pieces of
+        at most ``rows_per_partition`` physical rows), in fragment order."""
+        from lance_ops.table import scan
+
+        ds = ds if ds is not None else self._dataset()
+        columns = self.columns or [ds.schema.names[0]]
+        tasks = []
+        for task in scan.iter_plan(ds, columns, self._filter(ds)):
+            frag = task.fragment
+            live = frag.physical_rows - (frag.deletion_file.num_deleted_rows if frag.HasField("deletion_file") else 0)
+            if frag.physical_rows == 0 or live == 0:
                 continue
-            for start in range(0, n, self.rows_per_partition):
-                parts.append(LanceInputPartition(frag.fragment_id, start, min(n, start + self.rows_per_partition)))
-        return parts or [LanceInputPartition(-1, 0, 0)]
+            tasks.extend(task.split(self.rows_per_partition))
+        return tasks
+
+    def partitions(self) -> list:
+        parts = [LanceInputPartition(task) for task in self.plan()]
+        return parts or [LanceInputPartition(None)]
 
     def _expression(self):
         exprs = [spark_filter_to_expression(f, self.dataset_schema) for f in self.filters]
@@ -202,29 +220,26 @@ class LanceReader(DataSourceReader):
             out = out & e
         return out
 
-    def read(self, partition: LanceInputPartition) -> Iterator[pa.RecordBatch]:
-        if partition.fragment_id < 0:
-            return
+    def _filter(self, ds: Any) -> Any:
+        """The pushed filters compiled for the scan, with their statistics pruning tree."""
+        from dataclasses import replace
+
         from lance_ops.table.filters import compile_filter
 
-        ds = self._dataset()
-        frag = ds.get_fragment(partition.fragment_id)
-        if frag is None:
-            raise RuntimeError(f"{self.uri}: fragment {partition.fragment_id} is not in version {self.version}")
         expr = self._expression()
-        filt = compile_filter(expr, ds.schema) if expr is not None else None
-        if filt is not None and filt.constant is True:
-            filt = None
-        if filt is not None and filt.constant is False:
+        if expr is None:
+            return None
+        filt = compile_filter(expr, ds.schema)
+        trees = [spark_filter_to_tree(f, self.dataset_schema) for f in self.filters]
+        return replace(filt, tree=trees[0] if len(trees) == 1 else sp.And(tuple(trees)))
+
+    def read(self, partition: LanceInputPartition) -> Iterator[pa.RecordBatch]:
+        if partition.task is None:
             return
-        offsets = None
-        if partition.start > 0 or partition.end < frag.physical_rows:
-            live = frag.live_offsets()
-            offsets = live[(live >= partition.start) & (live < partition.end)]
-            if offsets.size == 0:
-                return
-        columns = self.columns or [ds.schema.names[0]]
-        table = ds.scan_fragment(frag, columns, filt, offsets=offsets)
+        from lance_ops.table import scan
+
+        ds = self._dataset()
+        table = scan.execute(ds, partition.task)
         if not self.columns:
             table = table.select([])
         table = _cast_table(table, self.output_schema)
@@ -320,6 +335,49 @@ def spark_filter_to_expression(f, schema: pa.Schema) -> pc.Expression | None:
 
 _COMPARISONS = {EqualTo: "__eq__", GreaterThan: "__gt__", GreaterThanOrEqual: "__ge__",
                 LessThan: "__lt__", LessThanOrEqual: "__le__"}
+_TREE_OPS = {EqualTo: "equal", GreaterThan: "greater", GreaterThanOrEqual: "greater_equal",
+             LessThan: "less", LessThanOrEqual: "less_equal"}
+
+
+def spark_filter_to_tree(f: Any, schema: pa.Schema) -> sp.Node:
+    """The statistics pruning tree of Spark filter ``f`` (same semantics as
+    :func:`spark_filter_to_expression`: Kleene logic, NaN equal to itself and above every number),
+    so the scan planner can skip fragments and pages no row of which can match; ``sp.UNKNOWN``
+    (prunes nothing) for what it does not understand."""
+    try:
+        return _tree(f, schema)
+    except Exception:  # noqa: BLE001 - a filter we cannot lower only costs pruning
+        return sp.UNKNOWN
+
+
+def _tree(f: Any, schema: pa.Schema) -> sp.Node:
+    if isinstance(f, Not):
+        return sp.Not(_tree(f.child, schema))
+    attr = getattr(f, "attribute", None)
+    if attr is None or len(attr) != 1 or attr[0] not in schema.names:
+        return sp.UNKNOWN
+    name = attr[0]
+    t = schema.field(name).type
+    if isinstance(f, IsNull):
+        return sp.IsNull(name)
+    if isinstance(f, IsNotNull):
+        return sp.Not(sp.IsNull(name))
+    if not _pushable_type(t):
+        return sp.UNKNOWN
+    floating = pa.types.is_floating(t)
+    if isinstance(f, In):
+        values = list(f.value)
+        if floating and any(_is_nan(v) for v in values):
+            return sp.UNKNOWN
+        kept = [_scalar(v, t).as_py() for v in values if v is not None]
+        return sp.In.of(name, kept, any(v is None for v in values), floating)
+    if isinstance(f, EqualNullSafe):
+        if f.value is None:
+            return sp.IsNull(name)
+        return sp.IsBool(sp.Cmp(name, "equal", _scalar(f.value, t).as_py(), floating), True)
+    if type(f) in _TREE_OPS and f.value is not None:
+        return sp.Cmp(name, _TREE_OPS[type(f)], _scalar(f.value, t).as_py(), floating)
+    return sp.UNKNOWN
 
 
 def _is_nan(v: Any) -> bool:
@@ -360,8 +418,8 @@ class LanceWriter(DataSourceArrowWriter):
         from lance_ops.maintenance.staged_commit import fields_to_b64
         from lance_ops.schema import from_lance_fields, to_lance_fields
         from lance_ops.table import versions
-        from lance_ops.table import idempotency
-        from lance_ops.table.staging import sanitize_key
+        from lance_ops.table.commit import idempotency
+        from lance_ops.table.commit.staging import sanitize_key
 
         self.uri = uri
         self.storage_options = storage_options
@@ -393,10 +451,10 @@ class LanceWriter(DataSourceArrowWriter):
         self.fields_b64 = fields_to_b64(fields)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LanceCommitMessage:
-        from lance_ops.spark._tasks import _task_context, write_partition
-        from lance_ops.table.staging import fragment_to_b64
+        from lance_ops.spark._tasks import task_context, write_partition
+        from lance_ops.table.commit.staging import fragment_to_b64
 
-        ctx = _task_context()
+        ctx = task_context()
         partition = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
         if self.already_committed:
@@ -413,7 +471,7 @@ class LanceWriter(DataSourceArrowWriter):
 
     def commit(self, messages) -> None:
         from lance_ops.maintenance.staged_commit import commit_result
-        from lance_ops.table.staging import StagedResult, fragment_from_b64
+        from lance_ops.table.commit.staging import StagedResult, fragment_from_b64
 
         if self.already_committed:
             log.info("%s: write %s was already committed; nothing to do", self.uri, self.key)

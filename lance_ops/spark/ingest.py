@@ -103,8 +103,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     from lance_ops.spark._tasks import FRAGMENT_ROWS_DDL, WriteFragmentsTask
     from lance_ops.spark.datasource import register
     from lance_ops.table import versions
-    from lance_ops.table import idempotency
-    from lance_ops.table.staging import StagedResult, read_staged, sanitize_key, write_staged
+    from lance_ops.table.commit import idempotency
+    from lance_ops.table.commit.staging import StagedResult, read_staged, sanitize_key, write_staged
 
     register(spark)
     uri = args.uri
@@ -164,7 +164,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     task = WriteFragmentsTask(uri, storage_options, fields_b64, metadata, args.max_rows_per_file, version)
     rows = df.mapInArrow(task, FRAGMENT_ROWS_DDL).collect()
     rows.sort(key=lambda r: (r.partition, r.seq))
-    from lance_ops.table.staging import fragment_from_b64
+    from lance_ops.table.commit.staging import fragment_from_b64
 
     fragments = [fragment_from_b64(r.fragment) for r in rows]
     num_rows = sum(r.num_rows for r in rows)

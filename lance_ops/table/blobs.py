@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from lance_ops.errors import CorruptFileError, UnsupportedError
 from lance_ops.format import blob_v2
-from lance_ops.table import naming
+from lance_ops.table.manifest import naming
 from lance_ops.table.paths import dataset_where, resolve_inside
 
 if TYPE_CHECKING:  # pragma: no cover

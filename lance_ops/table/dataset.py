@@ -22,21 +22,20 @@ from lance_ops.errors import (
 )
 from lance_ops.io import ObjectStore, open_store
 from lance_ops.io.redact import RedactedOptions
-from lance_ops.format import blob_v2
 from lance_ops.table import blobs as blobs_mod
-from lance_ops.table import feature_flags, naming, tags as tags_mod
-from lance_ops.table import locate
-from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
-from lance_ops.table.filters import Filter, compile_expression, compile_filter
+from lance_ops.table import scan
+from lance_ops.table import tags as tags_mod
+from lance_ops.table.manifest import feature_flags
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import locate
+from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
+from lance_ops.table.commit.properties import CommitProperties
+from lance_ops.table.filters import compile_expression, compile_filter
+from lance_ops.table.scan import ROW_ADDR, ROW_ID
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.manifest import ManifestFile, check_fragments, manifest_schema, read_manifest
+from lance_ops.table.manifest.codec import ManifestFile, check_fragments, manifest_schema, read_manifest
 
-ROW_ID = "_rowid"
-ROW_ADDR = "_rowaddr"
-_POSITION = "__lance_ops_position"
 _DELETED_ROWS = "lance_ops.num_deleted_rows"
-#: read the other columns only for matching rows when at most this fraction of rows match
-_LATE_MATERIALIZE_FRACTION = 0.25
 
 
 def open_manifest(store, base: str, version: int | str | None, uri: str) -> ManifestFile:
@@ -186,7 +185,7 @@ class LanceDataset:
     @property
     def transaction(self) -> transaction_pb2.Transaction | None:
         """The transaction that made this version, None if it was not recorded."""
-        from lance_ops.table.transaction_file import load_transaction
+        from lance_ops.table.commit.transaction_file import load_transaction
 
         return load_transaction(self._store, self._base, self._manifest_file)
 
@@ -225,120 +224,12 @@ class LanceDataset:
         return f"LanceDataset(uri={self.uri!r}, version={self.version}, fragments={len(self.manifest.fragments)})"
 
     # --- scanning ------------------------------------------------------------------------------
-    def _resolve_columns(self, columns: Sequence[str] | None) -> list[str]:
-        if columns is None:
-            return [f.name for f in self.schema]
-        if isinstance(columns, str):
-            columns = [columns]
-        unknown = [c for c in columns if c not in self._top_field_ids and c not in (ROW_ID, ROW_ADDR)]
-        if unknown:
-            raise InvalidArgumentError(
-                f"{self.uri}: unknown column(s) {unknown}; the dataset has {list(self._top_field_ids)}"
-            )
-        return list(columns)
-
-    def _out_field(self, name: str, blobs: str) -> pa.Field:
-        """The field of column ``name`` as a read with ``blob_handling=blobs`` returns it."""
-        f = self.schema.field(name)
-        if not blob_v2.has_blobs(f):
-            return f
-        return blob_v2.binary_field(f) if blobs == "all_binary" else blob_v2.described_field(f)
-
-    def _read_rows(self, frag: LanceFragment, columns: list[str], offsets: np.ndarray | None,
-                   add_id: bool, add_addr: bool, blobs: str = "blobs_descriptions"
-                   ) -> tuple[pa.Table, "np.ndarray | _LiveOffsets"]:
-        """Live rows of ``columns`` (all, or the physical ``offsets``), plus their physical offsets.
-
-        ``offsets`` given by the caller are already free of deleted rows. Reading all rows without
-        row ids or addresses, the offsets come as a lazy :class:`_LiveOffsets`.
-        """
-        fields = [self.schema.field(c) for c in columns]
-        table = frag.read(fields, [self._top_field_ids[c] for c in columns], offsets, blob_handling=blobs)
-        if offsets is None:
-            mask = frag.live_mask()
-            if mask is not None:
-                table = table.filter(pa.array(mask))
-            # the offsets are only materialised when asked for (an arange per scan is not free)
-            phys = _LiveOffsets(frag.physical_rows, mask)
-            if add_id or add_addr:
-                phys = phys.array()
-        else:
-            phys = np.asarray(offsets, dtype=np.uint64)
-        if add_id:
-            table = table.append_column(pa.field(ROW_ID, pa.uint64()), pa.array(frag.row_ids(phys), pa.uint64()))
-        if add_addr:
-            table = table.append_column(pa.field(ROW_ADDR, pa.uint64()),
-                                        pa.array(frag.row_addresses(phys), pa.uint64()))
-        return table, phys
-
-    def scan_fragment(self, frag: LanceFragment, out_columns: Sequence[str], filt: Filter | None = None, *,
-                      with_row_id: bool = False, with_row_address: bool = False,
-                      offsets: np.ndarray | None = None, blob_handling: str = "blobs_descriptions") -> pa.Table:
-        """The live rows of fragment ``frag`` matching ``filt`` (compiled by
-        :func:`~lance_ops.table.filters.sql.compile_filter`; None: all rows), as ``out_columns``
-        (``_rowid``/``_rowaddr`` may be among them) then the row ids/addresses asked for by flag.
-        ``offsets``: read only these physical rows (sorted, none deleted). Statistics pruning is
-        the caller's (see :func:`~lance_ops.table.stats.prune.scan_offsets`).
-
-        With a filter, the filter's columns are read first; the other output columns are then read
-        only for the matching rows ("late materialisation") when few rows match, which is what
-        makes selective scans cheap.
-        """
-        blobs = blob_handling
-        names = _output_names(out_columns, with_row_id, with_row_address)
-        want_id, want_addr = ROW_ID in names, ROW_ADDR in names
-        data_cols = [c for c in out_columns if c in self._top_field_ids]
-        if filt is None:
-            table, _ = self._read_rows(frag, data_cols, offsets, want_id, want_addr, blobs)
-        else:
-            filter_cols = [c for c in filt.columns if c in self._top_field_ids]
-            rest = [c for c in data_cols if c not in filter_cols]
-            probe, phys = self._read_rows(frag, filter_cols, offsets, want_id or ROW_ID in filt.columns,
-                                          want_addr or ROW_ADDR in filt.columns, blobs)
-            scanned = probe.num_rows
-            probe = probe.append_column(_POSITION, pa.array(np.arange(scanned, dtype=np.int64)))
-            probe = probe.filter(filt.expression)
-            if rest:
-                positions = probe.column(_POSITION).to_numpy()
-                if positions.size <= _LATE_MATERIALIZE_FRACTION * scanned:
-                    extra = frag.read([self.schema.field(c) for c in rest],
-                                      [self._top_field_ids[c] for c in rest], _take_offsets(phys, positions),
-                                      blob_handling=blobs)
-                else:
-                    full, _ = self._read_rows(frag, rest, offsets, False, False, blobs)
-                    extra = full.take(pa.array(positions))
-                for c in rest:
-                    probe = probe.append_column(self._out_field(c, blobs), extra.column(c))
-            table = probe
-        if not names:  # Table.select([]) would drop the row count
-            return table.drop_columns(table.column_names)
-        return table.select(names)
-
-    def _output_schema(self, out_columns, with_row_id, with_row_address, blobs: str = "blobs_descriptions") -> pa.Schema:
-        special = {ROW_ID: pa.field(ROW_ID, pa.uint64()), ROW_ADDR: pa.field(ROW_ADDR, pa.uint64())}
-        fields = [special[c] if c in special else self._out_field(c, blobs)
-                  for c in _output_names(out_columns, with_row_id, with_row_address)]
-        return pa.schema(fields, metadata=self.schema.metadata)
-
     def _fragment_tables(self, columns, filter, with_row_id, with_row_address, fragment_ids=None,
                          blobs: str = "blobs_descriptions") -> Iterator[pa.Table]:
-        out_columns = self._resolve_columns(columns)
-        filt = compile_filter(filter, self.schema)
-        if filt is not None and filt.constant is False:
-            return
-        if filt is not None and filt.constant is True:
-            filt = None
-        # lance_ops statistics hook: skip fragments / pages whose page statistics rule the filter out
-        from lance_ops.table.stats.prune import scan_offsets
-
-        for frag in self.get_fragments():
-            if fragment_ids is not None and frag.fragment_id not in fragment_ids:
-                continue
-            offsets = scan_offsets(self, frag, filt)
-            if offsets is not None and offsets.size == 0:
-                continue
-            yield self.scan_fragment(frag, out_columns, filt, with_row_id=with_row_id,
-                                     with_row_address=with_row_address, offsets=offsets, blob_handling=blobs)
+        """One table per planned fragment (the scan planner prunes by statistics), in order."""
+        for task in scan.iter_plan(self, columns, filter, fragments=fragment_ids, with_row_id=with_row_id,
+                                   with_row_address=with_row_address, blob_handling=blobs):
+            yield scan.execute(self, task)
 
     def to_batches(self, columns: Sequence[str] | None = None, filter=None, *, with_row_id: bool = False,
                    with_row_address: bool = False, batch_size: int | None = None,
@@ -389,7 +280,7 @@ class LanceDataset:
         if filt.constant is False:
             return 0
         cols = [c for c in filt.columns if c in self._top_field_ids][:1]
-        return sum(t.num_rows for t in self._fragment_tables(cols, filter, False, False, {f.fragment_id for f in frags}))
+        return sum(t.num_rows for t in self._fragment_tables(cols, filt, False, False, {f.fragment_id for f in frags}))
 
     def scanner(self, columns: Sequence[str] | None = None, filter=None, limit: int | None = None,
                 offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False,
@@ -423,8 +314,8 @@ class LanceDataset:
         return np.searchsorted(starts, idx, side="right") - 1, starts
 
     def _take_physical(self, frags, which, to_offsets, positions, columns) -> pa.Table:
-        out_columns = self._resolve_columns(columns)
-        schema = self._output_schema(out_columns, False, False)
+        out_columns = scan.resolve_columns(self, columns)
+        schema = scan.output_schema(self, out_columns, False, False)
         if positions.size == 0:
             return schema.empty_table()
         if len(schema) == 0:  # nothing to read; concat_tables would lose the row count
@@ -435,7 +326,8 @@ class LanceDataset:
             sel = order[which[order] == frag_pos]
             frag = frags[int(frag_pos)]
             offs = np.asarray(to_offsets(frag, positions[sel]), dtype=np.uint64)
-            pieces.append(self.scan_fragment(frag, out_columns, offsets=offs).replace_schema_metadata(schema.metadata))
+            task = scan.fragment_task(self, frag, out_columns, offsets=offs)
+            pieces.append(scan.execute(self, task).replace_schema_metadata(schema.metadata))
             placed.append(sel)
         table = pa.concat_tables(pieces)
         inverse = np.empty(positions.size, dtype=np.int64)
@@ -512,12 +404,13 @@ class LanceDataset:
 
     # --- writes ------------------------------------------------------------------------------------
     def _commit(self, txn: transaction_pb2.Transaction, ctx: CommitContext | None = None,
-                options: CommitOptions | None = None) -> ManifestFile:
+                options: CommitOptions | None = None, properties: CommitProperties | None = None) -> ManifestFile:
         txn.read_version = self.version
         # refuse, before committing, to write into a dataset with writer features we do not know
         feature_flags.check_writer_flags(self.manifest.writer_feature_flags, self.uri)
         return commit_transaction(self._store, self._base, txn, ctx or CommitContext(self._manifest_file),
-                                  options or CommitOptions(data_storage_version=self.data_storage_version))
+                                  options or CommitOptions(data_storage_version=self.data_storage_version),
+                                  properties=properties)
 
     def move_to(self, mf: ManifestFile) -> None:
         """Make this object the snapshot of ``mf``, a version just committed to this dataset
@@ -533,12 +426,14 @@ class LanceDataset:
         With ``idempotency_key``, a delete already committed under that key (e.g. by an Airflow
         try that failed after committing) is not applied again: the earlier result is returned.
         """
-        from lance_ops.table import idempotency
-        from lance_ops.table.commit import IDEMPOTENCY_KEY
+        from lance_ops.table.commit import idempotency
+        from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
         from lance_ops.table.delete import plan_delete
 
+        properties = CommitProperties.from_keywords("delete", idempotency_key=idempotency_key,
+                                                    transaction_properties=transaction_properties)
         if idempotency_key:
-            # the key ledger knows keys of versions cleanup removed (table/idempotency.py)
+            # the key ledger knows keys of versions cleanup removed (table/commit/idempotency.py)
             earlier = idempotency.lookup(self._store, self._base, idempotency_key, "delete")
             if earlier is not None:
                 mf = idempotency.manifest_of(self._store, self._base, earlier)
@@ -555,7 +450,7 @@ class LanceDataset:
                 if idempotency_key:
                     txn.transaction_properties[IDEMPOTENCY_KEY] = idempotency_key
                     txn.transaction_properties[_DELETED_ROWS] = str(count)
-                mf = ds._commit(txn, ctx)
+                mf = ds._commit(txn, ctx, properties=properties)
             except RetryableCommitConflictError:
                 if attempt == conflict_retries:
                     raise
@@ -642,13 +537,13 @@ class _ColumnPlan:
             self.read = [c for c in order if c in needed]
             self.computed = computed
         else:
-            self.read = ds._resolve_columns(columns)
+            self.read = scan.resolve_columns(ds, columns)
 
     def schema(self, with_row_id: bool, with_row_address: bool, blobs: str) -> pa.Schema:
         if self.computed is None:
-            return self._ds._output_schema(self.read, with_row_id, with_row_address, blobs)
+            return scan.output_schema(self._ds, self.read, with_row_id, with_row_address, blobs)
         fields = [pa.field(name, p.type, nullable=p.nullable) for name, p in self.computed]
-        fields += [pa.field(c, pa.uint64()) for c in _output_names([], with_row_id, with_row_address)]
+        fields += [pa.field(c, pa.uint64()) for c in scan.output_names([], with_row_id, with_row_address)]
         return pa.schema(fields)
 
     def apply(self, table: pa.Table, with_row_id: bool, with_row_address: bool) -> pa.Table:
@@ -659,46 +554,11 @@ class _ColumnPlan:
 
         source = table if table.num_columns else pa.table({"__rows": pa.nulls(table.num_rows)})
         projection = {name: p.expression for name, p in self.computed}
-        for c in _output_names([], with_row_id, with_row_address):
+        for c in scan.output_names([], with_row_id, with_row_address):
             projection[c] = pds.field(c)
         out = pds.dataset(source).to_table(columns=projection)
         want = self.schema(with_row_id, with_row_address, "blobs_descriptions")
         return out if out.schema.equals(want) else out.cast(want)
-
-
-class _LiveOffsets:
-    """The physical offsets of a fragment's live rows, computed only if needed."""
-
-    __slots__ = ("rows", "mask")
-
-    def __init__(self, rows: int, mask: np.ndarray | None):
-        self.rows, self.mask = rows, mask
-
-    def array(self) -> np.ndarray:
-        if self.mask is None:
-            return np.arange(self.rows, dtype=np.uint64)
-        return np.flatnonzero(self.mask).astype(np.uint64)
-
-    def take(self, positions: np.ndarray) -> np.ndarray:
-        if self.mask is None:
-            return positions.astype(np.uint64)
-        return np.flatnonzero(self.mask)[positions].astype(np.uint64)
-
-
-def _take_offsets(phys, positions: np.ndarray) -> np.ndarray:
-    """``phys[positions]`` for an offsets array or a :class:`_LiveOffsets`."""
-    return phys.take(positions) if isinstance(phys, _LiveOffsets) else phys[positions]
-
-
-def _output_names(out_columns, with_row_id: bool, with_row_address: bool) -> list[str]:
-    """Result column names: the requested ones in the order given (``_rowid``/``_rowaddr`` may be
-    among them), then ``_rowid`` and ``_rowaddr`` when asked for by flag and not already listed."""
-    names = list(out_columns)
-    if with_row_id and ROW_ID not in names:
-        names.append(ROW_ID)
-    if with_row_address and ROW_ADDR not in names:
-        names.append(ROW_ADDR)
-    return names
 
 
 def _local_timestamp(m: table_pb2.Manifest) -> datetime:

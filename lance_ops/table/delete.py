@@ -16,9 +16,11 @@ import pyarrow.compute as pc
 
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import ObjectNotFoundError, RetryableCommitConflictError
-from lance_ops.table import deletion, naming
-from lance_ops.table import locate
-from lance_ops.table.commit import CommitContext
+from lance_ops.table import scan
+from lance_ops.table import deletion
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import locate
+from lance_ops.table.commit.loop import CommitContext
 from lance_ops.table.filters import compile_filter
 
 #: deletion files written at once
@@ -29,8 +31,9 @@ _SCANNERS = max(1, min(4, os.cpu_count() or 1))
 
 def _matching_offsets(dataset, frag, filt) -> np.ndarray:
     cols = [c for c in filt.columns if c in dataset.top_field_ids]
-    table = dataset.scan_fragment(frag, cols, with_row_id="_rowid" in filt.columns,
-                                  with_row_address="_rowaddr" in filt.columns)
+    task = scan.fragment_task(dataset, frag, cols, with_row_id="_rowid" in filt.columns,
+                              with_row_address="_rowaddr" in filt.columns)
+    table = scan.execute(dataset, task)
     # the predicate as a mask over the live rows (null counts as false, as in a filter), then
     # the physical offsets of the hits: no offsets column is built and dragged through a filter
     from pyarrow import acero

@@ -23,7 +23,7 @@ from pyroaring import BitMap
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, ObjectNotFoundError
-from lance_ops.table import naming
+from lance_ops.table.manifest import naming
 from lance_ops.table.paths import resolve_inside
 
 ARROW_ARRAY = table_pb2.DeletionFile.ARROW_ARRAY

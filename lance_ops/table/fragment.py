@@ -19,7 +19,8 @@ from lance_ops.errors import CorruptFileError, ObjectNotFoundError
 from lance_ops.format import blob_v2
 from lance_ops.format.registry import open_file_reader
 from lance_ops.format.v2_0.reader import LanceFileReader
-from lance_ops.table import addresses, blobs, deletion, naming, rowids
+from lance_ops.table import addresses, blobs, deletion, rowids
+from lance_ops.table.manifest import naming
 from lance_ops.table.paths import dataset_where, resolve_inside
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -112,6 +113,20 @@ class LanceFragment:
         if mask is None:
             return np.arange(self.physical_rows, dtype=np.uint64)
         return np.flatnonzero(mask).astype(np.uint64)
+
+    def live_offsets_in(self, ranges: np.ndarray) -> np.ndarray:
+        """Physical offsets (uint64, ascending) of the live rows within ``ranges``, an ``(n, 2)``
+        array of sorted, disjoint ``[start, end)`` physical row ranges."""
+        ranges = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+        starts, ends = ranges[:, 0], ranges[:, 1]
+        lengths = ends - starts
+        total = int(lengths.sum())
+        offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + np.arange(total)
+        offsets = offsets.astype(np.uint64)
+        mask = self.live_mask()
+        if mask is not None:
+            offsets = offsets[mask[offsets.astype(np.int64)]]
+        return offsets
 
     def row_addresses(self, offsets: np.ndarray | None = None) -> np.ndarray:
         """``_rowaddr`` values (fragment id << 32 | offset) of all physical rows or of ``offsets``."""

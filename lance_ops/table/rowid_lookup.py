@@ -52,7 +52,7 @@ def locate_row_ids(dataset, fragments, row_ids: np.ndarray) -> tuple[np.ndarray,
         _raise_bad_addresses(dataset, ids, bad)
         return pos, offsets.astype(np.uint64)
 
-    from lance_ops.table.rowid_index_hook import lookup_index
+    from lance_ops.table.commit.hooks import lookup_index
 
     hit = lookup_index(dataset, fragments, ids)
     if hit is not None:

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from lance_ops._proto import table_pb2
 from lance_ops.io.base import ObjectStore
-from lance_ops.table.manifest import ManifestFile
+from lance_ops.table.manifest.codec import ManifestFile
 
 
 class DatasetSnapshot(Protocol):

@@ -35,8 +35,8 @@ from lance_ops.errors import (
     TagExistsError,
     TagNotFoundError,
 )
-from lance_ops.table import naming
-from lance_ops.table import locate
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import locate
 
 TAG_SUFFIX = ".json"
 

@@ -36,9 +36,13 @@ from lance_ops.format.writer import V2FileWriter
 from lance_ops.format.legacy.writer import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileWriter
 from lance_ops.io import open_store
 from lance_ops.schema import check_metadata_utf8, field_tree, from_lance_fields, to_lance_fields
-from lance_ops.table import feature_flags, naming, versions
-from lance_ops.table import idempotency
-from lance_ops.table.commit import IDEMPOTENCY_KEY, CommitContext, CommitOptions, commit_transaction
+from lance_ops.table import versions
+from lance_ops.table.manifest import feature_flags
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import idempotency
+from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
+from lance_ops.table.commit.properties import CommitProperties
+from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.dataset import LanceDataset, open_manifest
 
 log = logging.getLogger(__name__)
@@ -453,17 +457,15 @@ def write_dataset(
     if not isinstance(uri, str):
         raise InvalidArgumentError(f"write_dataset needs a URI, a path or a dataset, not {type(uri).__name__}")
     store, base = open_store(uri, storage_options)
-    props = dict(transaction_properties or {})
-    if commit_message:
-        props["__lance_commit_message"] = commit_message
-    key = idempotency_key or props.get(IDEMPOTENCY_KEY)
-    if key:
-        props[IDEMPOTENCY_KEY] = key
+    key = idempotency_key or (transaction_properties or {}).get(IDEMPOTENCY_KEY)  # either way counts
+    properties = CommitProperties.from_keywords("write", idempotency_key=key,
+                                                transaction_properties=transaction_properties,
+                                                commit_message=commit_message)
 
     current = _open_or_absent(store, base, uri)
     if current is not None and key:
         # before the mode="create" check: a retried create whose first try committed is a no-op too
-        # (the key ledger remembers keys of versions cleanup removed since; see table/idempotency.py)
+        # (the key ledger remembers keys of versions cleanup removed since; see table/commit/idempotency.py)
         earlier = idempotency.lookup(store, base, key, "write")
         if earlier is not None:
             log.info("idempotency key %s already committed as version %d; nothing written", key, earlier.version)
@@ -512,7 +514,6 @@ def write_dataset(
                                 allow_external_blob_outside_bases=allow_external_blob_outside_bases)
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(),
                                       read_version=current.version if current is not None else 0)
-    txn.transaction_properties.update(props)
     if appending:
         txn.append.fragments.extend(fragments)
     else:
@@ -526,7 +527,8 @@ def write_dataset(
         enable_stable_row_ids=enable_stable_row_ids if current is None else False,
     )
     try:
-        mf = commit_transaction(store, base, txn, CommitContext(current, dictionaries=dictionaries or None), options)
+        mf = commit_transaction(store, base, txn, CommitContext(current, dictionaries=dictionaries or None), options,
+                                properties=properties)
     except RetryableCommitConflictError as exc:
         if current is None and mode == "create":
             raise DatasetExistsError(f"Dataset already exists: {uri} (created concurrently)") from exc

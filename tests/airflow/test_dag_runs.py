@@ -119,7 +119,7 @@ def test_maintenance_dag_on_s3(airflow_runner, moto_server, s3_bucket, monkeypat
 # -- a commit that lands, then its task fails: the retry must not commit again --------------------
 def test_retry_after_landed_commit_commits_once(airflow_runner, tmp_path, monkeypatch):
     import lance_ops
-    from lance_ops.table.commit import IDEMPOTENCY_KEY
+    from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
 
     uri = str(tmp_path / "retry.lance")
     write_fragments(uri, [100])

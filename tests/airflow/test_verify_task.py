@@ -53,7 +53,7 @@ def test_maintenance_runs_verify_after_compaction_before_cleanup(airflow_runner,
 
 def test_verify_fails_the_run_on_a_damaged_dataset(airflow_runner, tmp_path, capfd):
     import lance_ops
-    from lance_ops.table import naming
+    from lance_ops.table.manifest import naming
 
     uri = str(tmp_path / "damaged.lance")
     ds = write_fragments(uri, [600] + [50] * 10)

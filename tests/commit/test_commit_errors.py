@@ -16,10 +16,10 @@ from lance_ops.errors import (
     RetryableCommitConflictError,
     StorageError,
 )
-from lance_ops.table import conflicts
-from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
+from lance_ops.table.commit import conflicts
+from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.write import to_reader, write_fragments
-from lance_ops.table import naming
+from lance_ops.table.manifest import naming
 
 
 def _append_txn(ds, ids):

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import lance_ops
 from lance_ops.errors import CommitConflictError, RetryableCommitConflictError
 from lance_ops.schema import to_lance_fields
-from lance_ops.table import naming
-from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.delete import plan_delete
 from lance_ops.table.write import to_reader, write_fragments
 from lance_ops._proto import transaction_pb2

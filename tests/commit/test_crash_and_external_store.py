@@ -9,7 +9,9 @@ import pyarrow as pa
 import pytest
 
 import lance_ops
-from lance_ops.table import external_store, locate, naming
+from lance_ops.table.commit import dynamodb as external_store
+from lance_ops.table.commit import locate
+from lance_ops.table.manifest import naming
 from tests.commit import workers
 
 
@@ -123,9 +125,9 @@ def test_locate_finds_a_version_only_the_external_store_knows(ddb):
     assert naming.find_manifest_by_name(store, base, 2) is None
     assert naming.latest_listed(store, base)[0].version == 1
     with pytest.raises(ValueError, match=r"naming\.latest_version reads _versions/ only, but s3://.*/ds has "
-                       r"a DynamoDB external manifest store: use lance_ops\.table\.locate\.latest_version"):
+                       r"a DynamoDB external manifest store: use lance_ops\.table\.commit\.locate\.latest_version"):
         naming.latest_version(store, base)
-    with pytest.raises(ValueError, match=r"use lance_ops\.table\.locate\.find_version$"):
+    with pytest.raises(ValueError, match=r"use lance_ops\.table\.commit\.locate\.find_version$"):
         naming.find_version(store, base, 2)
     loc = locate.find_version(store, base, 2)  # finishes the half-done commit
     assert (loc.version, loc.path, loc.size) == (2, store.join(base, naming.manifest_path(2, True)), len(body))

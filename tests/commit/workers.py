@@ -61,7 +61,7 @@ def crash_before_publish(uri, storage_options, start, count):
     import os
 
     import lance_ops
-    from lance_ops.table import commit
+    from lance_ops.table.commit import loop as commit
 
     def die(*args, **kwargs):
         os._exit(17)

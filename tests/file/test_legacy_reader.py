@@ -21,8 +21,8 @@ from lance_ops._proto import file_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError
 from lance_ops.format.legacy.reader import LegacyFileReader
 from lance_ops.io import open_store
-from lance_ops.table.manifest import read_manifest
-from lance_ops.table.naming import latest_version
+from lance_ops.table.manifest.codec import read_manifest
+from lance_ops.table.manifest.naming import latest_version
 
 lance = pytest.importorskip("lance")
 

@@ -33,8 +33,8 @@ from lance_ops.maintenance.cleanup import cleanup_old_versions
 from lance_ops.maintenance.compaction import compact_files, materialize_deletions
 from lance_ops.maintenance.rowid_index import refresh_row_id_index
 from lance_ops.maintenance.statistics import rebuild_statistics
-from lance_ops.table import naming
-from lance_ops.table.manifest import read_manifest
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import read_manifest
 from lance_ops.table.stats import stats_path
 from tests.maintenance.test_cleanup import listing, removed_counts
 

@@ -18,7 +18,7 @@ import lance_ops
 from lance_ops.errors import DatasetExistsError
 from lance_ops.maintenance.compaction import compact_files, materialize_deletions
 from lance_ops.maintenance.rowid_index import refresh_row_id_index
-from lance_ops.table.commit import IDEMPOTENCY_KEY
+from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
 
 
 def rows(start: int, n: int) -> pa.Table:
@@ -142,7 +142,7 @@ def test_refresh_row_id_index(tmp_path):
 def test_staged_commit(tmp_path):
     staged_commit = pytest.importorskip("lance_ops.maintenance.staged_commit")
     from lance_ops.io import open_store
-    from lance_ops.table.staging import StagedResult, write_staged
+    from lance_ops.table.commit.staging import StagedResult, write_staged
     from lance_ops.table.write import write_fragments
 
     uri = str(tmp_path / "ds")

@@ -30,8 +30,8 @@ from lance_ops.errors import LanceOpsError, StorageError, TagError
 from lance_ops._proto import table_pb2
 from lance_ops.io import open_store
 from lance_ops.maintenance.cleanup import CleanupStats, cleanup_old_versions
-from lance_ops.table import naming
-from lance_ops.table.manifest import read_manifest
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import read_manifest
 
 ZERO = timedelta(0)
 OLD = time.time() - 8 * 24 * 3600  # an mtime past the 7-day unverified threshold

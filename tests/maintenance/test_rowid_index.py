@@ -21,7 +21,7 @@ import lance_ops
 from lance_ops.format.v2_0.reader import LanceFileReader
 from lance_ops.file import LanceFileWriter
 from lance_ops.maintenance import rowid_index as R
-from lance_ops.table import rowid_index_hook
+from lance_ops.table.commit import hooks
 
 
 def table(start: int, n: int) -> pa.Table:
@@ -32,12 +32,11 @@ def table(start: int, n: int) -> pa.Table:
 @contextlib.contextmanager
 def no_index():
     """take_by_row_id without the persisted index (the fallback path)."""
-    saved = rowid_index_hook._lookup
-    rowid_index_hook.register(lambda *a: None)
+    saved = hooks.register_row_id_index(None)
     try:
         yield
     finally:
-        rowid_index_hook.register(saved)
+        hooks.register_row_id_index(saved)
 
 
 @contextlib.contextmanager
@@ -49,12 +48,11 @@ def count_lookups():
         hits.append(out is not None)
         return out
 
-    saved = rowid_index_hook._lookup
-    rowid_index_hook.register(spy)
+    saved = hooks.register_row_id_index(spy)
     try:
         yield hits
     finally:
-        rowid_index_hook.register(saved)
+        hooks.register_row_id_index(saved)
 
 
 def all_row_ids(ds) -> np.ndarray:
@@ -80,8 +78,10 @@ def stable(tmp_path):
     return uri
 
 
-def test_registered_on_import():
-    assert rowid_index_hook._lookup is R.lookup
+def test_the_public_face_installs_the_hook():
+    import lance_ops.api  # noqa: F401 - composing the layers installs it (not importing rowid_index)
+
+    assert hooks.row_id_index() is R.lookup
 
 
 def test_no_stable_row_ids_is_a_noop(tmp_path):

@@ -53,9 +53,9 @@ def pruning_disabled():
         return None
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stats_prune, "scan_offsets", read_everything)
+        mp.setattr(stats_prune, "scan_ranges", read_everything)
         yield
-    assert calls, "no scan consulted lance_ops.table.stats.prune.scan_offsets: pruning_disabled() took no effect"
+    assert calls, "no scan consulted lance_ops.table.stats.prune.scan_ranges: pruning_disabled() took no effect"
 
 
 def sample_table(n: int = N, start: int = 0) -> pa.Table:

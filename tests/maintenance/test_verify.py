@@ -1,7 +1,7 @@
 """``verify_dataset`` / ``lance-ops verify``: clean datasets pass, each kind of damage is named.
 
 Damage is done for real: files deleted, truncated or overwritten on disk (and on S3 through
-moto_server), manifests rewritten with lance_ops.table.manifest helpers.
+moto_server), manifests rewritten with lance_ops.table.manifest.codec helpers.
 """
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from lance_ops.cli import EXIT_NOT_FOUND, EXIT_OK, EXIT_VERIFY_PROBLEMS, main
 from lance_ops.errors import DatasetNotFoundError
 from lance_ops.io import open_store
 from lance_ops.maintenance.verify import VerifyReport, verify_dataset
-from lance_ops.table import deletion, naming
-from lance_ops.table.manifest import read_manifest, write_manifest
+from lance_ops.table import deletion
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import read_manifest, write_manifest
 
 
 def table(lo: int, hi: int) -> pa.Table:

@@ -19,11 +19,11 @@ import lance_ops
 from lance_ops._proto import transaction_pb2
 from lance_ops.errors import AlreadyExistsError, CommitOutcomeUnknownError, ObjectNotFoundError, StorageError
 from lance_ops.maintenance.cleanup import DEFAULT_MIN_SUPERSEDED_AGE, cleanup_old_versions
-from lance_ops.table import naming
-from lance_ops.table.commit import CommitContext, CommitOptions, commit_transaction
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.dataset import LanceDataset
-from lance_ops.table.manifest import read_manifest
-from lance_ops.table.transaction_file import load_transaction
+from lance_ops.table.manifest.codec import read_manifest
+from lance_ops.table.commit.transaction_file import load_transaction
 from lance_ops.table.write import to_reader, write_fragments
 
 ZERO = timedelta(0)

@@ -65,9 +65,9 @@ from lance_ops.errors import FilterError, LanceOpsError, ObjectNotFoundError
 from lance_ops.file import LanceFileReader
 from lance_ops.io import open_store
 from lance_ops.maintenance.compaction import plan_compaction
-from lance_ops.table import naming
-from lance_ops.table.manifest import read_manifest, write_manifest
-from lance_ops.table.transaction_file import read_transaction_file
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import read_manifest, write_manifest
+from lance_ops.table.commit.transaction_file import read_transaction_file
 
 lance = pytest.importorskip("lance")
 import lance.file  # noqa: E402  (the oracle for damage no check can see)
@@ -310,7 +310,7 @@ def _field_paths(a, b, prefix: str = "") -> set[str]:
 
 def changed_manifest_fields(case: Case) -> list[str]:
     """Which manifest fields the damage changed (for the record of undetectable damage)."""
-    from lance_ops.table.manifest import decode_manifest
+    from lance_ops.table.manifest.codec import decode_manifest
 
     rel = os.path.relpath(case.damaged, case.dataset)
     clean = decode_manifest(Path(case.pristine, rel).read_bytes()).manifest
@@ -731,7 +731,7 @@ def test_physical_rows_and_field_ids_checked_against_the_footer(tmp_path):
 
 def test_wrong_wire_type_in_manifest_is_corruption(tmp_path):
     from lance_ops.errors import CorruptFileError
-    from lance_ops.table.manifest import decode_manifest, encode_manifest
+    from lance_ops.table.manifest.codec import decode_manifest, encode_manifest
 
     uri, store, mpath = _small(tmp_path)
     mf = decode_manifest(Path(mpath).read_bytes(), mpath)
@@ -754,7 +754,7 @@ def test_wrong_wire_type_in_manifest_is_corruption(tmp_path):
 
 def test_transaction_file_must_match_its_name(tmp_path):
     from lance_ops.errors import CorruptFileError
-    from lance_ops.table.transaction_file import decode_transaction, encode_transaction
+    from lance_ops.table.commit.transaction_file import decode_transaction, encode_transaction
 
     uri, store, _ = _small(tmp_path)
     tdir = os.path.join(uri, naming.TRANSACTIONS_DIR)

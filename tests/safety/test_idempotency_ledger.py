@@ -24,8 +24,8 @@ from lance_ops.maintenance.cleanup import cleanup_old_versions
 from lance_ops.maintenance.compaction import commit_compaction, compact_files, plan_compaction
 from lance_ops.maintenance.compaction import CompactionOptions
 from lance_ops.maintenance.staged_commit import commit_result, commit_staged, pending_stages
-from lance_ops.table import idempotency
-from lance_ops.table.staging import StagedResult, read_staged, write_staged
+from lance_ops.table.commit import idempotency
+from lance_ops.table.commit.staging import StagedResult, read_staged, write_staged
 from lance_ops.table.write import write_fragments
 
 ZERO = timedelta(0)
@@ -348,7 +348,7 @@ def test_cleanup_deletes_nothing_when_the_ledger_cannot_be_carried_forward(tmp_p
     from types import SimpleNamespace
 
     from lance_ops.errors import StorageError
-    from lance_ops.table import naming
+    from lance_ops.table.manifest import naming
 
     uri = str(tmp_path / "ds")
     lance_ops.write_dataset(rows(0, 10), uri)

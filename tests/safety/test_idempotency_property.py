@@ -23,7 +23,7 @@ from lance_ops.io import open_store
 from lance_ops.maintenance.cleanup import cleanup_old_versions
 from lance_ops.maintenance.compaction import compact_files
 from lance_ops.maintenance.staged_commit import commit_staged
-from lance_ops.table.staging import StagedResult, write_staged
+from lance_ops.table.commit.staging import StagedResult, write_staged
 from lance_ops.table.write import write_fragments
 
 steps = st.lists(st.one_of(

@@ -15,8 +15,10 @@ import lance_ops
 from lance_ops.errors import LanceOpsError, UnsafePathError
 from lance_ops.io.local import LocalStore
 from lance_ops.io.s3 import S3Store
-from lance_ops.table import deletion, external_store, naming, rowids
-from lance_ops.table.manifest import read_manifest, write_manifest
+from lance_ops.table import deletion, rowids
+from lance_ops.table.commit import dynamodb as external_store
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import read_manifest, write_manifest
 from lance_ops.table.paths import resolve_inside, unsafe_reason
 
 _TOUCHING = ("size", "exists", "read", "read_range", "read_tail", "_read_spans", "put", "put_if_absent",
@@ -238,7 +240,7 @@ def test_deletion_and_index_paths_are_built_from_numbers_only(tmp_path):
                                  "a/./x.lance", "a//x.lance", "x\x00.lance", ""])
 def test_staged_fragments_with_unsafe_paths_are_not_committed(tmp_path, bad, touched):
     from lance_ops.maintenance.staged_commit import commit_staged
-    from lance_ops.table.staging import StagedResult, write_staged
+    from lance_ops.table.commit.staging import StagedResult, write_staged
     from lance_ops.table.write import write_fragments
 
     uri = str(tmp_path / "ds")

@@ -14,7 +14,7 @@ two minutes); ``LANCE_OPS_RACE_MIN_AGE`` cleanup's ``min_superseded_age`` in sec
 versions are removed five seconds after they stop being the latest, far below the 5-minute
 default, so commits and compactions keep meeting versions that vanished since they read the
 dataset). The minimum age must exceed the longest stall between a commit's last listing and its
-manifest put (see lance_ops.table.commit): 0 is unsafe with concurrent writers by design, and a
+manifest put (see lance_ops.table.commit.loop): 0 is unsafe with concurrent writers by design, and a
 loaded CI machine can stall a process for a second or two. ``LANCE_OPS_RACE_LOGS`` keeps the
 operation logs (and the local dataset) in that directory for diagnosis.
 """
@@ -32,9 +32,9 @@ import numpy as np
 import pytest
 
 import lance_ops
-from lance_ops.table import naming
-from lance_ops.table.manifest import read_manifest
-from lance_ops.table.transaction_file import load_transaction
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import read_manifest
+from lance_ops.table.commit.transaction_file import load_transaction
 from tests.safety import race_workers as W
 
 SECONDS = float(os.environ.get("LANCE_OPS_RACE_SECONDS", "60"))

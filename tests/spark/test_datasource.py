@@ -4,6 +4,9 @@ JVM tests share the session-scoped ``spark`` fixture; the filter translation tes
 """
 from __future__ import annotations
 
+import math
+import pickle
+
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,7 +30,12 @@ from pyspark.sql.datasource import (  # noqa: E402
     StringStartsWith,
 )
 
-from lance_ops.spark.datasource import spark_filter_to_expression  # noqa: E402
+from lance_ops.spark.datasource import (  # noqa: E402
+    LanceFilteringReader,
+    spark_filter_to_expression,
+    spark_filter_to_tree,
+)
+from lance_ops.table.filters import pruning as sp  # noqa: E402
 
 
 def optimized_plan(df) -> str:
@@ -96,6 +104,113 @@ def test_unpushable_filters_are_left_to_spark():
     assert spark_filter_to_expression(StringStartsWith(("a",), "1"), schema) is None
 
 
+# --- statistics pruning of pushed filters (no JVM) ----------------------------------------------
+def row_stats(table: pa.Table, i: int) -> dict[str, sp.ColumnStats]:
+    """Statistics of a one-row chunk (row ``i``), as page statistics would hold them."""
+    out = {}
+    for name in table.column_names:
+        v = table[name][i].as_py()
+        nan = isinstance(v, float) and math.isnan(v)
+        bound = None if v is None or nan else v
+        out[name] = sp.ColumnStats(bound, bound, int(v is None), 1, int(nan))
+    return out
+
+
+TREE_CASES = [(FILTER_DATA, f, "a") for f, _ in [
+    (EqualTo(("a",), 2), 0), (Not(EqualTo(("a",), 2)), 0), (GreaterThan(("a",), 1), 0),
+    (LessThanOrEqual(("a",), 2), 0), (In(("a",), (1, 4)), 0), (Not(In(("a",), (1, 4))), 0),
+    (Not(In(("a",), (1, None))), 0), (In(("a",), (2, None)), 0), (EqualNullSafe(("a",), None), 0),
+    (Not(EqualNullSafe(("a",), 2)), 0), (EqualNullSafe(("a",), 2), 0), (IsNull(("s",)), 0),
+    (Not(IsNull(("s",))), 0), (EqualTo(("s",), "b"), 0), (GreaterThanOrEqual(("s",), "abc"), 0),
+    (StringStartsWith(("s",), "ab"), 0)]] + [(FLOATS, f, "i") for f in [
+    GreaterThan(("x",), 0.0), Not(GreaterThan(("x",), 0.0)), LessThanOrEqual(("x",), 1.0),
+    EqualTo(("x",), NAN), Not(EqualTo(("x",), NAN)), GreaterThan(("x",), NAN), LessThan(("x",), NAN),
+    GreaterThanOrEqual(("x",), NAN), EqualNullSafe(("x",), NAN), EqualTo(("x",), -2.0), LessThan(("x",), 0.0)]]
+
+
+@pytest.mark.parametrize("table, f, key", TREE_CASES)
+def test_pruning_trees_never_rule_out_a_matching_row(table, f, key):
+    tree = spark_filter_to_tree(f, table.schema)
+    kept = set(table.filter(spark_filter_to_expression(f, table.schema))[key].to_pylist())
+    for i in range(table.num_rows):
+        if table[key][i].as_py() in kept:
+            assert sp.may_match(tree, row_stats(table, i)), (f, i)
+
+
+def test_pruning_trees_rule_out_what_statistics_exclude():
+    schema = FLOATS.schema
+    far = {"x": sp.ColumnStats(10.0, 20.0, 0, 5, 0), "i": sp.ColumnStats(0, 4, 0, 5)}
+    assert not sp.may_match(spark_filter_to_tree(LessThan(("x",), 5.0), schema), far)
+    assert not sp.may_match(spark_filter_to_tree(In(("i",), (7, 9)), schema), far)
+    assert not sp.may_match(spark_filter_to_tree(IsNull(("x",)), schema), far)
+    assert sp.may_match(spark_filter_to_tree(GreaterThan(("x",), 15.0), schema), far)
+    with_nan = {"x": sp.ColumnStats(10.0, 20.0, 0, 5, 1)}
+    assert sp.may_match(spark_filter_to_tree(GreaterThan(("x",), 100.0), schema), with_nan)  # NaN is above
+    assert spark_filter_to_tree(StringStartsWith(("s",), "a"), FILTER_DATA.schema) == sp.UNKNOWN
+
+
+class CountingReader(LanceFilteringReader):
+    """The reader with every data-file read of its datasets recorded (injected by the test)."""
+
+    reads: list = []
+
+    def _dataset(self):
+        ds = super()._dataset()
+        store, original = ds.store, ds.store.read_ranges
+
+        def spy(path, ranges):
+            if "/data/" in str(path).replace("\\", "/"):
+                CountingReader.reads.append((path, len(ranges)))
+            return original(path, ranges)
+
+        store.read_ranges = spy
+        return ds
+
+
+def reader_for(uri: str, rows_per_partition: int = 1 << 20) -> CountingReader:
+    from lance_ops.spark._common import arrow_to_spark_schema
+
+    ds = lance_ops.dataset(uri)
+    spark_schema = arrow_to_spark_schema(ds.schema.remove(ds.schema.get_field_index("ts")))
+    return CountingReader(uri, {}, ds.version, ds.schema, spark_schema, rows_per_partition)
+
+
+def read_all(reader, partitions) -> pa.Table:
+    batches = [b for p in partitions for b in reader.read(pickle.loads(pickle.dumps(p)))]
+    return pa.Table.from_batches(batches, reader.output_schema)
+
+
+def test_the_spark_reader_plans_pruned_partitions(tmp_path, monkeypatch):
+    monkeypatch.setenv("LANCE_FILE_WRITER_MAX_PAGE_BYTES", "4096")  # several pages per fragment
+    uri = str(tmp_path / "ds.lance")
+    lance_ops.write_dataset(make_rows(0, 20_000), uri, max_rows_per_file=5_000)
+    lance_ops.dataset(uri).delete("id % 10 = 1")
+
+    plain = reader_for(uri, 2_000)
+    assert len(plain.partitions()) == 4 * 3  # no filter: every fragment, in 2000-row pieces
+    wanted = reader_for(uri, 2_000)
+    assert list(wanted.pushFilters([GreaterThanOrEqual(("id",), 15_500), LessThan(("id",), 15_600)])) == []
+    parts = wanted.partitions()
+    assert {p.fragment_id for p in parts} == {3}  # fragments 0-2 are ruled out by statistics
+    assert sum(p.task.planned_rows for p in parts) < 2_000  # and most pages of fragment 3
+
+    CountingReader.reads = []
+    got = read_all(wanted, parts)
+    pruned_reads = sum(n for _, n in CountingReader.reads)
+    assert got["id"].to_pylist() == [i for i in range(15_500, 15_600) if i % 10 != 1]
+    assert got.schema.names == ["id", "value", "small", "name", "flag", "day"]
+
+    CountingReader.reads = []
+    everything = read_all(plain, plain.partitions())
+    assert everything.num_rows == 18_000
+    assert len({p for p, _ in CountingReader.reads}) == 4 and pruned_reads < sum(n for _, n in CountingReader.reads)
+
+    never = reader_for(uri)
+    list(never.pushFilters([GreaterThan(("id",), 10**9)]))
+    assert [p.task for p in never.partitions()] == [None]  # nothing to read: one empty partition
+    assert read_all(never, never.partitions()).num_rows == 0
+
+
 # --- with Spark ---------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_write_then_read_with_projection_and_pushed_filter(spark, tmp_path):
@@ -146,6 +261,10 @@ def test_read_partitions_split_fragments_and_skip_deleted_rows(spark, tmp_path):
     # a pinned old version
     old = spark.read.format("lance").option("version", 1).load(uri)
     assert old.count() == 50_000
+    # pushed filters prune: the partitions are the planned tasks left after statistics pruning
+    few = spark.read.format("lance").option("rows_per_partition", 7_000).load(uri).where("id >= 41000")
+    assert few.rdd.getNumPartitions() == 2  # fragment 2 only
+    assert sorted(r.id for r in few.select("id").collect()) == [i for i in expected if i >= 41_000]
 
 
 @pytest.mark.slow

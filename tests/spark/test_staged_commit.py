@@ -13,8 +13,8 @@ from lance_ops.errors import DatasetNotFoundError, ObjectNotFoundError
 from lance_ops.io import open_store
 from lance_ops.maintenance.staged_commit import commit_staged, fields_to_b64
 from lance_ops.schema import to_lance_fields
-from lance_ops.table.commit import IDEMPOTENCY_KEY
-from lance_ops.table.staging import StagedResult, sanitize_key, write_staged
+from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
+from lance_ops.table.commit.staging import StagedResult, sanitize_key, write_staged
 from lance_ops.table.write import write_fragments
 from tests.spark._support import REPO, make_rows
 

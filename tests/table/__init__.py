@@ -27,8 +27,8 @@ def commit_rewritten(store, base: str, manifest_file, mutate=None, *, v2: bool |
 
     This is how the tests hand pylance a manifest encoded by lance_ops.
     """
-    from lance_ops.table import manifest as mf
-    from lance_ops.table import naming
+    from lance_ops.table.manifest import codec as mf
+    from lance_ops.table.manifest import naming
 
     latest = naming.latest_version(store, base)
     if v2 is None:

@@ -8,6 +8,7 @@ import pytest
 
 import lance_ops
 from lance_ops.errors import UnsupportedError
+from lance_ops.table import scan
 from lance_ops.table.filters import compile_filter
 
 
@@ -47,14 +48,16 @@ def test_reopen_latest_and_move_to(ds):
     assert latest.cache("test") == {}  # one cache per object
 
 
-def test_scan_fragment_matches_a_scan_of_that_fragment(ds):
+def test_fragment_task_reads_one_fragment_as_a_scan_does(ds):
     frag = ds.get_fragments()[1]
     filt = compile_filter("a % 2 = 0", ds.schema)
-    got = ds.scan_fragment(frag, ["s", "a"], filt, with_row_id=True)
+    got = scan.execute(ds, scan.fragment_task(ds, frag, ["s", "a"], filt, with_row_id=True))
     assert got.to_pydict() == {"s": [{"x": 6, "y": "6"}, {"x": 8, "y": "8"}], "a": [6, 8],
                                "_rowid": [(1 << 32) | 1, (1 << 32) | 3]}
-    part = ds.scan_fragment(frag, ["a"], with_row_address=True, offsets=np.array([0, 4], dtype=np.uint64))
+    part = scan.execute(ds, scan.fragment_task(ds, frag, ["a"], with_row_address=True,
+                                               offsets=np.array([0, 4], dtype=np.uint64)))
     assert part.to_pydict() == {"a": [5, 9], "_rowaddr": [1 << 32, (1 << 32) | 4]}
+    assert not hasattr(ds, "scan_fragment")  # fragments are read through the scan planner (ADR 0005)
 
 
 def test_select_rows_and_locate_fields(ds):

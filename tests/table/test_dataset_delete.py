@@ -15,9 +15,9 @@ from pyroaring import BitMap
 import lance_ops
 from lance_ops.errors import CommitConflictError
 from lance_ops.io import open_store
-from lance_ops.table import naming
-from lance_ops.table.manifest import read_manifest
-from lance_ops.table.transaction_file import load_transaction
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import read_manifest
+from lance_ops.table.commit.transaction_file import load_transaction
 
 DEL_NAME = re.compile(r"^(\d+)-(\d+)-(\d+)\.(arrow|bin)$")
 
@@ -221,7 +221,7 @@ def test_two_deleters_at_the_same_version(tmp_path):
 
 
 def test_delete_racing_a_pylance_delete_for_the_same_version(tmp_path, monkeypatch):
-    import lance_ops.table.commit as commit_mod
+    import lance_ops.table.commit.loop as commit_mod
 
     uri = str(tmp_path / "ds")
     create(lance_ops, uri, numbers(20))

@@ -23,8 +23,8 @@ from lance_ops.errors import (
     UnsupportedError,
 )
 from lance_ops.io import open_store
-from lance_ops.table import naming
-from lance_ops.table.manifest import read_manifest, write_manifest
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import read_manifest, write_manifest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

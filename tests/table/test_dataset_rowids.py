@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 import lance_ops
-from lance_ops.table import feature_flags
+from lance_ops.table.manifest import feature_flags
 
 
 def numbers(n: int, start: int = 0) -> pa.Table:

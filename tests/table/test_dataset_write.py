@@ -24,9 +24,9 @@ from lance_ops.errors import (
     UnsupportedError,
 )
 from lance_ops.io import open_store
-from lance_ops.table import naming
-from lance_ops.table.manifest import read_manifest, write_manifest
-from lance_ops.table.transaction_file import load_transaction, read_transaction_file
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import read_manifest, write_manifest
+from lance_ops.table.commit.transaction_file import load_transaction, read_transaction_file
 
 DATA_NAME = re.compile(r"^[01]{24}[0-9a-f]{26}\.lance$")
 TXN_NAME = re.compile(r"^(\d+)-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.txn$")
@@ -426,7 +426,7 @@ def test_a_stale_appender_lands_on_top_without_losing_rows(tmp_path, monkeypatch
 
 def test_losing_the_race_for_a_version_never_overwrites_it(tmp_path, monkeypatch):
     """Another writer publishes version 2 between our listing and our put: ours must not replace it."""
-    import lance_ops.table.commit as commit_mod
+    import lance_ops.table.commit.loop as commit_mod
 
     uri = str(tmp_path / "ds")
     lance_ops.write_dataset(rows(2), uri)

@@ -15,9 +15,9 @@ from pyroaring import BitMap
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError
 from lance_ops.table import deletion as dl
-from lance_ops.table import feature_flags as ff
-from lance_ops.table import manifest as mf
-from lance_ops.table import naming
+from lance_ops.table.manifest import feature_flags as ff
+from lance_ops.table.manifest import codec as mf
+from lance_ops.table.manifest import naming
 from tests.table import commit_rewritten, int_table, local_store
 
 ROWS = 12000

@@ -25,7 +25,7 @@ from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, MixedFileVersionsError, UnsupportedError
 from lance_ops.format.v2_0.reader import LanceFileReader
 from lance_ops.table.index_files import FILES_FIELD
-from lance_ops.table.manifest import encode_manifest
+from lance_ops.table.manifest.codec import encode_manifest
 
 HIST = Path(__file__).resolve().parent.parent / "data" / "historical"
 MIXED = "The dataset contains a mixture of file versions"

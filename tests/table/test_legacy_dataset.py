@@ -19,8 +19,9 @@ import lance_ops
 from lance_ops._proto import file_pb2
 from lance_ops.format.legacy.reader import LegacyFileReader
 from lance_ops.io import open_store
-from lance_ops.table import deletion, fragment as fragment_module, naming
-from lance_ops.table.manifest import read_manifest
+from lance_ops.table import deletion, fragment as fragment_module
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import read_manifest
 
 lance = pytest.importorskip("lance")
 

@@ -23,7 +23,7 @@ from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import CorruptFileError, SchemaMismatchError, UnsupportedError
 from lance_ops.format.legacy.reader import LegacyFileReader
 from lance_ops.maintenance.compaction import compact_files
-from lance_ops.table import manifest as mf
+from lance_ops.table.manifest import codec as mf
 
 lance = pytest.importorskip("lance")
 

@@ -11,10 +11,10 @@ import pytest
 
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import CorruptFileError, UnsupportedError
-from lance_ops.table import feature_flags as ff
-from lance_ops.table import manifest as mf
-from lance_ops.table import naming
-from lance_ops.table import transaction_file as tf
+from lance_ops.table.manifest import feature_flags as ff
+from lance_ops.table.manifest import codec as mf
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import transaction_file as tf
 from tests.table import commit_rewritten, int_table, local_store
 
 

@@ -8,8 +8,8 @@ import lance
 import pytest
 
 from lance_ops.errors import UnsupportedError
-from lance_ops.table import naming
-from lance_ops.table.naming import NamingScheme
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.naming import NamingScheme
 from tests.table import int_table, local_store
 
 U64_MAX = 2**64 - 1
@@ -169,7 +169,7 @@ def test_transaction_and_deletion_names_match_pylance(pylance_ds):
 def test_on_s3(moto_server, s3_bucket):
     """Listing, manifests and tags through the S3 store on a pylance-written dataset."""
     from lance_ops.io import open_store
-    from lance_ops.table import manifest as mf
+    from lance_ops.table.manifest import codec as mf
     from lance_ops.table import tags as tg
 
     uri = f"{s3_bucket}/tables/ds"

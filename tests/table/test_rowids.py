@@ -13,8 +13,8 @@ from lance_ops._proto import rowids_pb2
 from lance_ops.errors import CorruptFileError
 from lance_ops.table import addresses as ad
 from lance_ops.table import deletion as dl
-from lance_ops.table import manifest as mf
-from lance_ops.table import naming
+from lance_ops.table.manifest import codec as mf
+from lance_ops.table.manifest import naming
 from lance_ops.table import rowids as ri
 from tests.table import commit_rewritten, int_table, local_store
 

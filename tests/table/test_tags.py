@@ -14,7 +14,7 @@ from lance_ops.errors import (
     TagExistsError,
     TagNotFoundError,
 )
-from lance_ops.table import naming
+from lance_ops.table.manifest import naming
 from lance_ops.table import tags as tg
 from tests.table import int_table, local_store
 

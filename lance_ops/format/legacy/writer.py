@@ -29,7 +29,7 @@ Dictionaries: the values of each dictionary field are fixed per file: ``dictiona
 -> values) or the first batch's. Later batches with another dictionary are re-keyed onto those
 values (a value not among them is refused; pylance would write the keys unchanged and so
 mis-read them). In a dataset the values are the dataset's, which also live in its *manifest
-file* (see :mod:`lance_ops.table.manifest`); so when the file belongs to a dataset
+file* (see :mod:`lance_ops.table.manifest.codec`); so when the file belongs to a dataset
 (``lance_fields`` given) dictionary fields are refused unless ``dictionaries`` is passed.
 """
 from __future__ import annotations

@@ -17,14 +17,17 @@ from typing import Any, Sequence
 
 from lance_ops._proto import transaction_pb2
 from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
-from lance_ops.table import idempotency, locate, naming
-from lance_ops.table.commit import (
-    IDEMPOTENCY_KEY,
+from lance_ops.io.base import ObjectStore
+from lance_ops.table.commit import idempotency
+from lance_ops.table.commit import locate
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit.loop import (
     CommitContext,
     CommitOptions,
     commit_transaction,
 )
-from lance_ops.table.manifest import read_manifest
+from lance_ops.table.commit.properties import DEFAULT_MAX_RETRIES, CommitProperties
+from lance_ops.table.manifest.codec import read_manifest
 
 from lance_ops.maintenance.compaction.model import (
     METRIC_KEYS,
@@ -41,7 +44,7 @@ METRICS_PROPERTY = "lance_ops.compaction.metrics"
 OPERATION_PROPERTY = "lance_ops.operation"
 
 
-def _open(ds_or_uri, storage_options):
+def _open(ds_or_uri: Any, storage_options: Any) -> Any:
     from lance_ops.table.dataset import LanceDataset
 
     if isinstance(ds_or_uri, LanceDataset):
@@ -50,6 +53,7 @@ def _open(ds_or_uri, storage_options):
 
 
 def sum_metrics(results: Sequence[RewriteResult]) -> dict[str, int]:
+    """The metric counters of ``results`` added up."""
     out = zero_metrics()
     for r in results:
         for k in METRIC_KEYS:
@@ -57,7 +61,7 @@ def sum_metrics(results: Sequence[RewriteResult]) -> dict[str, int]:
     return out
 
 
-def replayed_metrics(earlier) -> dict[str, Any]:
+def replayed_metrics(earlier: Any) -> dict[str, Any]:
     """Metrics recorded by an earlier commit with the same idempotency key (a ManifestFile, or
     the key ledger's record when that version was cleaned up)."""
     if isinstance(earlier, idempotency.KeyRecord):
@@ -76,18 +80,18 @@ def replayed_metrics(earlier) -> dict[str, Any]:
     return out
 
 
-def find_committed_rewrite(store, base: str, key: str, since: int = 0):
+def find_committed_rewrite(store: ObjectStore, base: str, key: str, since: int = 0) -> Any:
     """``(record, manifest or None)`` of the rewrite committed with ``key``, or None (see
-    :func:`lance_ops.table.idempotency.lookup`; ``since``: the plan's read version)."""
+    :func:`lance_ops.table.commit.idempotency.lookup`; ``since``: the plan's read version)."""
     rec = idempotency.lookup(store, base, key, "rewrite", since=since)
     if rec is None:
         return None
     return rec, idempotency.manifest_of(store, base, rec)
 
 
-def commit_compaction(ds_or_uri, results: Sequence[RewriteResult], *, storage_options=None,
+def commit_compaction(ds_or_uri: Any, results: Sequence[RewriteResult], *, storage_options: Any = None,
                       idempotency_key: str | None = None, max_retries: int | None = None,
-                      _return_manifest: bool = False):
+                      _return_manifest: bool = False) -> Any:
     """Commit executed tasks as one Rewrite version; returns the metrics (with ``version``).
 
     Results may be a subset of a plan's tasks (failed tasks are simply left out). The commit is
@@ -152,14 +156,12 @@ def commit_compaction(ds_or_uri, results: Sequence[RewriteResult], *, storage_op
         group = txn.rewrite.groups.add()
         group.old_fragments.extend(r.original_fragments)
         group.new_fragments.extend(r.new_fragments)
-    txn.transaction_properties[OPERATION_PROPERTY] = "compaction"
-    txn.transaction_properties[METRICS_PROPERTY] = json.dumps(sum_metrics(results), sort_keys=True)
-    if idempotency_key:
-        txn.transaction_properties[IDEMPOTENCY_KEY] = idempotency_key
+    properties = CommitProperties(
+        "rewrite", idempotency_key or None,
+        extra={OPERATION_PROPERTY: "compaction", METRICS_PROPERTY: json.dumps(sum_metrics(results), sort_keys=True)},
+        max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries)
     options = CommitOptions(data_storage_version=read_mf.manifest.data_format.version or "2.0")
-    if max_retries is not None:
-        options.max_retries = max_retries
-    mf = commit_transaction(store, base, txn, CommitContext(read_mf), options)
+    mf = commit_transaction(store, base, txn, CommitContext(read_mf), options, properties=properties)
     if idempotency_key:
         idempotency.remember(store, base, mf)
     if idempotency_key and mf.transaction is not None and mf.transaction.uuid != txn.uuid:

@@ -1,10 +1,10 @@
 """Compaction execution: rewrite a task's fragments into new data files (committed by ``commit``).
 
-Execution streams: the task's fragments are read one at a time (every column, physical rows)
-in consecutive groups of about ``_GROUP_ROWS`` rows / ``_GROUP_BYTES`` bytes (a bigger fragment
+Execution streams: the task's fragments are read one at a time through the scan planner (every
+column, live rows; :mod:`lance_ops.table.scan`) in consecutive groups of about ``_GROUP_ROWS`` rows / ``_GROUP_BYTES`` bytes (a bigger fragment
 is a group of its own); the next group is read in a background thread while the current one is
-written, which hides store latency. A group's live rows are taken into one contiguous table (one
-copy that also drops the deleted rows, and far fewer, larger batches for the writer), and the
+written, which hides store latency. A group's live rows are gathered into one contiguous table (one
+copy, and far fewer, larger batches for the writer), and the
 rows are cut into new fragments of exactly the sizes the plan fixed; memory is bounded by two
 groups plus one group's copy and the file writer's buffers, never by the task. New fragments
 carry id 0 and are written with the dataset's own storage version (a version lance_ops cannot
@@ -32,23 +32,27 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
-from lance_ops.table import deletion, idempotency, naming, rowids, versions
-from lance_ops.table import locate
-from lance_ops.table.commit import (
-    IDEMPOTENCY_KEY,
+from lance_ops.io.base import ObjectStore
+from lance_ops.table import scan
+from lance_ops.table import deletion, rowids, versions
+from lance_ops.table.commit import idempotency
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import locate
+from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
+from lance_ops.table.commit.loop import (
     CommitContext,
     CommitOptions,
     commit_transaction,
 )
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.manifest import read_manifest
+from lance_ops.table.manifest.codec import read_manifest
 from lance_ops.table.paths import resolve_inside
 from lance_ops.table.write import write_fragments
 
@@ -68,23 +72,20 @@ _GROUP_ROWS = 128 * 1024
 _GROUP_BYTES = 32 << 20
 
 
-def _take_live(tables: list[pa.Table], masks: list[np.ndarray | None]) -> pa.Table:
-    """The live rows of several fragments' tables as one table (one chunk per column)."""
-    if len(tables) == 1 and masks[0] is None:
-        return tables[0]  # nothing to drop or merge: no copy
+def _take_live(tables: list[pa.Table], deleted: list[bool]) -> pa.Table:
+    """Several fragments' live rows as one table (one chunk per column); ``deleted``: whether
+    each fragment had deleted rows (its table was filtered by the scan)."""
+    if len(tables) == 1 and not deleted[0]:
+        return tables[0]  # nothing dropped, nothing to merge: no copy
     try:
-        if all(m is None for m in masks):
-            return pa.concat_tables(tables).combine_chunks()
-        keep = np.concatenate([m if m is not None else np.ones(t.num_rows, dtype=bool)
-                               for t, m in zip(tables, masks)])
-        return pa.concat_tables(tables).take(pa.array(np.flatnonzero(keep)))
+        return pa.concat_tables(tables).combine_chunks()
     except pa.ArrowException:  # e.g. dictionary columns whose chunks do not share a dictionary
-        return pa.concat_tables([t if m is None else t.filter(pa.array(m)) for t, m in zip(tables, masks)])
+        return pa.concat_tables(tables)
 
 
 def _groups(task: RewriteTask) -> list[list[tuple[table_pb2.DataFragment, int | None]]]:
     """The task's fragments (with their planned live rows), cut into consecutive groups."""
-    expected = task.live_rows or [None] * len(task.fragments)
+    expected: list[int | None] = list(task.live_rows) or [None] * len(task.fragments)
     groups: list[list[tuple[table_pb2.DataFragment, int | None]]] = []
     current: list[tuple[table_pb2.DataFragment, int | None]] = []
     rows = size = 0
@@ -100,41 +101,36 @@ def _groups(task: RewriteTask) -> list[list[tuple[table_pb2.DataFragment, int | 
     return groups
 
 
-def _live_tables(task: RewriteTask, view, schema: pa.Schema,
-                 top_ids: list[int], stats: dict[str, int], prefetch: int = 1) -> Iterator[pa.Table]:
+def _live_tables(task: RewriteTask, view: Any, schema: pa.Schema, stats: dict[str, int],
+                 prefetch: int = 1) -> Iterator[pa.Table]:
     """The source fragments' live rows, in order, one table per group of fragments.
 
-    The next ``prefetch`` groups are read in a background thread while the current one is being
-    written (``prefetch=0``: no thread); see the module docstring for the grouping.
+    Each fragment is read through the scan planner (every column, blob v2 as written). The next
+    ``prefetch`` groups are read in a background thread while the current one is being written
+    (``prefetch=0``: no thread); see the module docstring for the grouping.
     """
-    fields = list(schema)
+    scans = {t.fragment_id: t for t in scan.plan(view, schema.names, fragments=task.fragments,
+                                                 blob_handling="logical")}
 
-    def load(proto: table_pb2.DataFragment, expected_live: int | None) -> tuple[pa.Table, np.ndarray | None, int]:
-        """The fragment's physical rows, its live-row mask (None: nothing deleted), its live count."""
-        frag = LanceFragment(view, proto)
-        table = frag.read(fields, top_ids, blob_handling="logical")  # blob v2: bytes, URIs kept
-        mask = frag.live_mask()
-        if mask is not None and len(mask) != table.num_rows:
-            raise LanceOpsError(
-                f"fragment {proto.id}: its data files hold {table.num_rows} rows but the manifest "
-                f"says {len(mask)} physical rows"
-            )
-        live = table.num_rows if mask is None else int(np.count_nonzero(mask))
+    def load(proto: table_pb2.DataFragment, expected_live: int | None) -> tuple[pa.Table, bool, int]:
+        """The fragment's live rows, whether it had deleted rows, its live count."""
+        table = scan.execute(view, scans[proto.id])
+        live = table.num_rows
         if expected_live is not None and live != expected_live:
             raise LanceOpsError(
                 f"fragment {proto.id}: read {live} live rows but the plan counted "
                 f"{expected_live}; its deletion file or metadata is inconsistent"
             )
-        return table, mask, live
+        return table, live != proto.physical_rows, live
 
-    def load_group(group) -> list[tuple[pa.Table, np.ndarray | None, int]]:
+    def load_group(group: Any) -> list[tuple[pa.Table, bool, int]]:
         return [load(proto, n) for proto, n in group]
 
-    def live_rows(group, loaded) -> pa.Table:
+    def live_rows(group: Any, loaded: Any) -> pa.Table:
         # (counted here, in the consuming thread, in group order)
         stats["rows_read"] += sum(live for _, _, live in loaded)
         stats["bytes_read"] += sum(df.file_size_bytes for proto, _ in group for df in proto.files)
-        return _take_live([t for t, _, _ in loaded], [m for _, m, _ in loaded])
+        return _take_live([t for t, _, _ in loaded], [d for _, d, _ in loaded])
 
     jobs = iter(_groups(task))
     if prefetch <= 0:
@@ -195,7 +191,7 @@ class _RowSource:
 
 
 # --- row ids and version sequences ----------------------------------------------------------------
-def _row_id_sequence(store, base: str, frag: table_pb2.DataFragment) -> rowids.RowIdSequence:
+def _row_id_sequence(store: ObjectStore, base: str, frag: table_pb2.DataFragment) -> rowids.RowIdSequence:
     which = frag.WhichOneof("row_id_sequence")
     where = f"fragment {frag.id} row ids"
     if which == "inline_row_ids":
@@ -212,7 +208,7 @@ def _row_id_sequence(store, base: str, frag: table_pb2.DataFragment) -> rowids.R
     return seq
 
 
-def _version_arrays(store, base: str, frag: table_pb2.DataFragment) -> tuple[np.ndarray, np.ndarray]:
+def _version_arrays(store: ObjectStore, base: str, frag: table_pb2.DataFragment) -> tuple[np.ndarray, np.ndarray]:
     n = frag.physical_rows
     created = rowids.read_fragment_versions(store, base, frag, "created")
     if created is None:
@@ -225,7 +221,7 @@ def _version_arrays(store, base: str, frag: table_pb2.DataFragment) -> tuple[np.
     return created, updated
 
 
-def _carry_row_ids(task: RewriteTask, store, base: str, new_fragments: list[table_pb2.DataFragment]) -> None:
+def _carry_row_ids(task: RewriteTask, store: ObjectStore, base: str, new_fragments: list[table_pb2.DataFragment]) -> None:
     """Give the new fragments the row ids and version sequences of the rows they received."""
     sequences, created, updated = [], [], []
     for proto in task.fragments:
@@ -253,12 +249,12 @@ def _carry_row_ids(task: RewriteTask, store, base: str, new_fragments: list[tabl
 
 
 # --- execution -----------------------------------------------------------------------------------
-def _delete_data_files(store, base: str, paths: Sequence[str]) -> None:
+def _delete_data_files(store: ObjectStore, base: str, paths: Sequence[str]) -> None:
     """Remove uncommitted data files we wrote (and their statistics sidecars), best effort."""
     try:
         from lance_ops.table.stats.store import stats_path
     except ImportError:  # pragma: no cover - statistics are optional
-        stats_path = None
+        stats_path = None  # type: ignore[assignment]
     for path in paths:
         targets = [store.join(base, naming.DATA_DIR, path)]
         if stats_path is not None:
@@ -271,7 +267,7 @@ def _delete_data_files(store, base: str, paths: Sequence[str]) -> None:
                 log.warning("could not remove orphan file %s", store.uri(target), exc_info=True)
 
 
-def _open_read_version(task: RewriteTask, store, base: str):
+def _open_read_version(task: RewriteTask, store: ObjectStore, base: str) -> Any:
     """The dataset at the task's read version; its fragments must be the task's, byte for byte."""
     from lance_ops.errors import DatasetNotFoundError
     from lance_ops.table.dataset import LanceDataset
@@ -297,7 +293,7 @@ def _open_read_version(task: RewriteTask, store, base: str):
     return ds
 
 
-def execute_task(task: RewriteTask, store, base: str, *, storage_options=None) -> RewriteResult:
+def execute_task(task: RewriteTask, store: ObjectStore, base: str, *, storage_options: Any = None) -> RewriteResult:
     """Rewrite ``task``'s fragments into new data files; returns the (uncommitted) result."""
     where = store.uri(base)
     version = versions.normalize(task.data_storage_version)
@@ -308,9 +304,8 @@ def execute_task(task: RewriteTask, store, base: str, *, storage_options=None) -
         raise LanceOpsError(f"{where}: task output sizes do not add up to its live rows")
     view = _open_read_version(task, store, base)
     schema = view.schema
-    top_ids = [view.top_field_ids[f.name] for f in schema]
     stats = {"rows_read": 0, "bytes_read": 0}
-    source = _RowSource(_live_tables(task, view, schema, top_ids, stats))
+    source = _RowSource(_live_tables(task, view, schema, stats))
     new_fragments: list[table_pb2.DataFragment] = []
     try:
         for size in task.output_rows:
@@ -348,7 +343,7 @@ def execute_task(task: RewriteTask, store, base: str, *, storage_options=None) -
     return RewriteResult(task.read_version, originals, new_fragments, metrics, task.kind)
 
 
-def discard_results(uri_or_store, results: Sequence[RewriteResult], *, storage_options=None, base=None) -> int:
+def discard_results(uri_or_store: Any, results: Sequence[RewriteResult], *, storage_options: Any = None, base: str | None = None) -> int:
     """Delete the data files of results that will never be committed; returns how many.
 
     Only call this when the results are known not to be part of any committed version (e.g.
@@ -362,5 +357,5 @@ def discard_results(uri_or_store, results: Sequence[RewriteResult], *, storage_o
     else:
         store = uri_or_store
     paths = [p for r in results for p in r.new_data_files]
-    _delete_data_files(store, base, paths)
+    _delete_data_files(store, cast(str, base), paths)
     return len(paths)

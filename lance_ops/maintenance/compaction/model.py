@@ -43,7 +43,7 @@ def message_from_b64(cls: Any, text: str) -> Any:
     return msg
 
 
-def check_no_indices(manifest_file, where: str) -> None:
+def check_no_indices(manifest_file: Any, where: str) -> None:
     """Refuse datasets with indices: rewriting indexed fragments without remapping corrupts them."""
     section = getattr(manifest_file, "index_section", None)
     indices = list(section.indices) if section is not None else []
@@ -58,6 +58,7 @@ def check_no_indices(manifest_file, where: str) -> None:
 
 
 def same_fragment(a: table_pb2.DataFragment, b: table_pb2.DataFragment) -> bool:
+    """True iff the two fragment protos serialise to the same bytes."""
     return a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
 
 
@@ -70,6 +71,7 @@ METRIC_KEYS = (
 
 
 def zero_metrics() -> dict[str, int]:
+    """Every metric counter at 0."""
     return {k: 0 for k in METRIC_KEYS}
 
 
@@ -86,6 +88,7 @@ class RewriteResult:
 
     @property
     def original_fragment_ids(self) -> list[int]:
+        """Ids of the fragments this result replaces."""
         return [f.id for f in self.original_fragments]
 
     @property
@@ -94,6 +97,7 @@ class RewriteResult:
         return [df.path for f in self.new_fragments for df in f.files]
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form (format ``RESULT_FORMAT``)."""
         return {
             "format": RESULT_FORMAT,
             "kind": self.kind,
@@ -105,10 +109,12 @@ class RewriteResult:
         }
 
     def to_json(self) -> str:
+        """The result as JSON text (sorted keys), as Spark and Airflow pass it."""
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], where: str = "<rewrite result>") -> "RewriteResult":
+        """Parse :meth:`to_dict`'s form; LanceOpsError naming ``where`` if it is not one."""
         try:
             if raw.get("format") != RESULT_FORMAT:
                 raise ValueError(f"format is {raw.get('format')!r}, expected {RESULT_FORMAT!r}")
@@ -124,11 +130,12 @@ class RewriteResult:
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "<rewrite result>") -> "RewriteResult":
+        """Parse :meth:`to_json`'s text; LanceOpsError naming ``where`` if it is not one."""
         try:
             raw = json.loads(text)
         except ValueError as exc:
             raise LanceOpsError(f"{where}: not a valid rewrite result: {exc}") from exc
         return cls.from_dict(raw, where)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (RewriteResult.from_json, (self.to_json(),))

@@ -43,6 +43,7 @@ import numpy as np
 
 from lance_ops._proto import file_pb2, table_pb2
 from lance_ops.errors import LanceOpsError, UnsupportedError
+from lance_ops.io.base import ObjectStore
 from lance_ops.table import deletion, versions
 
 from lance_ops.maintenance.compaction.model import check_no_indices, message_from_b64, message_to_b64
@@ -89,10 +90,12 @@ class CompactionOptions:
             self.materialize_deletions = False
 
     def to_dict(self) -> dict[str, Any]:
+        """The options as a plain dict (their JSON form)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "CompactionOptions":
+        """Options from :meth:`to_dict`'s form (unknown keys are ignored)."""
         known = {f.name for f in dc_fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
 
@@ -110,7 +113,7 @@ def output_sizes(live_rows: int, target: int, max_rows_per_file: int | None = No
     return [size + 1] * extra + [size] * (n - extra)
 
 
-def num_deleted(store, base: str, fragment: table_pb2.DataFragment) -> int:
+def num_deleted(store: ObjectStore, base: str, fragment: table_pb2.DataFragment) -> int:
     """Deleted rows of a fragment (from the manifest; very old writers left the count at 0)."""
     if not fragment.HasField("deletion_file"):
         return 0
@@ -163,14 +166,17 @@ class CompactionTask:
 
     @property
     def fragment_ids(self) -> list[int]:
+        """Ids of the source fragments, in order."""
         return [f.id for f in self.fragments]
 
     @property
     def physical_rows(self) -> int:
+        """Rows stored in the source fragments (deleted ones included)."""
         return sum(f.physical_rows for f in self.fragments)
 
     @property
     def num_live_rows(self) -> int:
+        """Rows the new fragments will hold."""
         return sum(self.output_rows)
 
     def summary(self) -> dict[str, Any]:
@@ -187,6 +193,7 @@ class CompactionTask:
         }
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form (format ``TASK_FORMAT``)."""
         return {
             "format": TASK_FORMAT,
             "kind": self.kind,
@@ -203,10 +210,12 @@ class CompactionTask:
         }
 
     def to_json(self) -> str:
+        """The task as JSON text (sorted keys), as shipped to executors."""
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], where: str = "<compaction task>") -> "CompactionTask":
+        """Parse :meth:`to_dict`'s form; LanceOpsError naming ``where`` if it is not one."""
         try:
             if raw.get("format") != TASK_FORMAT:
                 raise ValueError(f"format is {raw.get('format')!r}, expected {TASK_FORMAT!r}")
@@ -234,13 +243,14 @@ class CompactionTask:
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "<compaction task>") -> "CompactionTask":
+        """Parse :meth:`to_json`'s text; LanceOpsError naming ``where`` if it is not one."""
         try:
             raw = json.loads(text)
         except ValueError as exc:
             raise LanceOpsError(f"{where}: not a valid compaction task: {exc}") from exc
         return cls.from_dict(raw, where)
 
-    def execute(self, uri: str, storage_options: dict | None = None):
+    def execute(self, uri: str, storage_options: dict | None = None) -> Any:
         """Write this task's new fragments under ``uri``; returns a RewriteResult (not committed)."""
         from lance_ops.io import open_store
         from lance_ops.maintenance.compaction.execute import execute_task
@@ -248,7 +258,7 @@ class CompactionTask:
         store, base = open_store(str(uri), storage_options)
         return execute_task(self, store, base, storage_options=storage_options)
 
-    def __reduce__(self):  # picklable through its JSON form (protos inside)
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable through its JSON form (protos inside)
         return (CompactionTask.from_json, (self.to_json(),))
 
 
@@ -262,15 +272,19 @@ class CompactionPlan:
 
     @property
     def num_tasks(self) -> int:
+        """How many tasks the plan has."""
         return len(self.tasks)
 
     def compaction_tasks(self) -> list[CompactionTask]:
+        """The tasks (pylance's name for them)."""
         return list(self.tasks)
 
     def summary(self) -> list[dict[str, Any]]:
+        """One summary dict per task (for dry runs and logs)."""
         return [t.summary() for t in self.tasks]
 
     def to_json(self) -> str:
+        """The plan as JSON text (format ``PLAN_FORMAT``, sorted keys)."""
         return json.dumps({
             "format": PLAN_FORMAT,
             "read_version": self.read_version,
@@ -280,6 +294,7 @@ class CompactionPlan:
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "<compaction plan>") -> "CompactionPlan":
+        """Parse :meth:`to_json`'s text; LanceOpsError naming ``where`` if it is not one."""
         try:
             raw = json.loads(text)
             if raw.get("format") != PLAN_FORMAT:
@@ -289,7 +304,7 @@ class CompactionPlan:
         except (KeyError, TypeError, ValueError) as exc:
             raise LanceOpsError(f"{where}: not a valid compaction plan: {exc}") from exc
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (CompactionPlan.from_json, (self.to_json(),))
 
 
@@ -312,7 +327,7 @@ def _split_run(items: list[tuple[table_pb2.DataFragment, int]], target: int) -> 
     return chunks
 
 
-def _task(ds, frags_rows, options: CompactionOptions, kind: str, output_rows: list[int]) -> CompactionTask:
+def _task(ds: Any, frags_rows: Any, options: CompactionOptions, kind: str, output_rows: list[int]) -> CompactionTask:
     frags = []
     for frag, _ in frags_rows:
         copy = table_pb2.DataFragment()
@@ -339,13 +354,13 @@ def _copy_field(f: file_pb2.Field) -> file_pb2.Field:
     return out
 
 
-def _fragment_stats(ds) -> Iterable[tuple[table_pb2.DataFragment, int, int]]:
+def _fragment_stats(ds: Any) -> Iterable[tuple[table_pb2.DataFragment, int, int]]:
     """(fragment, physical rows, deleted rows) in manifest order."""
     for frag in ds.manifest.fragments:
         yield frag, int(frag.physical_rows), num_deleted(ds.store, ds.base, frag)
 
 
-def plan_compaction(ds, options: CompactionOptions | None = None, **kwargs) -> CompactionPlan:
+def plan_compaction(ds: Any, options: CompactionOptions | None = None, **kwargs: Any) -> CompactionPlan:
     """Plan the compaction of ``ds`` (at its checked-out version); writes nothing.
 
     ``options`` or keyword arguments (the fields of :class:`CompactionOptions`).
@@ -398,7 +413,7 @@ def plan_compaction(ds, options: CompactionOptions | None = None, **kwargs) -> C
     return CompactionPlan(ds.version, tasks, options)
 
 
-def plan_materialization(ds, threshold: float = 0.1, *, max_rows_per_file: int | None = None,
+def plan_materialization(ds: Any, threshold: float = 0.1, *, max_rows_per_file: int | None = None,
                          max_source_fragments: int | None = None) -> CompactionPlan:
     """One task per fragment whose deleted ratio exceeds ``threshold``, whatever its size.
 
@@ -412,7 +427,7 @@ def plan_materialization(ds, threshold: float = 0.1, *, max_rows_per_file: int |
     )
     check_no_indices(ds.manifest_file, ds.uri)
     versions.refuse_mixed(ds.manifest)
-    tasks = []
+    tasks: list[CompactionTask] = []
     for frag, physical, deleted in _fragment_stats(ds):
         if not (options.materialize_deletions and deleted_ratio_exceeds(deleted, physical, threshold)):
             continue
@@ -441,4 +456,5 @@ def plan_summary_metrics(plan: CompactionPlan) -> dict[str, int]:
 
 
 def fragments_key(fragments: Sequence[table_pb2.DataFragment]) -> bytes:
+    """Bytes identifying these fragments exactly (to recognise an unchanged task on re-planning)."""
     return b"\x00".join(f.SerializeToString(deterministic=True) for f in fragments)

@@ -67,7 +67,7 @@ def _task_key(task: CompactionTask) -> bytes:
     return fragments_key(task.fragments) + repr((task.kind, task.output_rows)).encode()
 
 
-def _execute_all(tasks: Sequence[CompactionTask], ds, num_threads: int | None,
+def _execute_all(tasks: Sequence[CompactionTask], ds: Any, num_threads: int | None,
                  progress: Callable[[int, int], None] | None = None, offset: int = 0,
                  total: int | None = None) -> list[RewriteResult]:
     """Execute ``tasks`` (in threads when asked); on any failure remove what was written.
@@ -100,18 +100,18 @@ def _execute_all(tasks: Sequence[CompactionTask], ds, num_threads: int | None,
     return [r for r in done if r is not None]
 
 
-def _run(ds, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempotency_key: str | None,
+def _run(ds: Any, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempotency_key: str | None,
          conflict_retries: int, num_threads: int | None,
-         progress: Callable[[int, int], None] | None = None):
+         progress: Callable[[int, int], None] | None = None) -> Any:
     """Plan, execute and commit with conflict retries; returns ``(metrics, manifest_file or None)``."""
     t0 = time.perf_counter()
     if idempotency_key and not dry_run:
         found = find_committed_rewrite(ds.store, ds.base, idempotency_key)
         if found is not None:
             rec, earlier = found
-            out = replayed_metrics(rec)
-            out.update(dry_run=False, seconds=time.perf_counter() - t0)
-            return out, earlier
+            replayed = replayed_metrics(rec)
+            replayed.update(dry_run=False, seconds=time.perf_counter() - t0)
+            return replayed, earlier
     cached: dict[bytes, RewriteResult] = {}
     current = ds
     for attempt in range(conflict_retries + 1):
@@ -152,7 +152,7 @@ def _run(ds, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempot
             results[i] = r
         final = [r for r in results if r is not None]
         if not final:
-            out = zero_metrics()
+            out = dict(zero_metrics())
             out.update(version=None, dry_run=False, tasks=0, seconds=time.perf_counter() - t0)
             return out, None
         try:
@@ -177,7 +177,7 @@ def _run(ds, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempot
     raise AssertionError("unreachable")
 
 
-def compact_files(ds, *, target_rows_per_fragment: int | None = 1024 * 1024, max_rows_per_file: int | None = None,
+def compact_files(ds: Any, *, target_rows_per_fragment: int | None = 1024 * 1024, max_rows_per_file: int | None = None,
                   materialize_deletions: bool | None = True, materialize_deletions_threshold: float | None = 0.1,
                   max_source_fragments: int | None = None, dry_run: bool = False,
                   idempotency_key: str | None = None, conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
@@ -208,9 +208,9 @@ _DEFAULTS = {"target_rows_per_fragment": 1024 * 1024, "materialize_deletions": T
              "materialize_deletions_threshold": 0.1}
 
 
-def _compact(ds, *, dry_run=False, idempotency_key=None, conflict_retries=DEFAULT_CONFLICT_RETRIES,
-             num_threads=None, max_rows_per_group=None, batch_size=None, defer_index_remap=None,
-             progress=None, **option_kwargs):
+def _compact(ds: Any, *, dry_run: Any = False, idempotency_key: Any = None, conflict_retries: Any = DEFAULT_CONFLICT_RETRIES,
+             num_threads: Any = None, max_rows_per_group: Any = None, batch_size: Any = None, defer_index_remap: Any = None,
+             progress: Any = None, **option_kwargs: Any) -> Any:
     if defer_index_remap:
         raise UnsupportedError("defer_index_remap needs a fragment-reuse index; lance_ops writes no indices")
     for name, default in _DEFAULTS.items():
@@ -221,7 +221,7 @@ def _compact(ds, *, dry_run=False, idempotency_key=None, conflict_retries=DEFAUL
                 conflict_retries=conflict_retries, num_threads=num_threads, progress=progress)
 
 
-def materialize_deletions(ds, threshold: float = 0.1, *, dry_run: bool = False, idempotency_key: str | None = None,
+def materialize_deletions(ds: Any, threshold: float = 0.1, *, dry_run: bool = False, idempotency_key: str | None = None,
                           max_rows_per_file: int | None = None, max_source_fragments: int | None = None,
                           conflict_retries: int = DEFAULT_CONFLICT_RETRIES,
                           num_threads: int | None = None,
@@ -238,10 +238,10 @@ def materialize_deletions(ds, threshold: float = 0.1, *, dry_run: bool = False, 
     return metrics
 
 
-def _materialize(ds, threshold=0.1, *, dry_run=False, idempotency_key=None, max_rows_per_file=None,
-                 max_source_fragments=None, conflict_retries=DEFAULT_CONFLICT_RETRIES, num_threads=None,
-                 progress=None):
-    def planner(d):
+def _materialize(ds: Any, threshold: Any = 0.1, *, dry_run: Any = False, idempotency_key: Any = None, max_rows_per_file: Any = None,
+                 max_source_fragments: Any = None, conflict_retries: Any = DEFAULT_CONFLICT_RETRIES, num_threads: Any = None,
+                 progress: Any = None) -> Any:
+    def planner(d: Any) -> Any:
         return plan_materialization(d, threshold, max_rows_per_file=max_rows_per_file,
                                     max_source_fragments=max_source_fragments)
 
@@ -252,23 +252,25 @@ def _materialize(ds, threshold=0.1, *, dry_run=False, idempotency_key=None, max_
 class DatasetOptimizer:
     """``ds.optimize``: compaction entry points; the dataset object moves to the new version."""
 
-    def __init__(self, dataset):
+    def __init__(self, dataset: Any) -> None:
         self._dataset = dataset
 
-    def _adopt(self, mf) -> None:
+    def _adopt(self, mf: Any) -> None:
         if mf is not None and mf.version > self._dataset.version:
             self._dataset.move_to(mf)
 
-    def compact_files(self, **kwargs) -> dict[str, Any]:
+    def compact_files(self, **kwargs: Any) -> dict[str, Any]:
         """Same arguments as :func:`compact_files`."""
         metrics, mf = _compact(self._dataset, **kwargs)
         self._adopt(mf)
         return metrics
 
-    def materialize_deletions(self, threshold: float = 0.1, **kwargs) -> dict[str, Any]:
+    def materialize_deletions(self, threshold: float = 0.1, **kwargs: Any) -> dict[str, Any]:
+        """Same arguments as :func:`materialize_deletions`."""
         metrics, mf = _materialize(self._dataset, threshold, **kwargs)
         self._adopt(mf)
         return metrics
 
-    def plan(self, **kwargs) -> CompactionPlan:
+    def plan(self, **kwargs: Any) -> CompactionPlan:
+        """Plan a compaction of the dataset (keyword arguments: :class:`CompactionOptions`' fields)."""
         return plan_compaction(self._dataset, CompactionOptions(**kwargs))

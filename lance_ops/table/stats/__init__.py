@@ -57,8 +57,8 @@ writing), :mod:`~lance_ops.table.stats.collect` (computing bounds, the writer ho
 :mod:`~lance_ops.table.stats.prune` (scan pruning); :mod:`~lance_ops.table.stats.fragments` fills
 in the fragment-level statistics of the manifest that older Lance versions did not record.
 The table layer reaches them through two hooks, imported lazily: ``FragmentWriter._open`` wraps
-its file writer with :func:`track_statistics`, ``LanceDataset._fragment_tables`` asks
-:func:`scan_offsets`.
+its file writer with :func:`track_statistics`, the scan planner (:mod:`lance_ops.table.scan`)
+asks :func:`scan_ranges`.
 
 Who writes them
     * ``write_dataset``/``write_fragments`` (and therefore compaction) compute them while writing:
@@ -70,8 +70,8 @@ Who writes them
       pylance, or by a writer that crashed after the data file) by reading page by page.
 
 Who reads them
-    Filtered scans (:meth:`LanceDataset.to_table`, ``count_rows``, ``to_batches``) call
-    :func:`scan_offsets` per fragment: fragment-level aggregates skip whole fragments, per-page
+    The scan planner (:mod:`lance_ops.table.scan`: every filtered scan, the Spark source) calls
+    :func:`scan_ranges` per fragment: fragment-level aggregates skip whole fragments, per-page
     bounds leave only the row ranges of pages that may match, which are then read with ranged
     reads. Statistics only ever *skip* work: results are identical with and without them.
 """
@@ -79,7 +79,9 @@ from lance_ops.table.stats.collect import (
     StatField, StatisticsCollector, compute_stat, field_values, is_tracked, merge_stats, stat_fields,
     stats_type, track_statistics, truncate_max, truncate_min,
 )
-from lance_ops.table.stats.prune import LIST_THRESHOLD, forget_cached_statistics, fragment_statistics, scan_offsets
+from lance_ops.table.stats.prune import (
+    LIST_THRESHOLD, forget_cached_statistics, fragment_statistics, scan_offsets, scan_ranges,
+)
 from lance_ops.table.stats.store import (
     FORMAT_VERSION, STATS_DIR, STATS_SUFFIX, TRUNCATE_BYTES, FieldPages, FileStats, PageRecord, PageStat,
     listed_stats_files, load_file_stats, parse_stats_table, stats_file_name, stats_path, stats_table,
@@ -92,5 +94,5 @@ __all__ = [
     "stats_path", "stats_file_name", "stats_table", "write_stats_file", "parse_stats_table",
     "load_file_stats", "listed_stats_files", "truncate_min", "truncate_max", "stats_type",
     "compute_stat", "stat_fields", "is_tracked", "field_values", "merge_stats", "track_statistics",
-    "scan_offsets", "fragment_statistics", "forget_cached_statistics",
+    "scan_offsets", "scan_ranges", "fragment_statistics", "forget_cached_statistics",
 ]

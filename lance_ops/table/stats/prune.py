@@ -1,6 +1,6 @@
 """Statistics-based scan pruning: which rows of a fragment a filtered scan must read.
 
-:func:`scan_offsets` evaluates a compiled filter's pruning tree (:mod:`lance_ops.table.filters.pruning`)
+:func:`scan_ranges` (for the scan planner) evaluates a compiled filter's pruning tree (:mod:`lance_ops.table.filters.pruning`)
 over fragment-level aggregates, then per page, using the statistics files of the fragment's data
 files (cached per dataset in ``LanceDataset.cache``).
 """
@@ -20,7 +20,8 @@ from lance_ops.table.stats.store import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LIST_THRESHOLD", "scan_offsets", "fragment_statistics", "forget_cached_statistics", "StatsFragment"]
+__all__ = ["LIST_THRESHOLD", "scan_offsets", "scan_ranges", "fragment_statistics", "forget_cached_statistics",
+           "StatsFragment"]
 
 _CACHE_NAME = "lance_ops.statistics"  # this module's LanceDataset.cache
 
@@ -42,6 +43,10 @@ class StatsFragment(Protocol):
 
     def live_mask(self) -> np.ndarray | None:
         """Boolean mask over physical rows (None when nothing is deleted)."""
+        ...
+
+    def live_offsets_in(self, ranges: np.ndarray) -> np.ndarray:
+        """Physical offsets of the live rows within ``ranges`` (``(n, 2)`` ``[start, end)``)."""
         ...
 
 
@@ -113,6 +118,18 @@ def scan_offsets(ds: StatsDataset, frag: StatsFragment, filt: sp.Prunable | None
     None: read the whole fragment (no statistics, or they rule nothing out). An empty array:
     skip the fragment. Otherwise the live physical offsets of the pages that may match, sorted.
     """
+    ranges = scan_ranges(ds, frag, filt)
+    return ranges if ranges is None else frag.live_offsets_in(ranges)
+
+
+def scan_ranges(ds: StatsDataset, frag: StatsFragment, filt: sp.Prunable | None) -> np.ndarray | None:
+    """Physical row ranges of ``frag`` a scan with ``filt`` must read, from statistics (what the
+    scan planner, :mod:`lance_ops.table.scan`, asks).
+
+    None: read the whole fragment (no statistics, or they rule nothing out). An empty array:
+    skip the fragment. Otherwise an ``(n, 2)`` int64 array of the sorted, disjoint
+    ``[start, end)`` ranges of the pages that may match (deleted rows not removed).
+    """
     if filt is None:
         return None
     tree = getattr(filt, "tree", sp.UNKNOWN)
@@ -128,7 +145,7 @@ def scan_offsets(ds: StatsDataset, frag: StatsFragment, filt: sp.Prunable | None
     if not stats:
         return None
     if not sp.may_match(filt, {p: fp.aggregate() for p, fp in stats.items()}):
-        return np.empty(0, np.uint64)
+        return np.empty((0, 2), np.int64)
     bounds = np.unique(np.concatenate([fp.row_start for fp in stats.values()] + [np.array([0, n])]))
     seg_starts, seg_ends = bounds[:-1], bounds[1:]
     if len(seg_starts) <= 1:
@@ -148,13 +165,5 @@ def scan_offsets(ds: StatsDataset, frag: StatsFragment, filt: sp.Prunable | None
     if keep.all():
         return None
     if not keep.any():
-        return np.empty(0, np.uint64)
-    starts, ends = seg_starts[keep], seg_ends[keep]
-    lengths = ends - starts
-    total = int(lengths.sum())
-    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + np.arange(total)
-    offsets = offsets.astype(np.uint64)
-    mask = frag.live_mask()
-    if mask is not None:
-        offsets = offsets[mask[offsets.astype(np.int64)]]
-    return offsets
+        return np.empty((0, 2), np.int64)
+    return np.stack([seg_starts[keep], seg_ends[keep]], axis=1).astype(np.int64)

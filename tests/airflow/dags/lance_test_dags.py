@@ -55,7 +55,7 @@ def stage_rows(uri: str, start: int, count: int, **context) -> dict:
 
     import lance_ops
     from lance_ops.errors import AlreadyExistsError
-    from lance_ops.table.staging import StagedResult, write_staged
+    from lance_ops.table.commit.staging import StagedResult, write_staged
     from lance_ops.table.write import write_fragments
     from operators.base import find_committed, idempotency_key
 

@@ -1,20 +1,21 @@
 """Where a dataset's versions live: the one answer to "which manifest is version N / the latest".
 
-A dataset's versions are the manifests in ``_versions/`` (:mod:`lance_ops.table.naming`), and, for
+A dataset's versions are the manifests in ``_versions/`` (:mod:`lance_ops.table.manifest.naming`), and, for
 ``s3+ddb://`` datasets, the items of the DynamoDB external manifest store
-(:mod:`lance_ops.table.external_store`), which may name a commit whose manifest is not yet copied
+(:mod:`lance_ops.table.commit.dynamodb`), which may name a commit whose manifest is not yet copied
 into place; looking it up finishes that commit. This module imports both and is what the commit
 loop, cleanup, idempotency, tags and dataset open call, so naming stays pure naming (ADR 0009).
 """
 from __future__ import annotations
 
-from lance_ops.table import external_store, naming
-from lance_ops.table.naming import ManifestLocation, NamingScheme
+from lance_ops.table.commit import dynamodb
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.naming import ManifestLocation, NamingScheme
 
 
 def has_external_store(store) -> bool:
     """Whether ``store`` commits through a DynamoDB external manifest store (``s3+ddb://``)."""
-    return bool(getattr(store, "ddb_table_name", None))
+    return store.external_manifest_table is not None
 
 
 def latest_version(store, base: str, *, known: int | None = None) -> ManifestLocation | None:
@@ -27,7 +28,7 @@ def latest_version(store, base: str, *, known: int | None = None) -> ManifestLoc
     if not has_external_store(store):
         return naming.latest_version(store, base, known=known)
     listed, scheme = naming.latest_listed(store, base)
-    return external_store.latest_location(store, base, listed, scheme != NamingScheme.V1)
+    return dynamodb.latest_location(store, base, listed, scheme != NamingScheme.V1)
 
 
 def find_version(store, base: str, version: int) -> ManifestLocation | None:
@@ -39,7 +40,7 @@ def find_version(store, base: str, version: int) -> ManifestLocation | None:
     version = naming.check_version(version)
     if has_external_store(store):
         v2 = naming.detect_scheme(store, base) != NamingScheme.V1
-        found = external_store.find_location(store, base, version, v2)
+        found = dynamodb.find_location(store, base, version, v2)
         if found is not None:
             return found
     return naming.find_manifest_by_name(store, base, version)

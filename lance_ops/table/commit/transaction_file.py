@@ -10,8 +10,8 @@ from google.protobuf.message import DecodeError
 
 from lance_ops._proto import transaction_pb2
 from lance_ops.errors import CorruptFileError, ObjectNotFoundError
-from lance_ops.table import naming
-from lance_ops.table.manifest import check_wire_types, serialize_like_upstream
+from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import check_wire_types, serialize_like_upstream
 from lance_ops.table.paths import resolve_inside
 
 

@@ -14,7 +14,8 @@ from google.protobuf import unknown_fields
 from lance_ops._version import __version__
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import RetryableCommitConflictError, UnsupportedError
-from lance_ops.table import feature_flags, rowids, versions
+from lance_ops.table import rowids, versions
+from lance_ops.table.manifest import feature_flags
 
 WRITER_LIBRARY = "lance-ops"
 

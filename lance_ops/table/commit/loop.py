@@ -1,7 +1,7 @@
 """Publish a transaction as the next dataset version, safely against concurrent writers.
 
 Each attempt: catch up with versions committed since our read version (checking each one's
-transaction against ours with :mod:`lance_ops.table.conflicts`), write the transaction file, build
+transaction against ours with :mod:`lance_ops.table.commit.conflicts`), write the transaction file, build
 the manifest on top of the newest version, and publish it with put-if-absent. Losing the race
 (the manifest name already exists) means another writer won: back off and try again on top of
 it. Writers never overwrite a manifest, so no commit is ever half-applied or silently lost.
@@ -23,6 +23,7 @@ default) ago, far longer than that listing-to-publish window. An empty listing i
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import random
@@ -45,9 +46,12 @@ from lance_ops.errors import (
     StorageError,
 )
 from lance_ops.format.version import FileVersion
-from lance_ops.table import conflicts, deletion, feature_flags, naming
-from lance_ops.table import locate
-from lance_ops.table.manifest import (
+from lance_ops.table import deletion
+from lance_ops.table.commit import conflicts
+from lance_ops.table.manifest import feature_flags
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import locate
+from lance_ops.table.manifest.codec import (
     ManifestFile,
     decode_dictionaries,
     dictionary_fields,
@@ -57,20 +61,15 @@ from lance_ops.table.manifest import (
     write_manifest,
 )
 from lance_ops.table.stats.fragments import fill_fragment_stats
-from lance_ops.table.idempotency import (  # noqa: F401 - IDEMPOTENCY_KEY, find_idempotent_commit re-exported
-    IDEMPOTENCY_KEY,
-    find_idempotent_commit,
-    find_in_versions,
-    kind_of,
-)
+from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY, find_in_versions, kind_of
+from lance_ops.table.commit.properties import DEFAULT_MAX_RETRIES, CommitProperties
 from lance_ops.table.index_files import complete_index_metadata
-from lance_ops.table.manifest_builder import build_manifest
+from lance_ops.table.manifest.builder import build_manifest
 from lance_ops.table.paths import check_message_paths
-from lance_ops.table.transaction_file import load_transaction, write_transaction_file
+from lance_ops.table.commit.transaction_file import load_transaction, write_transaction_file
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_RETRIES = 20  # upstream CommitConfig default
 #: failed manifest writes (not found afterwards) retried at the same version before giving up
 MAX_STORE_FAILURES = 3
 #: reads of the manifest we may have written, before its outcome counts as uncertain
@@ -375,11 +374,11 @@ def _check_landed(store, path: str, txn_uuid: str) -> tuple[_Landed, ManifestFil
 
 def _publish(store, base, version, path, manifest, txn, v2: bool, index_section=None, dictionaries=None) -> int:
     """Write the manifest so that exactly one writer can own ``version``."""
-    if getattr(store, "ddb_table_name", None):
-        from lance_ops.table import external_store
+    if locate.has_external_store(store):
+        from lance_ops.table.commit import dynamodb
 
         data = encode_manifest(manifest, txn, index_section, dictionaries)
-        external_store.commit(store, base, version, data, v2)
+        dynamodb.commit(store, base, version, data, v2)
         return len(data)
     return write_manifest(store, path, manifest, txn, index_section, dictionaries=dictionaries)
 
@@ -515,8 +514,13 @@ def commit_transaction(
     transaction: transaction_pb2.Transaction,
     ctx: CommitContext,
     options: CommitOptions | None = None,
+    *,
+    properties: CommitProperties | None = None,
 ) -> ManifestFile:
     """Commit ``transaction`` and return the new version's ManifestFile.
+
+    ``properties`` (the writer's :class:`CommitProperties`) are added to the transaction's
+    properties, and their ``max_retries`` bounds the lost commit races retried.
 
     Raises CommitConflictError (incompatible), RetryableCommitConflictError (preempted: redo the
     operation), CommitRetriesExhaustedError (lost the race too often) or CommitOutcomeUnknownError
@@ -525,6 +529,9 @@ def commit_transaction(
     options = options or CommitOptions()
     txn = transaction_pb2.Transaction()
     txn.CopyFrom(transaction)
+    if properties is not None:
+        txn.transaction_properties.update(properties.transaction_properties())
+        options = dataclasses.replace(options, max_retries=properties.max_retries)
     check_message_paths(txn, where=f"{store.uri(base)}: transaction to commit")  # nothing unsafe lands
     if not txn.uuid:
         txn.uuid = naming.new_transaction_uuid()

@@ -27,7 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lance_ops.errors import AlreadyExistsError, StorageError, UnsafePathError
 from lance_ops.io import redact
-from lance_ops.table import naming
+from lance_ops.table.manifest import naming
 from lance_ops.table.paths import check_inside
 
 _clients: dict[tuple, Any] = {}
@@ -82,7 +82,7 @@ def _finish(store, base: str, version: int, path: str, v2: bool) -> str:
     final = _final_path(store, base, version, v2)
     if not store.exists(final):
         store.copy(path, final)
-    table = store.ddb_table_name
+    table = store.external_manifest_table
     try:
         _client(store).update_item(
             TableName=table,
@@ -107,7 +107,7 @@ def _finish(store, base: str, version: int, path: str, v2: bool) -> str:
 def _item_path(store, base: str, item: dict, version: int) -> str:
     """The item's manifest path, refused unless it is a file directly in the dataset's
     ``_versions/``: we copy and delete what it names, so it must never lead elsewhere."""
-    where = f"DynamoDB table {store.ddb_table_name!r} item ({_base_uri(store, base)}, version {version})"
+    where = f"DynamoDB table {store.external_manifest_table!r} item ({_base_uri(store, base)}, version {version})"
     path = check_inside(store, base, item["path"]["S"], under=(naming.VERSIONS_DIR,), what="path", where=where)
     if "/" in path[len(store.join(base, naming.VERSIONS_DIR)):].strip("/"):
         raise UnsafePathError(where, "path", item["path"]["S"], "is not a manifest directly in _versions/")
@@ -125,7 +125,7 @@ def _item_location(store, base: str, item: dict, v2: bool) -> naming.ManifestLoc
 
 
 def latest_item(store, base: str) -> dict | None:
-    table = store.ddb_table_name
+    table = store.external_manifest_table
     try:
         resp = _client(store).query(
             TableName=table,
@@ -142,7 +142,7 @@ def latest_item(store, base: str) -> dict | None:
 
 
 def get_item(store, base: str, version: int) -> dict | None:
-    table = store.ddb_table_name
+    table = store.external_manifest_table
     try:
         resp = _client(store).get_item(
             TableName=table,
@@ -178,7 +178,7 @@ def commit(store, base: str, version: int, data: bytes, v2: bool, *, crash_after
 
     ``crash_after`` (tests only) stops after that protocol step to simulate a dying writer.
     """
-    table = store.ddb_table_name
+    table = store.external_manifest_table
     staged = staged_path(store, base, version)
     store.put(staged, data)
     if crash_after == 1:
@@ -213,7 +213,7 @@ def commit(store, base: str, version: int, data: bytes, v2: bool, *, crash_after
 
 def create_table(store, table_name: str | None = None) -> None:
     """Create the commit table (idempotent); a convenience for tests and first-time set-up."""
-    table = table_name or store.ddb_table_name
+    table = table_name or store.external_manifest_table
     client = _client(store)
     try:
         client.create_table(

@@ -1,7 +1,7 @@
 """Names of the files that make up a Lance table, and version discovery by listing.
 
 Pure naming: paths, schemes and what ``_versions/`` holds. Where a version lives when a DynamoDB
-external manifest store is in play is answered by :mod:`lance_ops.table.locate` (ADR 0009).
+external manifest store is in play is answered by :mod:`lance_ops.table.commit.locate` (ADR 0009).
 
 Layout of a dataset directory (all paths relative to the dataset root)::
 
@@ -209,7 +209,7 @@ def latest_listed(store, base: str) -> tuple[ManifestLocation | None, NamingSche
     """The newest manifest one listing of ``_versions/`` shows, and the directory's scheme.
 
     The listing is taken as it comes (an empty one gives ``(None, None)``); a mixed directory is
-    refused. :mod:`lance_ops.table.locate` uses this where another source of truth (the
+    refused. :mod:`lance_ops.table.commit.locate` uses this where another source of truth (the
     DynamoDB external manifest store) is consulted afterwards.
     """
     entries = list_versions(store, base)
@@ -219,10 +219,10 @@ def latest_listed(store, base: str) -> tuple[ManifestLocation | None, NamingSche
 
 def _refuse_external_store(store, base: str, what: str) -> None:
     """Directory-only answers would miss commits the DynamoDB table holds: refuse them."""
-    if getattr(store, "ddb_table_name", None):
+    if store.external_manifest_table:
         raise ValueError(
             f"naming.{what} reads _versions/ only, but {store.uri(base)} has a DynamoDB external "
-            f"manifest store: use lance_ops.table.locate.{what}"
+            f"manifest store: use lance_ops.table.commit.locate.{what}"
         )
 
 
@@ -237,7 +237,7 @@ def latest_version(store, base: str, *, known: int | None = None) -> ManifestLoc
     listing is retried, then StorageError is raised (never None: callers would re-create it).
 
     A store with a DynamoDB external manifest store (``s3+ddb://``) is refused with ValueError:
-    :func:`lance_ops.table.locate.latest_version` answers for every store.
+    :func:`lance_ops.table.commit.locate.latest_version` answers for every store.
     """
     _refuse_external_store(store, base, "latest_version")
     entries = _list_versions_trusting_no_absence(store, base, known)
@@ -267,7 +267,7 @@ def find_version(store, base: str, version: int) -> ManifestLocation | None:
 
     Probes the two possible names directly (one HEAD each) instead of listing ``_versions/``.
     A store with a DynamoDB external manifest store is refused with ValueError:
-    :func:`lance_ops.table.locate.find_version` answers for every store.
+    :func:`lance_ops.table.commit.locate.find_version` answers for every store.
     """
     version = check_version(version)
     _refuse_external_store(store, base, "find_version")

@@ -6,7 +6,7 @@ the transaction being committed against one already committed) and returns a ver
 * ``OK``        - independent changes; the manifest is simply rebuilt on the newer version
                   (an Append's fragment ids and row ids are re-assigned at that point);
 * ``REBASE``    - both touched the same fragment's deletions on disjoint rows: merge the deletion
-                  vectors, then commit (done by :mod:`lance_ops.table.commit`);
+                  vectors, then commit (done by :mod:`lance_ops.table.commit.loop`);
 * ``RETRYABLE`` - preempted: re-read the dataset and redo the operation;
 * ``INCOMPATIBLE`` - the other change invalidates ours (e.g. an Overwrite); retrying won't help.
 

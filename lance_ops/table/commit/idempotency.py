@@ -40,10 +40,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping
 
 from lance_ops.errors import AlreadyExistsError, IdempotencyUnknownError, ObjectNotFoundError
-from lance_ops.table import naming
-from lance_ops.table import locate
-from lance_ops.table.manifest import ManifestFile, read_manifest
-from lance_ops.table.transaction_file import load_transaction
+from lance_ops.table.manifest import naming
+from lance_ops.table.commit import locate
+from lance_ops.table.manifest.codec import ManifestFile, read_manifest
+from lance_ops.table.commit.transaction_file import load_transaction
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ def _unknown(uri: str, key: str, kind: str, ranges: list[tuple[int, int]]) -> Id
         f"version(s) {shown} were removed without lance_ops' key ledger (cleanup by another tool?) or have no "
         "readable transaction. "
         "Nothing was committed. Check the data; if the step never committed, re-run it with a new key, or "
-        "accept the gap for good with `lance-ops keys URI --accept-lost` (lance_ops.table.idempotency.accept_lost)")
+        "accept the gap for good with `lance-ops keys URI --accept-lost` (lance_ops.table.commit.idempotency.accept_lost)")
 
 
 def _read_any(store, base: str, kinds: tuple[str, ...], key: str) -> KeyRecord | None:
@@ -378,11 +378,10 @@ def manifest_of(store, base: str, rec: KeyRecord) -> ManifestFile | None:
         return None
 
 
-def find_idempotent_commit(store, base: str, key: str, *, latest: int | None = None, lookback: int | None = None,
-                           kind: str | None = None) -> ManifestFile | None:
-    """Compatibility lookup: the retained manifest of the version committed with ``key`` (of
-    ``kind``; any kind when None), else None. ``latest``/``lookback`` are ignored (the ledger
-    covers every version). Prefer :func:`lookup`, which also knows keys of removed versions."""
+def find_committed(store, base: str, key: str, *, kind: str | None = None) -> ManifestFile | None:
+    """The retained manifest of the version that committed with ``key`` (of ``kind``; any kind
+    when None), else None: the public lookup for callers above the table layer (Airflow
+    operators). The ledger covers every version, removed ones too; see :func:`lookup`."""
     rec = lookup(store, base, key, kind or KNOWN_KINDS)
     return manifest_of(store, base, rec) if rec is not None else None
 

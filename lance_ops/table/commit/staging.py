@@ -27,7 +27,7 @@ from typing import Any
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import AlreadyExistsError, LanceOpsError, ObjectNotFoundError, StagedResultError
-from lance_ops.table import naming
+from lance_ops.table.manifest import naming
 from lance_ops.table.paths import resolve_inside
 
 STAGING_DIR = "_staging"

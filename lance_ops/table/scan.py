@@ -1,0 +1,374 @@
+"""The scan planner (ADR 0005): every read of a dataset's fragments is planned here, then executed.
+
+:func:`plan` turns ``(dataset, columns, filter)`` into one :class:`FragmentScanTask` per fragment
+to read, in manifest order: fragments and pages whose statistics rule the filter out are pruned at
+planning time (:func:`lance_ops.table.stats.prune.scan_ranges`), so a task names only the physical
+row ranges left to read. :func:`execute` reads one task (what ``LanceDataset.scan_fragment`` did).
+
+A task is a small picklable value (the fragment's manifest record, which also names its deletion
+file; the projected columns and their field ids; the row ranges; the compiled filter) so a Spark
+driver can plan and ship tasks to executors; :meth:`FragmentScanTask.describe` is its JSON form.
+
+Dataset scans (``to_table``, ``to_batches``, ``count_rows``, ``scanner``), takes, deletes, the
+Spark data source, compaction and the statistics rebuild all read fragments through this module.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lance_ops._proto import table_pb2
+from lance_ops.errors import InvalidArgumentError
+from lance_ops.format import blob_v2
+from lance_ops.table.stats import prune as stats_prune
+from lance_ops.table.filters import Filter, compile_filter
+from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.snapshot import DatasetSnapshot
+
+__all__ = [
+    "ROW_ID", "ROW_ADDR", "FragmentScanTask", "plan", "iter_plan", "fragment_task", "execute",
+    "resolve_columns", "output_names", "output_field", "output_schema",
+]
+
+ROW_ID = "_rowid"
+ROW_ADDR = "_rowaddr"
+_POSITION = "__lance_ops_position"
+#: read the other columns only for matching rows when at most this fraction of rows match
+_LATE_MATERIALIZE_FRACTION = 0.25
+
+
+@dataclass(eq=False)
+class FragmentScanTask:
+    """One fragment's read: which rows, which columns, which filter.
+
+    ``fragment`` is the fragment's manifest record (data files, deletion file, row ids) at
+    ``version``. ``columns`` are the output columns in order (``_rowid``/``_rowaddr`` may be among
+    them; with ``with_row_id``/``with_row_address`` they are appended), ``field_ids`` the
+    top-level field ids of its data columns. Rows: all live rows (``ranges`` and ``offsets``
+    None), the live rows within the physical ``ranges`` (an ``(n, 2)`` array of ``[start, end)``,
+    what statistics pruning left), or exactly the physical ``offsets`` (takes: any order, none
+    deleted). ``filter`` is applied to those rows.
+    """
+
+    fragment: table_pb2.DataFragment
+    version: int
+    columns: tuple[str, ...]
+    field_ids: tuple[int, ...]
+    filter: Filter | None = None
+    ranges: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+    with_row_id: bool = False
+    with_row_address: bool = False
+    blob_handling: str = "blobs_descriptions"
+
+    @property
+    def fragment_id(self) -> int:
+        """The id of the fragment this task reads."""
+        return int(self.fragment.id)
+
+    @property
+    def deletion_file(self) -> table_pb2.DeletionFile | None:
+        """The fragment's deletion vector reference (None: no row deleted)."""
+        return self.fragment.deletion_file if self.fragment.HasField("deletion_file") else None
+
+    @property
+    def planned_rows(self) -> int:
+        """Physical rows this task covers before deletions and the filter (an upper bound)."""
+        if self.offsets is not None:
+            return int(len(self.offsets))
+        if self.ranges is not None:
+            return int((self.ranges[:, 1] - self.ranges[:, 0]).sum())
+        return int(self.fragment.physical_rows)
+
+    def split(self, max_rows: int) -> list["FragmentScanTask"]:
+        """This task cut at every multiple of ``max_rows`` physical rows (a Spark partition each);
+        pieces with no planned rows are left out. Tasks of explicit ``offsets`` are not split."""
+        n = int(self.fragment.physical_rows)
+        if self.offsets is not None or max_rows <= 0 or n <= max_rows:
+            return [self]
+        ranges = self.ranges if self.ranges is not None else np.array([[0, n]], dtype=np.int64)
+        out = []
+        for start in range(0, n, max_rows):
+            end = min(n, start + max_rows)
+            lo, hi = np.maximum(ranges[:, 0], start), np.minimum(ranges[:, 1], end)
+            keep = lo < hi
+            if not keep.any():
+                continue
+            out.append(replace(self, ranges=_frozen(np.stack([lo[keep], hi[keep]], axis=1))))
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """The task as JSON-serialisable values (for logs, plans and tests)."""
+        df = self.deletion_file
+        return {
+            "fragment_id": self.fragment_id,
+            "version": int(self.version),
+            "physical_rows": int(self.fragment.physical_rows),
+            "data_files": [f.path for f in self.fragment.files],
+            "deletion_file": None if df is None else {
+                "file_type": table_pb2.DeletionFile.DeletionFileType.Name(df.file_type),
+                "read_version": int(df.read_version), "id": int(df.id),
+                "num_deleted_rows": int(df.num_deleted_rows)},
+            "columns": list(self.columns),
+            "field_ids": list(self.field_ids),
+            "filter": None if self.filter is None else self.filter.sql,
+            "ranges": None if self.ranges is None else self.ranges.tolist(),
+            "offsets": None if self.offsets is None else self.offsets.tolist(),
+            "with_row_id": self.with_row_id,
+            "with_row_address": self.with_row_address,
+            "blob_handling": self.blob_handling,
+        }
+
+    # the generated protobuf classes do not pickle: the fragment travels as its bytes
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["fragment"] = self.fragment.SerializeToString()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        frag = table_pb2.DataFragment()
+        frag.ParseFromString(state["fragment"])
+        self.__dict__.update(state, fragment=frag)
+
+    def __repr__(self) -> str:
+        rows = "all" if self.ranges is None and self.offsets is None else self.planned_rows
+        return (f"FragmentScanTask(fragment={self.fragment_id}, version={self.version}, "
+                f"columns={list(self.columns)}, filter={self.filter!r}, rows={rows})")
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+# --- columns -----------------------------------------------------------------------------------
+def resolve_columns(ds: DatasetSnapshot, columns: Sequence[str] | str | None) -> list[str]:
+    """The columns a scan of ``columns`` outputs (None: every column of the schema);
+    InvalidArgumentError naming the unknown ones."""
+    if columns is None:
+        return [f.name for f in ds.schema]
+    if isinstance(columns, str):
+        columns = [columns]
+    known = ds.top_field_ids
+    unknown = [c for c in columns if c not in known and c not in (ROW_ID, ROW_ADDR)]
+    if unknown:
+        raise InvalidArgumentError(f"{ds.uri}: unknown column(s) {unknown}; the dataset has {list(known)}")
+    return list(columns)
+
+
+def output_names(out_columns: Iterable[str], with_row_id: bool, with_row_address: bool) -> list[str]:
+    """Result column names: the requested ones in the order given (``_rowid``/``_rowaddr`` may be
+    among them), then ``_rowid`` and ``_rowaddr`` when asked for by flag and not already listed."""
+    names = list(out_columns)
+    if with_row_id and ROW_ID not in names:
+        names.append(ROW_ID)
+    if with_row_address and ROW_ADDR not in names:
+        names.append(ROW_ADDR)
+    return names
+
+
+def output_field(ds: DatasetSnapshot, name: str, blobs: str) -> pa.Field:
+    """The field of column ``name`` as a read with ``blob_handling=blobs`` returns it."""
+    f = ds.schema.field(name)
+    if not blob_v2.has_blobs(f):
+        return f
+    return blob_v2.binary_field(f) if blobs == "all_binary" else blob_v2.described_field(f)
+
+
+def output_schema(ds: DatasetSnapshot, out_columns: Iterable[str], with_row_id: bool, with_row_address: bool,
+                  blobs: str = "blobs_descriptions") -> pa.Schema:
+    """The schema of a scan's result (with the dataset's schema metadata)."""
+    special = {ROW_ID: pa.field(ROW_ID, pa.uint64()), ROW_ADDR: pa.field(ROW_ADDR, pa.uint64())}
+    fields = [special[c] if c in special else output_field(ds, c, blobs)
+              for c in output_names(out_columns, with_row_id, with_row_address)]
+    return pa.schema(fields, metadata=ds.schema.metadata)
+
+
+# --- planning ----------------------------------------------------------------------------------
+def _compile(ds: DatasetSnapshot, filter: str | pc.Expression | Filter | None) -> Filter | None:
+    return filter if isinstance(filter, Filter) else compile_filter(filter, ds.schema)
+
+
+def _fragment_id(f: int | LanceFragment | table_pb2.DataFragment) -> int:
+    if isinstance(f, LanceFragment):
+        return f.fragment_id
+    if isinstance(f, table_pb2.DataFragment):
+        return int(f.id)
+    return int(f)
+
+
+def fragment_task(ds: DatasetSnapshot, fragment: LanceFragment | table_pb2.DataFragment,
+                  columns: Sequence[str], filter: str | pc.Expression | Filter | None = None, *,
+                  ranges: np.ndarray | None = None, offsets: np.ndarray | None = None,
+                  with_row_id: bool = False, with_row_address: bool = False,
+                  blob_handling: str = "blobs_descriptions") -> FragmentScanTask:
+    """The task reading ``fragment`` of ``ds`` as given, with no statistics pruning (takes and
+    deletes, which choose their rows themselves). ``columns`` must exist (see
+    :func:`resolve_columns`)."""
+    proto = fragment.metadata if isinstance(fragment, LanceFragment) else fragment
+    ids = ds.top_field_ids
+    filt = _compile(ds, filter)
+    if filt is not None and filt.constant is True:
+        filt = None
+    return FragmentScanTask(
+        fragment=proto, version=ds.version, columns=tuple(columns),
+        field_ids=tuple(ids[c] for c in columns if c in ids), filter=filt,
+        ranges=None if ranges is None else _frozen(np.asarray(ranges, dtype=np.int64).reshape(-1, 2)),
+        offsets=None if offsets is None else np.asarray(offsets, dtype=np.uint64),
+        with_row_id=with_row_id, with_row_address=with_row_address, blob_handling=blob_handling)
+
+
+def iter_plan(ds: DatasetSnapshot, columns: Sequence[str] | str | None = None,
+              filter: str | pc.Expression | Filter | None = None, *,
+              fragments: Iterable[int | LanceFragment | table_pb2.DataFragment] | None = None,
+              with_row_id: bool = False, with_row_address: bool = False,
+              blob_handling: str = "blobs_descriptions", prune: bool = True) -> Iterator[FragmentScanTask]:
+    """:func:`plan`, one task at a time (a streaming scan plans fragment k when it gets there)."""
+    out_columns = resolve_columns(ds, columns)
+    filt = _compile(ds, filter)
+    if filt is not None and filt.constant is False:
+        return
+    if filt is not None and filt.constant is True:
+        filt = None
+    wanted = None if fragments is None else {_fragment_id(f) for f in fragments}
+    ids = ds.top_field_ids
+    field_ids = tuple(ids[c] for c in out_columns if c in ids)
+    for proto in ds.manifest.fragments:
+        if wanted is not None and proto.id not in wanted:
+            continue
+        ranges = None
+        if prune and filt is not None:
+            # fragment and page statistics: what cannot match is not read
+            ranges = stats_prune.scan_ranges(ds, LanceFragment(ds, proto), filt)
+            if ranges is not None and len(ranges) == 0:
+                continue
+        yield FragmentScanTask(fragment=proto, version=ds.version, columns=tuple(out_columns),
+                               field_ids=field_ids, filter=filt,
+                               ranges=None if ranges is None else _frozen(ranges),
+                               with_row_id=with_row_id, with_row_address=with_row_address,
+                               blob_handling=blob_handling)
+
+
+def plan(ds: DatasetSnapshot, columns: Sequence[str] | str | None = None,
+         filter: str | pc.Expression | Filter | None = None, *,
+         fragments: Iterable[int | LanceFragment | table_pb2.DataFragment] | None = None,
+         with_row_id: bool = False, with_row_address: bool = False,
+         blob_handling: str = "blobs_descriptions", prune: bool = True) -> list[FragmentScanTask]:
+    """The tasks of a scan of ``ds``, in manifest order: ``columns`` (None: all; ``_rowid`` /
+    ``_rowaddr`` allowed) of the live rows matching ``filter`` (SQL text, a pyarrow expression or
+    a compiled :class:`Filter`), of the ``fragments`` given (ids or fragments; None: all).
+
+    A fragment the statistics rule out gets no task; the others carry the row ranges of the pages
+    that may match (``prune=False``: no statistics are consulted). A filter that is constantly
+    false plans nothing.
+    """
+    return list(iter_plan(ds, columns, filter, fragments=fragments, with_row_id=with_row_id,
+                          with_row_address=with_row_address, blob_handling=blob_handling, prune=prune))
+
+
+# --- execution ---------------------------------------------------------------------------------
+def execute(ds: DatasetSnapshot, task: FragmentScanTask) -> pa.Table:
+    """The rows of ``task`` read from ``ds`` (the dataset at ``task.version``): its live rows
+    matching its filter, as its columns then the row ids/addresses asked for by flag.
+
+    With a filter, the filter's columns are read first; the other output columns are then read
+    only for the matching rows ("late materialisation") when few rows match, which is what
+    makes selective scans cheap.
+    """
+    if task.version != ds.version:
+        raise InvalidArgumentError(f"{ds.uri}: a scan task of version {task.version} cannot run on version {ds.version}")
+    frag = LanceFragment(ds, task.fragment)
+    blobs = task.blob_handling
+    offsets = task.offsets
+    if task.ranges is not None:
+        offsets = frag.live_offsets_in(task.ranges)
+    if offsets is not None and offsets.size == 0:
+        return output_schema(ds, task.columns, task.with_row_id, task.with_row_address, blobs).empty_table()
+    names = output_names(task.columns, task.with_row_id, task.with_row_address)
+    want_id, want_addr = ROW_ID in names, ROW_ADDR in names
+    top_ids = ds.top_field_ids
+    data_cols = [c for c in task.columns if c in top_ids]
+    filt = task.filter
+    if filt is None:
+        table, _ = _read_rows(ds, frag, data_cols, offsets, want_id, want_addr, blobs)
+    else:
+        filter_cols = [c for c in filt.columns if c in top_ids]
+        rest = [c for c in data_cols if c not in filter_cols]
+        probe, phys = _read_rows(ds, frag, filter_cols, offsets, want_id or ROW_ID in filt.columns,
+                                 want_addr or ROW_ADDR in filt.columns, blobs)
+        scanned = probe.num_rows
+        probe = probe.append_column(_POSITION, pa.array(np.arange(scanned, dtype=np.int64)))
+        probe = probe.filter(filt.expression)
+        if rest:
+            positions = probe.column(_POSITION).to_numpy()
+            if positions.size <= _LATE_MATERIALIZE_FRACTION * scanned:
+                extra = frag.read([ds.schema.field(c) for c in rest], [top_ids[c] for c in rest],
+                                  _take_offsets(phys, positions), blob_handling=blobs)
+            else:
+                full, _ = _read_rows(ds, frag, rest, offsets, False, False, blobs)
+                extra = full.take(pa.array(positions))
+            for c in rest:
+                probe = probe.append_column(output_field(ds, c, blobs), extra.column(c))
+        table = probe
+    if not names:  # Table.select([]) would drop the row count
+        return table.drop_columns(table.column_names)
+    return table.select(names)
+
+
+def _read_rows(ds: DatasetSnapshot, frag: LanceFragment, columns: list[str], offsets: np.ndarray | None,
+               add_id: bool, add_addr: bool, blobs: str) -> tuple[pa.Table, "np.ndarray | _LiveOffsets"]:
+    """Live rows of ``columns`` (all, or the physical ``offsets``), plus their physical offsets.
+
+    ``offsets`` are already free of deleted rows. Reading all rows without row ids or
+    addresses, the offsets come as a lazy :class:`_LiveOffsets`.
+    """
+    ids = ds.top_field_ids
+    table = frag.read([ds.schema.field(c) for c in columns], [ids[c] for c in columns], offsets,
+                      blob_handling=blobs)
+    phys: np.ndarray | _LiveOffsets
+    if offsets is None:
+        mask = frag.live_mask()
+        if mask is not None:
+            table = table.filter(pa.array(mask))
+        # the offsets are only materialised when asked for (an arange per scan is not free)
+        phys = _LiveOffsets(frag.physical_rows, mask)
+        if add_id or add_addr:
+            phys = phys.array()
+    else:
+        phys = np.asarray(offsets, dtype=np.uint64)
+    if add_id or add_addr:
+        arr = phys.array() if isinstance(phys, _LiveOffsets) else phys
+        if add_id:
+            table = table.append_column(pa.field(ROW_ID, pa.uint64()), pa.array(frag.row_ids(arr), pa.uint64()))
+        if add_addr:
+            table = table.append_column(pa.field(ROW_ADDR, pa.uint64()),
+                                        pa.array(frag.row_addresses(arr), pa.uint64()))
+    return table, phys
+
+
+class _LiveOffsets:
+    """The physical offsets of a fragment's live rows, computed only if needed."""
+
+    __slots__ = ("rows", "mask")
+
+    def __init__(self, rows: int, mask: np.ndarray | None):
+        self.rows, self.mask = rows, mask
+
+    def array(self) -> np.ndarray:
+        if self.mask is None:
+            return np.arange(self.rows, dtype=np.uint64)
+        return np.flatnonzero(self.mask).astype(np.uint64)
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        if self.mask is None:
+            return positions.astype(np.uint64)
+        return np.flatnonzero(self.mask)[positions].astype(np.uint64)
+
+
+def _take_offsets(phys: "np.ndarray | _LiveOffsets", positions: np.ndarray) -> np.ndarray:
+    """``phys[positions]`` for an offsets array or a :class:`_LiveOffsets`."""
+    return phys.take(positions) if isinstance(phys, _LiveOffsets) else phys[positions]

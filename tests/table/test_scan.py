@@ -1,0 +1,145 @@
+"""The scan planner (ADR 0005): plan() prunes by statistics, tasks pickle, execute() reads a task
+exactly as the dataset scan does."""
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import lance_ops
+from lance_ops.errors import InvalidArgumentError
+from lance_ops.table import scan
+from lance_ops.table.filters import compile_filter
+
+ROWS = 6000
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory):
+    """Three fragments of 2000 rows (ids ascending), small pages, some rows deleted."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LANCE_FILE_WRITER_MAX_PAGE_BYTES", "2048")  # many pages per fragment
+    try:
+        path = str(tmp_path_factory.mktemp("scan") / "ds")
+        ids = np.arange(ROWS)
+        table = pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array(ids * 0.5),
+                          "s": pa.array([f"s{i:05d}" for i in ids])})
+        lance_ops.write_dataset(table, path, max_rows_per_file=2000)
+        lance_ops.dataset(path).delete("id % 10 = 3")
+        return path
+    finally:
+        mp.undo()
+
+
+def run(ds, tasks) -> pa.Table:
+    tables = [scan.execute(ds, t) for t in tasks]
+    return pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+
+
+def test_unfiltered_plan_is_one_task_per_fragment(uri):
+    ds = lance_ops.dataset(uri)
+    tasks = scan.plan(ds)
+    assert [t.fragment_id for t in tasks] == [f.fragment_id for f in ds.get_fragments()]
+    assert all(t.ranges is None and t.offsets is None and t.filter is None for t in tasks)
+    assert tasks[0].columns == ("id", "v", "s") and tasks[0].field_ids == (0, 1, 2)
+    assert tasks[0].deletion_file is not None and tasks[0].deletion_file.num_deleted_rows == 200
+    assert run(ds, tasks).equals(ds.to_table().replace_schema_metadata(None))
+
+
+def test_filter_on_a_column_with_statistics_prunes_fragments_and_pages(uri):
+    ds = lance_ops.dataset(uri)
+    tasks = scan.plan(ds, ["id", "s"], "id >= 4500 AND id < 4600")
+    assert [t.fragment_id for t in tasks] == [2]  # fragments 0 and 1 are ruled out
+    (task,) = tasks
+    assert task.ranges is not None and 100 <= task.planned_rows < 2000  # only some pages of fragment 2
+    assert (task.ranges[:, 0] >= 0).all() and (task.ranges[:, 1] <= 2000).all()
+    got = run(ds, tasks)
+    expected = [i for i in range(4500, 4600) if i % 10 != 3]
+    assert got.column("id").to_pylist() == expected
+    assert got.equals(ds.to_table(columns=["id", "s"], filter="id >= 4500 AND id < 4600")
+                      .replace_schema_metadata(None))
+    # without statistics: every fragment, every row
+    plain = scan.plan(ds, ["id", "s"], "id >= 4500 AND id < 4600", prune=False)
+    assert [t.ranges for t in plain] == [None, None, None]
+    assert run(ds, plain).equals(got)
+
+
+def test_a_filter_that_never_matches_plans_nothing(uri):
+    ds = lance_ops.dataset(uri)
+    assert scan.plan(ds, None, "id > 1000000") == []  # by statistics
+    assert scan.plan(ds, None, "false") == []  # constant
+    assert len(scan.plan(ds, None, "true")) == 3 and scan.plan(ds, None, "true")[0].filter is None
+
+
+def test_fragments_subset_keeps_manifest_order(uri):
+    ds = lance_ops.dataset(uri)
+    frags = ds.get_fragments()
+    tasks = scan.plan(ds, ["id"], fragments=[2, 0])
+    assert [t.fragment_id for t in tasks] == [0, 2]
+    assert [t.fragment_id for t in scan.plan(ds, ["id"], fragments=[frags[1]])] == [1]
+    assert [t.fragment_id for t in scan.plan(ds, ["id"], fragments=[frags[1].metadata])] == [1]
+    assert [t.fragment_id for t in scan.plan(ds, ["id"], fragments=np.array([1]))] == [1]
+    got = run(ds, tasks).column("id").to_pylist()
+    assert got == [i for i in list(range(2000)) + list(range(4000, 6000)) if i % 10 != 3]
+
+
+def test_with_row_id_and_address(uri):
+    ds = lance_ops.dataset(uri)
+    tasks = scan.plan(ds, ["id"], "id < 50", with_row_id=True, with_row_address=True)
+    got = run(ds, tasks)
+    assert got.column_names == ["id", "_rowid", "_rowaddr"]
+    expected = ds.to_table(columns=["id"], filter="id < 50", with_row_id=True, with_row_address=True)
+    assert got.equals(expected.replace_schema_metadata(None))
+    assert got.column("_rowaddr").to_pylist() == [i for i in range(50) if i % 10 != 3]
+
+
+def test_unknown_columns_are_refused(uri):
+    ds = lance_ops.dataset(uri)
+    with pytest.raises(InvalidArgumentError, match="unknown column"):
+        scan.plan(ds, ["nope"])
+
+
+def test_tasks_pickle_and_describe_as_json(uri):
+    ds = lance_ops.dataset(uri)
+    for flt in ("id >= 4500 AND s < 's04600'", pc.field("id") < 10, None):
+        for task in scan.plan(ds, ["s", "id"], flt, with_row_id=True):
+            back = pickle.loads(pickle.dumps(task))
+            assert back.fragment == task.fragment and back.version == task.version
+            assert back.describe() == task.describe()
+            assert scan.execute(ds, back).equals(scan.execute(ds, task))
+            described = json.loads(json.dumps(task.describe()))
+            assert described["fragment_id"] == task.fragment_id and described["columns"] == ["s", "id"]
+            assert described["deletion_file"]["num_deleted_rows"] == 200
+    (pruned,) = scan.plan(ds, ["id"], "id >= 4500 AND id < 4600")
+    assert pruned.describe()["ranges"] == pruned.ranges.tolist() and pruned.describe()["filter"]
+
+
+def test_split_cuts_tasks_into_partitions(uri):
+    ds = lance_ops.dataset(uri)
+    whole = scan.plan(ds, ["id"])[0]
+    pieces = whole.split(700)
+    assert [p.ranges.tolist() for p in pieces] == [[[0, 700]], [[700, 1400]], [[1400, 2000]]]
+    assert run(ds, pieces).equals(scan.execute(ds, whole))
+    (pruned,) = scan.plan(ds, ["id"], "id >= 4500 AND id < 4600")
+    parts = pruned.split(300)
+    assert len(parts) < 2000 // 300 + 1  # pieces without planned rows are left out
+    assert run(ds, parts).equals(scan.execute(ds, pruned))
+
+
+def test_a_task_runs_only_on_its_version(uri):
+    ds = lance_ops.dataset(uri)
+    task = scan.plan(ds, ["id"])[0]
+    with pytest.raises(InvalidArgumentError, match="version"):
+        scan.execute(ds.checkout_version(1), task)
+
+
+def test_a_compiled_filter_is_taken_as_is(uri):
+    ds = lance_ops.dataset(uri)
+    filt = compile_filter("id < 5", ds.schema)
+    (task,) = scan.plan(ds, ["id"], filt)
+    assert task.filter is filt
+    assert scan.execute(ds, task).column("id").to_pylist() == [0, 1, 2, 4]
