@@ -345,3 +345,51 @@ for name in ("AWS_TEST_SECRET",):
         "AWS_TEST_SECRET", "INJECT_FAULTS", "LANCE_OPS_CRASH_AFTER_WRITE", "LANCE_OPS_TEST_MODE",
         "SIMULATE_CRASH", "X_FAIL_FIRST_ATTEMPT", "lance_ops.tests.fail_first",
     ]
+
+
+# --- file format versions are FileVersion members, not strings (ADR 0002) -------------------------
+#: spellings of file format versions; only lance_ops/format/version.py may compare text against them
+VERSION_LITERALS = {"0.1", "2.0", "2.1", "2.2", "2.3", "legacy", "stable", "next"}
+#: the one module that turns version text into FileVersion members
+VERSION_PARSER = "lance_ops/format/version.py"
+
+
+def version_string_comparisons(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each ``==``/``!=``/``in``/``<``... comparison against a version literal
+    (a string constant, or a tuple/list/set holding one) in ``source``."""
+    def is_version_literal(node: ast.expr) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and node.value.strip().lower() in VERSION_LITERALS
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(is_version_literal(e) for e in node.elts)
+        return False
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(is_version_literal(n) for n in [node.left, *node.comparators]):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_version_string_comparisons_outside_format_version():
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == VERSION_PARSER or "_proto" in path.parts:
+            continue
+        bad += [f"{rel}:{line}: {text}" for line, text in version_string_comparisons(path.read_text())]
+    assert not bad, "compare FileVersion members, or parse with lance_ops.format.version (ADR 0002):\n" + "\n".join(bad)
+
+
+def test_the_version_comparison_checker_sees_comparisons():
+    """The analysis itself: equality, membership and ordering against version text; other strings pass."""
+    source = '''
+a = version == "2.0"
+b = v in ("0.1", "legacy")
+c = version >= "2.2"
+d = "2.1" != x
+e = version is FileVersion.V2_0
+f = mode == "append"
+g = np.argsort(x, kind="stable")
+'''
+    assert [line for line, _ in version_string_comparisons(source)] == [2, 3, 4, 5]

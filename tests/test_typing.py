@@ -64,7 +64,7 @@ CHECKED = {
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 473
+TODO_GAPS_MAX = 458
 
 
 def _modules() -> list[str]:
