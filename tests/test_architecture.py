@@ -393,3 +393,78 @@ f = mode == "append"
 g = np.argsort(x, kind="stable")
 '''
     assert [line for line, _ in version_string_comparisons(source)] == [2, 3, 4, 5]
+
+
+# --- rule 3 in general: no private name of another module, no private attribute of its objects ---
+
+#: private attributes of third-party objects with no public equivalent (reason beside each)
+THIRD_PARTY_PRIVATE = {
+    "_jsc",  # PySpark's SparkContext -> JavaSparkContext (Hadoop configuration); no public handle
+}
+
+
+def _defined_private_names(tree: ast.AST) -> set[str]:
+    """``_name``s a module defines itself: functions, classes, module/class variables, ``x._a = ...``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+            names |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def foreign_private_uses(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each private name ``source`` takes from another module or another module's object.
+
+    ``from lance_ops.x import _name`` counts; so does ``anything._name`` unless ``anything`` is
+    ``self``/``cls`` or the module itself defines ``_name`` (its own classes' internals).
+    """
+    tree = ast.parse(source)
+    own = _defined_private_names(tree) | THIRD_PARTY_PRIVATE
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lance_ops") \
+                and "_proto" not in (node.module or ""):
+            found += [(node.lineno, f"from {node.module} import {a.name}") for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if node.attr not in own:
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+#: uses that exist today (module: text); the list may only shrink
+KNOWN_FOREIGN_PRIVATE = {"lance_ops/table/tags.py: naming._basename"}
+
+
+def test_no_private_name_of_another_module():
+    bad = set()
+    for top in PRODUCTION_DIRS:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if "_proto" in path.parts:
+                continue
+            rel = path.relative_to(ROOT).as_posix()
+            bad |= {f"{rel}: {text}" for _, text in foreign_private_uses(path.read_text())}
+    assert not bad - KNOWN_FOREIGN_PRIVATE, (
+        "private names used across modules; give the owner a public name:\n" + "\n".join(sorted(bad)))
+    assert not KNOWN_FOREIGN_PRIVATE - bad, "these are gone: remove them from KNOWN_FOREIGN_PRIVATE"
+
+
+def test_the_foreign_private_checker_sees_uses():
+    """The analysis itself: imports of private names, attributes of other objects, own internals allowed."""
+    source = (
+        "from lance_ops.table.x import _helper, public\n"
+        "class A:\n    _cache = {}\n    def f(self, other):\n        return self._y, other._cache, other._z\n"
+        "def g(mod):\n    return mod._secret, mod._jsc\n"
+    )
+    assert sorted(t for _, t in foreign_private_uses(source)) == [
+        "from lance_ops.table.x import _helper", "mod._secret", "other._z"]
