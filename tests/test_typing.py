@@ -56,6 +56,7 @@ CHECKED = {
     "table/stats/__init__.py",
     "table/stats/fragments.py",
     "table/stats/prune.py",
+    "table/stats/ranges.py",
     "table/stats/store.py",
     "table/commit/__init__.py",
     "table/commit/hooks.py",

@@ -1,8 +1,10 @@
 """Statistics-based scan pruning: which rows of a fragment a filtered scan must read.
 
 :func:`scan_ranges` (for the scan planner) evaluates a compiled filter's pruning tree (:mod:`lance_ops.table.filters.pruning`)
-over fragment-level aggregates, then per page, using the statistics files of the fragment's data
-files (cached per dataset in ``LanceDataset.cache``).
+over fragment-level aggregates, then per page (2.0 files) or per 8192-row range (2.1/2.2 files, see
+:mod:`lance_ops.table.stats.ranges`), using the statistics files of the fragment's data files
+(cached per dataset in ``LanceDataset.cache``). A field's statistics are those of the data file
+holding it, or, in 2.1+ files that list only leaf fields, holding one of its leaves.
 """
 from __future__ import annotations
 
