@@ -316,7 +316,8 @@ def descriptors_from_legacy(desc: pa.Array | pa.ChunkedArray) -> pa.Array:
                                       mask=pa.array(null) if null.any() else None)
 
 
-def v2_logical(ds: "DatasetSnapshot", data_file: table_pb2.DataFile, desc: pa.Array | pa.ChunkedArray, field: pa.Field) -> pa.StructArray:
+def v2_logical(ds: "DatasetSnapshot", data_file: table_pb2.DataFile, desc: pa.Array | pa.ChunkedArray,
+               field: pa.Field) -> pa.StructArray:
     """Blob v2 descriptors as the values that were written (``field``'s ``struct<data, uri[,
     position, size]>``): the bytes of inline / packed / dedicated values, the URI (and range)
     of external ones, which are not read."""

@@ -234,7 +234,8 @@ class LanceDataset:
                                    with_row_address=with_row_address, blob_handling=blobs):
             yield scan.execute(self, task)
 
-    def to_batches(self, columns: Sequence[str] | Mapping[str, str] | None = None, filter: str | pc.Expression | None = None, *, with_row_id: bool = False,
+    def to_batches(self, columns: Sequence[str] | Mapping[str, str] | None = None,
+                   filter: str | pc.Expression | None = None, *, with_row_id: bool = False,
                    with_row_address: bool = False, batch_size: int | None = None,
                    blob_handling: str | None = None) -> Iterator[pa.RecordBatch]:
         """Stream the matching rows fragment by fragment (memory bounded by one fragment's columns).
@@ -250,7 +251,8 @@ class LanceDataset:
                 table = table.replace_schema_metadata(metadata)
             yield from table.to_batches(max_chunksize=batch_size)
 
-    def to_table(self, columns: Sequence[str] | Mapping[str, str] | None = None, filter: str | pc.Expression | None = None, limit: int | None = None,
+    def to_table(self, columns: Sequence[str] | Mapping[str, str] | None = None,
+                 filter: str | pc.Expression | None = None, limit: int | None = None,
                  offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False,
                  blob_handling: str | None = None) -> pa.Table:
         """The matching rows; blob columns as descriptions, or bytes with ``blob_handling="all_binary"``.
@@ -275,7 +277,8 @@ class LanceDataset:
             result = result.slice(offset or 0, limit)
         return result.combine_chunks() if result.num_rows else result
 
-    def count_rows(self, filter: str | pc.Expression | None = None, *, fragment_ids: Sequence[int] | None = None) -> int:
+    def count_rows(self, filter: str | pc.Expression | None = None, *,
+                   fragment_ids: Sequence[int] | None = None) -> int:
         """Live rows of this version (matching ``filter``; of the fragments ``fragment_ids`` only, when given).
 
         Without a filter this reads only the manifest and deletion counts; with one, a single
@@ -289,7 +292,8 @@ class LanceDataset:
         cols = [c for c in filt.columns if c in self._top_field_ids][:1]
         return sum(t.num_rows for t in self._fragment_tables(cols, filt, False, False, {f.fragment_id for f in frags}))
 
-    def scanner(self, columns: Sequence[str] | Mapping[str, str] | None = None, filter: str | pc.Expression | None = None, limit: int | None = None,
+    def scanner(self, columns: Sequence[str] | Mapping[str, str] | None = None,
+                filter: str | pc.Expression | None = None, limit: int | None = None,
                 offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False,
                 batch_size: int | None = None, blob_handling: str | None = None) -> "Scanner":
         """A scan to run later (``to_table`` / ``to_batches`` / ``count_rows``), as pylance's."""
@@ -398,7 +402,8 @@ class LanceDataset:
             raise UnsupportedError(f"{self.uri}: take_blobs cannot take deleted or missing rows {bad}")
         return frags, which, np.asarray(offs, dtype=np.uint64)
 
-    def take_by_row_id(self, row_ids: Sequence[int] | np.ndarray | pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
+    def take_by_row_id(self, row_ids: Sequence[int] | np.ndarray | pa.Array,
+                       columns: Sequence[str] | None = None) -> pa.Table:
         """Rows by ``_rowid`` (stable ids if enabled, else row addresses), in the order given.
 
         As pylance: ids of deleted rows (and, with stable row ids, ids that do not exist) are
@@ -429,7 +434,8 @@ class LanceDataset:
         for attr in ("schema", "_top_field_ids", "_descendants"):
             self.__dict__.pop(attr, None)
 
-    def delete(self, predicate: str | pc.Expression, *, conflict_retries: int = 10, transaction_properties: dict | None = None,
+    def delete(self, predicate: str | pc.Expression, *, conflict_retries: int = 10,
+               transaction_properties: dict | None = None,
                idempotency_key: str | None = None) -> dict:
         """Delete the rows matching ``predicate``; returns ``{"num_deleted_rows": n}``.
 

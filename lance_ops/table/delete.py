@@ -62,7 +62,8 @@ def _matching_offsets(dataset: DatasetSnapshot, frag: LanceFragment, filt: Filte
     return hit.astype(np.uint32)
 
 
-def _all_matching_offsets(dataset: DatasetSnapshot, frags: Sequence[LanceFragment], filt: Filter) -> list[np.ndarray]:
+def _all_matching_offsets(dataset: DatasetSnapshot, frags: Sequence[LanceFragment],
+                          filt: Filter) -> list[np.ndarray]:
     """:func:`_matching_offsets` of every fragment, in order; fragments are scanned side by side
     (reading and filter evaluation run without the GIL), each thread holding one fragment."""
     if len(frags) <= 1:
@@ -84,7 +85,8 @@ def _scan_or_retry(dataset: DatasetSnapshot, frags: Sequence[LanceFragment], fil
             "re-read the dataset and retry") from exc
 
 
-def plan_delete(dataset: DeleteTarget, predicate: str | pc.Expression) -> tuple[transaction_pb2.Transaction, CommitContext, int]:
+def plan_delete(dataset: DeleteTarget,
+                predicate: str | pc.Expression) -> tuple[transaction_pb2.Transaction, CommitContext, int]:
     """Transaction, commit context (affected rows, for rebases) and number of rows deleted."""
     filt = compile_filter(predicate, dataset.schema)
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=dataset.version)
@@ -95,7 +97,8 @@ def plan_delete(dataset: DeleteTarget, predicate: str | pc.Expression) -> tuple[
     if filt is None or filt.constant is False:
         txn.delete.SetInParent()
         return txn, ctx, 0
-    to_write: list[tuple[LanceFragment, np.ndarray, table_pb2.DeletionFile | None]] = []  # (fragment, merged offsets, its current deletion file)
+    # (fragment, merged offsets, its current deletion file)
+    to_write: list[tuple[LanceFragment, np.ndarray, table_pb2.DeletionFile | None]] = []
     frags = dataset.get_fragments()
     if filt.constant is True:
         for frag in frags:

@@ -245,7 +245,8 @@ class LanceFragment:
         for file_index, entries in by_file.items():
             reader = self._reader(file_index)
             names = [name for _, name in entries]
-            kwargs: dict[str, Any] = {"blob_descriptions": True} if describe and any(fid in blob_ids for fid, _ in entries) else {}
+            kwargs: dict[str, Any] = (
+                {"blob_descriptions": True} if describe and any(fid in blob_ids for fid, _ in entries) else {})
             if offsets is None:
                 table = reader.read_all(columns=names, **kwargs)
             else:
@@ -295,8 +296,8 @@ class LanceFragment:
                                 pa.large_binary())
 
 
-def _check_data_file(reader: DataFileReader, df: table_pb2.DataFile, frag: table_pb2.DataFragment, ds: "DatasetSnapshot",
-                     legacy: bool) -> None:
+def _check_data_file(reader: DataFileReader, df: table_pb2.DataFile, frag: table_pb2.DataFragment,
+                     ds: "DatasetSnapshot", legacy: bool) -> None:
     """The manifest's record of a data file must agree with the file's own footer: its row count
     with ``physical_rows`` and its field ids with ``DataFile.fields`` (each id once, each one
     stored in the file, every top-level field of the file covered). Costs no I/O: the footer

@@ -29,7 +29,8 @@ def _raise_bad_addresses(dataset: "DatasetSnapshot", ids: np.ndarray, bad: np.nd
                        f"{dataset.version}")
 
 
-def locate_row_ids(dataset: "DatasetSnapshot", fragments: Sequence["LanceFragment"], row_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def locate_row_ids(dataset: "DatasetSnapshot", fragments: Sequence["LanceFragment"],
+                   row_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Positions in ``fragments`` and physical offsets of ``row_ids``; position -1 = not live."""
     ids = np.asarray(row_ids, dtype=np.uint64)
     if not dataset.has_stable_row_ids:

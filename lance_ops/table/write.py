@@ -202,7 +202,8 @@ def _array_at(batch: pa.RecordBatch, path: tuple) -> pa.Array:
     return arr
 
 
-def legacy_dictionaries(reader: pa.RecordBatchReader, lance_fields: Iterable[file_pb2.Field], expected: Mapping[int, pa.Array] | None,
+def legacy_dictionaries(reader: pa.RecordBatchReader, lance_fields: Iterable[file_pb2.Field],
+                        expected: Mapping[int, pa.Array] | None,
                         uri: str) -> tuple[pa.RecordBatchReader, dict[int, pa.Array]]:
     """The dictionary values of a legacy (v0.1) write, and ``reader`` (its first batch peeked).
 
