@@ -7,6 +7,7 @@ deleted ones at the end.
 """
 from __future__ import annotations
 
+import weakref
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Hashable, Sequence, Union
 
@@ -334,15 +335,20 @@ def _empty_columns(num_rows: int) -> pa.Table:
     return pa.table({"_": pa.nulls(num_rows)}).drop_columns(["_"])
 
 
+#: top-level field names per open data-file reader (readers are cached by the dataset and reused)
+_TOP_LEVEL_NAMES: "weakref.WeakKeyDictionary[Any, dict[int, str]]" = weakref.WeakKeyDictionary()
+
+
 def _top_level_names(reader: DataFileReader) -> dict[int, str]:
-    """Field id -> name of the top-level fields stored in a data file (cached on its reader)."""
-    names = getattr(reader, "_lance_ops_top_level_names", None)
-    if names is None:
-        names = {f.id: f.name for f in reader.lance_fields if f.parent_id < 0}
-        try:
-            setattr(reader, "_lance_ops_top_level_names", names)  # (an attribute of our own, not the reader's)
-        except AttributeError:  # a reader with __slots__: just do not cache
-            pass
+    """Field id -> name of the top-level fields stored in a data file (computed once per reader)."""
+    try:
+        return _TOP_LEVEL_NAMES[reader]
+    except KeyError:
+        pass
+    except TypeError:  # a reader that cannot be weakly referenced: no cache
+        return {f.id: f.name for f in reader.lance_fields if f.parent_id < 0}
+    names = {f.id: f.name for f in reader.lance_fields if f.parent_id < 0}
+    _TOP_LEVEL_NAMES[reader] = names
     return names
 
 
