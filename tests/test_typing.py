@@ -32,6 +32,7 @@ CHECKED = {
     "_version.py",
     "api.py",
     "cli.py",
+    "cli_output.py",
     "demo.py",
     "errors.py",
     "file.py",
@@ -64,7 +65,7 @@ CHECKED = {
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 473
+TODO_GAPS_MAX = 458
 
 
 def _modules() -> list[str]:
