@@ -62,10 +62,18 @@ CHECKED = {
     "table/commit/properties.py",
     "table/manifest/__init__.py",
     "table/scan.py",
+    "table/addresses.py",
+    "table/deletion.py",
+    "table/paths.py",
+    "table/rowids.py",
+    "table/tags.py",
+    "table/versions.py",
+    "spark/compact.py",
+    "spark/ingest.py",
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 458
+TODO_GAPS_MAX = 367
 
 
 def _modules() -> list[str]:
