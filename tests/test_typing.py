@@ -56,15 +56,13 @@ CHECKED = {
     "table/stats/fragments.py",
     "table/stats/prune.py",
     "table/stats/store.py",
-    "table/commit/__init__.py",
-    "table/commit/hooks.py",
-    "table/commit/properties.py",
-    "table/manifest/__init__.py",
+    "table/commit/",
+    "table/manifest/",
     "table/scan.py",
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 473
+TODO_GAPS_MAX = 397
 
 
 def _modules() -> list[str]:
