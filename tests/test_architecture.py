@@ -23,7 +23,7 @@ FLOORS = {
     "format": 2,
     "table": 3,
     "maintenance": 4,
-    "spark": 5, "cli": 5, "demo": 5,
+    "spark": 5, "cli": 5, "cli_output": 5, "demo": 5,
     "api": 9,  # the package face (ADR 0003): composes maintenance verbs onto the core dataset
     "file": 9,  # the public face mirroring pylance's ``lance.file`` (ADR 0002): re-exports lance_ops.format
 }
@@ -345,3 +345,136 @@ for name in ("AWS_TEST_SECRET",):
         "AWS_TEST_SECRET", "INJECT_FAULTS", "LANCE_OPS_CRASH_AFTER_WRITE", "LANCE_OPS_TEST_MODE",
         "SIMULATE_CRASH", "X_FAIL_FIRST_ATTEMPT", "lance_ops.tests.fail_first",
     ]
+
+
+# --- file format versions are FileVersion members, not strings (ADR 0002) -------------------------
+#: spellings of file format versions; only lance_ops/format/version.py may compare text against them
+VERSION_LITERALS = {"0.1", "2.0", "2.1", "2.2", "2.3", "legacy", "stable", "next"}
+#: the one module that turns version text into FileVersion members
+VERSION_PARSER = "lance_ops/format/version.py"
+
+
+def version_string_comparisons(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each ``==``/``!=``/``in``/``<``... comparison against a version literal
+    (a string constant, or a tuple/list/set holding one) in ``source``."""
+    def is_version_literal(node: ast.expr) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and node.value.strip().lower() in VERSION_LITERALS
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(is_version_literal(e) for e in node.elts)
+        return False
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(is_version_literal(n) for n in [node.left, *node.comparators]):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_version_string_comparisons_outside_format_version():
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == VERSION_PARSER or "_proto" in path.parts:
+            continue
+        bad += [f"{rel}:{line}: {text}" for line, text in version_string_comparisons(path.read_text())]
+    assert not bad, "compare FileVersion members, or parse with lance_ops.format.version (ADR 0002):\n" + "\n".join(bad)
+
+
+def test_the_version_comparison_checker_sees_comparisons():
+    """The analysis itself: equality, membership and ordering against version text; other strings pass."""
+    source = '''
+a = version == "2.0"
+b = v in ("0.1", "legacy")
+c = version >= "2.2"
+d = "2.1" != x
+e = version is FileVersion.V2_0
+f = mode == "append"
+g = np.argsort(x, kind="stable")
+'''
+    assert [line for line, _ in version_string_comparisons(source)] == [2, 3, 4, 5]
+
+
+# --- rule 3 in general: no private name of another module, no private attribute of its objects ---
+
+#: private attributes of third-party objects with no public equivalent (reason beside each)
+THIRD_PARTY_PRIVATE = {
+    "_jsc",  # PySpark's SparkContext -> JavaSparkContext (Hadoop configuration); no public handle
+}
+
+
+def _defined_private_names(tree: ast.AST) -> set[str]:
+    """``_name``s a module defines itself: functions, classes, module/class variables, ``x._a = ...``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+            names |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def foreign_private_uses(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each private name ``source`` takes from another module or another module's object.
+
+    ``from lance_ops.x import _name`` counts; so does ``anything._name`` unless ``anything`` is
+    ``self``/``cls`` or the module itself defines ``_name`` (its own classes' internals).
+    """
+    tree = ast.parse(source)
+    own = _defined_private_names(tree) | THIRD_PARTY_PRIVATE
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lance_ops") \
+                and "_proto" not in (node.module or ""):
+            found += [(node.lineno, f"from {node.module} import {a.name}") for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if node.attr not in own:
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+#: uses that exist today (module: text); the list may only shrink
+KNOWN_FOREIGN_PRIVATE = {"lance_ops/table/tags.py: naming._basename"}
+
+
+def test_no_private_name_of_another_module():
+    bad = set()
+    for top in PRODUCTION_DIRS:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if "_proto" in path.parts:
+                continue
+            rel = path.relative_to(ROOT).as_posix()
+            bad |= {f"{rel}: {text}" for _, text in foreign_private_uses(path.read_text())}
+    assert not bad - KNOWN_FOREIGN_PRIVATE, (
+        "private names used across modules; give the owner a public name:\n" + "\n".join(sorted(bad)))
+    assert not KNOWN_FOREIGN_PRIVATE - bad, "these are gone: remove them from KNOWN_FOREIGN_PRIVATE"
+
+
+def test_the_foreign_private_checker_sees_uses():
+    """The analysis itself: imports of private names, attributes of other objects, own internals allowed."""
+    source = (
+        "from lance_ops.table.x import _helper, public\n"
+        "class A:\n    _cache = {}\n    def f(self, other):\n        return self._y, other._cache, other._z\n"
+        "def g(mod):\n    return mod._secret, mod._jsc\n"
+    )
+    assert sorted(t for _, t in foreign_private_uses(source)) == [
+        "from lance_ops.table.x import _helper", "mod._secret", "other._z"]
+
+
+# --- rule 6: small modules with one job ------------------------------------------------------------
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_over_800_lines():
+    long = {p.relative_to(ROOT).as_posix(): n for p in PACKAGE.rglob("*.py") if "_proto" not in p.parts
+            and (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"split these along their seams (docs/architecture.md rule 6): {long}"

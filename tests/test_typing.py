@@ -32,6 +32,7 @@ CHECKED = {
     "_version.py",
     "api.py",
     "cli.py",
+    "cli_output.py",
     "demo.py",
     "errors.py",
     "file.py",
@@ -62,7 +63,7 @@ CHECKED = {
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 397
+TODO_GAPS_MAX = 384
 
 
 def _modules() -> list[str]:

@@ -26,7 +26,7 @@ This module holds what the readers, the writers and the dataset layer share: the
 how a schema looks once blob fields are replaced by their descriptions, the repair of the
 descriptor fields' ids in a data file's schema, where a v2 descriptor's bytes are, and on the
 write side the logical form of blob v2 values (``struct<data, uri[, position, size]>``) and the
-field list a 2.2 data file stores for them (the writer itself: ``encode_v21_blob_v2``).
+field list a 2.2 data file stores for them (the writer itself: ``v2_1.blob_v2``).
 """
 from __future__ import annotations
 

@@ -10,17 +10,17 @@ opening a 2.0 file costs one request, not two.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
-
-from lance_ops.errors import CorruptFileError, UnsupportedError
 import os
+from typing import Any, Mapping
 
 import pyarrow as pa
 
+from lance_ops.errors import CorruptFileError, UnsupportedError
+from lance_ops.io.base import ObjectStore
 from lance_ops.format.legacy.reader import LegacyFileReader, footer_version, is_legacy_footer
 from lance_ops.format.legacy.writer import LegacyFileWriter
-from lance_ops.format.v2_0.reader import TAIL_READ_BYTES
 from lance_ops.format.v2_0.reader import LanceFileReader as LanceFileReaderV20
+from lance_ops.format.v2_0.reader import TAIL_READ_BYTES
 from lance_ops.format.v2_1.reader import LanceFileReaderV21
 from lance_ops.format.version import FileVersion
 from lance_ops.format.writer import V2FileWriter
@@ -65,26 +65,27 @@ def writer_class(version: FileVersion) -> type:
     return WRITERS[version]
 
 
-def _version_of(store, path: str, tail) -> tuple[int, int]:
+def _version_of(store: ObjectStore, path: str, tail: bytes) -> tuple[int, int]:
     try:
         return footer_version(tail)
     except ValueError as exc:
         raise CorruptFileError(store.uri(path), f"{exc} (truncated or not a Lance file)") from exc
 
 
-def sniff_version(store, path: str) -> tuple[int, int]:
+def sniff_version(store: ObjectStore, path: str) -> tuple[int, int]:
     """Footer ``(major, minor)`` of the file at ``path`` (one 8-byte tail read)."""
     tail, _ = store.read_tail(path, 8)
     return _version_of(store, path, tail)
 
 
-def _read_tail(store, path: str) -> tuple[tuple[int, int], tuple[bytes, int]]:
+def _read_tail(store: ObjectStore, path: str) -> tuple[tuple[int, int], tuple[bytes, int]]:
     """The footer version and ``(tail, file size)`` of one tail read a 2.0 reader can reuse."""
     tail, size = store.read_tail(path, TAIL_READ_BYTES)
     return _version_of(store, path, tail), (tail, size)
 
 
-def open_file_reader(path: str, storage_options: Mapping[str, Any] | None = None, *, store=None, **legacy_kwargs):
+def open_file_reader(path: str, storage_options: Mapping[str, Any] | None = None, *, store: ObjectStore | None = None,
+                     **legacy_kwargs: Any) -> LanceFileReaderV20 | LanceFileReaderV21 | LegacyFileReader:
     """The right reader for the file's version; ``legacy_kwargs`` go to :class:`LegacyFileReader`."""
     if store is None:
         from lance_ops.io import open_store
@@ -111,7 +112,8 @@ class LanceFileReader(LanceFileReaderV20):
     ``schema``, ``num_rows``, ``read_all``, ``read_range``, ``take_rows``).
     """
 
-    def __new__(cls, path: str, storage_options: Mapping[str, Any] | None = None, *, store=None):
+    def __new__(cls, path: str, storage_options: Mapping[str, Any] | None = None, *,
+                store: ObjectStore | None = None) -> Any:
         if store is None:
             from lance_ops.io import open_store
 
@@ -119,10 +121,11 @@ class LanceFileReader(LanceFileReaderV20):
         (major, minor), tail = _read_tail(store, path)
         if FileVersion.from_manifest(major, minor) is FileVersion.V2_0:
             reader = super().__new__(cls)
-            reader._sniffed_store = (store, path, tail)
+            reader.__dict__["_sniffed_store"] = (store, path, tail)
             return reader
         return open_file_reader(path, store=store)
 
-    def __init__(self, path: str, storage_options: Mapping[str, Any] | None = None, *, store=None):
+    def __init__(self, path: str, storage_options: Mapping[str, Any] | None = None, *,
+                 store: ObjectStore | None = None) -> None:
         store, path, tail = self.__dict__.pop("_sniffed_store", (store, path, None))
         super().__init__(path, store=store, _tail=tail)

@@ -28,13 +28,9 @@ from google.protobuf import any_pb2
 
 from lance_ops._proto import encodings_v2_0_pb2 as enc_pb
 from lance_ops._proto import file2_pb2, file_pb2
-from lance_ops.format.buffers import chunk_size
-from lance_ops.format.v2_0.blob import column_encoding_bytes as blob_column_encoding_bytes
-from lance_ops.format.v2_1.blob import OutOfLineBuffers
-from lance_ops.format.v2_1.blob_v2 import BlobV2FieldEncoder, SideFiles
-from lance_ops.format import blob_v2
-from lance_ops.format.v2_0.fields import EncodedPage, FieldEncoder, build_encoder, check_values, check_writable
 from lance_ops.errors import SchemaMismatchError, UnsupportedError
+from lance_ops.format import blob_v2
+from lance_ops.format.buffers import chunk_size
 from lance_ops.format.container import (
     ARRAY_ENCODING_URL,
     COLUMN_ENCODING_URL,
@@ -43,6 +39,12 @@ from lance_ops.format.container import (
     Footer,
     padding_for,
 )
+from lance_ops.format.v2_0.blob import column_encoding_bytes as blob_column_encoding_bytes
+from lance_ops.format.v2_0.fields import EncodedPage, FieldEncoder, build_encoder, check_values, check_writable
+from lance_ops.format.v2_1 import encode as enc21
+from lance_ops.format.v2_1 import fields as fields21
+from lance_ops.format.v2_1.blob import OutOfLineBuffers
+from lance_ops.format.v2_1.blob_v2 import BlobV2FieldEncoder, SideFiles
 from lance_ops.format.version import V2_WRITABLE, FileVersion
 from lance_ops.schema import conform_batch, to_lance_fields
 
@@ -161,9 +163,7 @@ class V2FileWriter:
             if self.version is FileVersion.V2_0:
                 check_writable(f)
             else:  # [v2.1 dispatch] leaf-only columns, see lance_ops.format.v2_1.encode
-                from lance_ops.format.v2_1 import encode as enc21
-
-                enc21.check_writable(f, self.version)
+                fields21.check_writable(f, self.version)
         if self._given_lance_fields is not None:
             if len(self._given_lance_fields) != len(lance_fields):
                 raise SchemaMismatchError(
@@ -178,8 +178,6 @@ class V2FileWriter:
         if self.version is FileVersion.V2_0:
             self._encoders = [build_encoder(f, counter, cache, self._max_page_bytes) for f in schema]
         else:  # [v2.1 dispatch]
-            from lance_ops.format.v2_1 import encode as enc21
-
             self._encoders = []
             for f in schema:
                 if f.name in self._blob_v2_names:  # [blob v2] one descriptor column per blob field
@@ -369,10 +367,8 @@ class V2FileWriter:
             for array, f in zip(batch.columns, self._schema):
                 check_values(array, f)  # before anything of this batch is encoded
         else:  # [v2.1 dispatch] struct nulls are allowed in 2.1+
-            from lance_ops.format.v2_1 import encode as enc21
-
             for array, f in zip(batch.columns, self._schema):
-                enc21.check_values(array, f)
+                fields21.check_values(array, f)
         n = batch.num_rows
         if n == 0:
             return

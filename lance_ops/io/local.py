@@ -162,7 +162,7 @@ class LocalStore(ObjectStore):
         ones (at least ``_MMAP_MIN_BYTES`` bytes or ``_MMAP_MIN_REQUESTS`` merged reads) map the
         file once and return ``memoryview`` slices of the map: no copy and no syscall per range
         (ranges of at most ``_COPY_SMALL`` bytes come as ``bytes`` copies, see
-        :func:`lance_ops.format.v2_0.reader._cut`). The map lives as long as any slice (or array built
+        :func:`lance_ops.format.v2_0.layout.cut_blobs`). The map lives as long as any slice (or array built
         on one) does. Lance files are immutable once published, so a mapped file never changes
         under its readers. Results, errors and metrics are those of the ``pread`` path.
         """

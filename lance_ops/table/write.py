@@ -137,7 +137,7 @@ def conform_blob_columns(batch: pa.RecordBatch, schema: pa.Schema, allow_externa
                          uri: str = "") -> pa.RecordBatch:
     """``batch`` with the columns of ``schema``'s blob v2 fields in their logical struct form
     (bytes and extension arrays converted); external URIs checked (see
-    ``encode_v21_blob_v2.check_external_uris``)."""
+    ``v2_1.blob_v2.check_external_uris``)."""
     from lance_ops.format.v2_1.blob_v2 import check_external_uris
 
     names = [f.name for f in schema if blob_v2.is_blob_v2(f)]
@@ -161,7 +161,7 @@ def _all_field_ids(fields: Iterable[file_pb2.Field]) -> list[int]:
 
 def _leaf_field_ids(fields: Iterable[file_pb2.Field]) -> list[int]:
     # [v2.1 writer] pre-order ids of the fields with a column in a 2.1+ data file
-    from lance_ops.format.v2_1.encode import leaf_field_ids
+    from lance_ops.format.v2_1.fields import leaf_field_ids
 
     return leaf_field_ids(fields)
 
@@ -354,7 +354,7 @@ def write_fragments(reader: pa.RecordBatchReader, store, base: str, lance_fields
     """Write all batches of ``reader`` as new (uncommitted) fragments with id 0.
 
     Blob v2 columns (2.2+) take bytes, ``lance.blob.v2`` arrays or their storage structs; the
-    values go inline, to side files or stay external URIs (``encode_v21_blob_v2``). External
+    values go inline, to side files or stay external URIs (``v2_1.blob_v2``). External
     URIs are refused unless ``allow_external_blob_outside_bases`` (``write_dataset`` passes its
     argument; maintenance passes True, the URIs being already in the dataset).
 

@@ -1,6 +1,6 @@
 """Byte stream split (BSS) in the Lance 2.1 / 2.2 writer, checked against pylance 14.0.2.
 
-pylance's rule (``encode_v21_bss``): only fixed-width 32/64-bit mini-block values of a field that
+pylance's rule (``v2_1.compression.bss``): only fixed-width 32/64-bit mini-block values of a field that
 asks for a compression (``lance-encoding:compression`` zstd / lz4 / fsst); ``lance-encoding:bss``
 ``on`` / ``off`` / ``auto`` (default, unknown values too): auto picks BSS when the mean byte
 entropy of the first 64 values is below 4 bits. BSS is tried before RLE and bitpacking; zstd / lz4

@@ -223,7 +223,7 @@ def test_unpack_blocks_against_bit_arithmetic(nblocks, t_bits):
     for width in sorted({1, 3, t_bits // 2, t_bits - 1, t_bits}):
         values = (rng.integers(0, 2**63, (nblocks, bp.BLOCK), dtype=np.uint64) & ((1 << width) - 1)).astype(dtype)
         # pack by the definition: value r of lane l occupies bits [r*W, r*W + W) of the lane's words
-        logical = bp._positions(t_bits).reshape(t_bits, lanes)
+        logical = bp.lane_positions(t_bits).reshape(t_bits, lanes)
         words = np.zeros((nblocks, width, lanes), dtype=object)
         for r in range(t_bits):
             v = values[:, logical[r]].astype(object)

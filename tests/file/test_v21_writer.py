@@ -1,7 +1,7 @@
 """Unit tests of the Lance 2.1 / 2.2 writer (lance_ops.format.v2_1.encode and helpers).
 
-These check the pieces against the reverse-engineered decoders (v21_bitpacking, v21_compressive,
-v21_fsst) and the file-level contract (footer version, leaf-only columns, page priority, field
+These check the pieces against the reverse-engineered decoders (v2_1.compression.bitpack_decode, v2_1.compression.decode,
+v2_1.compression.fsst_decode) and the file-level contract (footer version, leaf-only columns, page priority, field
 metadata validation) without pylance; interop with pylance is in test_v21_writer_interop.py.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from lance_ops.format.v2_1.layout import pages as lay
 from lance_ops.format.v2_1.layout import shred as sh
 from lance_ops.format.v2_1.compression import values as ev
 from lance_ops.format.v2_1.compression import bitpack_decode as ubp
-from lance_ops.format.v2_1.encode import leaf_field_ids
+from lance_ops.format.v2_1.fields import leaf_field_ids
 from lance_ops.format.v2_1.compression.decode import _unpack_inline, _unpack_out_of_line, decode_block, decode_miniblock
 from lance_ops.format.v2_1.compression.fsst_decode import FsstTable
 from lance_ops.errors import SchemaMismatchError, UnsupportedError
@@ -42,7 +42,7 @@ def test_pack_blocks_inverts_the_readers_unpack(t_bits):
     rng = np.random.default_rng(t_bits)
     for width in range(1, t_bits + 1):
         mask = (1 << width) - 1
-        vals = (rng.integers(0, 2**63, 2048, dtype=np.uint64) & np.uint64(mask)).astype(bp._UINT[t_bits])
+        vals = (rng.integers(0, 2**63, 2048, dtype=np.uint64) & np.uint64(mask)).astype(bp.UINT_TYPES[t_bits])
         packed = bp.pack_blocks(vals, t_bits, width)
         assert len(packed) == 2 * 1024 * width // t_bits
         np.testing.assert_array_equal(ubp.unpack_blocks(packed, t_bits, width), vals)
@@ -52,7 +52,7 @@ def test_pack_blocks_inverts_the_readers_unpack(t_bits):
 @pytest.mark.parametrize("n", [1, 1000, 1024, 3001])
 def test_inline_and_out_of_line_framing(t_bits, n):
     rng = np.random.default_rng(n)
-    vals = rng.integers(0, 97, n).astype(bp._UINT[t_bits])
+    vals = rng.integers(0, 97, n).astype(bp.UINT_TYPES[t_bits])
     data, sizes = bp.inline_pack(vals, t_bits)
     assert sum(sizes) == len(data) and len(sizes) == (n + 1023) // 1024
     np.testing.assert_array_equal(_unpack_inline(data.tobytes(), t_bits, n), vals)
@@ -61,7 +61,7 @@ def test_inline_and_out_of_line_framing(t_bits, n):
         if ool is None:
             continue
         assert len(ool) == bp.out_of_line_size(n, t_bits, width)
-        words = np.frombuffer(ool.tobytes(), dtype=bp._UINT[t_bits])
+        words = np.frombuffer(ool.tobytes(), dtype=bp.UINT_TYPES[t_bits])
         np.testing.assert_array_equal(_unpack_out_of_line(words, t_bits, width, n), vals)
 
 

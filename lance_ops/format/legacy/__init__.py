@@ -1,0 +1,1 @@
+"""Legacy (v0.1) Lance data files: row groups of protobuf-described pages; reader, writer, page codecs."""

@@ -1,4 +1,4 @@
-"""Pure Arrow -> bytes encoding for legacy (v0.1) Lance data files; the inverse of ``decode_legacy``.
+"""Pure Arrow -> bytes encoding for legacy (v0.1) Lance data files; the inverse of ``legacy.decode``.
 
 No I/O: the legacy file writer asks for the bytes of one page and writes them. The rules (as
 pylance 14.0.2's legacy writer lays pages out; checked byte for byte in
@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_ops.format.legacy.decode import is_binary_like, is_list_like
 from lance_ops.errors import UnsupportedTypeError
+from lance_ops.format.legacy.decode import is_binary_like, is_list_like
 
 __all__ = [
     "plain_bytes",

@@ -41,12 +41,12 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from lance_ops.format.version import FileVersion
 from lance_ops._proto import file_pb2, table_pb2
-from lance_ops.format.legacy import decode as dec
 from lance_ops.errors import CorruptFileError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
 from lance_ops.format.container import MAGIC
+from lance_ops.format.legacy import decode as dec
 from lance_ops.format.reader_base import FileReaderBase
+from lance_ops.format.version import FileVersion
 from lance_ops.schema import FieldNode, field_tree
 
 __all__ = ["LegacyFileReader", "LEGACY_FOOTER_SIZE", "is_legacy_footer", "footer_version"]

@@ -42,13 +42,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_ops.format.version import FileVersion
 from lance_ops._proto import file_pb2, table_pb2
-from lance_ops.format.legacy import encode as enc
-from lance_ops.format.legacy.decode import is_binary_like, is_list_like
 from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
 from lance_ops.format.container import MAGIC
+from lance_ops.format.legacy import encode as enc
+from lance_ops.format.legacy.decode import is_binary_like, is_list_like
 from lance_ops.format.proto_wire import serialize_like_upstream as _serialize
+from lance_ops.format.version import FileVersion
 from lance_ops.schema import FieldNode, conform_batch, field_tree, to_lance_fields
 
 __all__ = ["LegacyFileWriter", "DEFAULT_MAX_ROWS_PER_GROUP", "LEGACY_DATA_FILE_VERSION"]

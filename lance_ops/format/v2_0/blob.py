@@ -1,4 +1,4 @@
-"""Blob columns of the Lance 2.0 writer (see ``encode_v21_blob`` for what pylance writes).
+"""Blob columns of the Lance 2.0 writer (see ``v2_1.blob`` for what pylance writes).
 
 A 2.0 blob field (``large_binary`` with ``lance-encoding:blob``, also as a list item) is one
 column whose column encoding is ``ColumnEncoding{blob{inner{values{}}}}`` and whose pages hold
@@ -16,10 +16,10 @@ import pyarrow as pa
 from google.protobuf import any_pb2
 
 from lance_ops._proto import encodings_v2_0_pb2 as pb
-from lance_ops.format.v2_0 import encode as enc
-from lance_ops.format.v2_1 import blob
-from lance_ops.format.v2_0.leaf_encoder import EncodedPage, LeafEncoder
 from lance_ops.format.container import COLUMN_ENCODING_URL
+from lance_ops.format.v2_0 import encode as enc
+from lance_ops.format.v2_0.leaf_encoder import EncodedPage, LeafEncoder
+from lance_ops.format.v2_1 import blob
 
 NULL_POSITION = 1
 

@@ -31,9 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_ops._proto import encodings_v2_0_pb2 as pb
+from lance_ops.errors import UnsupportedTypeError
 from lance_ops.format import buffers as bufs
 from lance_ops.format.buffers import Chunk
-from lance_ops.errors import UnsupportedTypeError
 
 # Field metadata keys that change the 2.0 string encoding.
 COMPRESSION_META_KEY = "lance-encoding:compression"

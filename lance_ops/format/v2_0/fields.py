@@ -7,11 +7,11 @@ A schema field maps to columns in pre-order, as upstream 2.0 does:
 * struct: a header column (one ``SimpleStruct`` page without buffers, written at the end)
   followed by the columns of its children;
 * list / large_list: an offsets column followed by the columns of the item field;
-* blob (``large_binary`` with ``lance-encoding:blob``, ``encode_v20_blob``): one column of
+* blob (``large_binary`` with ``lance-encoding:blob``, ``v2_0.blob``): one column of
   descriptions, the values written out of line as the batch arrives (``maybe_encode``'s
   ``external`` buffers).
 
-The page type, the page queue and the one-column ``LeafEncoder`` live in ``leaf_encoder_v2_0``
+The page type, the page queue and the one-column ``LeafEncoder`` live in ``v2_0.leaf_encoder``
 (shared with the blob encoder; re-exported here).
 
 Every column accumulates incoming arrays (zero-copy references, compacted only when a small view
@@ -28,11 +28,11 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from lance_ops.format.version import FileVersion
+from lance_ops.errors import SchemaMismatchError, UnsupportedTypeError
 from lance_ops.format.v2_0 import encode as enc
 from lance_ops.format.v2_0.blob import BlobEncoderV20
 from lance_ops.format.v2_0.leaf_encoder import EncodedPage, FieldEncoder, LeafEncoder, PageQueue, compact
-from lance_ops.errors import SchemaMismatchError, UnsupportedTypeError
+from lance_ops.format.version import FileVersion
 
 __all__ = [  # the base pieces are re-exported: the writer imports them here
     "EncodedPage", "FieldEncoder", "LeafEncoder", "PageQueue", "compact", "StructEncoder", "ListEncoder",

@@ -1,8 +1,8 @@
 """Base pieces of the Lance 2.0 field encoders: the page type, the page queue and the leaf encoder.
 
-:mod:`fields_v2_0` (struct/list encoders, ``build_encoder``) and :mod:`encode_v20_blob` (the blob
+:mod:`v2_0.fields` (struct/list encoders, ``build_encoder``) and :mod:`v2_0.blob` (the blob
 leaf) both build on these; they live apart so neither of those two modules imports the other.
-``encode_v2_1`` reuses the page type, the queue and :func:`compact`.
+``v2_1.encode`` reuses the page type, the queue and :func:`compact`.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Iterator
 import pyarrow as pa
 
 from lance_ops._proto import encodings_v2_0_pb2 as pb
-from lance_ops.format.v2_0 import encode as enc
 from lance_ops.format.buffers import Chunk
+from lance_ops.format.v2_0 import encode as enc
 
 __all__ = ["EncodedPage", "PageQueue", "compact", "FieldEncoder", "LeafEncoder"]
 
@@ -84,7 +84,7 @@ class FieldEncoder:
     """Base class: ``maybe_encode`` per batch, ``flush`` at the end, ``finish`` for final pages."""
 
     def maybe_encode(self, array: pa.Array, external=None) -> list[EncodedPage]:
-        """``external``: the batch's ``encode_v21_blob.OutOfLineBuffers`` (blob fields only)."""
+        """``external``: the batch's ``v2_1.blob.OutOfLineBuffers`` (blob fields only)."""
         raise NotImplementedError
 
     def flush(self) -> list[EncodedPage]:

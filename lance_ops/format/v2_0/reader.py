@@ -14,7 +14,6 @@ rows -- and, for fixed-width and plain variable-width pages, only the bytes of t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Generator, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
@@ -22,17 +21,15 @@ import pyarrow as pa
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
-from lance_ops.format.version import FileVersion
 from lance_ops._proto import encodings_v2_0_pb2 as pb
 from lance_ops._proto import file2_pb2, file_pb2
-from lance_ops.format.v2_0 import decode as dec
 from lance_ops.errors import (
     CorruptFileError,
     OutOfRangeError,
     UnsupportedError,
     UnsupportedTypeError,
 )
-from lance_ops.io.ranges import SMALL_RANGE_COUNT, coalesce, coalesce_list
+from lance_ops.format import blob_v2
 from lance_ops.format.container import (
     ARRAY_ENCODING_URL,
     COLUMN_ENCODING_URL,
@@ -40,9 +37,18 @@ from lance_ops.format.container import (
     PAGE_LAYOUT_URL,
     Footer,
 )
-from lance_ops.format import blob_v2
 from lance_ops.format.reader_base import V2ReaderBase
-from lance_ops.schema import FieldNode, field_tree, from_lance_fields
+from lance_ops.format.v2_0 import decode as dec
+from lance_ops.format.v2_0 import plans
+from lance_ops.format.v2_0.layout import (
+    BlobNode, build_schema_layout, ColumnInfo, ColumnState, concat_chunks, cut_blobs, empty_array,
+    ENCODING_CACHE_LIMIT, EncodingInfo, ENCODINGS_CACHE, FileMetadata, gather_requests, Gen,
+    GOOD_COLUMN_ENCODINGS, has_binary, LeafNode, list_to_binary, ListBinaryNode, ListNode, normalize_ranges,
+    PageInfo, remember, row_lengths, SCHEMA_CACHE_LIMIT, SCHEMA_LAYOUTS, StructNode, ZERO,
+)
+from lance_ops.format.version import FileVersion
+from lance_ops.io.ranges import SMALL_RANGE_COUNT, coalesce, coalesce_list
+from lance_ops.schema import field_tree, from_lance_fields
 
 __all__ = ["LanceFileReader", "PageInfo", "ColumnInfo", "FileMetadata"]
 
@@ -51,325 +57,6 @@ TAIL_READ_BYTES = 64 * 1024
 PARTIAL_READ_FRACTION = 0.5
 # Global buffer 0 is fetched together with the column metadata when it is at most this far away.
 _GB0_GAP = 1 << 20
-
-_Requests = np.ndarray  # (k, 2) int64 array of (start, length)
-_NO_REQUESTS = np.zeros((0, 2), dtype=np.int64)
-_ZERO = np.zeros(1, dtype=np.int64)
-_ZERO.flags.writeable = False
-_Gen = Generator[_Requests, list[bytes], Any]
-
-
-# --------------------------------------------------------------------------------------------
-# public metadata objects
-# --------------------------------------------------------------------------------------------
-@dataclass
-class PageInfo:
-    """One page of one column."""
-
-    index: int
-    row_start: int  # first row (item, for list item columns) of the page within its column
-    length: int  # rows (items) in the page
-    buffer_offsets: tuple[int, ...]
-    buffer_sizes: tuple[int, ...]
-    priority: int
-    encoding: pb.ArrayEncoding
-
-    @property
-    def encoding_name(self) -> str:
-        return dec.describe(self.encoding)
-
-    @property
-    def num_bytes(self) -> int:
-        return int(sum(self.buffer_sizes))
-
-
-@dataclass
-class ColumnInfo:
-    """One column: which field it belongs to, its role, its pages and column buffers."""
-
-    index: int
-    field_path: str
-    role: str  # "values", "struct_header", "list_offsets", "packed_struct"
-    pages: list[PageInfo]
-    buffer_offsets: tuple[int, ...]
-    buffer_sizes: tuple[int, ...]
-
-    @property
-    def num_bytes(self) -> int:
-        return int(sum(p.num_bytes for p in self.pages) + sum(self.buffer_sizes))
-
-
-@dataclass
-class FileMetadata:
-    """What the footer and metadata sections of a file say."""
-
-    path: str
-    version: str
-    major_version: int
-    minor_version: int
-    num_rows: int
-    file_size: int
-    schema: pa.Schema
-    footer: Footer
-    global_buffers: list[tuple[int, int]]
-    columns: list[ColumnInfo] = field(default_factory=list)
-
-    @property
-    def num_data_bytes(self) -> int:
-        return int(sum(c.num_bytes for c in self.columns))
-
-
-# --------------------------------------------------------------------------------------------
-# column nodes
-# --------------------------------------------------------------------------------------------
-@dataclass
-class _Leaf:
-    column: int
-    dtype: pa.DataType
-    path: str
-
-
-@dataclass
-class _Blob(_Leaf):
-    """A blob column (``lance-encoding:blob``): pages of (position, size) descriptions; reads
-    return the bytes, or with ``describe`` the descriptions (``dtype`` is then their struct)."""
-
-    describe: bool = False
-
-
-@dataclass
-class _Struct:
-    header: int
-    children: list
-    dtype: pa.DataType
-    path: str
-
-
-@dataclass
-class _List:
-    column: int
-    child: Any
-    dtype: pa.DataType
-    path: str
-
-
-@dataclass
-class _ListBinary(_List):
-    """A string/binary field that Lance <= 0.14 wrote as ``list<uint8>`` (an offsets column, then
-    a u8 items column); read as ``list_type``, returned as ``dtype`` (pylance still reads these)."""
-
-    list_type: Optional[pa.DataType] = None
-
-
-@dataclass
-class _EncodingInfo:
-    """A parsed page encoding and what the reader derives from it (shared by equal pages)."""
-
-    encoding: pb.ArrayEncoding
-    buffers: list
-    fixed: Optional[dec.FixedPlan]
-    binary: Optional[dec.BinaryPlan]
-
-    _offsets: Optional["_EncodingInfo"] = None
-
-    @classmethod
-    def of(cls, enc: pb.ArrayEncoding) -> "_EncodingInfo":
-        return cls(enc, dec.referenced_buffers(enc), dec.fixed_plan(enc), dec.binary_plan(enc))
-
-    @property
-    def offsets(self) -> "_EncodingInfo":
-        """For a list page: the info of its offsets encoding."""
-        if self._offsets is None:
-            self._offsets = _EncodingInfo.of(self.encoding.list.offsets)
-        return self._offsets
-
-
-@dataclass
-class _Column:
-    index: int
-    path: str
-    role: str
-    pages: list[PageInfo]
-    page_starts: np.ndarray
-    page_ends: np.ndarray
-    buffer_offsets: tuple[int, ...]
-    buffer_sizes: tuple[int, ...]
-    infos: list[_EncodingInfo]
-    checked_length: bool = False
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.page_ends[-1]) if len(self.page_ends) else 0
-
-
-@dataclass(frozen=True)
-class _SchemaLayout:
-    """What a file's schema implies for reading (shared, read-only, by files with that schema)."""
-
-    schema: pa.Schema
-    nodes: dict  # top-level name -> _Leaf / _Blob / _Struct / _List
-    roles: dict  # column index -> (field path, role)
-    top_names: list
-    num_columns: int
-    described: Optional[dict] = None  # like ``nodes``, blob leaves returning descriptions
-
-
-# Caches shared by all readers (files written with one schema repeat the same schema and page
-# encodings): parsing them once per process instead of once per file is most of the cost of
-# opening a small file. Bounded; dict reads and writes are atomic, so threads may share them.
-_SCHEMA_CACHE_LIMIT = 256
-_ENCODING_CACHE_LIMIT = 100_000
-_SCHEMA_LAYOUTS: dict[bytes, _SchemaLayout] = {}
-_ENCODINGS: dict[bytes, "_EncodingInfo"] = {}
-_GOOD_COLUMN_ENCODINGS: dict[tuple[bytes, str], bool] = {}
-
-
-def _remember(cache: dict, key, value, limit: int) -> None:
-    if len(cache) >= limit:
-        try:
-            del cache[next(iter(cache))]  # oldest entry
-        except (StopIteration, KeyError, RuntimeError):  # emptied or changed by another thread
-            pass
-    cache[key] = value
-
-
-def _is_packed(node: FieldNode) -> bool:
-    md = node.proto.metadata
-    for key in ("packed", "lance-encoding:packed"):
-        if key in md and bytes(md[key]).strip().lower() in (b"true", b"1", b"yes"):
-            return True
-    return False
-
-
-# --------------------------------------------------------------------------------------------
-# generator plumbing
-# --------------------------------------------------------------------------------------------
-def _gather(gens: Sequence[_Gen]) -> _Gen:
-    """Run several I/O generators side by side: one merged request list per round."""
-    results: list[Any] = [None] * len(gens)
-    pending: dict[int, _Requests] = {}
-    for i, g in enumerate(gens):
-        try:
-            pending[i] = next(g)
-        except StopIteration as stop:
-            results[i] = stop.value
-    while pending:
-        keys = list(pending)
-        counts = [len(pending[k]) for k in keys]
-        merged = np.concatenate([pending[k] for k in keys]) if keys else _NO_REQUESTS
-        data = yield merged
-        pending = {}
-        pos = 0
-        for k, c in zip(keys, counts):
-            part = data[pos : pos + c]
-            pos += c
-            try:
-                pending[k] = gens[k].send(part)
-            except StopIteration as stop:
-                results[k] = stop.value
-    return results
-
-
-def _normalize(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Drop empty ranges and merge touching ones (input sorted and non-overlapping)."""
-    keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
-    if len(starts) <= 1:
-        return starts.astype(np.int64), ends.astype(np.int64)
-    new = np.empty(len(starts), dtype=bool)
-    new[0] = True
-    new[1:] = starts[1:] != ends[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(starts) - 1)
-    return starts[first].astype(np.int64), ends[last].astype(np.int64)
-
-
-def _empty(dtype: pa.DataType) -> pa.Array:
-    return pa.array([], type=dtype)
-
-
-def _concat(chunks: list[pa.Array], dtype: pa.DataType) -> pa.Array:
-    chunks = [c for c in chunks if len(c)]
-    if not chunks:
-        return _empty(dtype)
-    if len(chunks) == 1:
-        return chunks[0]
-    return pa.concat_arrays(chunks)
-
-
-#: with many ranges, slices up to this size are copied into ``bytes`` rather than viewed
-_COPY_SMALL = 4096
-
-
-def _cut(blobs: list, groups: list[int], offsets: list[int], lengths: list[int]) -> list:
-    """The ranges (``groups[k]``'s blob, from ``offsets[k]``, ``lengths[k]`` bytes) of merged reads.
-
-    Large ranges are zero-copy views. Small ones (typically thousands, for a sparse take) are
-    copied into ``bytes``: a memoryview is a GC-tracked object and keeping thousands of them
-    alive makes the garbage collector run over and over (and, in a process with many live
-    objects, that costs more than the read); a small ``bytes`` copy is cheap and untracked.
-    """
-    out = []
-    views: dict[int, memoryview] = {}
-    for g, o, n in zip(groups, offsets, lengths):
-        blob = blobs[g]
-        if o == 0 and n == len(blob):
-            out.append(blob)
-            continue
-        view = views.get(g)
-        if view is None:
-            view = views[g] = memoryview(blob)
-        piece = view[o : o + n]
-        out.append(piece.tobytes() if n <= _COPY_SMALL else piece)
-    return out
-
-
-def _row_lengths(row_real: np.ndarray, span_start: np.ndarray, row_counts: np.ndarray) -> np.ndarray:
-    prev = np.empty_like(row_real)
-    if len(prev):
-        prev[1:] = row_real[:-1]
-        prev[np.cumsum(row_counts) - row_counts] = span_start
-    return row_real - prev
-
-
-def _is_binary(t: pa.DataType) -> bool:
-    return t in (pa.string(), pa.binary(), pa.large_string(), pa.large_binary())
-
-
-def _has_binary(schema: pa.Schema) -> bool:
-    """True if a (possibly nested) field of ``schema`` is string or binary."""
-    def walk(t: pa.DataType) -> bool:
-        return _is_binary(t) or any(walk(t.field(i).type) for i in range(t.num_fields))
-    return any(walk(f.type) for f in schema)
-
-
-def _list_to_binary(arr: pa.Array, binary_type: pa.DataType) -> pa.Array:
-    """``list<uint8>`` (items without nulls) as the same values of ``binary_type``."""
-    values = arr.values
-    if values.offset:
-        values = pa.concat_arrays([values])
-    return pa.Array.from_buffers(binary_type, len(arr), [arr.buffers()[0], arr.buffers()[1], values.buffers()[1]],
-                                 null_count=arr.null_count, offset=arr.offset)
-
-
-def _described(node):
-    """A copy of a column-node tree whose blob leaves return their descriptions (and whose
-    parents' types say so)."""
-    if isinstance(node, _ListBinary):
-        return node
-    if isinstance(node, _Blob):
-        return _Blob(node.column, blob_v2.DESCRIPTION_TYPE, node.path, True)
-    if isinstance(node, _Struct):
-        kids = [_described(c) for c in node.children]
-        t = node.dtype
-        fields = [t.field(i).with_type(k.dtype) for i, k in enumerate(kids)]
-        return _Struct(node.header, kids, pa.struct(fields), node.path)
-    if isinstance(node, _List):
-        kid = _described(node.child)
-        vf = node.dtype.value_field.with_type(kid.dtype)
-        t = pa.large_list(vf) if pa.types.is_large_list(node.dtype) else pa.list_(vf)
-        return _List(node.column, kid, t, node.path)
-    return node
 
 
 # --------------------------------------------------------------------------------------------
@@ -386,8 +73,8 @@ class LanceFileReader(V2ReaderBase):
                  store=None, _tail: Optional[tuple[bytes, int]] = None):
         self._given_tail = _tail  # (last bytes, file size) already read by the version dispatch
         self._bind(path, storage_options, store)
-        self._columns: dict[int, _Column] = {}
-        self._encodings = _ENCODINGS
+        self._columns: dict[int, ColumnState] = {}
+        self._encodings = ENCODINGS_CACHE
         self._guard(self._open)
 
     # --- public properties ---------------------------------------------------------------
@@ -417,9 +104,9 @@ class LanceFileReader(V2ReaderBase):
         out: list[int] = []
 
         def walk(n) -> None:
-            if isinstance(n, _Leaf):
+            if isinstance(n, LeafNode):
                 out.append(n.column)
-            elif isinstance(n, _Struct):
+            elif isinstance(n, StructNode):
                 out.append(n.header)
                 for c in n.children:
                     walk(c)
@@ -458,7 +145,7 @@ class LanceFileReader(V2ReaderBase):
             raise OutOfRangeError(
                 f"{self._uri}: cannot read rows {start}..{start + num_rows} of a file with {self._num_rows} rows"
             )
-        sel = _normalize(np.array([start], dtype=np.int64), np.array([start + num_rows], dtype=np.int64))
+        sel = normalize_ranges(np.array([start], dtype=np.int64), np.array([start + num_rows], dtype=np.int64))
         return self._read_table(columns, sel, None, blob_descriptions)
 
     def take_rows(self, indices: Iterable[int] | np.ndarray | pa.Array, columns: Optional[Sequence[str]] = None, *,
@@ -481,7 +168,7 @@ class LanceFileReader(V2ReaderBase):
         else:
             uniq, inverse = np.unique(idx, return_inverse=True)
             inverse = inverse.reshape(-1)
-        sel = _normalize(uniq, uniq + 1)
+        sel = normalize_ranges(uniq, uniq + 1)
         return self._read_table(columns, sel, inverse, blob_descriptions)
 
     def __repr__(self) -> str:
@@ -554,7 +241,7 @@ class LanceFileReader(V2ReaderBase):
         self._num_rows = int(descriptor.length)
         # the schema and its column layout are shared by every file with the same schema
         schema_key = descriptor.schema.SerializeToString()
-        layout = _SCHEMA_LAYOUTS.get(schema_key)
+        layout = SCHEMA_LAYOUTS.get(schema_key)
         if layout is None:
             try:
                 schema = from_lance_fields(descriptor.schema.fields, dict(descriptor.schema.metadata))
@@ -577,13 +264,14 @@ class LanceFileReader(V2ReaderBase):
                 raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
             self._column_meta.append(meta)
         if layout is None:
-            layout = self._layout(schema, tree)
-            _remember(_SCHEMA_LAYOUTS, schema_key, layout, _SCHEMA_CACHE_LIMIT)
+            layout = build_schema_layout(schema, tree, self._uri, self._corrupt)
+            remember(SCHEMA_LAYOUTS, schema_key, layout, SCHEMA_CACHE_LIMIT)
         self._schema, self._nodes, self._roles, self._top_names, self._described = (
             layout.schema, layout.nodes, layout.roles, layout.top_names, layout.described)
-        if layout.num_columns != footer.num_columns and _has_binary(layout.schema):
+        if layout.num_columns != footer.num_columns and has_binary(layout.schema):
             # a file of Lance <= 0.14: its string/binary fields may be list-encoded (two columns)
-            old = self._layout(layout.schema, field_tree(descriptor.schema.fields), list_binary=True)
+            old = build_schema_layout(layout.schema, field_tree(descriptor.schema.fields), self._uri, self._corrupt,
+                                      first_page_is_list=self._first_page_is_list)
             if old.num_columns == footer.num_columns:
                 self._schema, self._nodes, self._roles, self._top_names, self._described = (
                     old.schema, old.nodes, old.roles, old.top_names, old.described)
@@ -592,56 +280,6 @@ class LanceFileReader(V2ReaderBase):
             raise self._corrupt(
                 f"schema needs {layout.num_columns} columns but the footer lists {footer.num_columns}"
             )
-
-    def _layout(self, schema: pa.Schema, tree: list[FieldNode], list_binary: bool = False) -> "_SchemaLayout":
-        """Column nodes of the fields (pre-order column numbering) and each column's role.
-
-        ``list_binary``: string/binary fields whose first page is list-encoded take two columns.
-        """
-        roles: dict[int, tuple[str, str]] = {}
-        counter = [0]
-
-        def build(node: FieldNode, prefix: str):
-            path = f"{prefix}{node.proto.name}"
-            t = node.arrow.type
-            col = counter[0]
-            counter[0] += 1
-            if pa.types.is_struct(t) and not _is_packed(node):
-                roles[col] = (path, "struct_header")
-                if len(node.children) != t.num_fields:
-                    raise self._corrupt(f"struct field {path!r} has {len(node.children)} child fields, expected {t.num_fields}")
-                kids = [build(c, path + ".") for c in node.children]
-                return _Struct(col, kids, t, path)
-            if pa.types.is_list(t) or pa.types.is_large_list(t):
-                roles[col] = (path, "list_offsets")
-                if len(node.children) != 1:
-                    raise self._corrupt(f"list field {path!r} has {len(node.children)} child fields, expected 1")
-                return _List(col, build(node.children[0], path + "."), t, path)
-            if pa.types.is_map(t):
-                raise UnsupportedError(f"{self._uri}: map field {path!r} is not supported")
-            if blob_v2.is_legacy_blob(node.arrow):
-                roles[col] = (path, "blob")
-                return _Blob(col, t, path)
-            if list_binary and _is_binary(t) and self._first_page_is_list(col):
-                roles[col] = (path, "list_offsets")
-                item = counter[0]
-                counter[0] += 1
-                roles[item] = (path + ".item", "values")
-                u8 = pa.field("item", pa.uint8(), nullable=False)
-                lt = pa.large_list(u8) if t in (pa.large_string(), pa.large_binary()) else pa.list_(u8)
-                return _ListBinary(col, _Leaf(item, pa.uint8(), path + ".item"), t, path, lt)
-            roles[col] = (path, "packed_struct" if pa.types.is_struct(t) else "values")
-            return _Leaf(col, t, path)
-
-        nodes: dict[str, Any] = {}
-        for node in tree:
-            if node.proto.name in nodes:
-                raise self._corrupt(f"schema has two top-level fields named {node.proto.name!r}")
-            nodes[node.proto.name] = build(node, "")
-        described = None
-        if any(r == "blob" for _, r in roles.values()):
-            described = {name: _described(n) for name, n in nodes.items()}
-        return _SchemaLayout(schema, nodes, roles, [n.proto.name for n in tree], counter[0], described)
 
     def _first_page_is_list(self, col: int) -> bool:
         """True if column ``col`` exists and its first page is list-encoded (as pylance decides)."""
@@ -659,7 +297,7 @@ class LanceFileReader(V2ReaderBase):
             ) from None
 
     # --- columns and pages ---------------------------------------------------------------
-    def _column(self, index: int) -> _Column:
+    def _column(self, index: int) -> ColumnState:
         col = self._columns.get(index)
         if col is not None:
             return col
@@ -669,7 +307,7 @@ class LanceFileReader(V2ReaderBase):
         self._check_column_encoding(meta, where, role)
         body_end = self._file_size - FOOTER_SIZE
         pages: list[PageInfo] = []
-        infos: list[_EncodingInfo] = []
+        infos: list[EncodingInfo] = []
         row = 0
         encodings = self._encodings
         for p_index, page in enumerate(meta.pages):
@@ -693,7 +331,7 @@ class LanceFileReader(V2ReaderBase):
             row += length
         starts = np.array([p.row_start for p in pages], dtype=np.int64)
         ends = starts + np.array([p.length for p in pages], dtype=np.int64)
-        col = _Column(index, path, role, pages, starts, ends,
+        col = ColumnState(index, path, role, pages, starts, ends,
                       tuple(int(x) for x in meta.buffer_offsets), tuple(int(x) for x in meta.buffer_sizes), infos)
         if len(col.buffer_offsets) != len(col.buffer_sizes):
             raise self._corrupt(f"{where}: column buffer offsets and sizes differ in number")
@@ -709,7 +347,7 @@ class LanceFileReader(V2ReaderBase):
                 raise UnsupportedError(f"{self._uri}: {where}: deferred (indirect) column encodings are not supported")
             return
         raw = meta.encoding.direct.encoding
-        if (raw, role) in _GOOD_COLUMN_ENCODINGS:
+        if (raw, role) in GOOD_COLUMN_ENCODINGS:
             return
         wrapped = any_pb2.Any()
         try:
@@ -729,9 +367,9 @@ class LanceFileReader(V2ReaderBase):
         if case == "blob" and ce.blob.inner.WhichOneof("column_encoding") not in (None, "values"):
             raise UnsupportedError(f"{self._uri}: {where}: blob column with inner encoding "
                                    f"{ce.blob.inner.WhichOneof('column_encoding')!r} is not supported")
-        _remember(_GOOD_COLUMN_ENCODINGS, (raw, role), True, _ENCODING_CACHE_LIMIT)
+        remember(GOOD_COLUMN_ENCODINGS, (raw, role), True, ENCODING_CACHE_LIMIT)
 
-    def _page_encoding(self, page, where: str) -> _EncodingInfo:
+    def _page_encoding(self, page, where: str) -> EncodingInfo:
         loc = page.encoding.WhichOneof("location")
         if loc == "indirect":
             raise UnsupportedError(f"{self._uri}: {where}: deferred (indirect) page encodings are not supported")
@@ -755,11 +393,11 @@ class LanceFileReader(V2ReaderBase):
             enc.ParseFromString(wrapped.value)
         except DecodeError as exc:
             raise self._corrupt(f"{where}: page encoding does not decode: {exc}") from None
-        info = _EncodingInfo.of(enc)
-        _remember(self._encodings, raw, info, _ENCODING_CACHE_LIMIT)
+        info = EncodingInfo.of(enc)
+        remember(self._encodings, raw, info, ENCODING_CACHE_LIMIT)
         return info
 
-    def _check_length(self, col: _Column, expected: int) -> None:
+    def _check_length(self, col: ColumnState, expected: int) -> None:
         if not col.checked_length:
             if col.num_rows != expected:
                 raise self._corrupt(
@@ -790,10 +428,10 @@ class LanceFileReader(V2ReaderBase):
             raise self._corrupt("a read would go past the end of the file")
         plan = coalesce(arr[:, 0], arr[:, 1], gap)
         spans = np.stack([plan.group_starts, plan.group_ends - plan.group_starts], axis=1)
-        return _cut(self._store.read_ranges(self._path, spans), plan.range_group.tolist(),
+        return cut_blobs(self._store.read_ranges(self._path, spans), plan.range_group.tolist(),
                     plan.range_offset.tolist(), plan.range_lengths.tolist())
 
-    def _run(self, gen: _Gen):
+    def _run(self, gen: Gen):
         try:
             requests = next(gen)
         except StopIteration as stop:
@@ -805,7 +443,7 @@ class LanceFileReader(V2ReaderBase):
             except StopIteration as stop:
                 return stop.value
 
-    def _buffer_location(self, col: _Column, page: PageInfo, key: tuple[int, int], ctx) -> tuple[int, int]:
+    def _buffer_location(self, col: ColumnState, page: PageInfo, key: tuple[int, int], ctx) -> tuple[int, int]:
         kind, index = key
         if kind == 0:  # page buffer
             offsets, sizes = page.buffer_offsets, page.buffer_sizes
@@ -842,10 +480,10 @@ class LanceFileReader(V2ReaderBase):
                 self._check_top(node)
             starts, ends = sel
             if (inverse is None and len(starts) == 1 and int(starts[0]) == 0 and int(ends[0]) == self._num_rows
-                    and all(type(node) is _Leaf for node in nodes)):
+                    and all(type(node) is LeafNode for node in nodes)):
                 results = self._read_whole_leaves(nodes)
             else:
-                results = self._run(_gather([self._read_node(node, *sel) for node in nodes]))
+                results = self._run(gather_requests([self._read_node(node, *sel) for node in nodes]))
             arrays = [pa.chunked_array(chunks, type=node.dtype) for chunks, node in zip(results, nodes)]
             fields = [self._schema.field(n) for n in names]
             if by_name is not self._nodes:
@@ -859,7 +497,7 @@ class LanceFileReader(V2ReaderBase):
 
         return self._guard(work)
 
-    def _read_whole_leaves(self, nodes: Sequence[_Leaf]) -> list[list[pa.Array]]:
+    def _read_whole_leaves(self, nodes: Sequence[LeafNode]) -> list[list[pa.Array]]:
         """Every page of single-column fields, in one I/O round.
 
         The same reads and decoding as :meth:`_read_leaf` over all rows, without its per-page
@@ -888,30 +526,30 @@ class LanceFileReader(V2ReaderBase):
                 keys = info.buffers
                 bufs = dec.PageBuffers({key: pa.py_buffer(d) for key, d in zip(keys, data[first : first + len(keys)])})
                 arr = dec.decode_rows(info.encoding, page.length, node.dtype, bufs, ctx,
-                                      _ZERO, np.array([page.length], dtype=np.int64))
+                                      ZERO, np.array([page.length], dtype=np.int64))
             chunks[id(node)].append(arr)
-        return [chunks[id(node)] or [_empty(node.dtype)] for node in nodes]
+        return [chunks[id(node)] or [empty_array(node.dtype)] for node in nodes]
 
     def _check_top(self, node) -> None:
-        if isinstance(node, _Struct):
+        if isinstance(node, StructNode):
             self._check_length(self._column(node.header), self._num_rows)
         else:
             self._check_length(self._column(node.column), self._num_rows)
 
-    def _read_node(self, node, starts: np.ndarray, ends: np.ndarray) -> _Gen:
+    def _read_node(self, node, starts: np.ndarray, ends: np.ndarray) -> Gen:
         """Generator returning the chunks of ``node`` for the row ranges ``[starts, ends)``."""
-        if isinstance(node, _ListBinary):
-            chunks = yield from self._read_list(_List(node.column, node.child, node.list_type, node.path), starts, ends)
-            return [_list_to_binary(c, node.dtype) for c in chunks]
-        if isinstance(node, _Blob):
+        if isinstance(node, ListBinaryNode):
+            chunks = yield from self._read_list(ListNode(node.column, node.child, node.list_type, node.path), starts, ends)
+            return [list_to_binary(c, node.dtype) for c in chunks]
+        if isinstance(node, BlobNode):
             return (yield from self._read_blob(node, starts, ends))
-        if isinstance(node, _Leaf):
+        if isinstance(node, LeafNode):
             return (yield from self._read_leaf(node, starts, ends))
-        if isinstance(node, _Struct):
+        if isinstance(node, StructNode):
             return (yield from self._read_struct(node, starts, ends))
         return (yield from self._read_list(node, starts, ends))
 
-    def _pages_for(self, col: _Column, starts: np.ndarray, ends: np.ndarray):
+    def _pages_for(self, col: ColumnState, starts: np.ndarray, ends: np.ndarray):
         """(page, local starts, local ends) for each page overlapping the ranges."""
         if not len(starts):
             return []
@@ -935,18 +573,18 @@ class LanceFileReader(V2ReaderBase):
             out.append((col.pages[p], ls, le))
         return out
 
-    def _read_leaf(self, node: _Leaf, starts, ends) -> _Gen:
+    def _read_leaf(self, node: LeafNode, starts, ends) -> Gen:
         col = self._column(node.column)
         gens = [
             self._read_page(col, page, col.infos[page.index], ls, le, node.dtype)
             for page, ls, le in self._pages_for(col, starts, ends)
         ]
-        chunks = yield from _gather(gens)
+        chunks = yield from gather_requests(gens)
         if not chunks:
-            return [_empty(node.dtype)]
+            return [empty_array(node.dtype)]
         return chunks
 
-    def _read_blob(self, node: _Blob, starts, ends) -> _Gen:
+    def _read_blob(self, node: BlobNode, starts, ends) -> Gen:
         """A blob column: its descriptions, then (unless ``node.describe``) one more I/O round
         for the bytes they point at. A description (p, 0) is empty for p = 0, else null (2.0
         writes (1, 0))."""
@@ -954,7 +592,7 @@ class LanceFileReader(V2ReaderBase):
         dtype = blob_v2.DESCRIPTION_TYPE
         gens = [self._read_page(col, page, col.infos[page.index], ls, le, dtype)
                 for page, ls, le in self._pages_for(col, starts, ends)]
-        desc = _concat((yield from _gather(gens)), dtype)
+        desc = concat_chunks((yield from gather_requests(gens)), dtype)
         if node.describe:
             return [desc]
         n = len(desc)
@@ -976,13 +614,13 @@ class LanceFileReader(V2ReaderBase):
         return [pa.Array.from_buffers(pa.large_binary(), n, [validity, pa.py_buffer(offsets), data],
                                       null_count=int(nulls.sum()))]
 
-    def _read_struct(self, node: _Struct, starts, ends) -> _Gen:
+    def _read_struct(self, node: StructNode, starts, ends) -> Gen:
         total = int((ends - starts).sum())
         gens = [self._read_node(child, starts, ends) for child in node.children]
         for child in node.children:
             self._check_child(child, node)
-        results = yield from _gather(gens)
-        arrays = [_concat(chunks, child.dtype) for chunks, child in zip(results, node.children)]
+        results = yield from gather_requests(gens)
+        arrays = [concat_chunks(chunks, child.dtype) for chunks, child in zip(results, node.children)]
         for a in arrays:
             if len(a) != total:
                 raise self._corrupt(f"struct field {node.path!r}: children have {len(a)} rows, expected {total}")
@@ -990,14 +628,14 @@ class LanceFileReader(V2ReaderBase):
             return [pa.Array.from_buffers(node.dtype, total, [None], children=[])]
         return [pa.StructArray.from_arrays(arrays, fields=list(node.dtype))]
 
-    def _check_child(self, child, parent: _Struct) -> None:
+    def _check_child(self, child, parent: StructNode) -> None:
         expected = self._column(parent.header).num_rows
-        if isinstance(child, _Struct):
+        if isinstance(child, StructNode):
             self._check_length(self._column(child.header), expected)
         else:
             self._check_length(self._column(child.column), expected)
 
-    def _read_list(self, node: _List, starts, ends) -> _Gen:
+    def _read_list(self, node: ListNode, starts, ends) -> Gen:
         col = self._column(node.column)
         pages = self._pages_for(col, starts, ends)
         base = np.zeros(len(col.pages) + 1, dtype=np.int64)
@@ -1009,7 +647,7 @@ class LanceFileReader(V2ReaderBase):
             base[i + 1] = base[i] + int(page.encoding.list.num_items)
         self._check_item_column(node.child, int(base[-1]))
         gens = [self._read_list_page(col, page, ls, le, int(base[page.index])) for page, ls, le in pages]
-        parts = yield from _gather(gens)
+        parts = yield from gather_requests(gens)
         if parts:
             span_s = np.concatenate([p[0] for p in parts])
             span_e = np.concatenate([p[1] for p in parts])
@@ -1019,9 +657,9 @@ class LanceFileReader(V2ReaderBase):
         else:
             span_s = span_e = lengths = np.zeros(0, dtype=np.int64)
             null_mask = None
-        item_s, item_e = _normalize(span_s, span_e)
+        item_s, item_e = normalize_ranges(span_s, span_e)
         child_chunks = yield from self._read_node(node.child, item_s, item_e)
-        values = _concat(child_chunks, node.child.dtype)
+        values = concat_chunks(child_chunks, node.child.dtype)
         n = len(lengths)
         total_items = int(lengths.sum())
         if len(values) != total_items:
@@ -1038,12 +676,12 @@ class LanceFileReader(V2ReaderBase):
         return [arr]
 
     def _check_item_column(self, child, expected: int) -> None:
-        if isinstance(child, _Struct):
+        if isinstance(child, StructNode):
             self._check_length(self._column(child.header), expected)
         else:
             self._check_length(self._column(child.column), expected)
 
-    def _read_list_page(self, col: _Column, page: PageInfo, ls, le, item_base: int) -> _Gen:
+    def _read_list_page(self, col: ColumnState, page: PageInfo, ls, le, item_base: int) -> Gen:
         ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
         lst = page.encoding.list
         has_prev = ls > 0
@@ -1052,20 +690,20 @@ class LanceFileReader(V2ReaderBase):
         if arr.null_count:
             raise ctx.corrupt("list offsets contain nulls")
         stored = arr.to_numpy(zero_copy_only=False)
-        span_s, span_e, row_real, row_nulls = dec.resolve_range_ends(
+        span_s, span_e, row_real, row_nulls = plans.resolve_range_ends(
             ls, le, has_prev, stored, int(lst.null_offset_adjustment), int(lst.num_items), ctx, "list"
         )
-        lengths = _row_lengths(row_real, span_s, le - ls)
+        lengths = row_lengths(row_real, span_s, le - ls)
         return span_s + item_base, span_e + item_base, lengths, row_nulls
 
-    def _read_page(self, col: _Column, page: PageInfo, info: _EncodingInfo, ls: np.ndarray,
-                   le: np.ndarray, dtype: pa.DataType, ctx=None) -> _Gen:
+    def _read_page(self, col: ColumnState, page: PageInfo, info: EncodingInfo, ls: np.ndarray,
+                   le: np.ndarray, dtype: pa.DataType, ctx=None) -> Gen:
         """Generator returning the rows ``[ls[k], le[k])`` (page-local) of one page as one array."""
         if ctx is None:
             ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
         n_sel = int((le - ls).sum())
         if n_sel == 0:
-            return _empty(dtype)
+            return empty_array(dtype)
         enc = info.encoding
         plan = info.fixed
         if plan is not None and plan.all_null:
@@ -1075,7 +713,7 @@ class LanceFileReader(V2ReaderBase):
             return (yield from self._read_fixed_partial(col, page, plan, ls, le, dtype, ctx))
         if partial:
             bplan = info.binary
-            if bplan is not None and dec._is_var_binary(dtype):
+            if bplan is not None and dec.is_var_binary(dtype):
                 return (yield from self._read_binary_partial(col, page, bplan, ls, le, dtype, ctx))
         keys = info.buffers
         locations = [self._buffer_location(col, page, key, ctx) for key in keys]
@@ -1083,7 +721,7 @@ class LanceFileReader(V2ReaderBase):
         bufs = dec.PageBuffers({key: pa.py_buffer(d) for key, d in zip(keys, data)})
         return dec.decode_rows(enc, page.length, dtype, bufs, ctx, ls, le)
 
-    def _read_fixed_partial(self, col, page, plan: dec.FixedPlan, ls, le, dtype, ctx) -> _Gen:
+    def _read_fixed_partial(self, col, page, plan: plans.FixedPlan, ls, le, dtype, ctx) -> Gen:
         v_off, v_size = self._buffer_location(col, page, (int(plan.values.buffer_type), int(plan.values.buffer_index)), ctx)
         bits = plan.bits_per_row
         if bits == 1:
@@ -1102,9 +740,9 @@ class LanceFileReader(V2ReaderBase):
                 raise ctx.corrupt(f"validity buffer of {m_size} bytes is too short for row {int(le.max()) - 1}")
             requests = np.concatenate([requests, np.stack([m_start + m_off, m_end - m_start], axis=1)])
         data = yield requests
-        return dec.assemble_fixed(plan, dtype, ls, le, data[:k], data[k:] if plan.validity is not None else None, ctx)
+        return plans.assemble_fixed(plan, dtype, ls, le, data[:k], data[k:] if plan.validity is not None else None, ctx)
 
-    def _read_binary_partial(self, col, page, plan: dec.BinaryPlan, ls, le, dtype, ctx) -> _Gen:
+    def _read_binary_partial(self, col, page, plan: plans.BinaryPlan, ls, le, dtype, ctx) -> Gen:
         o_off, o_size = self._buffer_location(col, page, (int(plan.offsets.buffer_type), int(plan.offsets.buffer_index)), ctx)
         d_off, d_size = self._buffer_location(col, page, (int(plan.data.buffer_type), int(plan.data.buffer_index)), ctx)
         has_prev = ls > 0
@@ -1113,8 +751,8 @@ class LanceFileReader(V2ReaderBase):
             raise ctx.corrupt(f"offsets buffer of {o_size} bytes is too short for row {int(le.max()) - 1}")
         chunks = yield np.stack([first * 8 + o_off, (le - first) * 8], axis=1)
         stored = np.frombuffer(b"".join(chunks), dtype="<u8")
-        span_s, span_e, row_real, row_nulls = dec.resolve_range_ends(
+        span_s, span_e, row_real, row_nulls = plans.resolve_range_ends(
             ls, le, has_prev, stored, plan.null_adjustment, d_size, ctx, "binary"
         )
         data = yield np.stack([span_s + d_off, span_e - span_s], axis=1)
-        return dec.finish_binary(dtype, le - ls, span_s, span_e, row_real, row_nulls, data, ctx)
+        return plans.finish_binary(dtype, le - ls, span_s, span_e, row_real, row_nulls, data, ctx)

@@ -3,7 +3,7 @@
 What pylance 14 writes (``LanceFileWriter``, every file version; ``write_dataset`` at 2.0 / 2.1 --
 at 2.2 pylance's dataset layer turns such fields into ``lance.blob.v2`` columns instead: a packed
 struct of (kind, position, size, blob_id, blob_uri) descriptors with large values in side
-``.blob`` files, which lance_ops' datasets write the same way, see ``encode_v21_blob_v2``):
+``.blob`` files, which lance_ops' datasets write the same way, see ``v2_1.blob_v2``):
 
 * a field is a blob field when its metadata *has* the key ``lance-encoding:blob`` (any value, even
   ``false``); its type must be ``large_binary`` (anything else is refused);
@@ -20,7 +20,7 @@ struct of (kind, position, size, blob_id, blob_uri) descriptors with large value
   ``ALL_VALID_ITEM``). The layers are those of the batches in the page: pylance closes the pending
   page when a batch's layers differ from the previous batch's. Blobs below a list are refused
   (pylance 14 writes such files but cannot read them back). The column encoding stays ``values``.
-* **2.0 page** (``encode_v20_blob``): ``packed_struct`` of two ``nullable(no_nulls(flat(64)))``
+* **2.0 page** (``v2_0.blob``): ``packed_struct`` of two ``nullable(no_nulls(flat(64)))``
   over one buffer of the 16-byte descriptions; column encoding ``blob(inner=values)``.
 
 Compression metadata on a blob field is ignored (as pylance does): the descriptions are always
@@ -33,12 +33,12 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
-from lance_ops.format.version import FileVersion
 from lance_ops._proto import encodings_v2_1_pb2 as pb
-from lance_ops.format.v2_1.layout import pages as lay
-from lance_ops.format.v2_1.compression import values as ev
 from lance_ops.errors import UnsupportedTypeError
 from lance_ops.format.container import PAD_BYTE, PAGE_ALIGNMENT
+from lance_ops.format.v2_1.compression import values as ev
+from lance_ops.format.v2_1.layout import pages as lay
+from lance_ops.format.version import FileVersion
 
 BLOB_META_KEY = b"lance-encoding:blob"
 DESCRIPTION = pa.binary(16)  # one (position u64, size u64) pair, as stored in a queue
@@ -84,7 +84,7 @@ class OutOfLineBuffers:
         """Store ``values[i]`` for every ``store[i]`` with a non-empty value; uint64 positions
         (0 elsewhere). Each value is padded with 0x48 to a multiple of 64 bytes."""
         n = len(values)
-        offs, data = _large_binary_parts(values)
+        offs, data = large_binary_parts(values)
         lens = np.diff(offs)
         positions = np.zeros(n, dtype=np.uint64)
         idx = np.flatnonzero(store & (lens > 0))
@@ -103,7 +103,7 @@ class OutOfLineBuffers:
         return positions
 
 
-def _large_binary_parts(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def large_binary_parts(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(int64 offsets, n + 1, not rebased; data bytes) of a large_binary slice."""
     n = len(values)
     bufs = values.buffers()
@@ -150,7 +150,7 @@ def describe(values: pa.Array, valid: Optional[np.ndarray], null_position: np.nd
     ``null_position``: the position stored for nulls (1 in 2.0, ``def << 16`` per row in 2.1+)."""
     n = len(values)
     store = np.ones(n, dtype=bool) if valid is None else valid
-    offs, _ = _large_binary_parts(values)
+    offs, _ = large_binary_parts(values)
     lens = np.diff(offs).astype(np.uint64)
     out = np.zeros((n, 2), dtype=np.uint64)
     out[:, 0] = external.add_values(values, store)

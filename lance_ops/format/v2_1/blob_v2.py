@@ -28,12 +28,12 @@ import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
-from lance_ops.format.v2_1.layout import pages as lay
-from lance_ops.format.v2_1.compression import values as ev
-from lance_ops.format.v2_1.blob import OutOfLineBuffers, _large_binary_parts
 from lance_ops.errors import SchemaMismatchError, UnsupportedError
 from lance_ops.format import blob_v2
 from lance_ops.format.container import PAGE_ALIGNMENT
+from lance_ops.format.v2_1.blob import OutOfLineBuffers, large_binary_parts
+from lance_ops.format.v2_1.compression import values as ev
+from lance_ops.format.v2_1.layout import pages as lay
 
 INLINE_THRESHOLD_KEY = b"lance-encoding:blob-inline-size-threshold"
 DEDICATED_THRESHOLD_KEY = b"lance-encoding:blob-dedicated-size-threshold"
@@ -171,7 +171,7 @@ def describe(logical: pa.StructArray, field: pa.Field, thresholds: Thresholds, e
     has_uri = valid & np.asarray(uri.is_valid().to_numpy(zero_copy_only=False), bool)
     _check_rows(field, kids, valid, has_data, has_uri)
 
-    offs, raw = _large_binary_parts(data)
+    offs, raw = large_binary_parts(data)
     lens = np.where(has_data, np.diff(offs), 0).astype(np.int64)
     dedicated = has_data & (lens > thresholds.dedicated)
     inline = has_data & ~dedicated & (lens <= thresholds.inline)
@@ -341,7 +341,7 @@ def descriptor_page(desc: pa.StructArray) -> lay.PageOut:
 
 class BlobV2FieldEncoder:
     """The encoder of one top-level blob v2 field (one column): logical values in, descriptor
-    pages out. Has the surface of ``encode_v2_1.FieldEncoderV21``."""
+    pages out. Has the surface of ``v2_1.encode.FieldEncoderV21``."""
 
     def __init__(self, field: pa.Field, first_column: int, cache_bytes: int, max_page_bytes: int,
                  side_files: Callable[[], SideFiles]):

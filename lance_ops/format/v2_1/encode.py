@@ -1,7 +1,7 @@
-"""Column encoders of the Lance 2.1 / 2.2 writer (the writer's counterpart of ``decode_v2_1``).
+"""Column encoders of the Lance 2.1 / 2.2 writer (the writer's counterpart of ``v2_1.decode``).
 
 In 2.1+ only *leaf* fields have columns (struct validity and list offsets live in every leaf's
-repetition/definition levels, see ``encode_v21_shred``). A top-level field accumulates incoming
+repetition/definition levels, see ``v2_1.layout.shred``). A top-level field accumulates incoming
 arrays until its budget is exceeded, then every leaf below it gets one page for those rows, its
 ``priority`` the first row. Per page the structural encoding is chosen as upstream does:
 
@@ -19,9 +19,9 @@ chunks or full-zip values, ``fsst`` forces FSST, ``none`` disables compression),
 ``fullzip``), ``lance-encoding:dict-size-ratio``, ``lance-encoding:rle-threshold``,
 ``lance-encoding:packed`` (fixed-width packed structs), ``lance-encoding:bss`` (byte stream split
 of 32/64-bit mini-block values, only with a requested compression; ``auto`` by byte entropy, see
-``encode_v21_bss``) and ``lance-encoding:blob`` (``large_binary`` values stored out of line, pages
-of descriptions in a blob layout, see ``encode_v21_blob``; top-level ``lance.blob.v2`` fields of
-2.2 files are written by ``encode_v21_blob_v2``). Anything else that would change the
+``v2_1.compression.bss``) and ``lance-encoding:blob`` (``large_binary`` values stored out of line, pages
+of descriptions in a blob layout, see ``v2_1.blob``; top-level ``lance.blob.v2`` fields of
+2.2 files are written by ``v2_1.blob_v2``). Anything else that would change the
 bytes (blobs below lists, variable packed structs) is refused with ``UnsupportedError`` before a
 byte is written.
 """
@@ -35,17 +35,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_ops.format.version import FileVersion
 from lance_ops._proto import encodings_v2_1_pb2 as pb
-from lance_ops.format.v2_1.compression import bitpack as bp
+from lance_ops.errors import UnsupportedError, UnsupportedTypeError
+from lance_ops.format.container import PAGE_LAYOUT_URL
+from lance_ops.format.v2_0.leaf_encoder import EncodedPage, PageQueue, compact
 from lance_ops.format.v2_1 import blob
+from lance_ops.format.v2_1.compression import bitpack as bp
 from lance_ops.format.v2_1.compression import bss as bss_mod
+from lance_ops.format.v2_1.compression import values as ev
 from lance_ops.format.v2_1.layout import pages as lay
 from lance_ops.format.v2_1.layout import shred as sh
-from lance_ops.format.v2_1.compression import values as ev
-from lance_ops.format.v2_0.leaf_encoder import EncodedPage, PageQueue, compact
-from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
-from lance_ops.format.container import PAGE_LAYOUT_URL
+from lance_ops.format.version import FileVersion
 
 COMPRESSION_META_KEY = b"lance-encoding:compression"
 COMPRESSION_LEVEL_META_KEY = b"lance-encoding:compression-level"
@@ -86,7 +86,8 @@ class Params:
         return self.compression if self.compression in ("zstd", "lz4") else None
 
 
-def _md(field: pa.Field, key: bytes) -> Optional[str]:
+def field_meta(field: pa.Field, key: bytes) -> Optional[str]:
+    """The text of the field metadata ``key``, or None."""
     md = field.metadata or {}
     if key in md:
         return md[key].decode(errors="replace").strip()
@@ -96,7 +97,7 @@ def _md(field: pa.Field, key: bytes) -> Optional[str]:
 def params_of(field: pa.Field) -> Params:
     """Parse (and validate) the encoding metadata of a leaf field; UnsupportedError if unusable."""
     p = Params()
-    comp = _md(field, COMPRESSION_META_KEY)
+    comp = field_meta(field, COMPRESSION_META_KEY)
     if comp is not None:
         c = comp.lower()
         if c not in ("none", "zstd", "lz4", "fsst"):
@@ -104,20 +105,20 @@ def params_of(field: pa.Field) -> Params:
                 f"field {field.name!r}: lance-encoding:compression={comp!r} is not supported "
                 "(supported: zstd, lz4, fsst, none)")
         p.compression = c
-    lvl = _md(field, COMPRESSION_LEVEL_META_KEY)
+    lvl = field_meta(field, COMPRESSION_LEVEL_META_KEY)
     if lvl is not None:
         try:
             p.level = int(lvl)
         except ValueError:
             raise UnsupportedError(f"field {field.name!r}: lance-encoding:compression-level={lvl!r} is not an integer")
-    st = _md(field, STRUCTURAL_META_KEY)
+    st = field_meta(field, STRUCTURAL_META_KEY)
     if st is not None:
         s = st.lower()
         if s not in ("miniblock", "fullzip"):
             raise UnsupportedError(
                 f"field {field.name!r}: lance-encoding:structural-encoding={st!r} (expected miniblock or fullzip)")
         p.structural = s
-    ratio = _md(field, DICT_SIZE_RATIO_META_KEY)
+    ratio = field_meta(field, DICT_SIZE_RATIO_META_KEY)
     if ratio is not None:
         try:
             r = float(ratio)
@@ -126,13 +127,13 @@ def params_of(field: pa.Field) -> Params:
         if not 0.0 < r <= 1.0:
             raise UnsupportedError(f"field {field.name!r}: dict-size-ratio is {ratio} which is not in (0, 1]")
         p.dict_size_ratio = r
-    thr = _md(field, RLE_THRESHOLD_META_KEY)
+    thr = field_meta(field, RLE_THRESHOLD_META_KEY)
     if thr is not None:
         try:
             p.rle_threshold = float(thr)
         except ValueError:
             pass
-    p.bss = bss_mod.parse_mode(_md(field, BSS_META_KEY))
+    p.bss = bss_mod.parse_mode(field_meta(field, BSS_META_KEY))
     return p
 
 
@@ -194,7 +195,7 @@ def _is_var(t: pa.DataType) -> bool:
 
 
 def _validity_np(arr: pa.Array) -> Optional[np.ndarray]:
-    return sh._validity(arr)
+    return sh.validity_of(arr)
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,14 +208,14 @@ def _fixed_miniblock(data: np.ndarray, n: int, bits: int, params: Params) -> ev.
         # byte stream split only with a requested compression, tried before RLE and bitpacking
         mb = bss_mod.bss_miniblock(data, n, bits)
     else:
-        vals = bp.as_uint(data, bits) if n else np.zeros(0, bp._UINT[bits])
+        vals = bp.as_uint(data, bits) if n else np.zeros(0, bp.UINT_TYPES[bits])
         raw = n * bits // 8
         bitpack = ev.bitpack_estimate(vals, bits)
         mb = None
         if n:
             runs_ok = True
             if params.rle_threshold is not None:
-                runs = len(ev._run_starts(vals))
+                runs = len(ev.run_starts(vals))
                 runs_ok = runs < n * params.rle_threshold
             if runs_ok and ev.run_count(vals) * (bits // 8 + 1) < raw:
                 rle = ev.rle_estimate(vals, bits)
@@ -654,7 +655,7 @@ def _dictionary_array_page(sd: sh.Shredded, params: Params, version: str, valid)
 class FieldEncoderV21:
     """All leaf columns of one top-level field; pages cut when the field's budget is exceeded.
 
-    Blob leaves (``encode_v21_blob``) are replaced, as each batch arrives, by their descriptions
+    Blob leaves (``v2_1.blob``) are replaced, as each batch arrives, by their descriptions
     (their bytes go to the batch's out-of-line buffers); a change of a blob leaf's rep/def layers
     between batches closes the pending page first, as pylance does."""
 
@@ -738,82 +739,9 @@ class FieldEncoderV21:
         return out
 
 
-def _check_blob_fields(field: pa.Field, version: str, path: str = "", below_list: bool = False) -> None:
-    """Blob metadata anywhere in ``field``: a large_binary leaf outside lists, else refused."""
-    name = f"{path}.{field.name}" if path else field.name
-    if blob.is_blob(field):
-        blob.check_blob_field(field, name, below_list, version)
-        return
-    t = field.type
-    if pa.types.is_struct(t) and not sh.is_packed(field):
-        for i in range(t.num_fields):
-            _check_blob_fields(t.field(i), version, name, below_list)
-    elif sh.is_list(t):
-        _check_blob_fields(t.value_field, version, name, True)
-
-
-def check_writable(field: pa.Field, version: str = FileVersion.V2_1) -> None:
-    """Refuse (before writing) fields the 2.1+ writer cannot store; validates field metadata."""
-    _check_blob_fields(field, version)
-    sh.check_shreddable(field)
-    for _, leaf in sh.leaf_fields(field):
-        if blob.is_blob(leaf):
-            continue
-        params_of(leaf)
-        t = leaf.type
-        if pa.types.is_struct(t) and sh.is_packed(leaf) and _md(leaf, STRUCTURAL_META_KEY) == "fullzip":
-            raise UnsupportedError(f"field {leaf.name!r}: full-zip packed structs are not supported")
-
-
 def build_encoder(field: pa.Field, next_column: list[int], cache_bytes: int, max_page_bytes: int,
                   version: str) -> FieldEncoderV21:
+    """The 2.1+ encoder of ``field``; ``next_column`` is a one-element counter of column indices."""
     enc = FieldEncoderV21(field, next_column[0], cache_bytes, max_page_bytes, version)
     next_column[0] += len(enc.leaves)
     return enc
-
-
-def check_values(array: pa.Array, field: pa.Field, path: str = "") -> None:
-    """Refuse nulls in non-nullable fields (struct nulls are fine in 2.1+)."""
-    name = f"{path}.{field.name}" if path else field.name
-    dt = field.type
-    if not field.nullable and array.null_count:
-        raise SchemaMismatchError(
-            f"The field `{name}` contained null values even though the field is marked non-null in the schema")
-    if pa.types.is_struct(dt) and sh.is_packed(field):
-        valid = sh._validity(array)
-        for i in range(dt.num_fields):
-            child = array.field(i)
-            cv = sh._validity(child)
-            if cv is not None and (valid is None or bool((valid & ~cv).any())):
-                raise UnsupportedError(
-                    f"packed struct field `{name}`: child `{dt.field(i).name}` has null values, which a packed "
-                    "struct cannot store (only the struct itself may be null)")
-    elif pa.types.is_struct(dt):
-        for i in range(dt.num_fields):
-            check_values(array.field(i), dt.field(i), name)
-    elif sh.is_list(dt):
-        offsets = array.offsets
-        if len(offsets):
-            start, end = offsets[0].as_py(), offsets[-1].as_py()
-            check_values(array.values.slice(start, end - start), dt.value_field, name)
-
-
-def leaf_field_ids(lance_fields) -> list[int]:
-    """Ids of the fields that own a column in a 2.1+ file (leaves in pre-order): what a 2.1+
-    ``DataFile.fields`` lists, with ``column_indices`` ``0..n-1``."""
-    from lance_ops.schema import field_tree
-
-    out: list[int] = []
-
-    from lance_ops.format.blob_v2 import is_blob_v2
-
-    def walk(node) -> None:
-        if sh.is_leaf(node.arrow) or is_blob_v2(node.arrow):  # a blob v2 field is one descriptor column
-            out.append(node.id)
-            return
-        for c in node.children:
-            walk(c)
-
-    for top in field_tree(list(lance_fields)):
-        walk(top)
-    return out

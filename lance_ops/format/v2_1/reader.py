@@ -26,16 +26,17 @@ import pyarrow as pa
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
-from lance_ops.format.version import FileVersion
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops._proto import file2_pb2, file_pb2
-from lance_ops.format.v2_1 import decode as dec
-from lance_ops.format.v2_1.layout import repdef as rd
-from lance_ops.format.v2_1.compression.decode import EncodingCorrupt, EncodingUnsupported
-from lance_ops.format import blob_v2
 from lance_ops.errors import CorruptFileError, LanceOpsError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
+from lance_ops.format import blob_v2
 from lance_ops.format.container import FOOTER_SIZE, PAGE_LAYOUT_URL, Footer
 from lance_ops.format.reader_base import DECODE_ERRORS, V2ReaderBase
+from lance_ops.format.v2_1 import assemble
+from lance_ops.format.v2_1 import decode as dec
+from lance_ops.format.v2_1.compression.decode import EncodingCorrupt, EncodingUnsupported
+from lance_ops.format.v2_1.layout import repdef as rd
+from lance_ops.format.version import FileVersion
 from lance_ops.schema import FieldNode, field_tree, from_lance_fields
 
 __all__ = ["LanceFileReaderV21", "SUPPORTED_VERSIONS"]
@@ -465,12 +466,12 @@ class LanceFileReaderV21(V2ReaderBase):
             d = dec.Decoded.concat(parts) if parts else dec.empty_decoded(leaf.ctx)
             if d.num_rows != nsel:
                 raise self._corrupt(f"column {leaf.column} ({leaf.path}) produced {d.num_rows} rows, expected {nsel}")
-            states[lid] = dec.LeafState(d.levels, d.values, leaf.canon, None,
+            states[lid] = assemble.LeafState(d.levels, d.values, leaf.canon, None,
                                         leaf.canon.max_rep, len(leaf.canon.kinds) - 1)
         arrays = []
         for n in nodes:
             try:
-                arr = dec.build_array(n, states, lambda node: self._leaf_ids[node.id])
+                arr = assemble.build_array(n, states, lambda node: self._leaf_ids[node.id])
             except EncodingUnsupported as exc:
                 raise UnsupportedError(f"{self._uri}: field {n.proto.name!r}: {exc}") from None
             except EncodingCorrupt as exc:

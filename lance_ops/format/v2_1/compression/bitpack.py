@@ -1,10 +1,10 @@
-"""FastLanes bit-packing for the Lance 2.1+ writer (the inverse of ``v21_bitpacking``).
+"""FastLanes bit-packing for the Lance 2.1+ writer (the inverse of ``v2_1.compression.bitpack_decode``).
 
 A block is 1024 unsigned values of ``T`` bits (8/16/32/64) packed to ``W`` bits each into
 ``1024 * W / T`` words of type ``T``: the block is viewed as ``1024 / T`` lanes, value ``r`` of lane
 ``l`` is logical element ``FL_ORDER[r // 8] * 16 + (r % 8) * 128 + l`` and occupies bits
 ``[r*W, r*W + W)`` of the lane's LSB-first bit stream; word ``k`` of lane ``l`` is stored at word
-index ``k * lanes + l`` (layout constants shared with the reader's ``v21_bitpacking``).
+index ``k * lanes + l`` (layout constants shared with the reader's ``v2_1.compression.bitpack_decode``).
 
 Two framings are produced here:
 
@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from lance_ops.format.v2_1.compression.bitpack_decode import BLOCK, _positions
+from lance_ops.format.v2_1.compression.bitpack_decode import BLOCK, lane_positions
 
-_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+UINT_TYPES = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
 def as_uint(values: np.ndarray, t_bits: int) -> np.ndarray:
     """Reinterpret fixed-width values as the unsigned integer type of ``t_bits`` bits."""
-    dt = np.dtype(_UINT[t_bits])
+    dt = np.dtype(UINT_TYPES[t_bits])
     arr = np.ascontiguousarray(values)
     if arr.dtype.itemsize != dt.itemsize:
         arr = arr.reshape(-1).view(np.uint8).view(dt)
@@ -71,13 +71,13 @@ def pack_blocks(values: np.ndarray, t_bits: int, width: int) -> np.ndarray:
     """Pack ``values`` (a whole number of 1024-value blocks of uint<T>) to ``width`` bits each.
 
     Returns the packed words (uint<T>, ``nblocks * 1024 * width / T`` of them)."""
-    dtype = _UINT[t_bits]
+    dtype = UINT_TYPES[t_bits]
     values = np.asarray(values, dtype=dtype)
     nblocks = len(values) // BLOCK
     lanes = BLOCK // t_bits
     if width == 0 or nblocks == 0:
         return np.zeros(0, dtype=dtype)
-    rows = values.reshape(nblocks, BLOCK)[:, _positions(t_bits)].reshape(nblocks, t_bits, lanes)
+    rows = values.reshape(nblocks, BLOCK)[:, lane_positions(t_bits)].reshape(nblocks, t_bits, lanes)
     if width == t_bits:
         return np.ascontiguousarray(rows).reshape(-1)
     words = np.zeros((nblocks, width, lanes), dtype=dtype)
@@ -102,7 +102,7 @@ def inline_pack(values: np.ndarray, t_bits: int) -> tuple[np.ndarray, list[int]]
     """Inline-bitpack ``values``: per 1024-value block a width word then the packed block.
 
     Returns the bytes (uint8) and the byte size of every block (chunk)."""
-    dtype = _UINT[t_bits]
+    dtype = UINT_TYPES[t_bits]
     values = as_uint(values, t_bits)
     widths = block_widths(values)
     padded = _padded(values)
@@ -145,7 +145,7 @@ def out_of_line_pack(values: np.ndarray, t_bits: int, width: int) -> np.ndarray:
             parts.append(values[whole * BLOCK:])
     if not parts:
         return np.zeros(0, np.uint8)
-    return np.concatenate(parts).astype(_UINT[t_bits], copy=False).view(np.uint8)
+    return np.concatenate(parts).astype(UINT_TYPES[t_bits], copy=False).view(np.uint8)
 
 
 def out_of_line_size(n: int, t_bits: int, width: int) -> int:

@@ -24,7 +24,7 @@ _UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
 @lru_cache(maxsize=None)
-def _positions(t_bits: int) -> np.ndarray:
+def lane_positions(t_bits: int) -> np.ndarray:
     """Logical element index of (row r, lane l), flattened as r * LANES + l."""
     lanes = BLOCK // t_bits
     rows = np.arange(t_bits)
@@ -87,7 +87,7 @@ def _row_plan(t_bits: int, width: int):
     k2 = np.where(spill, k + 1, k)
     hs = np.where(spill, t_bits - s, 0).astype(dtype)
     smask = np.where(spill, np.iinfo(dtype).max, 0).astype(dtype)
-    order = np.argsort(_positions(t_bits))
+    order = np.argsort(lane_positions(t_bits))
     return k, s.astype(dtype)[None, :, None], k2, hs[None, :, None], smask[None, :, None], order
 
 

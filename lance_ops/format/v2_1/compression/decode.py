@@ -14,7 +14,7 @@ Three contexts use these encodings, with different buffer conventions:
 * block (``decode_block``): one opaque buffer (levels, dictionaries);
 * per value (full-zip): handled by the full-zip layout, using ``fullzip_value_kind``.
 
-Many mini-block chunks are decoded at once by :mod:`v21_chunks` (``batch_values``,
+Many mini-block chunks are decoded at once by :mod:`v2_1.layout.chunks` (``batch_values``,
 ``batch_levels``), which builds on this module and falls back to ``decode_miniblock``.
 
 Byte formats (reverse-engineered against pylance 14.0.2 and checked with the upstream sources):
@@ -445,14 +445,15 @@ def _fsl_mini(f: pb.FixedSizeList, buffers: Sequence, n: int) -> Vals:
                 pv, pc_ = validity
                 validity = (np.repeat(pv, cum // pc_) & bits if cum >= pc_ else bits, cum)
     items = decode_miniblock(inner, bufs[nvalid:], n * cum)
-    out = _group(items, n, cum)
+    out = group_items(items, n, cum)
     if validity is not None:
         bits_, c = validity
         out.item_validity = np.repeat(bits_, cum // c) if c != cum else bits_
     return out
 
 
-def _group(items: Vals, n: int, cum: int) -> Vals:
+def group_items(items: Vals, n: int, cum: int) -> Vals:
+    """``n`` fixed-size-list values: ``items`` grouped ``cum`` per value."""
     if items.kind == "bool":
         # FSL<bool>: keep the bits, one row per value
         return Vals("bool", n * cum, items.data, None, None, cum) if cum > 1 else items
@@ -483,7 +484,7 @@ def decode_miniblock(enc: pb.CompressiveEncoding, buffers: Sequence, n: int) -> 
         return decode_block(enc, buffers[0], n)
     if which == "fsst":
         inner = decode_miniblock(enc.fsst.values, buffers, n)
-        return _fsst_apply(enc.fsst, inner)
+        return fsst_apply(enc.fsst, inner)
     if which == "rle":
         return _rle(enc.rle, buffers, n, "miniblock")
     if which == "byte_stream_split":
@@ -507,7 +508,8 @@ def _constant(c: pb.Constant, n: int) -> Vals:
     return Vals("fixed", n, np.broadcast_to(v, (n, len(v))).copy())
 
 
-def _fsst_apply(f: pb.Fsst, inner: Vals) -> Vals:
+def fsst_apply(f: pb.Fsst, inner: Vals) -> Vals:
+    """Values ``inner`` decompressed with the FSST symbol table of ``f``."""
     if inner.kind != "var":
         raise EncodingCorrupt("FSST child did not decode to variable-width values")
     table = FsstTable(bytes(f.symbol_table))
@@ -560,7 +562,7 @@ def decode_block(enc: pb.CompressiveEncoding, buf, n: int) -> Vals:
     if which == "constant":
         return _constant(enc.constant, n)
     if which == "fsst":
-        return _fsst_apply(enc.fsst, decode_block(enc.fsst.values, buf, n))
+        return fsst_apply(enc.fsst, decode_block(enc.fsst.values, buf, n))
     if which == "byte_stream_split":
         return _bss(enc.byte_stream_split, buf, n)
     if which == "fixed_size_list":

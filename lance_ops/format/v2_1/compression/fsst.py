@@ -1,4 +1,4 @@
-"""FSST string compression for the Lance 2.1+ writer (vectorised numpy; the decoder is ``v21_fsst``).
+"""FSST string compression for the Lance 2.1+ writer (vectorised numpy; the decoder is ``v2_1.compression.fsst_decode``).
 
 Format (what Lance's FSST decoder reads): a 2,312-byte symbol table -- ``u64 info`` (``"FSST" <<
 32 | encoder_switch << 24 | n_symbols``), then ``n`` little-endian u64 symbols (first byte in the

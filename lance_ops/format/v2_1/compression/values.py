@@ -2,7 +2,7 @@
 
 Mini-block compressors cut a page's values into chunks (every chunk but the last holds a power of
 two number of values, at most 4096) and return, per chunk, the bytes of each of its value
-buffers. What each produces (byte formats shared with the reader in ``v21_compressive``):
+buffers. What each produces (byte formats shared with the reader in ``v2_1.compression.decode``):
 
 * flat: values back to back; chunks of the largest power of two values below ~8 KiB (4 KiB of
   values) -- bits for booleans;
@@ -13,7 +13,7 @@ buffers. What each produces (byte formats shared with the reader in ``v21_compre
   0x48 to the offset width; chunks of the largest power of two values that fit 4 KiB;
 * FSST: the variable layout over FSST-compressed strings, with the symbol table in the encoding;
 * general (zstd / lz4): the first buffer of every chunk compressed on its own;
-* byte stream split: see ``encode_v21_bss``.
+* byte stream split: see ``v2_1.compression.bss``.
 
 Block compressors (levels of all-null pages, dictionaries) produce one opaque buffer.
 """
@@ -241,7 +241,8 @@ def bitpack_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
 
 
 # --- RLE -------------------------------------------------------------------------------------
-def _run_starts(values: np.ndarray) -> np.ndarray:
+def run_starts(values: np.ndarray) -> np.ndarray:
+    """Indices where a new run of equal values starts in ``values``."""
     if len(values) == 0:
         return np.zeros(0, dtype=np.int64)
     change = np.empty(len(values), dtype=bool)
@@ -283,7 +284,7 @@ def run_count(values: np.ndarray) -> int:
 def rle_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
     n = len(values)
     w = t_bits // 8
-    starts = _run_starts(values)
+    starts = run_starts(values)
     counts, bufs = [], []
     pos = 0
 

@@ -5,7 +5,7 @@ in one uint8 buffer. Chunk headers all have the same size for a given layout, so
 for every chunk with a few numpy gathers; the common value encodings (flat, variable, FSST,
 inline and out-of-line bitpacking, fixed-size lists of those) are then decoded for the whole
 batch in one pass per buffer. Any other encoding falls back to the per-chunk decoders of
-:mod:`v21_compressive`.
+:mod:`v2_1.compression.decode`.
 """
 from __future__ import annotations
 
@@ -391,7 +391,7 @@ def _fsl(f: pb.FixedSizeList, buf: np.ndarray, bufs: Sequence[Spans], counts: np
             break
         cur = inner.fixed_size_list
     items, _ = batch_values(inner, buf, bufs, counts * cum)
-    return comp._group(items, int(counts.sum()), cum)
+    return comp.group_items(items, int(counts.sum()), cum)
 
 
 def _per_chunk(enc: pb.CompressiveEncoding, buf: np.ndarray, bufs: Sequence[Spans], counts: np.ndarray) -> Vals:

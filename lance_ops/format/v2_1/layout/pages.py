@@ -1,6 +1,6 @@
 """Page layouts of the Lance 2.1+ writer: mini-block, full-zip, all-null and constant pages.
 
-Byte formats (as pylance 14 writes them; the reader's ``decode_v2_1`` documents the same):
+Byte formats (as pylance 14 writes them; the reader's ``v2_1.decode`` documents the same):
 
 * **mini-block** -- buffer 0: one metadata word per chunk (u16 in 2.1, u32 in 2.2 where the layout
   sets ``has_large_chunk``, field 10): ``(chunk_bytes / 8 - 1) << 4 | log2(values)`` (log 0 for
@@ -30,10 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lance_ops.format.version import FileVersion
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops.format.v2_1.compression import bitpack as bp
 from lance_ops.format.v2_1.compression import values as ev
+from lance_ops.format.version import FileVersion
 
 FILL = 0xFE
 MINIBLOCK_ALIGNMENT = 8
@@ -98,7 +98,7 @@ def _block_bitpack_bytes(n: int, max_w: int) -> int:
 
 
 def _rle_block_bytes(levels: np.ndarray) -> int:
-    starts = ev._run_starts(levels)
+    starts = ev.run_starts(levels)
     lens = np.diff(np.append(starts, len(levels)))
     return int(((lens + 254) // 255).sum()) * 3 + 8
 
@@ -127,7 +127,7 @@ def rle_block(levels: np.ndarray) -> bytes:
     levels = np.asarray(levels, dtype=np.uint16)
     if len(levels) == 0:
         return (0).to_bytes(8, "little")
-    starts = ev._run_starts(levels)
+    starts = ev.run_starts(levels)
     lens = np.diff(np.append(starts, len(levels)))
     pieces = (lens + 254) // 255
     vals = np.repeat(levels[starts], pieces).astype("<u2")

@@ -103,7 +103,7 @@ _LIST_LAYERS = (pb.REPDEF_ALL_VALID_LIST, pb.REPDEF_NULLABLE_LIST, pb.REPDEF_EMP
                 pb.REPDEF_NULL_AND_EMPTY_LIST)
 
 
-def _validity(arr: pa.Array) -> Optional[np.ndarray]:
+def validity_of(arr: pa.Array) -> Optional[np.ndarray]:
     """Bool numpy array of the logical validity, or None when nothing is null."""
     if pa.types.is_null(arr.type):
         return np.zeros(len(arr), dtype=bool)
@@ -151,7 +151,7 @@ def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Laye
         layers.append(lay)
         rep_level = list_levels[layer_idx]
         offs = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-        valid = _validity(arr)
+        valid = validity_of(arr)
         lens = np.zeros(st.n, dtype=np.int64)
         lens[alive] = offs[slots + 1] - offs[slots]
         is_valid = np.ones(st.n, dtype=bool)
@@ -192,7 +192,7 @@ def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Laye
     # validity layer (struct or leaf)
     lay = _Layer(False)
     layers.append(lay)
-    valid = _validity(arr)
+    valid = validity_of(arr)
     eff = np.ones(st.n, dtype=bool)  # effective validity per entry (dead entries: True)
     if valid is not None and len(slots):
         eff[alive] = valid[slots]
@@ -298,7 +298,7 @@ def _raw_take(arr: pa.Array, idx: np.ndarray) -> pa.Array:
         n = len(arr)
         data = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=n * w, offset=arr.offset * w).reshape(n, w)
         picked = np.ascontiguousarray(data[idx]).reshape(-1)
-        valid = _validity(arr)
+        valid = validity_of(arr)
         bitmap = None
         nulls = 0
         if valid is not None:
