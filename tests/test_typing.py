@@ -57,10 +57,8 @@ CHECKED = {
     "table/stats/fragments.py",
     "table/stats/prune.py",
     "table/stats/store.py",
-    "table/commit/__init__.py",
-    "table/commit/hooks.py",
-    "table/commit/properties.py",
-    "table/manifest/__init__.py",
+    "table/commit/",
+    "table/manifest/",
     "table/scan.py",
     "maintenance/statistics.py",
     "table/__init__.py",
@@ -77,7 +75,7 @@ CHECKED = {
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 391
+TODO_GAPS_MAX = 317
 
 
 def _modules() -> list[str]:
