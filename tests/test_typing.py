@@ -35,7 +35,17 @@ CHECKED = {
     "demo.py",
     "errors.py",
     "file.py",
+    "format/__init__.py",
+    "format/blob_v2.py",
+    "format/buffers.py",
+    "format/container.py",
+    "format/legacy/",
+    "format/proto_wire.py",
+    "format/reader_base.py",
+    "format/registry.py",
+    "format/v2_0/",
     "format/version.py",
+    "format/writer.py",
     "schema.py",
     "spark/__init__.py",
     "spark/_common.py",
@@ -64,7 +74,7 @@ CHECKED = {
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 458
+TODO_GAPS_MAX = 373
 
 
 def _modules() -> list[str]:
