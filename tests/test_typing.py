@@ -36,7 +36,17 @@ CHECKED = {
     "demo.py",
     "errors.py",
     "file.py",
+    "format/__init__.py",
+    "format/blob_v2.py",
+    "format/buffers.py",
+    "format/container.py",
+    "format/legacy/",
+    "format/proto_wire.py",
+    "format/reader_base.py",
+    "format/registry.py",
+    "format/v2_0/",
     "format/version.py",
+    "format/writer.py",
     "schema.py",
     "spark/__init__.py",
     "spark/_common.py",
@@ -75,7 +85,7 @@ CHECKED = {
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 317
+TODO_GAPS_MAX = 232
 
 
 def _modules() -> list[str]:
