@@ -36,7 +36,17 @@ CHECKED = {
     "demo.py",
     "errors.py",
     "file.py",
+    "format/__init__.py",
+    "format/blob_v2.py",
+    "format/buffers.py",
+    "format/container.py",
+    "format/legacy/",
+    "format/proto_wire.py",
+    "format/reader_base.py",
+    "format/registry.py",
+    "format/v2_0/",
     "format/version.py",
+    "format/writer.py",
     "schema.py",
     "spark/__init__.py",
     "spark/_common.py",
@@ -57,11 +67,21 @@ CHECKED = {
     "table/stats/fragments.py",
     "table/stats/prune.py",
     "table/stats/store.py",
-    "table/commit/__init__.py",
-    "table/commit/hooks.py",
-    "table/commit/properties.py",
-    "table/manifest/__init__.py",
+    "table/commit/",
+    "table/manifest/",
     "table/scan.py",
+    "maintenance/statistics.py",
+    "table/__init__.py",
+    "table/blobs.py",
+    "table/dataset.py",
+    "table/delete.py",
+    "table/filters/sql.py",
+    "table/fragment.py",
+    "table/index_files.py",
+    "table/rowid_lookup.py",
+    "table/snapshot.py",
+    "table/stats/collect.py",
+    "table/write.py",
     "table/addresses.py",
     "table/deletion.py",
     "table/paths.py",
@@ -70,10 +90,11 @@ CHECKED = {
     "table/versions.py",
     "spark/compact.py",
     "spark/ingest.py",
+    "spark/datasource.py",
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 367
+TODO_GAPS_MAX = 141
 
 
 def _modules() -> list[str]:
