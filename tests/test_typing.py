@@ -82,10 +82,19 @@ CHECKED = {
     "table/snapshot.py",
     "table/stats/collect.py",
     "table/write.py",
+    "table/addresses.py",
+    "table/deletion.py",
+    "table/paths.py",
+    "table/rowids.py",
+    "table/tags.py",
+    "table/versions.py",
+    "spark/compact.py",
+    "spark/ingest.py",
+    "spark/datasource.py",
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 232
+TODO_GAPS_MAX = 141
 
 
 def _modules() -> list[str]:

@@ -93,6 +93,11 @@ def _basename(path: str) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
+def basename(path: str) -> str:
+    """The last component of a listed path (``/`` or ``\\`` separated): the name to match on."""
+    return _basename(path)
+
+
 def parse_manifest_name(name: str) -> tuple[int, NamingScheme] | None:
     """``(version, scheme)`` for a committed manifest file name, else None.
 
