@@ -345,7 +345,7 @@ def _sample(offs: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return data[src], s_offs
 
 
-def compress(offs: np.ndarray, data: np.ndarray) -> Optional[tuple[bytes, np.ndarray, np.ndarray]]:
+def compress(offs: np.ndarray, data: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
     """FSST-compress the strings ``data[offs[i]:offs[i+1]]``.
 
     Returns (symbol table, int64 offsets starting at 0, compressed bytes)."""
