@@ -36,6 +36,7 @@ CHECKED = {
     "errors.py",
     "file.py",
     "format/version.py",
+    "format/v2_1/",
     "schema.py",
     "spark/__init__.py",
     "spark/_common.py",
@@ -64,7 +65,7 @@ CHECKED = {
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 458
+TODO_GAPS_MAX = 317
 
 
 def _modules() -> list[str]:
