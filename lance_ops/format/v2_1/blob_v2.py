@@ -51,6 +51,7 @@ _FIXED_ROW = 1 + 8 + 8 + 4 + 4
 class Thresholds:
     """Size thresholds of a blob v2 field: up to ``inline`` bytes in the data file, from ``dedicated`` bytes a side
     file of its own, packed side files cut at ``pack_file`` bytes."""
+
     inline: int = DEFAULT_INLINE_THRESHOLD
     dedicated: int = DEFAULT_DEDICATED_THRESHOLD
     pack_file: int = DEFAULT_PACK_FILE_THRESHOLD

@@ -246,6 +246,7 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
 
     The metadata (chunk sizes and counts, dictionary, repetition index) is read first; reads
     then fetch only the chunks that hold the wanted rows."""
+
     def __init__(self, layout: pb.MiniBlockLayout, offsets: Sequence[int], sizes: Sequence[int], num_rows: int,
                  first_row: int, ctx: PageCtx, version: str) -> None:
         super().__init__(layout, offsets, sizes, num_rows, first_row, ctx, version)
@@ -446,6 +447,7 @@ class FullZipPage(Page[pb.FullZipLayout]):
 
     Rows are found through the repetition index (or a fixed stride without one); reads fetch
     exactly the bytes of the wanted rows."""
+
     def __init__(self, layout: pb.FullZipLayout, offsets: Sequence[int], sizes: Sequence[int], num_rows: int,
                  first_row: int, ctx: PageCtx, version: str) -> None:
         super().__init__(layout, offsets, sizes, num_rows, first_row, ctx, version)

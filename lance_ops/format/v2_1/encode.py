@@ -75,6 +75,7 @@ class EncodedPageV21(EncodedPage):
 @dataclass
 class Params:
     """The encoding choices of one leaf field, parsed from its ``lance-encoding:*`` metadata."""
+
     compression: Optional[str] = None  # None | "none" | "zstd" | "lz4" | "fsst"
     level: Optional[int] = None
     structural: Optional[str] = None  # None | "miniblock" | "fullzip"
@@ -357,6 +358,7 @@ def _dict_block(enc_inner: pb.CompressiveEncoding, raw: bytes, version: str) -> 
 @dataclass
 class LeafPage:
     """One encoded page of one leaf: layout message, buffers (lists of byte chunks) and row count."""
+
     layout: pb.PageLayout
     buffers: list[list]
     num_rows: int

@@ -70,6 +70,7 @@ class Vals:
 
     The common currency between the value decoders and the assembly of Arrow arrays; ``kind`` says
     which of ``data`` (and ``offsets`` for "var") holds them."""
+
     kind: str  # "fixed" | "bool" | "var"
     n: int
     data: np.ndarray

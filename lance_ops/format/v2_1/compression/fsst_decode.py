@@ -28,6 +28,7 @@ class FsstTable:
     """A parsed FSST symbol table that expands compressed strings back to their bytes.
 
     Decoding is vectorised through Arrow takes over the symbol (and symbol pair) table."""
+
     def __init__(self, table: bytes) -> None:
         if len(table) < 8:
             raise ValueError(f"FSST symbol table is {len(table)} bytes, too short")

@@ -137,6 +137,7 @@ def general_compress(scheme: str, level: Optional[int], data: bytes | bytearray 
 @dataclass
 class MiniBlocks:
     """One page's values cut into mini-block chunks: the encoding and per chunk its count and buffers."""
+
     encoding: pb.CompressiveEncoding
     counts: list[int]  # values per chunk
     bufs: list[list[bytes]]  # per chunk: the bytes of each value buffer
@@ -432,6 +433,7 @@ class PerValue:
 
     Fixed-width values are a byte ``matrix``; variable-width ones ``offsets`` into ``data``.
 """
+
     encoding: pb.CompressiveEncoding
     fixed_bytes: int = 0  # bytes per value for fixed-width values
     # fixed: (n, fixed_bytes) uint8 matrix; variable: offsets (int64, n+1) + data

@@ -84,6 +84,7 @@ def field_bytes(num: int, value: bytes) -> bytes:
 @dataclass
 class LevelCodec:
     """How one page's repetition or definition levels are compressed: flat, bitpacked or RLE."""
+
     kind: str  # "flat" | "inline" | "ool" | "rle"
     width: int = 16
 
@@ -222,6 +223,7 @@ def rep_index(rep_chunks: Sequence[np.ndarray], max_rep: int) -> np.ndarray:
 @dataclass
 class PageOut:
     """One encoded page: its layout message and its buffers, each a list of byte chunks to write."""
+
     layout: pb.PageLayout
     buffers: list[list]  # each: list of byte chunks
 
