@@ -35,13 +35,12 @@ import logging
 import os
 import re
 import sys
-import time
-from datetime import date, datetime, timedelta
-from decimal import Decimal
+from datetime import timedelta
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 
 from lance_ops import errors as _errors
+from lance_ops.cli_output import Progress, print_result, to_jsonable
 
 if TYPE_CHECKING:  # pyarrow and the table layer load only when a command needs them
     import pyarrow as pa
@@ -102,99 +101,6 @@ def parse_storage_options(items: Sequence[str] | None) -> dict[str, str]:
     from lance_ops.io.options import parse_storage_option_args
 
     return parse_storage_option_args(items)
-
-
-# --- output ------------------------------------------------------------------------------------
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "to_dict"):
-        return _jsonable(value.to_dict())
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    try:  # numpy scalars
-        return value.item()
-    except AttributeError:
-        return str(value)
-
-
-def _format_value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return "-"
-        return ", ".join(_format_value(v) for v in value)
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_format_value(v)}" for k, v in value.items())
-    if value is None:
-        return "-"
-    return str(value)
-
-
-def _print_result(result: Any, as_json: bool, out: TextIO | None = None) -> None:
-    out = out or sys.stdout
-    data = _jsonable(result)
-    if as_json:
-        out.write(json.dumps(data, indent=2) + "\n")
-        return
-    if isinstance(data, dict):
-        width = max((len(k) for k in data), default=0)
-        for key, value in data.items():
-            if isinstance(value, list) and value and isinstance(value[0], dict):
-                out.write(f"{key}:\n")
-                for item in value:
-                    out.write("  " + _format_value(item) + "\n")
-            else:
-                out.write(f"{key.ljust(width)}  {_format_value(value)}\n")
-    else:
-        out.write(f"{_format_value(data)}\n")
-
-
-class Progress:
-    """A one-line progress bar on stderr (no-op unless enabled)."""
-
-    def __init__(self, label: str, enabled: bool, stream: TextIO | None = None) -> None:
-        self.label = label
-        self.enabled = enabled
-        self.stream = stream or sys.stderr
-        self._last = 0.0
-        self._shown = False
-
-    def __call__(self, done: int, total: int | None = None) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        final = total is not None and done >= total
-        if not final and now - self._last < 0.1:
-            return
-        self._last = now
-        if total:
-            width = 30
-            filled = int(width * min(done, total) / total)
-            text = f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
-        else:
-            text = f"\r{self.label} {done}"
-        self.stream.write(text)
-        self.stream.flush()
-        self._shown = True
-
-    def close(self) -> None:
-        """End the bar's line (if one was drawn) so later output starts on a fresh line."""
-        if self._shown:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._shown = False
 
 
 def _progress(args: argparse.Namespace, label: str) -> Progress:
@@ -493,7 +399,7 @@ def cmd_cleanup(args: argparse.Namespace) -> dict[str, Any]:
                                      progress=progress)
     finally:
         progress.close()
-    out = _jsonable(stats)
+    out = to_jsonable(stats)
     if isinstance(out, dict):
         out["dry_run"] = args.dry_run
     return out
@@ -790,7 +696,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         args.storage_options = parse_storage_options(args.storage_option)
         result = args.func(args)
-        _print_result(result, args.json)
+        print_result(result, args.json)
         return getattr(args, "exit_code", EXIT_OK)
     except KeyboardInterrupt:
         if not as_json:

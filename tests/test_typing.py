@@ -32,6 +32,7 @@ CHECKED = {
     "_version.py",
     "api.py",
     "cli.py",
+    "cli_output.py",
     "demo.py",
     "errors.py",
     "file.py",
