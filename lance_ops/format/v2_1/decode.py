@@ -1,28 +1,6 @@
-"""Page layouts of Lance 2.1+ files (``lance.encodings21.PageLayout``) and Arrow assembly.
+"""Page decoders of Lance 2.1+ files (``lance.encodings21.PageLayout``): page bytes -> levels and values.
 
-Every page of a 2.1+ column is one of:
-
-* **mini-block** -- buffer 0: chunk metadata, one word per chunk (u16 in 2.1, u32 when the layout's
-  ``has_large_chunk`` (field 10, set by 2.2+ writers) is true): ``(size_in_8_byte_words - 1) << 4 |
-  log2(values in chunk)`` (0 for the last chunk, whose count is ``num_items`` minus the others).
-  Buffer 1: the chunks, each 8-byte aligned: ``u16 num_levels`` (0 without rep/def), ``u16 rep
-  bytes`` (if rep), ``u16 def bytes`` (if def), one size per value buffer (u16, or u32 with large
-  chunks), padding to 8 (0xFE), then rep, def and value buffers each padded to 8. Optional buffer 2:
-  the dictionary (block encoded). Next buffer, when ``repetition_index_depth > 0``: the repetition
-  index, ``depth + 1`` u64 per chunk: rows that end in the chunk, and items left over after the last
-  row end (a "trailer" that continues in the next chunk).
-* **full-zip** -- buffer 0: per level entry a control word (``rep << bits_def | def``, 1/2/4 bytes
-  by ``bits_rep + bits_def`` <= 8/16/32; absent when both are 0) then, for visible entries, the
-  value: fixed width (``bits_per_value``) for every visible entry, or, for variable width, a length
-  (``bits_per_offset``) and the bytes for valid entries only. Buffer 1 (variable width or lists):
-  the repetition index -- byte offset of each row start plus the end, as byte-packed integers of
-  1/2/4/8 bytes (``buffer size / (rows + 1)``).
-* **all-null / constant** (field 2) -- no value data. Buffers 0/1 hold rep/def levels when there
-  are lists or several kinds of null (2.1: raw u16; 2.2: ``rep_compression`` (7) /
-  ``def_compression`` (8) with ``num_rep_values`` (9) / ``num_def_values`` (10)); a 2.2 constant
-  page carries the value in ``inline_value`` (6).
-* **blob** -- an inner layout of (position u64, size u64) descriptions; the bytes live elsewhere in
-  the file. size 0 + position 0 = empty, size 0 + position != 0 = null (position = def level).
+The byte formats of the four page layouts are described in :mod:`lance_ops.format.v2_1.layout`.
 """
 from __future__ import annotations
 
@@ -42,7 +20,6 @@ from lance_ops.format.v2_1.layout import repdef as rd
 from lance_ops.format.v2_1.layout.chunks import spans_index
 
 Ranges = list[tuple[int, int]]  # absolute (position, size)
-#: the layout message of a page (one per page class)
 _Layout = TypeVar("_Layout", pb.MiniBlockLayout, pb.FullZipLayout, pb.AllNullLayout, pb.BlobLayout)
 
 
@@ -92,8 +69,7 @@ class Decoded:
                        sum(p.num_rows for p in parts))
 
 
-#: decodes the bytes of a page's planned ranges (in order) into rows
-DecodeFn = Callable[[Sequence[bytes]], Decoded]
+DecodeFn = Callable[[Sequence[bytes]], Decoded]  # decodes the bytes of a page's planned ranges into rows
 
 
 def select_rows(levels: rd.Levels, values: Vals, canon: rd.Canonical, ra: np.ndarray, rb: np.ndarray,
@@ -180,8 +156,7 @@ def _map_defs(defs: Optional[np.ndarray], table: np.ndarray) -> Optional[np.ndar
 
 
 def placeholder_vals(kind: str, width: int, n: int, ipv: int = 1) -> Vals:
-    """``n`` zero values of ``kind`` (and ``width`` bytes, ``ipv`` FSL items each) where a page stores none: null
-    or empty entries."""
+    """``n`` zero values of ``kind`` (``width`` bytes, ``ipv`` FSL items each): null or empty entries."""
     if kind == "var":
         return Vals("var", n, np.zeros(0, np.uint8), np.zeros(n + 1, np.int64))
     if kind == "bool":
@@ -217,8 +192,8 @@ class Page(Generic[_Layout]):
         self.ctx = ctx
         self.version = version
         self.ready = False
-        self.page_layout: Optional[pb.PageLayout] = None  # the whole layout message (set by the reader)
-        self.leaf: object = None  # the reader's record of the page's column (set by the reader)
+        self.page_layout: Optional[pb.PageLayout] = None  # set by the reader: the whole layout message
+        self.leaf: object = None  # set by the reader: its record of the page's column
 
     def buf(self, i: int) -> tuple[int, int]:
         """Absolute (position, size) of the page's buffer ``i``."""
@@ -242,10 +217,7 @@ class Page(Generic[_Layout]):
 
 
 class MiniBlockPage(Page[pb.MiniBlockLayout]):
-    """A mini-block page: values cut into chunks of a few KiB, each with its own levels.
-
-    The metadata (chunk sizes and counts, dictionary, repetition index) is read first; reads
-    then fetch only the chunks that hold the wanted rows."""
+    """A mini-block page: chunks of a few KiB with their own levels; reads fetch only the wanted chunks."""
 
     def __init__(self, layout: pb.MiniBlockLayout, offsets: Sequence[int], sizes: Sequence[int], num_rows: int,
                  first_row: int, ctx: PageCtx, version: str) -> None:
@@ -443,10 +415,7 @@ def decode_group(items: Sequence[tuple["MiniBlockPage", tuple]], datas: Sequence
 
 
 class FullZipPage(Page[pb.FullZipLayout]):
-    """A full-zip page: per level entry a control word and the value, zipped (large values).
-
-    Rows are found through the repetition index (or a fixed stride without one); reads fetch
-    exactly the bytes of the wanted rows."""
+    """A full-zip page: control word and value zipped per entry; reads fetch exactly the wanted rows."""
 
     def __init__(self, layout: pb.FullZipLayout, offsets: Sequence[int], sizes: Sequence[int], num_rows: int,
                  first_row: int, ctx: PageCtx, version: str) -> None:
@@ -628,7 +597,6 @@ class FullZipPage(Page[pb.FullZipLayout]):
         return per_value_var(z.value_compression, Vals("var", n, data, offs))
 
 
-
 class ConstantPage(Page[pb.AllNullLayout]):
     """All-null (2.1+) or constant (2.2+) page."""
 
@@ -657,7 +625,6 @@ class ConstantPage(Page[pb.AllNullLayout]):
         e = pb.CompressiveEncoding()
         e.ParseFromString(bytes(raw))
         return e
-
 
     def _has(self, i: int) -> bool:
         i += self.level_base
@@ -829,5 +796,4 @@ class BlobPage(Page[pb.BlobLayout]):
         return reqs, decode
 
 
-#: a page of any layout (what the reader holds)
 AnyPage = Union[MiniBlockPage, FullZipPage, ConstantPage, BlobPage]
