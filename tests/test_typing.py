@@ -46,7 +46,11 @@ CHECKED = {
     "format/registry.py",
     "format/v2_0/",
     "format/version.py",
+<<<<<<< HEAD
     "format/writer.py",
+=======
+    "format/v2_1/",
+>>>>>>> h-ty-v21
     "schema.py",
     "spark/__init__.py",
     "spark/_common.py",
@@ -94,7 +98,7 @@ CHECKED = {
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 141
+TODO_GAPS_MAX = SyntaxError: invalid syntax
 
 
 def _modules() -> list[str]:
