@@ -738,7 +738,7 @@ class BlobPage(Page[pb.BlobLayout]):
 
     def __init__(self, layout: pb.BlobLayout, offsets: Sequence[int], sizes: Sequence[int], num_rows: int,
                  first_row: int, ctx: PageCtx, version: str,
-                 *, fetch: Callable[[Ranges], list[bytes]]) -> None:
+                 *, fetch: Callable[[Ranges], Sequence[bytes | memoryview]]) -> None:
         super().__init__(layout, offsets, sizes, num_rows, first_row, ctx, version)
         b: pb.BlobLayout = self.layout
         self.def_table = rd.def_mapping(b.layers, self.ctx.canon)

@@ -536,7 +536,7 @@ class LanceFileReaderV21(V2ReaderBase):
         assert isinstance(leaf, _Leaf), "page not made by this reader"
         return leaf
 
-    def _fetch(self, reqs: dec.Ranges) -> list[bytes]:
+    def _fetch(self, reqs: dec.Ranges) -> Sequence[bytes | memoryview]:
         if not reqs:
             return []
         body_end = self._file_size - FOOTER_SIZE
