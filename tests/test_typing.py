@@ -58,6 +58,7 @@ CHECKED = {
     "table/stats/prune.py",
     "table/stats/store.py",
     "table/commit/__init__.py",
+    "table/indices.py",
     "table/commit/hooks.py",
     "table/commit/properties.py",
     "table/manifest/__init__.py",

@@ -20,10 +20,12 @@ from __future__ import annotations
 import json
 import uuid as uuid_mod
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from lance_ops._proto import table_pb2
-from lance_ops.table.snapshot import DatasetSnapshot
+
+if TYPE_CHECKING:
+    from lance_ops.table.dataset import LanceDataset
 
 #: type-URL message names (lower case) -> kind, for the index kinds whose details say it all
 SCALAR_KINDS: dict[str, str] = {
@@ -136,7 +138,7 @@ def _vector_kind_from_details(value: bytes) -> str | None:
     return "IVF_" + ("HNSW_" if _HNSW_FIELD in present else "") + quantizer
 
 
-def _vector_kind_from_file(ds: DatasetSnapshot, uid: str) -> str | None:
+def _vector_kind_from_file(ds: LanceDataset, uid: str) -> str | None:
     """The ``type`` of ``index.idx``'s ``lance:index`` schema metadata (older vector indices)."""
     from lance_ops.format.registry import open_file_reader
     from lance_ops.table.manifest import naming
@@ -152,7 +154,7 @@ def _vector_kind_from_file(ds: DatasetSnapshot, uid: str) -> str | None:
     return str(kind).upper() if kind else None
 
 
-def index_kind(ds: DatasetSnapshot, index: table_pb2.IndexMetadata) -> str:
+def index_kind(ds: LanceDataset, index: table_pb2.IndexMetadata) -> str:
     """The kind of one index segment (BTREE, IVF_PQ, ...; ``unknown (<type url>)`` otherwise)."""
     type_url = index.index_details.type_url
     name = _message_name(type_url)
@@ -204,7 +206,7 @@ def live_rows(fragment: table_pb2.DataFragment) -> int:
     return int(fragment.physical_rows) - int(deleted)
 
 
-def list_indices(ds: DatasetSnapshot) -> list[IndexInfo]:
+def list_indices(ds: LanceDataset) -> list[IndexInfo]:
     """Every index of ``ds``'s version, one per name, in manifest order, with its coverage."""
     section = ds.manifest_file.index_section
     if section is None or not section.indices:
