@@ -63,10 +63,22 @@ CHECKED = {
     "table/commit/properties.py",
     "table/manifest/__init__.py",
     "table/scan.py",
+    "maintenance/statistics.py",
+    "table/__init__.py",
+    "table/blobs.py",
+    "table/dataset.py",
+    "table/delete.py",
+    "table/filters/sql.py",
+    "table/fragment.py",
+    "table/index_files.py",
+    "table/rowid_lookup.py",
+    "table/snapshot.py",
+    "table/stats/collect.py",
+    "table/write.py",
 }
 
 #: AST gaps (missing docstrings or annotations) left outside CHECKED; lower it as modules are done
-TODO_GAPS_MAX = 458
+TODO_GAPS_MAX = 391
 
 
 def _modules() -> list[str]:
