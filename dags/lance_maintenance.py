@@ -4,11 +4,28 @@
 `maintenance_needed` (deferrable sensor, soft_fail) -> `compaction` (bin-packs small fragments;
 plan in-process, small plans compact right there, big ones go to Spark and a commit task) ->
 `materialize_deletions` (rewrites fragments whose deleted-row ratio exceeds the threshold, whatever
-their size) -> `rebuild_statistics` -> `refresh_row_id_index` -> `verify` -> `cleanup`.
+their size) -> `rebuild_statistics` -> `refresh_row_id_index` -> `verify` -> `cleanup` -> `health`
+(the report: fragments, rows, deletions, versions, and every index with its kind, columns, uuids,
+coverage and index version) -> `run_report`.
 
-`verify` checks that every file the latest manifest references exists with its recorded size and
-decodes (`verify_deep` also decodes every page). If anything is wrong the task fails at once, naming
-each problem, and `cleanup` does not run: the old versions and their files stay for recovery.
+**The run never stalls.** A failed or refused step (compaction refusing a dataset, a statistics
+failure) does not stop the steps after it: `materialize_deletions`, `rebuild_statistics`,
+`refresh_row_id_index`, `verify` and `health` use the trigger rule `none_skipped` (run when the
+step before them succeeded, failed or did not run because of a failure; skip only when it was
+skipped, i.e. when the sensor skipped the run). Each step reads the dataset's latest committed
+version, so a failed step leaves nothing half-done for the next one (commits are atomic).
+
+**verify gates cleanup.** `verify` checks that every file the latest manifest references exists
+with its recorded size and decodes (`verify_deep` also decodes every page). If anything is wrong the
+task fails at once, naming each problem, and `cleanup` (trigger rule `all_success`, its only
+upstream is `verify`) does not run: the old versions and their files stay for recovery. `health`
+still runs.
+
+**The final state says what failed.** `run_report` (trigger rule `all_done`) reads the states of
+every task of the run: when a step failed (or did not run because of one) it logs one line per
+step, pushes `{"failed": [...], "not_run": [...], "states": {...}}` as XCom `run_report` and fails,
+so the run ends failed and names the failed steps; otherwise it succeeds (XCom `return_value`, the
+same report). Failed steps keep their own error line and `retries`.
 
 A healthy dataset skips the whole run: the sensor checks once and, if no threshold is reached
 within `sensor_timeout_seconds` (default 0: check once), skips, and everything after it is
@@ -39,9 +56,11 @@ from airflow.sdk import DAG, Param
 
 from operators import (
     LanceCleanupOperator,
+    LanceHealthOperator,
     LanceMaterializeDeletionsOperator,
     LanceRebuildStatisticsOperator,
     LanceRefreshRowIdIndexOperator,
+    LanceRunReportOperator,
     LanceVerifyOperator,
     lance_compaction_group,
 )
@@ -49,6 +68,9 @@ from sensors import LanceMaintenanceNeededSensor
 
 URI = "{{ params.dataset_uri }}"
 CONN = "{{ params.lance_conn_id }}"
+#: run after the previous step succeeded, failed or was not run because of a failure; skip only
+#: when it was skipped (the sensor skipped the run)
+AFTER_ANY_OUTCOME = "none_skipped"
 
 with DAG(
     dag_id="lance_maintenance",
@@ -119,13 +141,17 @@ with DAG(
         lance_conn_id=CONN,
         threshold="{{ params.materialize_deletions_threshold }}",
         dry_run="{{ params.dry_run }}",
+        trigger_rule=AFTER_ANY_OUTCOME,
     )
-    statistics = LanceRebuildStatisticsOperator(task_id="rebuild_statistics", dataset_uri=URI, lance_conn_id=CONN)
-    rowid_index = LanceRefreshRowIdIndexOperator(task_id="refresh_row_id_index", dataset_uri=URI, lance_conn_id=CONN)
+    statistics = LanceRebuildStatisticsOperator(task_id="rebuild_statistics", dataset_uri=URI, lance_conn_id=CONN,
+                                                trigger_rule=AFTER_ANY_OUTCOME)
+    rowid_index = LanceRefreshRowIdIndexOperator(task_id="refresh_row_id_index", dataset_uri=URI, lance_conn_id=CONN,
+                                                 trigger_rule=AFTER_ANY_OUTCOME)
     verify = LanceVerifyOperator(
         task_id="verify", dataset_uri=URI, lance_conn_id=CONN, deep="{{ params.verify_deep }}",
+        trigger_rule=AFTER_ANY_OUTCOME,
     )
-    cleanup = LanceCleanupOperator(
+    cleanup = LanceCleanupOperator(  # all_success (the default): only after verify passed
         task_id="cleanup",
         dataset_uri=URI,
         lance_conn_id=CONN,
@@ -134,4 +160,11 @@ with DAG(
         delete_unverified="{{ params.delete_unverified }}",
         dry_run="{{ params.dry_run }}",
     )
-    needed >> compaction >> materialize >> statistics >> rowid_index >> verify >> cleanup
+    health = LanceHealthOperator(
+        task_id="health", dataset_uri=URI, lance_conn_id=CONN,
+        target_rows_per_fragment="{{ params.target_rows_per_fragment }}",
+        materialize_deletions_threshold="{{ params.materialize_deletions_threshold }}",
+        trigger_rule=AFTER_ANY_OUTCOME,
+    )
+    report = LanceRunReportOperator(task_id="run_report")
+    needed >> compaction >> materialize >> statistics >> rowid_index >> verify >> cleanup >> health >> report

@@ -40,7 +40,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 
 from lance_ops import errors as _errors
-from lance_ops.cli_output import Progress, print_result, to_jsonable
+from lance_ops.cli_output import Progress, format_indices, format_text, print_result, to_jsonable
 
 if TYPE_CHECKING:  # pyarrow and the table layer load only when a command needs them
     import pyarrow as pa
@@ -184,10 +184,13 @@ def _conform(reader: pa.RecordBatchReader, schema: pa.Schema | None, progress: C
 
 
 # --- commands -------------------------------------------------------------------------------------
-def cmd_inspect(args: argparse.Namespace) -> dict[str, Any]:
-    """``inspect``: the dataset's health report plus statistics coverage and pending stages.
+def cmd_inspect(args: argparse.Namespace) -> CommandResult:
+    """``inspect``: the dataset's health report plus statistics coverage, pending stages and indices.
 
-    With ``--versions`` every version's timestamp, rows and fragments are listed too.
+    Each index (``lance_ops.table.indices.list_indices``) shows its name, kind, columns, segment
+    uuids, coverage (indexed fragments and rows, unindexed rows) and index version; text output
+    puts them last, one line each. With ``--versions`` every version's timestamp, rows and
+    fragments are listed too.
     """
     from lance_ops.maintenance.health import dataset_health
     from lance_ops.maintenance.statistics import statistics_coverage
@@ -209,7 +212,13 @@ def cmd_inspect(args: argparse.Namespace) -> dict[str, Any]:
              "fragments": int(v["metadata"]["total_fragments"])}
             for v in ds.versions()
         ]
-    return health
+    indices = health.pop("indices")
+    health["indices"] = indices
+    if args.json:
+        return health
+    text = format_text({k: v for k, v in to_jsonable(health).items() if k != "indices"})
+    lines = format_indices(to_jsonable(indices))
+    return text + "\nindices:" + ("".join(f"\n  {line}" for line in lines) if lines else "  -")
 
 
 def cmd_append(args: argparse.Namespace) -> dict[str, Any]:

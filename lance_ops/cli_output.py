@@ -51,6 +51,33 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def format_text(data: dict[str, Any]) -> str:
+    """A plain-JSON dict as aligned ``key  value`` lines; lists of dicts as indented lines."""
+    lines = []
+    width = max((len(k) for k in data), default=0)
+    for key, value in data.items():
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            lines.append(f"{key}:")
+            lines.extend("  " + format_value(item) for item in value)
+        else:
+            lines.append(f"{key.ljust(width)}  {format_value(value)}")
+    return "\n".join(lines)
+
+
+def format_indices(indices: list[dict[str, Any]]) -> list[str]:
+    """One line per index (``IndexInfo.to_dict()`` dicts): name, kind, columns, coverage, version, uuid."""
+    out = []
+    for info in indices:
+        cols = ", ".join(info["columns"]) or "-"
+        uuids = info["uuids"]
+        uuid_text = uuids[0] if len(uuids) == 1 else f"{len(uuids)} segments: {', '.join(uuids)}"
+        out.append(f"{info['name']}: {info['kind']} on {cols}; indexed {info['indexed_rows']} rows in "
+                   f"{info['indexed_fragments']} fragments, unindexed {info['unindexed_rows']} rows in "
+                   f"{info['unindexed_fragments']} fragments; index version {info['index_version']}; "
+                   f"uuid {uuid_text}")
+    return out
+
+
 def print_result(result: Any, as_json: bool, out: TextIO | None = None) -> None:
     """Write a command's result to ``out`` (stdout): one JSON document, or aligned ``key  value`` lines."""
     out = out or sys.stdout
@@ -59,14 +86,8 @@ def print_result(result: Any, as_json: bool, out: TextIO | None = None) -> None:
         out.write(json.dumps(data, indent=2) + "\n")
         return
     if isinstance(data, dict):
-        width = max((len(k) for k in data), default=0)
-        for key, value in data.items():
-            if isinstance(value, list) and value and isinstance(value[0], dict):
-                out.write(f"{key}:\n")
-                for item in value:
-                    out.write("  " + format_value(item) + "\n")
-            else:
-                out.write(f"{key.ljust(width)}  {format_value(value)}\n")
+        text = format_text(data)
+        out.write(text + "\n" if text else "")
     else:
         out.write(f"{format_value(data)}\n")
 

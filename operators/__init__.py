@@ -6,7 +6,8 @@ Import with the repository root on ``sys.path`` (as Airflow does for DAG/plugin 
 
 Submodules: :mod:`operators.hooks` (LanceHook), :mod:`operators.base` (shared behaviour:
 idempotency keys, asset events, lineage), :mod:`operators.lance` (in-process operators),
-:mod:`operators.spark` (Spark job + commit task groups).
+:mod:`operators.spark` (Spark job + commit task groups), :mod:`operators.report` (the run report
+that fails a maintenance run naming its failed steps).
 """
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ from operators.lance import (
     LanceCommitStagedOperator,
     LanceCompactionOperator,
     LanceDeleteOperator,
+    LanceHealthOperator,
     LanceMaterializeDeletionsOperator,
     LanceRebuildStatisticsOperator,
     LanceRefreshRowIdIndexOperator,
     LanceVerifyOperator,
 )
+from operators.report import LanceRunReportOperator
 from operators.spark import (
     LanceCompactionCommitOperator,
     LanceSparkSubmitOperator,
@@ -39,10 +42,12 @@ __all__ = [
     "LanceCompactionCommitOperator",
     "LanceCompactionOperator",
     "LanceDeleteOperator",
+    "LanceHealthOperator",
     "LanceHook",
     "LanceMaterializeDeletionsOperator",
     "LanceRebuildStatisticsOperator",
     "LanceRefreshRowIdIndexOperator",
+    "LanceRunReportOperator",
     "LanceSparkSubmitOperator",
     "LanceVerifyOperator",
     "dataset_asset_uri",

@@ -591,3 +591,50 @@ class LanceVerifyOperator(LanceBaseOperator):
                 f"{uri}: verify found {len(report.problems)} problem(s); first: {first}")
         self.log.info("%s", report.summary())
         return {"version": report.versions[-1] if report.versions else None, "changed": False, "metrics": metrics}
+
+
+# -- health -----------------------------------------------------------------------------------------
+class LanceHealthOperator(LanceBaseOperator):
+    """Report the dataset's health after maintenance (read-only, no asset event): fragments, rows,
+    deletions, versions awaiting cleanup and every index with its kind, columns, uuids, coverage
+    (indexed fragments and rows, unindexed rows) and index version (see
+    :func:`lance_ops.maintenance.health.dataset_health`).
+
+    The XCom is the usual result dict with the report under ``metrics``; the log has one line per
+    index. Indices with unindexed rows are named in ``metrics["indices_with_unindexed_rows"]``
+    (pylance's ``optimize_indices`` adds them; queries still scan those rows, so they stay exact).
+
+    :param target_rows_per_fragment: fragments below this count as small. (templated)
+    :param materialize_deletions_threshold: per-fragment deleted ratio reported. (templated)
+    """
+
+    template_fields = LanceBaseOperator.template_fields + ("target_rows_per_fragment",
+                                                           "materialize_deletions_threshold")
+    operation = "health"
+    ui_color = "#e2f0d9"
+
+    def __init__(self, *, target_rows_per_fragment: int | str = 1024 * 1024,
+                 materialize_deletions_threshold: float | str = 0.1, **kwargs: Any) -> None:
+        kwargs.setdefault("emit_asset_event", False)  # nothing changes: downstream DAGs must not fire
+        super().__init__(**kwargs)
+        self.target_rows_per_fragment = target_rows_per_fragment
+        self.materialize_deletions_threshold = materialize_deletions_threshold
+
+    def run(self, context: Any, uri: str, storage_options: dict[str, str], key: str) -> dict[str, Any]:
+        """Compute the health report of the latest version and log its indices."""
+        from lance_ops.maintenance.health import dataset_health
+
+        ds = self.open_dataset(uri, storage_options)
+        threshold = as_optional_float(self.materialize_deletions_threshold)
+        health = dataset_health(ds, target_rows_per_fragment=as_int(self.target_rows_per_fragment,
+                                                                    "target_rows_per_fragment"),
+                                materialize_deletions_threshold=0.1 if threshold is None else threshold)
+        report = health.to_dict()
+        for info in health.indices:
+            self.log.info("index %s: %s on %s; indexed %d rows in %d fragments, unindexed %d rows in %d "
+                          "fragments; index version %d; uuid %s", info.name, info.kind,
+                          ", ".join(info.columns) or "-", info.indexed_rows, info.indexed_fragments,
+                          info.unindexed_rows, info.unindexed_fragments, info.index_version,
+                          ", ".join(info.uuids))
+        report["indices_with_unindexed_rows"] = [i.name for i in health.indices if i.unindexed_rows and not i.system]
+        return {"version": ds.version, "changed": False, "metrics": report}

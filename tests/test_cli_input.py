@@ -164,7 +164,7 @@ def test_json_errors_are_one_object_on_stderr(capsys, ds_uri, tmp_path):
 def test_api_ignores_unknown_storage_options_like_pylance(ds_uri, caplog):
     """The Python API follows pylance: an unknown option is ignored (lance_ops also logs it once)."""
     from lance_ops.io.options import check_storage_options
-    from lance_ops.io.s3_client import normalize_options
+    from lance_ops.io.s3.client import normalize_options
 
     opts = {"aws_regoin": "eu-west-1"}
     assert lance.dataset(ds_uri, storage_options=opts).count_rows() == 250  # pylance: ignored

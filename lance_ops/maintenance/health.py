@@ -1,21 +1,28 @@
 """How much maintenance a dataset needs: the numbers behind ``lance-ops inspect`` and the sensors.
 
-Everything comes from manifests (no data file is read), so it is cheap enough to poll from an
-Airflow sensor or trigger.
+Everything comes from manifests (no data file is read; only a vector index whose details do not
+name its sub-index has the schema of its ``index.idx`` read), so it is cheap enough to poll from
+an Airflow sensor or trigger. The indices and their coverage come from
+:func:`lance_ops.table.indices.list_indices`.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lance_ops.table import tags as tags_mod
+from lance_ops.table.indices import IndexInfo, list_indices
 from lance_ops.table.manifest import naming
+
+if TYPE_CHECKING:
+    from lance_ops.table.dataset import LanceDataset
 
 
 @dataclass
 class DatasetHealth:
-    """How much maintenance a dataset needs: fragment, row and deletion counts at one version."""
+    """How much maintenance a dataset needs: fragment, row and deletion counts at one version,
+    and its indices with their coverage (``unindexed_rows`` > 0: ``optimize_indices`` has work)."""
 
     uri: str
     version: int
@@ -32,14 +39,15 @@ class DatasetHealth:
     bytes: int
     data_storage_version: str
     stable_row_ids: bool
+    indices: list[IndexInfo] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain dict (for XCom / logs)."""
         return asdict(self)
 
 
 def dataset_health(
-    ds: Any,
+    ds: LanceDataset,
     *,
     target_rows_per_fragment: int = 1024 * 1024,
     materialize_deletions_threshold: float = 0.1,
@@ -79,4 +87,5 @@ def dataset_health(
         bytes=sum(df.file_size_bytes for f in m.fragments for df in f.files),
         data_storage_version=ds.data_storage_version,
         stable_row_ids=ds.has_stable_row_ids,
+        indices=list_indices(ds),
     )

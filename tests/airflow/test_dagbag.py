@@ -50,11 +50,19 @@ def test_maintenance_dag_shape(dagbag):
     assert dag.catchup is False
     assert dag.schedule == "@daily"
     order = ["maintenance_needed", "compaction.plan", "compaction.spark_rewrite", "compaction.commit",
-             "materialize_deletions", "rebuild_statistics", "refresh_row_id_index", "verify", "cleanup"]
+             "materialize_deletions", "rebuild_statistics", "refresh_row_id_index", "verify", "cleanup", "health",
+             "run_report"]
     assert set(dag.task_dict) == set(order)
     assert dag.task_dict["materialize_deletions"].upstream_task_ids == {"compaction.commit"}
     assert dag.task_dict["compaction.commit"].upstream_task_ids == {"compaction.plan", "compaction.spark_rewrite"}
     assert dag.task_dict["cleanup"].upstream_task_ids == {"verify"}
+    assert dag.task_dict["health"].upstream_task_ids == {"cleanup"}
+    assert dag.task_dict["run_report"].upstream_task_ids == {"health"}
+    # never stalls: a failed step does not stop the later ones; verify still gates cleanup
+    rules = {t: getattr(dag.task_dict[t].trigger_rule, "value", dag.task_dict[t].trigger_rule) for t in order}
+    for t in ("materialize_deletions", "rebuild_statistics", "refresh_row_id_index", "verify", "health"):
+        assert rules[t] == "none_skipped", (t, rules[t])
+    assert rules["cleanup"] == "all_success" and rules["run_report"] == "all_done"
     sensor = dag.task_dict["maintenance_needed"]
     assert sensor.deferrable and sensor.soft_fail
     for name in ("dataset_uri", "lance_conn_id", "small_fragments_threshold", "deleted_ratio_threshold",

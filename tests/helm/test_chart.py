@@ -411,16 +411,24 @@ def test_cronjob_script_fail_fast(full_docs, tmp_path):
     assert [a[0] for a in argvs] == ["compact"]
 
 
+DEFAULT_STEPS = ["compact", "materialize-deletions", "rebuild-stats", "refresh-rowid-index", "verify", "cleanup",
+                 "inspect"]
+
+
 def test_cronjob_script_continue_on_error(helm_bin, helm_env, tmp_path):
+    """The default steps are the DAG's; a failed step stops none of the later ones (cleanup and the
+    inspect report run), and the run fails at the end naming the failed step."""
     docs = parse(template(helm_bin, helm_env, "--set", "cronjob.enabled=true",
                           "--set", "cronjob.datasets[0].uri=/data/a.lance",
                           "--set", "cronjob.datasets[1].uri=/data/b.lance").stdout)
     proc, argvs = _run_cronjob_script(one(docs, "CronJob"), tmp_path, fail_on="compact")
     assert proc.returncode == 1  # the run fails, but only after every step was tried
-    assert [(a[0], a[1]) for a in argvs] == [
-        ("compact", "/data/a.lance"), ("verify", "/data/a.lance"), ("cleanup", "/data/a.lance"),
-        ("compact", "/data/b.lance"), ("verify", "/data/b.lance"), ("cleanup", "/data/b.lance")]
-    assert argvs[2] == ["cleanup", "/data/a.lance", "--json", "--older-than", "7d"]
+    assert [(a[0], a[1]) for a in argvs] == [(step, uri) for uri in ("/data/a.lance", "/data/b.lance")
+                                             for step in DEFAULT_STEPS]
+    assert argvs[0] == ["compact", "/data/a.lance", "--json", "--no-materialize-deletions"]
+    assert argvs[5] == ["cleanup", "/data/a.lance", "--json", "--older-than", "7d"]
+    assert ("maintenance run failed: failed: compact /data/a.lance; failed: compact /data/b.lance"
+            in proc.stderr)
 
 
 def test_cronjob_failed_verify_skips_that_datasets_cleanup(helm_bin, helm_env, tmp_path):
@@ -429,11 +437,12 @@ def test_cronjob_failed_verify_skips_that_datasets_cleanup(helm_bin, helm_env, t
                           "--set", "cronjob.datasets[1].uri=/data/b.lance").stdout)
     proc, argvs = _run_cronjob_script(one(docs, "CronJob"), tmp_path, fail_on="verify")
     assert proc.returncode == 1
-    # verify fails for both datasets: neither is cleaned up, every other step still runs
-    assert [(a[0], a[1]) for a in argvs] == [
-        ("compact", "/data/a.lance"), ("verify", "/data/a.lance"),
-        ("compact", "/data/b.lance"), ("verify", "/data/b.lance")]
+    # verify fails for both datasets: neither is cleaned up, every other step (the report too) still runs
+    without_cleanup = [s for s in DEFAULT_STEPS if s != "cleanup"]
+    assert [(a[0], a[1]) for a in argvs] == [(step, uri) for uri in ("/data/a.lance", "/data/b.lance")
+                                             for step in without_cleanup]
     assert "step skipped: lance-ops cleanup /data/a.lance (verify failed" in proc.stderr
+    assert "maintenance run failed: failed: verify /data/a.lance; skipped: cleanup /data/a.lance" in proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError, ConnectionClosedError, NoCredential
 from lance_ops.errors import CorruptFileError, IncompleteResponseError, ObjectNotFoundError, StorageError
 from lance_ops.io import S3Store, open_store
 from lance_ops.io.retry import RetryPolicy
-from lance_ops.io.s3_client import is_transient
+from lance_ops.io.s3.client import is_transient
 from tests.fixtures.faultproxy import fault_proxy  # noqa: F401 - fixture
 
 DATA = bytes(range(256)) * 64

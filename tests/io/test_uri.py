@@ -7,7 +7,7 @@ import pytest
 
 from lance_ops.errors import StorageError, UnsupportedError
 from lance_ops.io import LocalStore, S3Store, open_store, parse_uri
-from lance_ops.io.s3_client import get_client, normalize_options
+from lance_ops.io.s3.client import get_client, normalize_options
 
 
 def test_local_paths(tmp_path):

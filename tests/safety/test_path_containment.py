@@ -14,7 +14,7 @@ import pytest
 import lance_ops
 from lance_ops.errors import LanceOpsError, UnsafePathError
 from lance_ops.io.local import LocalStore
-from lance_ops.io.s3 import S3Store
+from lance_ops.io.s3.store import S3Store
 from lance_ops.table import deletion, rowids
 from lance_ops.table.commit import dynamodb as external_store
 from lance_ops.table.manifest import naming

@@ -6,7 +6,7 @@ nothing behind at the key.
 
 The writer is given what it uses (a boto3 client, bucket, key, the object's URI for error
 messages and the store's metrics), not the store itself, so this module does not import
-:mod:`lance_ops.io.s3` back.
+:mod:`lance_ops.io.s3.store` back.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 from lance_ops.errors import StorageError
 from lance_ops.io.base import ObjectWriter
 from lance_ops.io.metrics import StoreMetrics
-from lance_ops.io.s3_client import CLIENT_ERRORS, map_error
+from lance_ops.io.s3.client import CLIENT_ERRORS, map_error
 
 DEFAULT_PART_SIZE = 8 * 1024 * 1024  # S3 needs >= 5 MiB for every part but the last
 

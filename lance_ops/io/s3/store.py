@@ -23,7 +23,7 @@ from lance_ops.errors import (
 from lance_ops.io import redact
 from lance_ops.io.base import ObjectInfo, ObjectStore, ObjectWriter
 from lance_ops.io.retry import RetryPolicy
-from lance_ops.io.s3_client import (
+from lance_ops.io.s3.client import (
     CLIENT_ERRORS,
     error_code,
     get_client,
@@ -31,7 +31,7 @@ from lance_ops.io.s3_client import (
     is_transient,
     map_error,
 )
-from lance_ops.io.s3_writer import DEFAULT_PART_SIZE, S3Writer
+from lance_ops.io.s3.writer import DEFAULT_PART_SIZE, S3Writer
 
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 MAX_CONCURRENT_READS = 8
