@@ -95,8 +95,8 @@ def _kind(index: table_pb2.IndexMetadata, where: str) -> tuple[str, str]:
     shown = url or "no index_details (an index written by an older Lance version)"
     raise UnsupportedError(
         f"{where}: index {name!r} has a type lance_ops does not know: {shown}; lance_ops refuses to "
-        "compact or rewrite a dataset carrying it rather than risk leaving the index inconsistent. "
-        "Nothing was written.")
+        "compact or rewrite a dataset carrying indices it does not know rather than risk leaving them "
+        "inconsistent. Nothing was written.")
 
 
 def _coverage(index: table_pb2.IndexMetadata, fallback: Any, where: str) -> frozenset[int]:
