@@ -30,11 +30,14 @@ field list a 2.2 data file stores for them (the writer itself: ``v2_1.blob_v2``)
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import pyarrow as pa
 
 from lance_ops._proto import file_pb2
+
+if TYPE_CHECKING:
+    from lance_ops.schema import FieldNode
 
 BLOB_KEY = "lance-encoding:blob"
 PACKED_KEY = "lance-encoding:packed"
@@ -62,6 +65,7 @@ _BLOB_KEY_B = BLOB_KEY.encode()
 # which fields are blob fields
 # --------------------------------------------------------------------------------------------
 def has_blob_key(field: pa.Field) -> bool:
+    """Whether ``field``'s metadata has the ``lance-encoding:blob`` key (as bytes or str), whatever its type."""
     md = field.metadata or {}
     return _BLOB_KEY_B in md or BLOB_KEY in md
 
@@ -81,10 +85,11 @@ def is_blob_v2(field: pa.Field) -> bool:
 
 
 def is_blob_field(field: pa.Field) -> bool:
+    """A blob field of either layout: legacy (v1) or blob v2."""
     return is_legacy_blob(field) or is_blob_v2(field)
 
 
-def _contains(field: pa.Field, pred) -> bool:
+def _contains(field: pa.Field, pred: Callable[[pa.Field], bool]) -> bool:
     """Whether ``field`` or a field nested in it (struct child, list item) satisfies ``pred``."""
     if pred(field):
         return True
@@ -135,7 +140,7 @@ def binary_field(field: pa.Field) -> pa.Field:
     return _map_children(field, binary_field)
 
 
-def _map_children(field: pa.Field, fn) -> pa.Field:
+def _map_children(field: pa.Field, fn: Callable[[pa.Field], pa.Field]) -> pa.Field:
     t = field.type
     if pa.types.is_struct(t):
         kids = [fn(t.field(i)) for i in range(t.num_fields)]
@@ -155,12 +160,12 @@ def _map_children(field: pa.Field, fn) -> pa.Field:
     return field
 
 
-def described_tree(nodes):
+def described_tree(nodes: Sequence[FieldNode]) -> list[FieldNode]:
     """Copies of schema ``FieldNode`` trees whose legacy blob leaves (and their parents) have the
     description types: what a 2.1+ reader builds when asked for descriptions."""
     from lance_ops.schema import FieldNode
 
-    def one(node):
+    def one(node: FieldNode) -> FieldNode:
         kids = [one(c) for c in node.children]
         arrow, t = node.arrow, node.arrow.type
         if is_legacy_blob(arrow):
@@ -280,7 +285,7 @@ def _check_storage(name: str, storage: pa.DataType) -> None:
             f"[, position: uint64, size: uint64]>, not {storage}")
 
 
-def to_logical(array, field: pa.Field) -> pa.StructArray:
+def to_logical(array: pa.Array | pa.ChunkedArray, field: pa.Field) -> pa.StructArray:
     """``array`` (bytes, a ``lance.blob.v2`` extension array or its storage struct) as a struct
     array of ``field``'s type (see :func:`logical_field`)."""
     from lance_ops.errors import SchemaMismatchError

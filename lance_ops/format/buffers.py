@@ -19,6 +19,7 @@ Chunk = Union[pa.Buffer, memoryview, bytes, bytearray, np.ndarray]
 
 
 def chunk_size(chunk: Chunk) -> int:
+    """Bytes in ``chunk``, whichever buffer type it is (the writer sums them to place pages)."""
     if isinstance(chunk, np.ndarray):
         return chunk.nbytes
     if isinstance(chunk, pa.Buffer):
@@ -30,7 +31,9 @@ def chunk_size(chunk: Chunk) -> int:
 
 def join_chunks(chunks: Sequence[Chunk]) -> bytes:
     """One ``bytes`` object holding all chunks (used for compression and in tests)."""
-    return b"".join(memoryview(c).cast("B") if not isinstance(c, (bytes, bytearray)) else c for c in chunks)
+    return b"".join(
+        memoryview(c).cast("B")  # type: ignore[arg-type]  # numpy's stubs give ndarray no __buffer__ before 3.12
+        if not isinstance(c, (bytes, bytearray)) else c for c in chunks)
 
 
 # --- bit-packed buffers ----------------------------------------------------------------------

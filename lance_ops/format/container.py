@@ -26,6 +26,11 @@ PAGE_LAYOUT_URL = "/lance.encodings21.PageLayout"
 
 @dataclass(frozen=True)
 class Footer:
+    """The fixed 40-byte footer of a v2 file: where the metadata sections start, and the version.
+
+    Readers parse it first (:meth:`unpack` also checks the offsets); the writer packs it last.
+    """
+
     column_meta_start: int
     cmo_table_start: int
     gbo_table_start: int
@@ -35,6 +40,7 @@ class Footer:
     minor: int
 
     def pack(self) -> bytes:
+        """The 40 footer bytes, ending with the ``LANC`` magic."""
         return _FOOTER.pack(
             self.column_meta_start, self.cmo_table_start, self.gbo_table_start,
             self.num_global_buffers, self.num_columns, self.major, self.minor, MAGIC,

@@ -6,6 +6,11 @@ writer import upward; ``table.manifest.codec`` still re-exports it.)
 """
 from __future__ import annotations
 
+from typing import Iterator
+
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.message import Message
+
 # Python protobuf always writes both the key and the value of a map entry; upstream (prost) leaves
 # out a key or value that equals its default (an empty string, 0, an empty message). A second
 # pass over the wire bytes drops those, recursing only into message types that contain maps, so
@@ -13,7 +18,7 @@ from __future__ import annotations
 _HAS_MAP: dict[str, bool] = {}
 
 
-def _has_map(desc) -> bool:
+def _has_map(desc: Descriptor) -> bool:
     name = desc.full_name
     cached = _HAS_MAP.get(name)
     if cached is not None:
@@ -51,8 +56,8 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _records(data: bytes):
-    """``(field_number, wire_type, key_end, value_start, value_end)`` of each top-level record."""
+def _records(data: bytes) -> Iterator[tuple[int, int, int, int, int, int]]:
+    """``(field_number, wire_type, record_start, key_end, value_start, value_end)`` of each top-level record."""
     pos, n = 0, len(data)
     while pos < n:
         key, key_end = _read_varint(data, pos)
@@ -73,7 +78,7 @@ def _records(data: bytes):
         pos = end
 
 
-def _fix_map_entry(body: bytes, entry_desc) -> bytes:
+def _fix_map_entry(body: bytes, entry_desc: Descriptor) -> bytes:
     out = bytearray()
     for number, wire, rec_start, key_end, start, end in _records(body):
         field = entry_desc.fields_by_number.get(number)
@@ -93,7 +98,7 @@ def _fix_map_entry(body: bytes, entry_desc) -> bytes:
     return bytes(out)
 
 
-def _fix_message(data: bytes, desc) -> bytes:
+def _fix_message(data: bytes, desc: Descriptor) -> bytes:
     if not _has_map(desc):
         return data
     out = bytearray()
@@ -112,7 +117,7 @@ def _fix_message(data: bytes, desc) -> bytes:
     return bytes(out)
 
 
-def serialize_like_upstream(message) -> bytes:
+def serialize_like_upstream(message: Message) -> bytes:
     """Protobuf bytes as upstream Lance writes them (default map keys/values left out).
 
     Only the order of map entries can still differ from an upstream file: upstream writes them

@@ -13,8 +13,12 @@ from google.protobuf.message import DecodeError
 
 from lance_ops._proto import file_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError
+from lance_ops.format.container import Footer
+from lance_ops.format.version import FileVersion
+from lance_ops.io.base import ObjectStore
 
 T = TypeVar("T")
+R = TypeVar("R", bound="FileReaderBase")
 
 #: low-level failures that mean "these bytes are not a valid file", never a bug to surface raw
 DECODE_ERRORS: tuple[type[BaseException], ...] = (
@@ -28,8 +32,13 @@ class FileReaderBase:
 
     #: how the file is named in "cannot decode ..." messages
     _decode_label = "file"
+    # set by _bind (location) and by each reader when it opens the file (schema)
+    _store: ObjectStore
+    _path: str
+    _uri: str
+    _schema: pa.Schema
 
-    def _bind(self, path: str, storage_options: Optional[Mapping[str, Any]], store) -> None:
+    def _bind(self, path: str, storage_options: Optional[Mapping[str, Any]], store: Optional[ObjectStore]) -> None:
         """Resolve ``path`` (a URI, or a location inside ``store`` when a store is given)."""
         if store is None:
             from lance_ops.io import open_store
@@ -41,20 +50,23 @@ class FileReaderBase:
 
     @property
     def path(self) -> str:
+        """The file's URI (or local path), as error messages name it."""
         return self._uri
 
     @property
-    def store(self):
+    def store(self) -> ObjectStore:
+        """The object store the file is read from (callers reuse it for related reads)."""
         return self._store
 
     @property
     def schema(self) -> pa.Schema:
+        """The Arrow schema of the file's columns (with the schema metadata)."""
         return self._schema
 
-    def __enter__(self):
+    def __enter__(self: R) -> R:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         return None
 
     def _guard(self, fn: Callable[[], T]) -> T:
@@ -74,22 +86,33 @@ class FileReaderBase:
 class V2ReaderBase(FileReaderBase):
     """Properties of the v2 container (footer + FileDescriptor) shared by the 2.0 and 2.1+ readers."""
 
+    # set by each reader when it opens the file
+    _num_rows: int
+    _version: FileVersion
+    _descriptor: file_pb2.FileDescriptor
+    _footer: Footer
+
     @property
     def num_rows(self) -> int:
+        """Rows in the file (the FileDescriptor's length)."""
         return self._num_rows
 
     @property
-    def version(self) -> str:
+    def version(self) -> FileVersion:
+        """The file format version read from the footer (a ``str`` subclass: ``"2.0"``, ``"2.1"``...)."""
         return self._version
 
     @property
     def lance_fields(self) -> list[file_pb2.Field]:
+        """The Lance field protos stored in the file (pre-order, with their field ids)."""
         return list(self._descriptor.schema.fields)
 
     @property
     def num_columns(self) -> int:
+        """Columns in the file (struct headers and list offsets included), from the footer."""
         return self._footer.num_columns
 
     @property
     def num_global_buffers(self) -> int:
+        """Global buffers in the file (buffer 0 is the FileDescriptor)."""
         return self._footer.num_global_buffers

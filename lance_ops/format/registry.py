@@ -6,7 +6,8 @@ tells the version is the 2.0 reader's own metadata read (the last 64 KiB), hande
 opening a 2.0 file costs one request, not two.
 
 ``LanceFileWriter(path, schema, version=...)`` (the public name, as pylance's) is a factory over
-:data:`WRITERS`: the v2 container writer for 2.0/2.1/2.2, the legacy writer for ``"0.1"``/``"legacy"``.
+:data:`WRITERS`: the v2 container writer for 2.0/2.1/2.2, the legacy writer for ``"0.1"``/``"legacy"``;
+``LanceFileReader(path, storage_options)`` likewise returns the reader of the file's version.
 """
 from __future__ import annotations
 
@@ -105,27 +106,12 @@ def open_file_reader(path: str, storage_options: Mapping[str, Any] | None = None
     raise UnsupportedError(f"{store.uri(path)}: unknown Lance file version {major}.{minor}")
 
 
-class LanceFileReader(LanceFileReaderV20):
-    """Reads a Lance data file of any version: ``LanceFileReader(path, storage_options=None)``.
+def LanceFileReader(path: str, storage_options: Mapping[str, Any] | None = None, *,  # noqa: N802
+                    store: ObjectStore | None = None) -> LanceFileReaderV20 | LanceFileReaderV21 | LegacyFileReader:
+    """Read a Lance data file of any version; mirrors ``lance.file.LanceFileReader(path, storage_options=None)``.
 
-    Construction returns the reader class for the file's version (all share one surface:
-    ``schema``, ``num_rows``, ``read_all``, ``read_range``, ``take_rows``).
+    A factory (ADR 0002), as :func:`LanceFileWriter`: it returns the reader of the file's version
+    (:func:`open_file_reader`), all with one surface (``schema``, ``num_rows``, ``read_all``,
+    ``read_range``, ``take_rows``). A 2.0 file costs one tail read, handed to its reader.
     """
-
-    def __new__(cls, path: str, storage_options: Mapping[str, Any] | None = None, *,
-                store: ObjectStore | None = None) -> Any:
-        if store is None:
-            from lance_ops.io import open_store
-
-            store, path = open_store(path, storage_options)
-        (major, minor), tail = _read_tail(store, path)
-        if FileVersion.from_manifest(major, minor) is FileVersion.V2_0:
-            reader = super().__new__(cls)
-            reader.__dict__["_sniffed_store"] = (store, path, tail)
-            return reader
-        return open_file_reader(path, store=store)
-
-    def __init__(self, path: str, storage_options: Mapping[str, Any] | None = None, *,
-                 store: ObjectStore | None = None) -> None:
-        store, path, tail = self.__dict__.pop("_sniffed_store", (store, path, None))
-        super().__init__(path, store=store, _tail=tail)
+    return open_file_reader(path, storage_options, store=store)

@@ -21,10 +21,12 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
 import pyarrow as pa
 from google.protobuf import any_pb2
+from google.protobuf.message import Message
 
 from lance_ops._proto import encodings_v2_0_pb2 as enc_pb
 from lance_ops._proto import file2_pb2, file_pb2
@@ -40,12 +42,15 @@ from lance_ops.format.container import (
     padding_for,
 )
 from lance_ops.format.v2_0.blob import column_encoding_bytes as blob_column_encoding_bytes
-from lance_ops.format.v2_0.fields import EncodedPage, FieldEncoder, build_encoder, check_values, check_writable
+from lance_ops.format.v2_0.fields import EncodedPage, build_encoder, check_values, check_writable
+from lance_ops.format.v2_0.leaf_encoder import PageEncoding
 from lance_ops.format.v2_1 import encode as enc21
+from lance_ops.format.v2_1.encode import FieldEncoderV21
 from lance_ops.format.v2_1 import fields as fields21
 from lance_ops.format.v2_1.blob import OutOfLineBuffers
 from lance_ops.format.v2_1.blob_v2 import BlobV2FieldEncoder, SideFiles
 from lance_ops.format.version import V2_WRITABLE, FileVersion
+from lance_ops.io.base import ObjectStore, ObjectWriter
 from lance_ops.schema import conform_batch, to_lance_fields
 
 DEFAULT_CACHE_BYTES_PER_COLUMN = 8 * 1024 * 1024
@@ -63,14 +68,28 @@ class WrittenPage:
     row_start: int  # first row (first item for columns below a list) of the page in its column
     num_rows: int
     buffers: tuple[tuple[int, int], ...]  # (offset, size) of each page buffer
-    encoding: enc_pb.ArrayEncoding = field(compare=False, repr=False)
+    encoding: PageEncoding = field(compare=False, repr=False)  # a PageLayout for 2.1+ pages
 
 
-def _any_bytes(type_url: str, message) -> bytes:
+class _Encoder(Protocol):
+    """What the writer asks of a field encoder, whichever version made it (2.0 ``v2_0.fields``,
+    2.1+ ``v2_1.encode``, blob v2 ``v2_1.blob_v2``)."""
+
+    def maybe_encode(self, array: pa.Array, external: Optional[OutOfLineBuffers] = None) -> Sequence[EncodedPage]:
+        """Queue one batch's values of the field; the pages that completes."""
+
+    def flush(self) -> Sequence[EncodedPage]:
+        """Pages of everything still queued."""
+
+    def finish(self) -> Sequence[EncodedPage]:
+        """Pages written once, after the last flush."""
+
+
+def _any_bytes(type_url: str, message: Message) -> bytes:
     return any_pb2.Any(type_url=type_url, value=message.SerializeToString()).SerializeToString()
 
 
-def _direct_encoding(type_url: str, message) -> file2_pb2.Encoding:
+def _direct_encoding(type_url: str, message: Message) -> file2_pb2.Encoding:
     encoding = file2_pb2.Encoding()
     encoding.direct.encoding = _any_bytes(type_url, message)
     return encoding
@@ -132,7 +151,7 @@ class V2FileWriter:
         self._given_lance_fields = list(lance_fields) if lance_fields is not None else None
         self._schema: pa.Schema | None = None
         self._lance_fields: list[file_pb2.Field] = []
-        self._encoders: list[FieldEncoder] = []
+        self._encoders: list[_Encoder] = []
         self._columns: list[file2_pb2.ColumnMetadata] = []
         self._pages: list[list[WrittenPage]] = []
         self._column_rows: list[int] = []
@@ -144,15 +163,17 @@ class V2FileWriter:
         self._blob_v2_names: set[str] = set()
         self._blob_side_files: SideFiles | None = None
         self._inner_path = ""
-        self._store = None
-        self._sink = None
+        self._store: ObjectStore | None = None
+        self._sink: ObjectWriter | None = None
         self._closed = False
         if schema is not None:
             self._initialize(schema)
 
     # --- set-up --------------------------------------------------------------------------------
-    def _initialize(self, schema: pa.Schema) -> None:
-        """Validate the schema and build one encoder per top-level field (no bytes written)."""
+    def _initialize(self, schema: pa.Schema) -> pa.Schema:
+        """Validate the schema and build one encoder per top-level field (no bytes written).
+
+        Returns the schema the file stores (blob v2 fields in their logical form), now ``self._schema``."""
         if len(schema) == 0:
             raise SchemaMismatchError("cannot write a Lance file with no columns")
         schema = self._blob_v2_schema(schema)
@@ -175,26 +196,27 @@ class V2FileWriter:
         else:
             cache = DEFAULT_CACHE_BYTES_PER_COLUMN
         counter = [0]
+        blob_columns: set[int] = set()
         if self.version is FileVersion.V2_0:
-            self._encoders = [build_encoder(f, counter, cache, self._max_page_bytes) for f in schema]
+            encoders20 = [build_encoder(f, counter, cache, self._max_page_bytes) for f in schema]
+            for encoder in encoders20:
+                blob_columns.update(encoder.blob_columns())
+            self._encoders = list(encoders20)
+            has_blobs = bool(blob_columns)
         else:  # [v2.1 dispatch]
-            self._encoders = []
+            encoders21: list[FieldEncoderV21 | BlobV2FieldEncoder] = []
             for f in schema:
                 if f.name in self._blob_v2_names:  # [blob v2] one descriptor column per blob field
-                    self._encoders.append(BlobV2FieldEncoder(f, counter[0], cache, self._max_page_bytes,
-                                                             self._side_files))
+                    encoders21.append(BlobV2FieldEncoder(f, counter[0], cache, self._max_page_bytes,
+                                                         self._side_files))
                     counter[0] += 1
                 else:
-                    self._encoders.append(enc21.build_encoder(f, counter, cache, self._max_page_bytes, self.version))
+                    encoders21.append(enc21.build_encoder(f, counter, cache, self._max_page_bytes, self.version))
+            self._encoders = list(encoders21)
+            has_blobs = any(encoder.blob_leaves for encoder in encoders21)
         num_columns = counter[0]
-        self._blob_columns = set()
-        self._has_blobs = False
-        if self.version is FileVersion.V2_0:
-            for encoder in self._encoders:
-                self._blob_columns.update(encoder.blob_columns())
-            self._has_blobs = bool(self._blob_columns)
-        else:
-            self._has_blobs = any(encoder.blob_leaves for encoder in self._encoders)
+        self._blob_columns = blob_columns
+        self._has_blobs = has_blobs
         self._schema = schema
         self._lance_fields = blob_v2.data_file_fields(lance_fields) if self._blob_v2_names else lance_fields
         self._columns = [file2_pb2.ColumnMetadata() for _ in range(num_columns)]
@@ -203,6 +225,7 @@ class V2FileWriter:
         for key, value in (schema.metadata or {}).items():
             self._schema_metadata[key.decode() if isinstance(key, bytes) else key] = (
                 value if isinstance(value, bytes) else str(value).encode())
+        return schema
 
     def _blob_v2_schema(self, schema: pa.Schema) -> pa.Schema:
         """``schema`` with blob v2 fields (``lance.blob.v2``; datasets at 2.2 turn legacy blob
@@ -234,10 +257,11 @@ class V2FileWriter:
         """The blob v2 side files of this data file (opened on first use)."""
         if self._blob_side_files is None:
             self._open_sink()
+            assert self._store is not None  # opened with the sink
             self._blob_side_files = SideFiles(self._store, self._inner_path)
         return self._blob_side_files
 
-    def _open_sink(self):
+    def _open_sink(self) -> ObjectWriter:
         if self._sink is None:
             from lance_ops.io import open_store
 
@@ -249,10 +273,12 @@ class V2FileWriter:
     # --- public API ----------------------------------------------------------------------------
     @property
     def schema(self) -> pa.Schema | None:
+        """The Arrow schema being written (None until given or taken from the first batch)."""
         return self._schema
 
     @property
     def num_columns(self) -> int:
+        """Columns of the file (struct headers, list offsets and every leaf: one per ColumnMetadata)."""
         return len(self._columns)
 
     @property
@@ -267,6 +293,7 @@ class V2FileWriter:
 
     @property
     def rows_written(self) -> int:
+        """Rows written so far (some may still sit in page queues until :meth:`close`)."""
         return self._rows
 
     def tell(self) -> int:
@@ -324,7 +351,7 @@ class V2FileWriter:
             self._write_tail()
             if self._blob_side_files is not None:
                 self._blob_side_files.close()  # side files are published before their data file
-            self._sink.close()
+            self._open_sink().close()  # opened by _write_tail
         except BaseException:
             self.abort()
             raise
@@ -342,7 +369,8 @@ class V2FileWriter:
     def __enter__(self) -> "V2FileWriter":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is None:
             self.close()
         else:
@@ -354,20 +382,19 @@ class V2FileWriter:
             raise ValueError("the LanceFileWriter is closed")
 
     def _write_one(self, batch: pa.RecordBatch) -> None:
-        if self._schema is None:
-            self._initialize(batch.schema)
+        schema = self._schema if self._schema is not None else self._initialize(batch.schema)
         if self._blob_v2_names:  # bytes / extension arrays -> the logical struct the schema names
             batch = pa.RecordBatch.from_arrays(
-                [blob_v2.to_logical(c, self._schema.field(n)) if n in self._blob_v2_names else c
+                [blob_v2.to_logical(c, schema.field(n)) if n in self._blob_v2_names else c
                  for n, c in zip(batch.schema.names, batch.columns)],
-                schema=pa.schema([self._schema.field(n) if n in self._blob_v2_names else f
+                schema=pa.schema([schema.field(n) if n in self._blob_v2_names else f
                                   for n, f in zip(batch.schema.names, batch.schema)]))
-        batch = conform_batch(batch, self._schema)
+        batch = conform_batch(batch, schema)
         if self.version is FileVersion.V2_0:
-            for array, f in zip(batch.columns, self._schema):
+            for array, f in zip(batch.columns, schema):
                 check_values(array, f)  # before anything of this batch is encoded
         else:  # [v2.1 dispatch] struct nulls are allowed in 2.1+
-            for array, f in zip(batch.columns, self._schema):
+            for array, f in zip(batch.columns, schema):
                 fields21.check_values(array, f)
         n = batch.num_rows
         if n == 0:
@@ -382,15 +409,15 @@ class V2FileWriter:
             # batch completes (pylance's order); positions are absolute file offsets
             sink = self._open_sink()
             external = OutOfLineBuffers(sink.tell())
-            pages = []
+            pages: list[EncodedPage] = []
             for encoder, array in zip(self._encoders, batch.columns):
                 pages.extend(encoder.maybe_encode(array, external))
             for chunk in external.chunks:
-                sink.write(chunk)
+                sink.write(chunk)  # type: ignore[arg-type]  # any buffer is fine; numpy's stubs give ndarray none before 3.12
             self._write_pages(pages)
         self._rows += n
 
-    def _write_pages(self, pages: list[EncodedPage]) -> None:
+    def _write_pages(self, pages: Sequence[EncodedPage]) -> None:
         if not pages:
             return
         sink = self._open_sink()
@@ -401,7 +428,7 @@ class V2FileWriter:
                 size = 0
                 for chunk in chunks:
                     size += chunk_size(chunk)
-                    sink.write(chunk)
+                    sink.write(chunk)  # type: ignore[arg-type]  # a Chunk is a buffer; numpy's stubs give ndarray none before 3.12
                 pad = padding_for(size)
                 if pad:
                     sink.write(_PADDING[:pad])
@@ -413,8 +440,9 @@ class V2FileWriter:
             proto.length = page.num_rows
             # [v2.1 dispatch] 2.1+ pages are PageLayouts with priority = first row
             proto.encoding.CopyFrom(_direct_encoding(getattr(page, "type_url", ARRAY_ENCODING_URL), page.encoding))
-            if getattr(page, "priority", 0):
-                proto.priority = page.priority
+            priority = getattr(page, "priority", 0)
+            if priority:
+                proto.priority = priority
             self._pages[column].append(
                 WrittenPage(column, self._column_rows[column], page.num_rows, tuple(locations), page.encoding))
             self._column_rows[column] += page.num_rows

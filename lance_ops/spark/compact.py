@@ -22,12 +22,18 @@ import argparse
 import logging
 import sys
 import uuid
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:  # PySpark loads only when the job runs (its --help does not need it)
+    from pyspark.sql import SparkSession
+
+    from lance_ops.maintenance.compaction import RewriteResult
 
 log = logging.getLogger("lance_ops.spark.compact")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The job's command line (``--help`` lists every option with an example)."""
     p = argparse.ArgumentParser(
         prog="spark-submit lance_ops/spark/compact.py",
         description="Compact a Lance dataset with Spark: one Spark task per compaction task, "
@@ -64,14 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _read_plan_file(path: str, storage_options) -> bytes:
+def _read_plan_file(path: str, storage_options: Mapping[str, str] | None) -> bytes:
     from lance_ops.io import open_store
 
     store, key = open_store(path, storage_options)
     return store.read(key)
 
 
-def _group(result) -> dict[str, Any]:
+def _group(result: RewriteResult) -> dict[str, Any]:
     """A staged rewrite group: the ids and new fragments (as staging documents them) + the result."""
     from lance_ops.table.commit.staging import fragment_to_b64
 
@@ -80,7 +86,7 @@ def _group(result) -> dict[str, Any]:
             "result": result.to_json()}
 
 
-def run(spark, args: argparse.Namespace) -> dict[str, Any]:
+def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     """Run the compaction with an existing SparkSession; returns the summary dict."""
     from lance_ops.errors import ObjectNotFoundError
     from lance_ops.io.options import parse_storage_option_args
@@ -163,6 +169,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``spark-submit`` / ``python -m``: parse ``argv``, run the job in a SparkSession,
+    print its JSON summary; returns the process exit code."""
     from lance_ops.spark._common import run_job
 
     return run_job("compact", build_parser(), run, argv)

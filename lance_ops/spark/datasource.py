@@ -40,7 +40,7 @@ import logging
 import math
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,6 +50,7 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     EqualNullSafe,
     EqualTo,
+    Filter,
     GreaterThan,
     GreaterThanOrEqual,
     In,
@@ -73,6 +74,14 @@ from lance_ops.spark._common import (
     storage_options_from,
 )
 from lance_ops.table.filters import pruning as sp
+
+if TYPE_CHECKING:  # PySpark's types and the dataset load only where they are used
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from lance_ops.table.dataset import LanceDataset
+    from lance_ops.table.filters import Filter as ScanFilter
+    from lance_ops.table.scan import FragmentScanTask
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +112,13 @@ class LanceDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format name Spark knows this source by: ``"lance"``."""
         return "lance"
 
     def _storage_options(self) -> dict[str, str]:
         return storage_options_from(dict(self.options))
 
-    def _open(self, version=None):
+    def _open(self, version: int | str | None = None) -> LanceDataset:
         from lance_ops.table.dataset import LanceDataset
 
         if version is None:
@@ -117,18 +127,23 @@ class LanceDataSource(DataSource):
             version = int(version)
         return LanceDataset(_uri_of(self.options), version, self._storage_options())
 
-    def schema(self):
+    def schema(self) -> StructType:
+        """The Spark schema of the dataset's latest (or ``version`` option's) version."""
         return arrow_to_spark_schema(self._open().schema)
 
-    def reader(self, schema) -> DataSourceReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A reader of the pinned dataset version for the columns of ``schema``; it takes Spark's
+        pushed filters when ``pushFilters`` (or the registered default) says so."""
         ds = self._open()
-        push = self.options.get("pushFilters")
-        push = self.push_filters_default if push is None else _truthy(push)
+        option = self.options.get("pushFilters")
+        push = self.push_filters_default if option is None else _truthy(option)
         rows = int(self.options.get("rows_per_partition") or DEFAULT_ROWS_PER_PARTITION)
         cls = LanceFilteringReader if push else LanceReader
         return cls(ds.uri, self._storage_options(), ds.version, ds.schema, schema, rows)
 
-    def writer(self, schema, overwrite: bool) -> "LanceWriter":
+    def writer(self, schema: StructType, overwrite: bool) -> "LanceWriter":
+        """The writer of one Spark write (append, or overwrite when ``overwrite``): it pins the
+        read version and field ids on the driver (see the module doc)."""
         return LanceWriter(_uri_of(self.options), self._storage_options(), schema, overwrite, dict(self.options))
 
 
@@ -138,7 +153,7 @@ class _PushdownLanceDataSource(LanceDataSource):
     push_filters_default = True
 
 
-def register(spark, *, push_filters: bool = True) -> None:
+def register(spark: SparkSession, *, push_filters: bool = True) -> None:
     """Register the ``lance`` format on ``spark`` (and, by default, enable Python filter pushdown)."""
     if push_filters:
         spark.conf.set(PUSHDOWN_CONF, "true")
@@ -153,10 +168,11 @@ class LanceInputPartition(InputPartition):
     """One planned scan task (:class:`~lance_ops.table.scan.FragmentScanTask`: a fragment's rows left
     after statistics pruning, at most ``rows_per_partition`` physical rows); None: an empty dataset."""
 
-    task: Any = None
+    task: FragmentScanTask | None = None
 
     @property
     def fragment_id(self) -> int:
+        """The id of the fragment this partition reads (-1 for the empty dataset's partition)."""
         return -1 if self.task is None else self.task.fragment_id
 
 
@@ -167,8 +183,8 @@ class LanceReader(DataSourceReader):
     its filters: fragments and pages whose statistics rule the pushed filters out are not read.
     """
 
-    def __init__(self, uri: str, storage_options: dict, version: int, dataset_schema: pa.Schema,
-                 spark_schema, rows_per_partition: int):
+    def __init__(self, uri: str, storage_options: dict[str, str], version: int, dataset_schema: pa.Schema,
+                 spark_schema: StructType, rows_per_partition: int) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.uri = uri
@@ -183,21 +199,21 @@ class LanceReader(DataSourceReader):
         self.dataset_schema = dataset_schema
         self.output_schema = to_arrow_schema(spark_schema, timezone="UTC")
         #: Spark filters pushed into the scan (AND-ed)
-        self.filters: list = []
+        self.filters: list[Filter] = []
 
-    def _dataset(self):
+    def _dataset(self) -> LanceDataset:
         from lance_ops.table.dataset import LanceDataset
 
         return LanceDataset(self.uri, self.version, self.storage_options)
 
-    def plan(self, ds: Any = None) -> list:
+    def plan(self, ds: LanceDataset | None = None) -> list[FragmentScanTask]:
         """The scan tasks of this read (one per fragment left after pruning, split into pieces of
         at most ``rows_per_partition`` physical rows), in fragment order."""
         from lance_ops.table import scan
 
         ds = ds if ds is not None else self._dataset()
         columns = self.columns or [ds.schema.names[0]]
-        tasks = []
+        tasks: list[FragmentScanTask] = []
         for task in scan.iter_plan(ds, columns, self._filter(ds)):
             frag = task.fragment
             live = frag.physical_rows - (frag.deletion_file.num_deleted_rows if frag.HasField("deletion_file") else 0)
@@ -206,13 +222,15 @@ class LanceReader(DataSourceReader):
             tasks.extend(task.split(self.rows_per_partition))
         return tasks
 
-    def partitions(self) -> list:
+    def partitions(self) -> list[LanceInputPartition]:
+        """One Spark partition per scan task of :meth:`plan`; a single empty one when there is none
+        (Spark needs at least one)."""
         parts = [LanceInputPartition(task) for task in self.plan()]
         return parts or [LanceInputPartition(None)]
 
-    def _expression(self):
-        exprs = [spark_filter_to_expression(f, self.dataset_schema) for f in self.filters]
-        exprs = [e for e in exprs if e is not None]
+    def _expression(self) -> pc.Expression | None:
+        compiled = [spark_filter_to_expression(f, self.dataset_schema) for f in self.filters]
+        exprs = [e for e in compiled if e is not None]
         if not exprs:
             return None
         out = exprs[0]
@@ -220,7 +238,7 @@ class LanceReader(DataSourceReader):
             out = out & e
         return out
 
-    def _filter(self, ds: Any) -> Any:
+    def _filter(self, ds: LanceDataset) -> ScanFilter | None:
         """The pushed filters compiled for the scan, with their statistics pruning tree."""
         from dataclasses import replace
 
@@ -230,16 +248,19 @@ class LanceReader(DataSourceReader):
         if expr is None:
             return None
         filt = compile_filter(expr, ds.schema)
+        assert filt is not None  # an expression always compiles to a Filter
         trees = [spark_filter_to_tree(f, self.dataset_schema) for f in self.filters]
         return replace(filt, tree=trees[0] if len(trees) == 1 else sp.And(tuple(trees)))
 
-    def read(self, partition: LanceInputPartition) -> Iterator[pa.RecordBatch]:
-        if partition.task is None:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The rows of one partition (a scan task) as Arrow batches in the requested columns and types."""
+        task = cast(LanceInputPartition, partition).task  # Spark hands back what partitions() made
+        if task is None:
             return
         from lance_ops.table import scan
 
         ds = self._dataset()
-        table = scan.execute(ds, partition.task)
+        table = scan.execute(ds, task)
         if not self.columns:
             table = table.select([])
         table = _cast_table(table, self.output_schema)
@@ -249,7 +270,9 @@ class LanceReader(DataSourceReader):
 class LanceFilteringReader(LanceReader):
     """A LanceReader that also takes Spark's pushed filters (needs the pushdown conf enabled)."""
 
-    def pushFilters(self, filters):
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Keep the filters that translate to a scan expression (they prune and filter the scan);
+        yield the others back to Spark, which applies them after the scan."""
         for f in filters:
             try:
                 expr = spark_filter_to_expression(f, self.dataset_schema)
@@ -285,7 +308,7 @@ def _scalar(value: Any, t: pa.DataType) -> pa.Scalar:
     return s
 
 
-def spark_filter_to_expression(f, schema: pa.Schema) -> pc.Expression | None:
+def spark_filter_to_expression(f: Filter, schema: pa.Schema) -> pc.Expression | None:
     """A pyarrow expression with SQL semantics for Spark filter ``f``, or None if not pushable.
 
     Comparisons use Kleene logic (NULL propagates, so a row whose predicate is NULL is dropped, as
@@ -327,9 +350,10 @@ def spark_filter_to_expression(f, schema: pa.Schema) -> pc.Expression | None:
             return col.is_null()
         return pc.and_kleene(col.is_valid(), _compare(EqualTo, col, f.value, t))
     if type(f) in _COMPARISONS:
-        if f.value is None:
+        value = cast(EqualTo, f).value  # every comparison filter carries a value
+        if value is None:
             return None
-        return _compare(type(f), col, f.value, t)
+        return _compare(type(f), col, value, t)
     return None
 
 
@@ -339,7 +363,7 @@ _TREE_OPS = {EqualTo: "equal", GreaterThan: "greater", GreaterThanOrEqual: "grea
              LessThan: "less", LessThanOrEqual: "less_equal"}
 
 
-def spark_filter_to_tree(f: Any, schema: pa.Schema) -> sp.Node:
+def spark_filter_to_tree(f: Filter, schema: pa.Schema) -> sp.Node:
     """The statistics pruning tree of Spark filter ``f`` (same semantics as
     :func:`spark_filter_to_expression`: Kleene logic, NaN equal to itself and above every number),
     so the scan planner can skip fragments and pages no row of which can match; ``sp.UNKNOWN``
@@ -350,7 +374,7 @@ def spark_filter_to_tree(f: Any, schema: pa.Schema) -> sp.Node:
         return sp.UNKNOWN
 
 
-def _tree(f: Any, schema: pa.Schema) -> sp.Node:
+def _tree(f: Filter, schema: pa.Schema) -> sp.Node:
     if isinstance(f, Not):
         return sp.Not(_tree(f.child, schema))
     attr = getattr(f, "attribute", None)
@@ -375,8 +399,10 @@ def _tree(f: Any, schema: pa.Schema) -> sp.Node:
         if f.value is None:
             return sp.IsNull(name)
         return sp.IsBool(sp.Cmp(name, "equal", _scalar(f.value, t).as_py(), floating), True)
-    if type(f) in _TREE_OPS and f.value is not None:
-        return sp.Cmp(name, _TREE_OPS[type(f)], _scalar(f.value, t).as_py(), floating)
+    if type(f) in _TREE_OPS:
+        value = cast(EqualTo, f).value  # every comparison filter carries a value
+        if value is not None:
+            return sp.Cmp(name, _TREE_OPS[type(f)], _scalar(value, t).as_py(), floating)
     return sp.UNKNOWN
 
 
@@ -384,7 +410,7 @@ def _is_nan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
-def _compare(kind, col: pc.Expression, value: Any, t: pa.DataType) -> pc.Expression:
+def _compare(kind: type[Filter], col: pc.Expression, value: Any, t: pa.DataType) -> pc.Expression:
     """``col <op> value`` with Spark's semantics; for floats NaN equals NaN and sorts above all."""
     if not pa.types.is_floating(t):
         return getattr(col, _COMPARISONS[kind])(_scalar(value, t))
@@ -413,7 +439,8 @@ class LanceCommitMessage(WriterCommitMessage):
 class LanceWriter(DataSourceArrowWriter):
     """Driver: pins read version and field ids; tasks: write fragments; driver: commit once."""
 
-    def __init__(self, uri: str, storage_options: dict, spark_schema, overwrite: bool, options: Mapping[str, str]):
+    def __init__(self, uri: str, storage_options: dict[str, str], spark_schema: StructType, overwrite: bool,
+                 options: Mapping[str, str]) -> None:
         from lance_ops.io import open_store
         from lance_ops.maintenance.staged_commit import fields_to_b64
         from lance_ops.schema import from_lance_fields, to_lance_fields
@@ -436,7 +463,7 @@ class LanceWriter(DataSourceArrowWriter):
         )
         data_schema = spark_to_arrow_schema(spark_schema)
         self.appending = current is not None and not overwrite
-        if self.appending:
+        if self.appending and current is not None:
             manifest = current.manifest
             fields = list(manifest.fields)
             check_spark_append(from_lance_fields(fields, dict(manifest.schema_metadata)), data_schema, uri)
@@ -451,6 +478,8 @@ class LanceWriter(DataSourceArrowWriter):
         self.fields_b64 = fields_to_b64(fields)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LanceCommitMessage:
+        """On an executor: write this task's batches as fragments (data files only, nothing
+        committed) and return their metadata; a write already committed only drains its input."""
         from lance_ops.spark._tasks import task_context, write_partition
         from lance_ops.table.commit.staging import fragment_to_b64
 
@@ -469,14 +498,15 @@ class LanceWriter(DataSourceArrowWriter):
         return LanceCommitMessage(partition, attempt, sum(f.physical_rows for f in fragments),
                                   [fragment_to_b64(f) for f in fragments])
 
-    def commit(self, messages) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """On the driver: commit the fragments of every task as one Append or Overwrite, once."""
         from lance_ops.maintenance.staged_commit import commit_result
         from lance_ops.table.commit.staging import StagedResult, fragment_from_b64
 
         if self.already_committed:
             log.info("%s: write %s was already committed; nothing to do", self.uri, self.key)
             return
-        msgs = sorted((m for m in messages if m is not None), key=lambda m: m.partition)
+        msgs = sorted((cast(LanceCommitMessage, m) for m in messages if m is not None), key=lambda m: m.partition)
         fragments = [fragment_from_b64(b) for m in msgs for b in m.fragments]
         result = StagedResult(
             key=self.key, operation="append" if self.appending else "overwrite",
@@ -487,7 +517,8 @@ class LanceWriter(DataSourceArrowWriter):
         out = commit_result(self.uri, result, storage_options=self.storage_options)
         log.info("%s: committed version %d (%s)", self.uri, out["version"], out["metrics"])
 
-    def abort(self, messages) -> None:
-        written = sum(len(m.fragments) for m in messages if m is not None)
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """On the driver, after a failed write: commit nothing and log the orphan files left."""
+        written = sum(len(cast(LanceCommitMessage, m).fragments) for m in messages if m is not None)
         log.warning("%s: write aborted; %d fragment(s) written by finished tasks stay as orphan files "
                     "(cleanup_old_versions(delete_unverified=True) removes them)", self.uri, written)

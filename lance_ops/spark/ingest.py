@@ -22,7 +22,10 @@ import argparse
 import logging
 import sys
 import uuid
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:  # PySpark loads only when the job runs (its --help does not need it)
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("lance_ops.spark.ingest")
 
@@ -30,6 +33,7 @@ MODES = ("append", "overwrite", "create")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The job's command line (``--help`` lists every option with an example)."""
     p = argparse.ArgumentParser(
         prog="spark-submit lance_ops/spark/ingest.py",
         description="Ingest a Spark source (files or a table) into a Lance dataset: executors write "
@@ -71,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load_source(spark, args):
+def _load_source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     from lance_ops.errors import UsageError
 
     if args.table:
@@ -87,7 +91,7 @@ def _load_source(spark, args):
     return reader.load(args.path if len(args.path) > 1 else args.path[0])
 
 
-def run(spark, args: argparse.Namespace) -> dict[str, Any]:
+def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     """Run the ingestion with an existing SparkSession; returns the summary dict."""
     from lance_ops.errors import DatasetExistsError, ObjectNotFoundError
     from lance_ops.io import open_store
@@ -144,7 +148,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         df = df.repartition(args.partitions)
     data_schema = spark_to_arrow_schema(df.schema)
     appending = current is not None and args.mode == "append"
-    if appending:
+    if appending and current is not None:
         from lance_ops.schema import from_lance_fields
 
         manifest = current.manifest
@@ -184,6 +188,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``spark-submit`` / ``python -m``: parse ``argv``, run the job in a SparkSession,
+    print its JSON summary; returns the process exit code."""
     from lance_ops.spark._common import run_job
 
     return run_job("ingest", build_parser(), run, argv)

@@ -6,6 +6,7 @@ All helpers accept scalars or array-likes and are vectorised with numpy.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 _U64 = np.uint64
 _U32_MAX = 0xFFFFFFFF
@@ -13,7 +14,7 @@ _SHIFT = _U64(32)
 _LOW = _U64(_U32_MAX)
 
 
-def _as_u64(values, what: str) -> np.ndarray:
+def _as_u64(values: ArrayLike, what: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype.kind not in "iu":
         if arr.size == 0:
@@ -29,7 +30,7 @@ def _check_u32(arr: np.ndarray, what: str) -> None:
         raise ValueError(f"{what} must fit in 32 bits")
 
 
-def row_addresses(fragment_ids, offsets) -> np.ndarray:
+def row_addresses(fragment_ids: ArrayLike, offsets: ArrayLike) -> np.ndarray:
     """``(fragment_id << 32) | offset`` (broadcasting, e.g. one fragment id and many offsets)."""
     frag = _as_u64(fragment_ids, "fragment ids")
     offs = _as_u64(offsets, "row offsets")
@@ -45,21 +46,23 @@ def row_address(fragment_id: int, offset: int) -> int:
     return (int(fragment_id) << 32) | int(offset)
 
 
-def split_row_addresses(addresses) -> tuple[np.ndarray, np.ndarray]:
+def split_row_addresses(addresses: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """``(fragment_ids, offsets)`` as two ``uint32`` arrays."""
     addr = _as_u64(addresses, "row addresses")
     return (addr >> _SHIFT).astype(np.uint32), (addr & _LOW).astype(np.uint32)
 
 
-def fragment_ids_of(addresses) -> np.ndarray:
+def fragment_ids_of(addresses: ArrayLike) -> np.ndarray:
+    """The fragment id (high 32 bits) of each row address, as ``uint32``."""
     return (_as_u64(addresses, "row addresses") >> _SHIFT).astype(np.uint32)
 
 
-def offsets_of(addresses) -> np.ndarray:
+def offsets_of(addresses: ArrayLike) -> np.ndarray:
+    """The physical row offset (low 32 bits) of each row address, as ``uint32``."""
     return (_as_u64(addresses, "row addresses") & _LOW).astype(np.uint32)
 
 
-def group_by_fragment(addresses) -> dict[int, np.ndarray]:
+def group_by_fragment(addresses: ArrayLike) -> dict[int, np.ndarray]:
     """``{fragment_id: sorted unique uint32 offsets}`` for a batch of row addresses."""
     addr = np.unique(_as_u64(addresses, "row addresses"))
     if addr.size == 0:

@@ -16,13 +16,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, UnsupportedError
 from lance_ops.format import blob_v2
 from lance_ops.table.manifest import naming
 from lance_ops.table.paths import dataset_where, resolve_inside
 
 if TYPE_CHECKING:  # pragma: no cover
-    from lance_ops.table.snapshot import DatasetSnapshot
+    from _typeshed import WriteableBuffer
+
+    from lance_ops.io.base import ObjectStore
+    from lance_ops.table.snapshot import BlobSelection, DatasetSnapshot
 
 #: pylance's default read-ahead of a BlobFile
 DEFAULT_BUFFER_SIZE = 512 * 1024
@@ -48,7 +52,8 @@ class BlobFile(io.RawIOBase):
     ``buffer_size`` bytes ahead. ``read_range`` / ``read_ranges`` leave the cursor alone.
     """
 
-    def __init__(self, store, path: str, position: int, size: int, buffer_size: int = DEFAULT_BUFFER_SIZE):
+    def __init__(self, store: "ObjectStore", path: str, position: int, size: int,
+                 buffer_size: int = DEFAULT_BUFFER_SIZE) -> None:
         super().__init__()
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int):
             raise TypeError(f"buffer_size must be an int, got {type(buffer_size).__name__}")
@@ -66,6 +71,7 @@ class BlobFile(io.RawIOBase):
 
     @property
     def uri(self) -> str:
+        """The URI of the object holding the blob (its data file, side file or external object)."""
         return self._store.uri(self._path)
 
     def size(self) -> int:
@@ -73,16 +79,21 @@ class BlobFile(io.RawIOBase):
         return self._size
 
     def readable(self) -> bool:
+        """Always True: a blob can be read (io.RawIOBase protocol)."""
         return True
 
     def seekable(self) -> bool:
+        """Always True: reads are ranged, so any position can be reached (io.RawIOBase protocol)."""
         return True
 
     def tell(self) -> int:
+        """The cursor: the blob offset the next ``read`` starts at."""
         self._check_open()
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move the cursor (``whence`` as :func:`io.IOBase.seek`; past the end is allowed, reads
+        there return nothing); returns the new position."""
         self._check_open()
         if whence == io.SEEK_SET:
             pos = offset
@@ -106,7 +117,9 @@ class BlobFile(io.RawIOBase):
             return b""
         return bytes(self._store.read_range(self._path, self._start + offset, length))
 
-    def read(self, size: int = -1) -> bytes:
+    def read(self, size: int | None = -1) -> bytes:
+        """Up to ``size`` bytes from the cursor (all the rest when negative or None); small reads
+        are served from a ``buffer_size`` read-ahead."""
         self._check_open()
         remaining = max(self._size - self._pos, 0)
         n = remaining if size is None or size < 0 else min(int(size), remaining)
@@ -125,12 +138,15 @@ class BlobFile(io.RawIOBase):
         return out
 
     def readall(self) -> bytes:
+        """Every byte from the cursor to the end of the blob."""
         return self.read(-1)
 
     def read1(self, size: int = -1) -> bytes:
+        """As :meth:`read` (there is one underlying read per call anyway)."""
         return self.read(size)
 
-    def readinto(self, b) -> int:
+    def readinto(self, b: "WriteableBuffer") -> int:
+        """Read into the writable buffer ``b``; returns the number of bytes read (0 at the end)."""
         view = memoryview(b).cast("B")
         data = self.read(len(view))
         view[:len(data)] = data
@@ -164,26 +180,27 @@ class _Locations:
     """Per row: which object (index into ``targets``: ``(store, path)``), position, size; and
     which rows are null."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int) -> None:
         self.target = np.zeros(n, dtype=np.int64)
         self.position = np.zeros(n, dtype=np.int64)
         self.size = np.zeros(n, dtype=np.int64)
         self.null = np.zeros(n, dtype=bool)
-        self.targets: list[tuple] = []
+        self.targets: list[tuple[ObjectStore, str]] = []
 
 
-def _data_path(ds: "DatasetSnapshot", data_file) -> str:
+def _data_path(ds: "DatasetSnapshot", data_file: table_pb2.DataFile) -> str:
     return resolve_inside(ds.store, ds.base, data_file.path, under=(naming.DATA_DIR,),
                           what="data file path", where=dataset_where(ds))
 
 
-def _as_array(col) -> pa.Array:
+def _as_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(col, pa.ChunkedArray):
         return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     return col
 
 
-def legacy_locations(ds: "DatasetSnapshot", data_file, desc) -> _Locations:
+def legacy_locations(ds: "DatasetSnapshot", data_file: table_pb2.DataFile,
+                     desc: pa.Array | pa.ChunkedArray) -> _Locations:
     """Where the bytes of v1 descriptions ``struct<position, size>`` are (their data file).
     A null struct (2.1+) or a (p, 0) description with p > 0 (2.0 nulls) is a null value."""
     desc = _as_array(desc)
@@ -197,7 +214,7 @@ def legacy_locations(ds: "DatasetSnapshot", data_file, desc) -> _Locations:
     return loc
 
 
-def v2_locations(ds: "DatasetSnapshot", data_file, desc) -> _Locations:
+def v2_locations(ds: "DatasetSnapshot", data_file: table_pb2.DataFile, desc: pa.Array | pa.ChunkedArray) -> _Locations:
     """Where the bytes of blob v2 descriptors are (see :mod:`lance_ops.format.blob_v2`)."""
     desc = _as_array(desc)
     n = len(desc)
@@ -283,7 +300,7 @@ def materialize(loc: _Locations) -> pa.Array:
     return arr.take(pa.array(inverse))
 
 
-def descriptors_from_legacy(desc) -> pa.Array:
+def descriptors_from_legacy(desc: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Legacy (position, size) descriptions as blob v2 descriptors: inline values (kind 0) at
     the same absolute positions; nulls (null, or (p, 0) with p > 0) are null."""
     desc = _as_array(desc)
@@ -299,7 +316,8 @@ def descriptors_from_legacy(desc) -> pa.Array:
                                       mask=pa.array(null) if null.any() else None)
 
 
-def v2_logical(ds: "DatasetSnapshot", data_file, desc, field: pa.Field) -> pa.StructArray:
+def v2_logical(ds: "DatasetSnapshot", data_file: table_pb2.DataFile, desc: pa.Array | pa.ChunkedArray,
+               field: pa.Field) -> pa.StructArray:
     """Blob v2 descriptors as the values that were written (``field``'s ``struct<data, uri[,
     position, size]>``): the bytes of inline / packed / dedicated values, the URI (and range)
     of external ones, which are not read."""
@@ -325,7 +343,7 @@ def v2_logical(ds: "DatasetSnapshot", data_file, desc, field: pa.Field) -> pa.St
                                       mask=pa.array(~valid) if not valid.all() else None)
 
 
-def v2_bytes(ds: "DatasetSnapshot", data_file, desc) -> pa.Array:
+def v2_bytes(ds: "DatasetSnapshot", data_file: table_pb2.DataFile, desc: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The values of blob v2 descriptors ``desc`` read from ``data_file``'s fragment."""
     return materialize(v2_locations(ds, data_file, desc))
 
@@ -345,7 +363,8 @@ def handles(loc: _Locations, buffer_size: int) -> list[Optional[BlobFile]]:
 # --------------------------------------------------------------------------------------------
 # take_blobs
 # --------------------------------------------------------------------------------------------
-def resolve_selection(ids, addresses, indices) -> tuple[str, np.ndarray]:
+def resolve_selection(ids: BlobSelection | None, addresses: BlobSelection | None,
+                      indices: BlobSelection | None) -> tuple[str, np.ndarray]:
     """("ids" | "addresses" | "indices", values) -- exactly one must be given (as pylance)."""
     given = [(k, v) for k, v in (("ids", ids), ("addresses", addresses), ("indices", indices)) if v is not None]
     if len(given) != 1:
@@ -385,7 +404,8 @@ def blob_field_path(ds: "DatasetSnapshot", column: str) -> tuple[str, list[str],
     return parts[0], parts[1:], field
 
 
-def take_blobs(ds: "DatasetSnapshot", blob_column: str, ids=None, addresses=None, indices=None, *,
+def take_blobs(ds: "DatasetSnapshot", blob_column: str, ids: BlobSelection | None = None,
+               addresses: BlobSelection | None = None, indices: BlobSelection | None = None, *,
                buffer_size: int = DEFAULT_BUFFER_SIZE) -> list[Optional[BlobFile]]:
     """``ds.take_blobs``: one lazy :class:`BlobFile` per selected row, in the order given."""
     if isinstance(buffer_size, bool) or not isinstance(buffer_size, int):
@@ -416,7 +436,7 @@ def take_blobs(ds: "DatasetSnapshot", blob_column: str, ids=None, addresses=None
     return result
 
 
-def _with_parent_nulls(top, below: list[str]) -> pa.Array:
+def _with_parent_nulls(top: pa.Array | pa.ChunkedArray, below: list[str]) -> pa.Array:
     """The nested struct ``below`` of ``top`` with the nulls of its parents applied."""
     arr = _as_array(top)
     for p in below:

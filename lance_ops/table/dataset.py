@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import (
@@ -30,15 +31,16 @@ from lance_ops.table.manifest import naming
 from lance_ops.table.commit import locate
 from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.commit.properties import CommitProperties
-from lance_ops.table.filters import compile_expression, compile_filter
+from lance_ops.table.filters import Filter, Projection, compile_expression, compile_filter
 from lance_ops.table.scan import ROW_ADDR, ROW_ID
+from lance_ops.table.snapshot import BlobSelection
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.manifest.codec import ManifestFile, check_fragments, manifest_schema, read_manifest
 
 _DELETED_ROWS = "lance_ops.num_deleted_rows"
 
 
-def open_manifest(store, base: str, version: int | str | None, uri: str) -> ManifestFile:
+def open_manifest(store: ObjectStore, base: str, version: int | str | None, uri: str) -> ManifestFile:
     """The ManifestFile of ``version`` (int, tag name, or None for the latest)."""
     if isinstance(version, str):
         version = tags_mod.resolve_tag_version(store, base, version)
@@ -59,7 +61,7 @@ def open_manifest(store, base: str, version: int | str | None, uri: str) -> Mani
 class Tags:
     """``ds.tags``: create, delete, update and list tags (``_refs/tags/*.json``)."""
 
-    def __init__(self, dataset: "LanceDataset"):
+    def __init__(self, dataset: "LanceDataset") -> None:
         self._ds = dataset
 
     def create(self, tag: str, version: int) -> None:
@@ -82,8 +84,8 @@ class Tags:
 class LanceDataset:
     """A Lance dataset at one version."""
 
-    def __init__(self, uri: str, version: int | str | None = None, storage_options: dict | None = None,
-                 *, _manifest_file: ManifestFile | None = None, _store: tuple[ObjectStore, str] | None = None):
+    def __init__(self, uri: str, version: int | str | None = None, storage_options: Mapping[str, Any] | None = None,
+                 *, _manifest_file: ManifestFile | None = None, _store: tuple[ObjectStore, str] | None = None) -> None:
         self.uri = str(uri)
         self.storage_options = RedactedOptions(storage_options or {})  # repr() masks credentials
         if _store is None:
@@ -224,14 +226,16 @@ class LanceDataset:
         return f"LanceDataset(uri={self.uri!r}, version={self.version}, fragments={len(self.manifest.fragments)})"
 
     # --- scanning ------------------------------------------------------------------------------
-    def _fragment_tables(self, columns, filter, with_row_id, with_row_address, fragment_ids=None,
+    def _fragment_tables(self, columns: Sequence[str] | None, filter: str | pc.Expression | Filter | None,
+                         with_row_id: bool, with_row_address: bool, fragment_ids: set[int] | None = None,
                          blobs: str = "blobs_descriptions") -> Iterator[pa.Table]:
         """One table per planned fragment (the scan planner prunes by statistics), in order."""
         for task in scan.iter_plan(self, columns, filter, fragments=fragment_ids, with_row_id=with_row_id,
                                    with_row_address=with_row_address, blob_handling=blobs):
             yield scan.execute(self, task)
 
-    def to_batches(self, columns: Sequence[str] | None = None, filter=None, *, with_row_id: bool = False,
+    def to_batches(self, columns: Sequence[str] | Mapping[str, str] | None = None,
+                   filter: str | pc.Expression | None = None, *, with_row_id: bool = False,
                    with_row_address: bool = False, batch_size: int | None = None,
                    blob_handling: str | None = None) -> Iterator[pa.RecordBatch]:
         """Stream the matching rows fragment by fragment (memory bounded by one fragment's columns).
@@ -247,7 +251,8 @@ class LanceDataset:
                 table = table.replace_schema_metadata(metadata)
             yield from table.to_batches(max_chunksize=batch_size)
 
-    def to_table(self, columns: Sequence[str] | None = None, filter=None, limit: int | None = None,
+    def to_table(self, columns: Sequence[str] | Mapping[str, str] | None = None,
+                 filter: str | pc.Expression | None = None, limit: int | None = None,
                  offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False,
                  blob_handling: str | None = None) -> pa.Table:
         """The matching rows; blob columns as descriptions, or bytes with ``blob_handling="all_binary"``.
@@ -272,7 +277,12 @@ class LanceDataset:
             result = result.slice(offset or 0, limit)
         return result.combine_chunks() if result.num_rows else result
 
-    def count_rows(self, filter=None, *, fragment_ids: Sequence[int] | None = None) -> int:
+    def count_rows(self, filter: str | pc.Expression | None = None, *,
+                   fragment_ids: Sequence[int] | None = None) -> int:
+        """Live rows of this version (matching ``filter``; of the fragments ``fragment_ids`` only, when given).
+
+        Without a filter this reads only the manifest and deletion counts; with one, a single
+        column is scanned (the planner prunes fragments by statistics)."""
         filt = compile_filter(filter, self.schema)
         frags = [f for f in self.get_fragments() if fragment_ids is None or f.fragment_id in fragment_ids]
         if filt is None or filt.constant is True:
@@ -282,7 +292,8 @@ class LanceDataset:
         cols = [c for c in filt.columns if c in self._top_field_ids][:1]
         return sum(t.num_rows for t in self._fragment_tables(cols, filt, False, False, {f.fragment_id for f in frags}))
 
-    def scanner(self, columns: Sequence[str] | None = None, filter=None, limit: int | None = None,
+    def scanner(self, columns: Sequence[str] | Mapping[str, str] | None = None,
+                filter: str | pc.Expression | None = None, limit: int | None = None,
                 offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False,
                 batch_size: int | None = None, blob_handling: str | None = None) -> "Scanner":
         """A scan to run later (``to_table`` / ``to_batches`` / ``count_rows``), as pylance's."""
@@ -291,7 +302,7 @@ class LanceDataset:
         return Scanner(self, columns, filter, limit, offset, with_row_id, with_row_address, batch_size, blob_handling)
 
     # --- takes -----------------------------------------------------------------------------------
-    def take(self, indices, columns: Sequence[str] | None = None) -> pa.Table:
+    def take(self, indices: Sequence[int] | np.ndarray | pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
         """Rows at positions ``indices`` among the live rows, in the order given (duplicates allowed)."""
         idx = np.asarray(indices.to_numpy() if isinstance(indices, pa.Array) else indices, dtype=np.int64)
         frags = self.get_fragments()
@@ -299,7 +310,7 @@ class LanceDataset:
         return self._take_physical(frags, which, lambda f, pos: f.live_offsets()[pos] if f.num_deletions else pos.astype(np.uint64),
                                    idx - starts[which], columns)
 
-    def _locate_live(self, frags, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _locate_live(self, frags: list[LanceFragment], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Fragment of each live-row position in ``idx`` and each fragment's first position (OutOfRangeError if out of range)."""
         live = np.array([f.count_rows() for f in frags], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(live)])
@@ -313,7 +324,9 @@ class LanceDataset:
                                   f"(valid positions are 0..{total - 1})")
         return np.searchsorted(starts, idx, side="right") - 1, starts
 
-    def _take_physical(self, frags, which, to_offsets, positions, columns) -> pa.Table:
+    def _take_physical(self, frags: list[LanceFragment], which: np.ndarray,
+                       to_offsets: Callable[[LanceFragment, np.ndarray], np.ndarray], positions: np.ndarray,
+                       columns: Sequence[str] | None) -> pa.Table:
         out_columns = scan.resolve_columns(self, columns)
         schema = scan.output_schema(self, out_columns, False, False)
         if positions.size == 0:
@@ -334,7 +347,8 @@ class LanceDataset:
         inverse[np.concatenate(placed)] = np.arange(positions.size)
         return table.take(pa.array(inverse)).combine_chunks()
 
-    def take_blobs(self, blob_column: str, ids=None, addresses=None, indices=None, *,
+    def take_blobs(self, blob_column: str, ids: BlobSelection | None = None, addresses: BlobSelection | None = None,
+                   indices: BlobSelection | None = None, *,
                    buffer_size: int = blobs_mod.DEFAULT_BUFFER_SIZE) -> list:
         """File-like :class:`~lance_ops.table.blobs.BlobFile` objects (``None`` for nulls) for the
         rows chosen by exactly one of ``ids`` (``_rowid``), ``addresses`` (``_rowaddr``) or
@@ -388,7 +402,8 @@ class LanceDataset:
             raise UnsupportedError(f"{self.uri}: take_blobs cannot take deleted or missing rows {bad}")
         return frags, which, np.asarray(offs, dtype=np.uint64)
 
-    def take_by_row_id(self, row_ids, columns: Sequence[str] | None = None) -> pa.Table:
+    def take_by_row_id(self, row_ids: Sequence[int] | np.ndarray | pa.Array,
+                       columns: Sequence[str] | None = None) -> pa.Table:
         """Rows by ``_rowid`` (stable ids if enabled, else row addresses), in the order given.
 
         As pylance: ids of deleted rows (and, with stable row ids, ids that do not exist) are
@@ -419,7 +434,8 @@ class LanceDataset:
         for attr in ("schema", "_top_field_ids", "_descendants"):
             self.__dict__.pop(attr, None)
 
-    def delete(self, predicate, *, conflict_retries: int = 10, transaction_properties: dict | None = None,
+    def delete(self, predicate: str | pc.Expression, *, conflict_retries: int = 10,
+               transaction_properties: dict | None = None,
                idempotency_key: str | None = None) -> dict:
         """Delete the rows matching ``predicate``; returns ``{"num_deleted_rows": n}``.
 
@@ -477,36 +493,42 @@ class LanceDataset:
 class Scanner:
     """A scan of a dataset with fixed options (``LanceDataset.scanner``)."""
 
-    def __init__(self, ds: LanceDataset, columns, filter, limit, offset, with_row_id, with_row_address,
-                 batch_size, blob_handling):
+    def __init__(self, ds: LanceDataset, columns: Sequence[str] | Mapping[str, str] | None,
+                 filter: str | pc.Expression | None, limit: int | None, offset: int | None, with_row_id: bool,
+                 with_row_address: bool, batch_size: int | None, blob_handling: str | None) -> None:
         self.dataset = ds
-        self._args = dict(columns=columns, filter=filter, with_row_id=with_row_id,
+        self._args: dict[str, Any] = dict(columns=columns, filter=filter, with_row_id=with_row_id,
                           with_row_address=with_row_address, blob_handling=blob_handling)
         self._limit, self._offset, self._batch_size = limit, offset, batch_size
 
     @property
     def projected_schema(self) -> pa.Schema:
+        """The schema of the scan's output (projection, computed columns, row id/address columns)."""
         ds, a = self.dataset, self._args
         return _ColumnPlan(ds, a["columns"]).schema(a["with_row_id"], a["with_row_address"],
                                                     blobs_mod.check_blob_handling(a["blob_handling"]))
 
     def to_table(self) -> pa.Table:
+        """Run the scan: every matching row (after offset and limit) as one table."""
         return self.dataset.to_table(limit=self._limit, offset=self._offset, **self._args)
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
+        """Run the scan as a stream of batches (streamed per fragment unless offset/limit need the whole table)."""
         if self._limit is None and not self._offset:
             return self.dataset.to_batches(batch_size=self._batch_size, **self._args)
         return iter(self.to_table().to_batches(max_chunksize=self._batch_size))
 
     def to_reader(self) -> pa.RecordBatchReader:
+        """The scan as an Arrow ``RecordBatchReader`` (what pylance's scanners hand to other engines)."""
         return pa.RecordBatchReader.from_batches(self.projected_schema, self.to_batches())
 
     def count_rows(self) -> int:
+        """Rows the scan yields (without reading columns when there is no offset or limit)."""
         return self.to_table().num_rows if (self._limit is not None or self._offset) else \
             self.dataset.count_rows(self._args["filter"])
 
 
-def _check_offset_limit(offset, limit) -> None:
+def _check_offset_limit(offset: object, limit: object) -> None:
     """pylance's rule: offset and limit, when given, are integers >= 0."""
     for name, value in (("Offset", offset), ("Limit", limit)):
         if value is None:
@@ -521,13 +543,13 @@ class _ColumnPlan:
     """What a scan reads and how it shapes the output: a list of column names, or (pylance's
     computed projections) a mapping of output names to SQL expressions over the columns."""
 
-    def __init__(self, ds: LanceDataset, columns):
+    def __init__(self, ds: LanceDataset, columns: Sequence[str] | Mapping[str, str] | None) -> None:
         self._ds = ds
-        self.computed: list[tuple[str, object]] | None = None
+        self.computed: list[tuple[str, Projection]] | None = None
         if isinstance(columns, Mapping) and not columns:
             columns = []  # pylance: an empty projection
         if isinstance(columns, Mapping):
-            computed = []
+            computed: list[tuple[str, Projection]] = []
             for name, sql in columns.items():
                 if not isinstance(name, str):
                     raise InvalidArgumentError(f"{ds.uri}: computed column names must be strings, got {name!r}")

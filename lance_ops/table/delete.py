@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, Sequence
 
 import numpy as np
 import pyarrow.compute as pc
@@ -21,7 +22,9 @@ from lance_ops.table import deletion
 from lance_ops.table.manifest import naming
 from lance_ops.table.commit import locate
 from lance_ops.table.commit.loop import CommitContext
-from lance_ops.table.filters import compile_filter
+from lance_ops.table.filters import Filter, compile_filter
+from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.snapshot import DatasetSnapshot
 
 #: deletion files written at once
 _WRITERS = 8
@@ -29,7 +32,16 @@ _WRITERS = 8
 _SCANNERS = max(1, min(4, os.cpu_count() or 1))
 
 
-def _matching_offsets(dataset, frag, filt) -> np.ndarray:
+class DeleteTarget(DatasetSnapshot, Protocol):
+    """What a delete needs of the dataset version it plans against (``LanceDataset`` is one):
+    a snapshot and its fragments (a Protocol, as importing ``LanceDataset`` would make a loop)."""
+
+    def get_fragments(self) -> list[LanceFragment]:
+        """The fragments of this version, in manifest order."""
+        ...
+
+
+def _matching_offsets(dataset: DatasetSnapshot, frag: LanceFragment, filt: Filter) -> np.ndarray:
     cols = [c for c in filt.columns if c in dataset.top_field_ids]
     task = scan.fragment_task(dataset, frag, cols, with_row_id="_rowid" in filt.columns,
                               with_row_address="_rowaddr" in filt.columns)
@@ -50,7 +62,8 @@ def _matching_offsets(dataset, frag, filt) -> np.ndarray:
     return hit.astype(np.uint32)
 
 
-def _all_matching_offsets(dataset, frags, filt) -> list[np.ndarray]:
+def _all_matching_offsets(dataset: DatasetSnapshot, frags: Sequence[LanceFragment],
+                          filt: Filter) -> list[np.ndarray]:
     """:func:`_matching_offsets` of every fragment, in order; fragments are scanned side by side
     (reading and filter evaluation run without the GIL), each thread holding one fragment."""
     if len(frags) <= 1:
@@ -59,7 +72,7 @@ def _all_matching_offsets(dataset, frags, filt) -> list[np.ndarray]:
         return list(pool.map(lambda frag: _matching_offsets(dataset, frag, filt), frags))
 
 
-def _scan_or_retry(dataset, frags, filt) -> list[np.ndarray]:
+def _scan_or_retry(dataset: DatasetSnapshot, frags: Sequence[LanceFragment], filt: Filter) -> list[np.ndarray]:
     """:func:`_all_matching_offsets`; a file missing because cleanup removed the version being
     scanned is a RetryableCommitConflictError (``delete`` re-plans on the newest version)."""
     try:
@@ -72,7 +85,8 @@ def _scan_or_retry(dataset, frags, filt) -> list[np.ndarray]:
             "re-read the dataset and retry") from exc
 
 
-def plan_delete(dataset, predicate) -> tuple[transaction_pb2.Transaction, CommitContext, int]:
+def plan_delete(dataset: DeleteTarget,
+                predicate: str | pc.Expression) -> tuple[transaction_pb2.Transaction, CommitContext, int]:
     """Transaction, commit context (affected rows, for rebases) and number of rows deleted."""
     filt = compile_filter(predicate, dataset.schema)
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=dataset.version)
@@ -83,14 +97,15 @@ def plan_delete(dataset, predicate) -> tuple[transaction_pb2.Transaction, Commit
     if filt is None or filt.constant is False:
         txn.delete.SetInParent()
         return txn, ctx, 0
-    to_write: list[tuple] = []  # (fragment, merged offsets, its current deletion file)
+    # (fragment, merged offsets, its current deletion file)
+    to_write: list[tuple[LanceFragment, np.ndarray, table_pb2.DeletionFile | None]] = []
     frags = dataset.get_fragments()
-    matches = [None] * len(frags) if filt.constant is True else _scan_or_retry(dataset, frags, filt)
-    for frag, new in zip(frags, matches):
-        if filt.constant is True:
+    if filt.constant is True:
+        for frag in frags:
             txn.delete.deleted_fragment_ids.append(frag.fragment_id)
             count += frag.count_rows()
-            continue
+    matches = [] if filt.constant is True else _scan_or_retry(dataset, frags, filt)
+    for frag, new in zip(frags, matches):
         if new.size == 0:
             continue
         count += int(new.size)
@@ -102,10 +117,12 @@ def plan_delete(dataset, predicate) -> tuple[transaction_pb2.Transaction, Commit
             continue
         to_write.append((frag, merged, old_file))
 
-    def write(item) -> table_pb2.DeletionFile:
+    def write(item: tuple[LanceFragment, np.ndarray, table_pb2.DeletionFile | None]) -> table_pb2.DeletionFile:
         frag, merged, old_file = item
-        return deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id, dataset.version,
-                                            merged, old_file)
+        proto = deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id, dataset.version,
+                                             merged, old_file)
+        assert proto is not None  # (merged holds the new offsets: never empty)
+        return proto
 
     # the new deletion files are written (and made durable) side by side: their fsyncs overlap
     if len(to_write) > 1:

@@ -19,10 +19,12 @@ from typing import Union
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from numpy.typing import ArrayLike
 from pyroaring import BitMap
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, ObjectNotFoundError
+from lance_ops.io.base import ObjectStore
 from lance_ops.table.manifest import naming
 from lance_ops.table.paths import resolve_inside
 
@@ -34,10 +36,12 @@ BITMAP_THRESHOLD = 5000
 DELETION_SCHEMA = pa.schema([pa.field("row_id", pa.uint32(), nullable=False)])
 
 Offsets = Union[np.ndarray, BitMap]
+#: what the conversions accept as a set of offsets: an array-like, an Arrow array, a BitMap or None
+OffsetsLike = Union[ArrayLike, pa.Array, pa.ChunkedArray, BitMap, None]
 
 
 # --- conversions -----------------------------------------------------------------------------
-def to_offsets(values) -> np.ndarray:
+def to_offsets(values: OffsetsLike) -> np.ndarray:
     """Sorted, unique ``uint32`` offsets from an array-like, a BitMap or None."""
     if values is None:
         return np.empty(0, dtype=np.uint32)
@@ -64,14 +68,14 @@ def _bitmap_of(offsets: np.ndarray) -> BitMap:
     return BitMap(array.array("I", offsets.astype(np.uint32, copy=False).tobytes()), optimize=False)
 
 
-def to_bitmap(values) -> BitMap:
+def to_bitmap(values: OffsetsLike) -> BitMap:
     """A pyroaring BitMap of the offsets."""
     if isinstance(values, BitMap):
         return values
     return _bitmap_of(to_offsets(values))
 
 
-def merge_deletions(existing, new) -> np.ndarray:
+def merge_deletions(existing: OffsetsLike, new: OffsetsLike) -> np.ndarray:
     """Union of two offset collections (arrays, BitMaps or None) as sorted unique ``uint32``."""
     a = to_offsets(existing)
     b = to_offsets(new)
@@ -82,7 +86,7 @@ def merge_deletions(existing, new) -> np.ndarray:
     return np.union1d(a, b).astype(np.uint32, copy=False)
 
 
-def choose_kind(count: int, previous_kind: int | None = None) -> int:
+def choose_kind(count: int, previous_kind: int | None = None) -> table_pb2.DeletionFile.DeletionFileType:
     """``ARROW_ARRAY`` or ``BITMAP`` for a vector of ``count`` offsets (see module doc)."""
     if previous_kind == BITMAP:
         return BITMAP
@@ -92,7 +96,7 @@ def choose_kind(count: int, previous_kind: int | None = None) -> int:
 
 
 # --- encoding --------------------------------------------------------------------------------
-def encode_arrow_deletions(offsets) -> bytes:
+def encode_arrow_deletions(offsets: OffsetsLike) -> bytes:
     """Arrow IPC file bytes of the offsets (ZSTD compressed body, one batch)."""
     arr = pa.array(to_offsets(offsets), type=pa.uint32())
     batch = pa.record_batch([arr], schema=DELETION_SCHEMA)
@@ -103,7 +107,7 @@ def encode_arrow_deletions(offsets) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def encode_bitmap_deletions(offsets) -> bytes:
+def encode_bitmap_deletions(offsets: OffsetsLike) -> bytes:
     """Portable 32-bit Roaring serialisation of the offsets (no run containers)."""
     return _bitmap_of(to_offsets(offsets)).serialize()
 
@@ -112,6 +116,8 @@ _IPC_READ = ipc.IpcReadOptions(use_threads=False)
 
 
 def decode_arrow_deletions(data: bytes, path: str = "<deletion file>") -> np.ndarray:
+    """The offsets of an ``.arrow`` deletion file as sorted unique ``uint32``; CorruptFileError
+    (naming ``path``) unless it is one non-null integer column of an Arrow IPC file."""
     try:
         reader = ipc.open_file(pa.BufferReader(data), options=_IPC_READ)
         table = reader.read_all()
@@ -137,6 +143,8 @@ def decode_arrow_deletions(data: bytes, path: str = "<deletion file>") -> np.nda
 
 
 def decode_bitmap_deletions(data: bytes, path: str = "<deletion file>") -> BitMap:
+    """The offsets of a ``.bin`` deletion file (portable Roaring); CorruptFileError (naming
+    ``path``) if the bytes do not deserialize."""
     try:
         return BitMap.deserialize(bytes(data))
     except Exception as e:  # pyroaring raises ValueError / MemoryError on garbage
@@ -144,12 +152,16 @@ def decode_bitmap_deletions(data: bytes, path: str = "<deletion file>") -> BitMa
 
 
 # --- files -----------------------------------------------------------------------------------
-def deletion_file_path(store, base: str, fragment_id: int, deletion_file) -> str:
+def deletion_file_path(store: ObjectStore, base: str, fragment_id: int,
+                       deletion_file: table_pb2.DeletionFile) -> str:
+    """The store path of a fragment's deletion file, checked to stay inside the dataset (its name
+    comes from the manifest, so it is untrusted)."""
     return resolve_inside(store, base, naming.deletion_file_path(fragment_id, deletion_file),  # symlinks
                           what=f"deletion file of fragment {fragment_id}", where=store.uri(base))
 
 
-def read_deletion_file(store, base: str, fragment_id: int, deletion_file) -> Offsets:
+def read_deletion_file(store: ObjectStore, base: str, fragment_id: int,
+                       deletion_file: table_pb2.DeletionFile | None) -> Offsets:
     """The deleted offsets of a fragment: sorted ``uint32`` numpy array (``.arrow``) or BitMap.
 
     ``deletion_file`` None gives an empty array.
@@ -165,7 +177,7 @@ def read_deletion_file(store, base: str, fragment_id: int, deletion_file) -> Off
     raise CorruptFileError(path, f"unknown deletion file type {deletion_file.file_type}")
 
 
-def read_deletion_offsets(store, base: str, fragment_id: int, deletion_file,
+def read_deletion_offsets(store: ObjectStore, base: str, fragment_id: int, deletion_file: table_pb2.DeletionFile | None,
                           physical_rows: int | None = None, manifest_path: str | None = None,
                           *, check: bool = True) -> np.ndarray:
     """Like :func:`read_deletion_file` but always a sorted ``uint32`` numpy array.
@@ -194,7 +206,7 @@ def read_deletion_offsets(store, base: str, fragment_id: int, deletion_file,
     return offsets
 
 
-def check_deletion_offsets(offsets: np.ndarray, deletion_file, fragment_id: int, physical_rows: int | None,
+def check_deletion_offsets(offsets: np.ndarray, deletion_file: table_pb2.DeletionFile, fragment_id: int, physical_rows: int | None,
                            path: str, manifest_path: str | None = None) -> None:
     """CorruptFileError(path) unless the sorted ``offsets`` agree with the manifest's record of them."""
     manifest = f"the manifest {manifest_path}" if manifest_path else "the manifest"
@@ -209,7 +221,7 @@ def check_deletion_offsets(offsets: np.ndarray, deletion_file, fragment_id: int,
                   f"{physical_rows} rows {manifest} records for the fragment")
 
 
-def _previous_kind(previous) -> int | None:
+def _previous_kind(previous: table_pb2.DeletionFile | int | None) -> int | None:
     if previous is None:
         return None
     if isinstance(previous, table_pb2.DeletionFile):
@@ -218,12 +230,12 @@ def _previous_kind(previous) -> int | None:
 
 
 def write_deletion_file(
-    store,
+    store: ObjectStore,
     base: str,
     fragment_id: int,
     read_version: int,
-    offsets,
-    previous=None,
+    offsets: OffsetsLike,
+    previous: table_pb2.DeletionFile | int | None = None,
     *,
     file_id: int | None = None,
 ) -> table_pb2.DeletionFile | None:

@@ -7,11 +7,13 @@ deleted ones at the end.
 """
 from __future__ import annotations
 
+import weakref
 from functools import cached_property
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lance_ops.format.version import FileVersion
 from lance_ops._proto import table_pb2
@@ -24,7 +26,12 @@ from lance_ops.table.manifest import naming
 from lance_ops.table.paths import dataset_where, resolve_inside
 
 if TYPE_CHECKING:  # pragma: no cover
+    from lance_ops.format.legacy.reader import LegacyFileReader
+    from lance_ops.format.v2_1.reader import LanceFileReaderV21
     from lance_ops.table.snapshot import DatasetSnapshot
+
+#: a reader of one data file, of the file's version (what ``open_file_reader`` returns)
+DataFileReader = Union[LanceFileReader, "LanceFileReaderV21", "LegacyFileReader"]
 
 
 #: per-dataset caches (``LanceDataset.cache``): open file readers and decoded deletion vectors,
@@ -35,7 +42,7 @@ _READER_CACHE_LIMIT = 1024
 _DELETION_CACHE_LIMIT = 4096
 
 
-def _remember(cache: dict, key, value, limit: int) -> None:
+def _remember(cache: dict, key: Hashable, value: object, limit: int) -> None:
     if len(cache) >= limit:
         try:
             del cache[next(iter(cache))]
@@ -47,10 +54,10 @@ def _remember(cache: dict, key, value, limit: int) -> None:
 class LanceFragment:
     """One fragment of a dataset version (mirrors ``lance.LanceFragment`` where it matters)."""
 
-    def __init__(self, dataset: "DatasetSnapshot", proto: table_pb2.DataFragment):
+    def __init__(self, dataset: "DatasetSnapshot", proto: table_pb2.DataFragment) -> None:
         self._dataset = dataset
         self.metadata = proto
-        self._readers: dict[int, LanceFileReader] = {}
+        self._readers: dict[int, DataFileReader] = {}
 
     # --- identity and counts ---------------------------------------------------------------
     @property
@@ -68,7 +75,7 @@ class LanceFragment:
         """Rows of the fragment marked deleted by its deletion file."""
         return self.metadata.deletion_file.num_deleted_rows if self.metadata.HasField("deletion_file") else 0
 
-    def count_rows(self, filter=None) -> int:
+    def count_rows(self, filter: str | pc.Expression | None = None) -> int:
         """Live rows of the fragment (matching ``filter`` when given)."""
         if filter is None:
             return self.physical_rows - self.num_deletions
@@ -147,14 +154,14 @@ class LanceFragment:
         return ids if offsets is None else ids[offsets.astype(np.int64)]
 
     # --- data ------------------------------------------------------------------------------
-    def data_file_reader(self, file_index: int, *, check: bool = True) -> LanceFileReader:
+    def data_file_reader(self, file_index: int, *, check: bool = True) -> DataFileReader:
         """The (cached) reader of data file ``file_index`` of this fragment, of its file version.
 
         A newly opened file is checked against the manifest (row count, field ids) unless
         ``check=False`` (for ``verify``, which reports each disagreement itself)."""
         return self._reader(file_index, check)
 
-    def _reader(self, file_index: int, check: bool = True) -> LanceFileReader:
+    def _reader(self, file_index: int, check: bool = True) -> DataFileReader:
         reader = self._readers.get(file_index)
         if reader is None:
             df = self.metadata.files[file_index]
@@ -162,12 +169,12 @@ class LanceFragment:
             legacy = _is_legacy_file(df, ds.manifest)
             # data files never change: every fragment object of this dataset shares one reader per
             # file (legacy readers also depend on the version's schema and dictionaries)
-            key = (df.path, ds.version) if legacy else (df.path,)
+            key: tuple = (df.path, ds.version) if legacy else (df.path,)
             cache = ds.cache(_READERS_CACHE)
-            reader = cache.get(key)
-            if reader is not None:
-                self._readers[file_index] = reader
-                return reader
+            cached: DataFileReader | None = cache.get(key)
+            if cached is not None:
+                self._readers[file_index] = cached
+                return cached
             path = resolve_inside(ds.store, ds.base, df.path, under=(naming.DATA_DIR,),
                                   what=f"data file path of fragment {self.metadata.id}", where=dataset_where(ds))
             try:
@@ -239,7 +246,8 @@ class LanceFragment:
         for file_index, entries in by_file.items():
             reader = self._reader(file_index)
             names = [name for _, name in entries]
-            kwargs = {"blob_descriptions": True} if describe and any(fid in blob_ids for fid, _ in entries) else {}
+            kwargs: dict[str, Any] = (
+                {"blob_descriptions": True} if describe and any(fid in blob_ids for fid, _ in entries) else {})
             if offsets is None:
                 table = reader.read_all(columns=names, **kwargs)
             else:
@@ -289,7 +297,8 @@ class LanceFragment:
                                 pa.large_binary())
 
 
-def _check_data_file(reader, df: table_pb2.DataFile, frag: table_pb2.DataFragment, ds, legacy: bool) -> None:
+def _check_data_file(reader: DataFileReader, df: table_pb2.DataFile, frag: table_pb2.DataFragment,
+                     ds: "DatasetSnapshot", legacy: bool) -> None:
     """The manifest's record of a data file must agree with the file's own footer: its row count
     with ``physical_rows`` and its field ids with ``DataFile.fields`` (each id once, each one
     stored in the file, every top-level field of the file covered). Costs no I/O: the footer
@@ -326,15 +335,20 @@ def _empty_columns(num_rows: int) -> pa.Table:
     return pa.table({"_": pa.nulls(num_rows)}).drop_columns(["_"])
 
 
-def _top_level_names(reader) -> dict[int, str]:
-    """Field id -> name of the top-level fields stored in a data file (cached on its reader)."""
-    names = getattr(reader, "_lance_ops_top_level_names", None)
-    if names is None:
-        names = {f.id: f.name for f in reader.lance_fields if f.parent_id < 0}
-        try:
-            reader._lance_ops_top_level_names = names
-        except AttributeError:  # a reader with __slots__: just do not cache
-            pass
+#: top-level field names per open data-file reader (readers are cached by the dataset and reused)
+_TOP_LEVEL_NAMES: "weakref.WeakKeyDictionary[Any, dict[int, str]]" = weakref.WeakKeyDictionary()
+
+
+def _top_level_names(reader: DataFileReader) -> dict[int, str]:
+    """Field id -> name of the top-level fields stored in a data file (computed once per reader)."""
+    try:
+        return _TOP_LEVEL_NAMES[reader]
+    except KeyError:
+        pass
+    except TypeError:  # a reader that cannot be weakly referenced: no cache
+        return {f.id: f.name for f in reader.lance_fields if f.parent_id < 0}
+    names = {f.id: f.name for f in reader.lance_fields if f.parent_id < 0}
+    _TOP_LEVEL_NAMES[reader] = names
     return names
 
 

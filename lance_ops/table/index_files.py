@@ -14,6 +14,7 @@ import uuid as uuid_mod
 from google.protobuf import unknown_fields
 
 from lance_ops._proto import table_pb2
+from lance_ops.io.base import ObjectStore
 
 #: IndexMetadata field number of the index's file list (path and size of each file)
 FILES_FIELD = 10
@@ -31,7 +32,8 @@ def _file_entry(path: str, size: int) -> bytes:
     return _FILES_TAG + table_pb2.ExternalFile(offset=len(body)).SerializeToString()[1:] + body
 
 
-def complete_index_metadata(store, base: str, section: table_pb2.IndexSection | None):
+def complete_index_metadata(store: ObjectStore, base: str,
+                            section: table_pb2.IndexSection | None) -> table_pb2.IndexSection | None:
     """The index section to write: a copy of ``section`` whose indices without a file list get
     one (listed from the store, sorted by name) and an explicit ``index_version`` (0)."""
     if section is None or all(_has_files(i) and i.HasField("index_version") for i in section.indices):

@@ -14,11 +14,15 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from google.protobuf.message import Message
 
 from lance_ops.errors import UnsafePathError
+from lance_ops.io.base import ObjectStore
+
+if TYPE_CHECKING:  # the protocol of what a dataset offers; LanceDataset is one
+    from lance_ops.table.snapshot import DatasetSnapshot
 
 # "s3:", "file:", "C:" ... at the start of a path: a URL or a drive, never a dataset-relative path
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
@@ -46,7 +50,7 @@ def unsafe_reason(relative: object) -> str | None:
     return None
 
 
-def _check_local(store, base: str, parts: Iterable[str], path: str, shown: str, *, what: str,
+def _check_local(store: ObjectStore, base: str, parts: Iterable[str], path: str, shown: str, *, what: str,
                  where: str) -> None:
     """On local disk: no symlink below ``base`` may lead out of it. Each component of ``parts``
     is lstat'ed (cheap; stops at the first missing one); only when one is a symlink are the real
@@ -68,7 +72,7 @@ def _check_local(store, base: str, parts: Iterable[str], path: str, shown: str, 
             return
 
 
-def resolve_inside(store, base: str, relative: str, *, under: Iterable[str] = (), what: str,
+def resolve_inside(store: ObjectStore, base: str, relative: str, *, under: Iterable[str] = (), what: str,
                    where: str) -> str:
     """The store path of ``relative`` below ``base/<under...>``, or UnsafePathError.
 
@@ -85,7 +89,7 @@ def resolve_inside(store, base: str, relative: str, *, under: Iterable[str] = ()
     return path
 
 
-def check_inside(store, base: str, path: str, *, under: Iterable[str] = (), what: str,
+def check_inside(store: ObjectStore, base: str, path: str, *, under: Iterable[str] = (), what: str,
                  where: str) -> str:
     """``path`` (a full store path read from an untrusted source) if it lies below
     ``base/<under...>`` and passes :func:`resolve_inside`'s rules; UnsafePathError otherwise."""
@@ -105,7 +109,7 @@ def check_inside(store, base: str, path: str, *, under: Iterable[str] = (), what
     return path
 
 
-def dataset_where(ds) -> str:
+def dataset_where(ds: DatasetSnapshot) -> str:
     """The URI of the manifest ``ds`` was opened from (the dataset URI if it has none): the
     ``where`` of errors about paths its manifest holds."""
     mf = getattr(ds, "manifest_file", None)
@@ -115,7 +119,7 @@ def dataset_where(ds) -> str:
 _PATH_MESSAGES = {"lance.table.DataFile": "data file path", "lance.table.ExternalFile": "external file path"}
 
 
-def check_message_paths(message, *, where: str) -> None:
+def check_message_paths(message: Message, *, where: str) -> None:
     """Refuse a protobuf message (a transaction, a fragment) holding any ``DataFile`` or
     ``ExternalFile`` with an unsafe path (:func:`unsafe_reason`), so that nothing we commit
     can point outside the dataset."""

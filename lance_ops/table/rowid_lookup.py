@@ -11,19 +11,26 @@ an error.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
 import numpy as np
 
 from lance_ops.table import addresses
 
+if TYPE_CHECKING:  # pragma: no cover
+    from lance_ops.table.fragment import LanceFragment
+    from lance_ops.table.snapshot import DatasetSnapshot
 
-def _raise_bad_addresses(dataset, ids: np.ndarray, bad: np.ndarray) -> None:
+
+def _raise_bad_addresses(dataset: "DatasetSnapshot", ids: np.ndarray, bad: np.ndarray) -> None:
     if bad.any():
         shown = ids[bad][:10].tolist()
         raise KeyError(f"{dataset.uri}: row address(es) {shown} point outside every fragment of version "
                        f"{dataset.version}")
 
 
-def locate_row_ids(dataset, fragments, row_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def locate_row_ids(dataset: "DatasetSnapshot", fragments: Sequence["LanceFragment"],
+                   row_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Positions in ``fragments`` and physical offsets of ``row_ids``; position -1 = not live."""
     ids = np.asarray(row_ids, dtype=np.uint64)
     if not dataset.has_stable_row_ids:
@@ -47,6 +54,7 @@ def locate_row_ids(dataset, fragments, row_ids: np.ndarray) -> tuple[np.ndarray,
             bad[sel[~inside]] = True
             if frag.num_deletions:
                 mask = frag.live_mask()
+                assert mask is not None  # (the fragment has deletions)
                 deleted = inside & ~mask[np.minimum(offs, frag.physical_rows - 1)]
                 pos[sel[deleted]] = -1
         _raise_bad_addresses(dataset, ids, bad)
@@ -60,6 +68,7 @@ def locate_row_ids(dataset, fragments, row_ids: np.ndarray) -> tuple[np.ndarray,
     all_ids, all_pos, all_offs = [], [], []
     for i, frag in enumerate(fragments):
         seq = frag.stable_row_ids
+        assert seq is not None  # open_manifest's check_fragments: every fragment has a row-id sequence
         live = frag.live_offsets()
         all_ids.append(seq[live.astype(np.int64)])
         all_pos.append(np.full(live.size, i, dtype=np.int64))

@@ -21,14 +21,19 @@ or decoding.
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence, TypeVar
 
 import numpy as np
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
+from numpy.typing import ArrayLike
 
-from lance_ops._proto import rowids_pb2
+from lance_ops._proto import rowids_pb2, table_pb2
 from lance_ops.errors import CorruptFileError, ObjectNotFoundError
+from lance_ops.io.base import ObjectStore
 from lance_ops.table.paths import resolve_inside
+
+if TYPE_CHECKING:  # deleted offsets may come as a bitmap; pyroaring is not needed to import this module
+    from pyroaring import BitMap
 
 _U64 = np.uint64
 _U64_MAX = (1 << 64) - 1
@@ -42,8 +47,10 @@ RANGE_WITH_BITMAP = "range_with_bitmap"
 SORTED_ARRAY = "sorted_array"
 ARRAY = "array"
 
+_M = TypeVar("_M", bound=Message)
 
-def _as_u64(values) -> np.ndarray:
+
+def _as_u64(values: ArrayLike) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype != _U64:
         if arr.size and arr.dtype.kind not in "iu":
@@ -55,7 +62,7 @@ def _as_u64(values) -> np.ndarray:
 
 
 # --- EncodedU64Array -------------------------------------------------------------------------
-def encode_u64_array(values) -> rowids_pb2.EncodedU64Array:
+def encode_u64_array(values: ArrayLike) -> rowids_pb2.EncodedU64Array:
     """The narrowest ``EncodedU64Array`` for ``values`` (order preserved)."""
     v = _as_u64(values)
     msg = rowids_pb2.EncodedU64Array()
@@ -87,6 +94,8 @@ def _decode_offsets(raw: bytes, width: int, base: int, where: str) -> np.ndarray
 
 
 def decode_u64_array(msg: rowids_pb2.EncodedU64Array, where: str = "<row ids>") -> np.ndarray:
+    """The values of an ``EncodedU64Array`` as ``uint64`` (order kept); CorruptFileError naming
+    ``where`` if no array is set or its offsets are not whole values."""
     kind = msg.WhichOneof("array")
     if kind == "u16_array":
         return _decode_offsets(msg.u16_array.offsets, 2, msg.u16_array.base, where)
@@ -122,7 +131,7 @@ def _holes_of(v: np.ndarray) -> np.ndarray:
     return np.repeat(starts - before.astype(_U64), lens) + np.arange(total, dtype=_U64)
 
 
-def choose_segment_kind(values) -> str:
+def choose_segment_kind(values: ArrayLike) -> str:
     """The segment kind :func:`encode_segment` picks for ``values`` (upstream's size rule)."""
     v = _as_u64(values)
     n = v.size
@@ -150,7 +159,7 @@ def choose_segment_kind(values) -> str:
     return SORTED_ARRAY
 
 
-def encode_segment(values, kind: str | None = None) -> rowids_pb2.U64Segment:
+def encode_segment(values: ArrayLike, kind: str | None = None) -> rowids_pb2.U64Segment:
     """Encode ``values`` as one ``U64Segment`` of the most compact kind (or the one given)."""
     v = _as_u64(values)
     if kind is None:
@@ -265,39 +274,46 @@ class RowIdSequence:
 
     __slots__ = ("segments",)
 
-    def __init__(self, segments: Iterable[np.ndarray] = ()):
+    def __init__(self, segments: Iterable[np.ndarray] = ()) -> None:
         self.segments: list[np.ndarray] = [_as_u64(s) for s in segments]
 
     # construction / serialisation
     @classmethod
     def from_range(cls, start: int, end: int) -> "RowIdSequence":
+        """The ids ``[start, end)`` (one segment; none when empty)."""
         if end < start:
             raise ValueError("end must be >= start")
         return cls([np.arange(start, end, dtype=_U64)] if end > start else [])
 
     @classmethod
-    def from_array(cls, values) -> "RowIdSequence":
+    def from_array(cls, values: ArrayLike) -> "RowIdSequence":
+        """The ids ``values`` in their order, as one segment (none when empty)."""
         v = _as_u64(values)
         return cls([v] if v.size else [])
 
     @classmethod
     def from_proto(cls, msg: rowids_pb2.RowIdSequence, where: str = "<row ids>") -> "RowIdSequence":
+        """Decode every segment of a parsed ``RowIdSequence``; CorruptFileError names ``where``."""
         return cls(decode_segment(s, where) for s in msg.segments)
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = "<row ids>") -> "RowIdSequence":
+        """Parse and decode a serialized ``RowIdSequence``; CorruptFileError names ``where``."""
         return cls.from_proto(_parse(rowids_pb2.RowIdSequence(), data, where), where)
 
     def to_proto(self) -> rowids_pb2.RowIdSequence:
+        """The protobuf message, each segment encoded in its most compact kind."""
         msg = rowids_pb2.RowIdSequence()
         for seg in self.segments:
             msg.segments.append(encode_segment(seg))
         return msg
 
     def to_bytes(self) -> bytes:
+        """The serialized (deterministic) ``RowIdSequence`` stored inline or in a row-id file."""
         return self.to_proto().SerializeToString(deterministic=True)
 
     def to_numpy(self) -> np.ndarray:
+        """All ids as one ``uint64`` array (a copy: the segments are not shared)."""
         if not self.segments:
             return np.empty(0, dtype=_U64)
         if len(self.segments) == 1:
@@ -308,7 +324,7 @@ class RowIdSequence:
     def __len__(self) -> int:
         return sum(int(s.size) for s in self.segments)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, RowIdSequence):
             return NotImplemented
         return np.array_equal(self.to_numpy(), other.to_numpy())
@@ -334,7 +350,7 @@ class RowIdSequence:
                 out.append(seg[a - lo : b - lo])
         return RowIdSequence(out)
 
-    def mask(self, positions) -> "RowIdSequence":
+    def mask(self, positions: ArrayLike | BitMap) -> "RowIdSequence":
         """Drop the rows at ``positions`` (offsets into the sequence, e.g. deleted offsets)."""
         pos = np.asarray(positions if not hasattr(positions, "to_array") else
                          np.frombuffer(positions.to_array(), dtype=np.uint32))
@@ -387,7 +403,7 @@ class RowIdSequence:
         return out
 
 
-def _parse(message, data: bytes, where: str):
+def _parse(message: _M, data: bytes, where: str) -> _M:
     try:
         message.ParseFromString(bytes(data))
     except (DecodeError, RuntimeError, ValueError) as e:
@@ -395,7 +411,7 @@ def _parse(message, data: bytes, where: str):
     return message
 
 
-def encode_row_ids(values) -> bytes:
+def encode_row_ids(values: ArrayLike) -> bytes:
     """Serialized ``RowIdSequence`` with a single segment (empty input: no segments)."""
     return RowIdSequence.from_array(values).to_bytes()
 
@@ -405,7 +421,7 @@ def decode_row_ids(data: bytes, where: str = "<row ids>") -> np.ndarray:
     return RowIdSequence.from_bytes(data, where).to_numpy()
 
 
-def read_fragment_row_ids(store, base: str, fragment, manifest_path: str = "<manifest>", *,
+def read_fragment_row_ids(store: ObjectStore, base: str, fragment: table_pb2.DataFragment, manifest_path: str = "<manifest>", *,
                           check: bool = True) -> np.ndarray | None:
     """Row ids of a ``DataFragment`` (inline or external), None if it has none.
 
@@ -445,7 +461,7 @@ def read_fragment_row_ids(store, base: str, fragment, manifest_path: str = "<man
 
 
 # --- RowDatasetVersionSequence ---------------------------------------------------------------
-def encode_version_sequence(versions) -> bytes:
+def encode_version_sequence(versions: ArrayLike) -> bytes:
     """Runs of equal consecutive versions; each span is ``range[start, end)`` of row offsets."""
     v = _as_u64(versions)
     msg = rowids_pb2.RowDatasetVersionSequence()
@@ -477,7 +493,7 @@ def decode_version_sequence(data: bytes, where: str = "<version sequence>") -> n
     return np.repeat(versions, lengths)
 
 
-def read_fragment_versions(store, base: str, fragment, which: str = "created") -> np.ndarray | None:
+def read_fragment_versions(store: ObjectStore, base: str, fragment: table_pb2.DataFragment, which: str = "created") -> np.ndarray | None:
     """Per-row created-at (``which="created"``) or last-updated-at (``"updated"``) versions."""
     if which == "created":
         oneof, inline = "created_at_version_sequence", "inline_created_at_versions"

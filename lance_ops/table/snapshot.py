@@ -6,51 +6,92 @@
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lance_ops._proto import table_pb2
 from lance_ops.io.base import ObjectStore
 from lance_ops.table.manifest.codec import ManifestFile
+
+#: rows chosen for ``take_blobs``: ids, addresses or positions, as a sequence or an array
+BlobSelection = Union[Iterable[int], np.ndarray, pa.Array, pa.ChunkedArray]
 
 
 class DatasetSnapshot(Protocol):
     """One version of a dataset as its fragments and blob columns see it (``LanceDataset`` is one)."""
 
     uri: str
-    storage_options: Mapping[str, Any]
 
     @property
-    def store(self) -> ObjectStore: ...
+    def storage_options(self) -> Mapping[str, Any]:
+        """The options the dataset was opened with (for stores of external blob URIs); read-only here."""
+        ...
 
     @property
-    def base(self) -> str: ...
+    def store(self) -> ObjectStore:
+        """The object store holding the dataset's files."""
+        ...
 
     @property
-    def version(self) -> int: ...
+    def base(self) -> str:
+        """The dataset root inside :attr:`store`."""
+        ...
 
     @property
-    def manifest(self) -> table_pb2.Manifest: ...
+    def version(self) -> int:
+        """The version number this snapshot reads."""
+        ...
 
     @property
-    def manifest_file(self) -> ManifestFile: ...
+    def manifest(self) -> table_pb2.Manifest:
+        """The manifest of this version."""
+        ...
 
     @property
-    def schema(self) -> pa.Schema: ...
+    def manifest_file(self) -> ManifestFile:
+        """The decoded manifest file of this version (with its dictionaries, for legacy readers)."""
+        ...
 
     @property
-    def top_field_ids(self) -> Mapping[str, int]: ...
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of this version."""
+        ...
 
     @property
-    def descendant_field_ids(self) -> Mapping[int, set[int]]: ...
+    def top_field_ids(self) -> Mapping[str, int]:
+        """Field id of each top-level column, by name."""
+        ...
 
-    def cache(self, name: str) -> dict: ...
+    @property
+    def has_stable_row_ids(self) -> bool:
+        """Whether ``_rowid`` values are stable row ids (else they are row addresses)."""
+        ...
 
-    def count_rows(self, filter=None, *, fragment_ids: Sequence[int] | None = None) -> int: ...
+    @property
+    def descendant_field_ids(self) -> Mapping[int, set[int]]:
+        """Each top-level field id with the ids of itself and its nested fields."""
+        ...
 
-    def select_rows(self, kind: str, values: np.ndarray) -> tuple[list[Any], np.ndarray, np.ndarray]: ...
+    def cache(self, name: str) -> dict:
+        """The snapshot's cache called ``name`` (readers, deletion vectors), kept as long as the object."""
+        ...
 
-    def take_blobs(self, blob_column: str, ids=None, addresses=None, indices=None, *,
-                   buffer_size: int = ...) -> list: ...
+    def count_rows(self, filter: str | pc.Expression | None = None, *,
+                   fragment_ids: Sequence[int] | None = None) -> int:
+        """Live rows (matching ``filter``), of the given fragments only when ``fragment_ids`` is set."""
+        ...
+
+    def select_rows(self, kind: str, values: np.ndarray) -> tuple[list[Any], np.ndarray, np.ndarray]:
+        """(fragments, fragment position per row, physical offset per row) of the rows ``values``
+        chosen by ``kind`` (``"ids"``, ``"addresses"`` or ``"indices"``); the fragments are
+        ``LanceFragment`` objects (not named here: that import would make a loop)."""
+        ...
+
+    def take_blobs(self, blob_column: str, ids: BlobSelection | None = None,
+                   addresses: BlobSelection | None = None, indices: BlobSelection | None = None, *,
+                   buffer_size: int = ...) -> list:
+        """File-like handles on the blob values of the rows chosen by exactly one of the selections."""
+        ...

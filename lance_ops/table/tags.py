@@ -24,6 +24,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 from urllib.parse import quote, unquote
 
 from lance_ops.errors import (
@@ -35,6 +36,7 @@ from lance_ops.errors import (
     TagExistsError,
     TagNotFoundError,
 )
+from lance_ops.io.base import ObjectStore
 from lance_ops.table.manifest import naming
 from lance_ops.table.commit import locate
 
@@ -55,7 +57,8 @@ class Tag:
     metadata: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        doc: dict = {"branch": self.branch, "version": int(self.version)}
+        """The tag file's bytes, laid out exactly as pylance writes them (see the module doc)."""
+        doc: dict[str, Any] = {"branch": self.branch, "version": int(self.version)}
         if self.created_at is not None:
             doc["createdAt"] = self.created_at
         if self.updated_at is not None:
@@ -64,7 +67,7 @@ class Tag:
         doc["metadata"] = dict(self.metadata)
         return json.dumps(doc, indent=2, ensure_ascii=False).encode("utf-8")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The value pylance's ``ds.tags.list()`` gives for this tag."""
         return {
             "branch": self.branch,
@@ -82,7 +85,7 @@ def validate_tag_name(name: str) -> str:
     if not isinstance(name, str):
         raise TagError(f"tag name must be a string, got {type(name).__name__}")
 
-    def bad(why: str):
+    def bad(why: str) -> TagError:
         return TagError(f"invalid tag name {name!r}: {why}")
 
     if not name:
@@ -101,10 +104,12 @@ def validate_tag_name(name: str) -> str:
 
 
 def tag_file_name(name: str) -> str:
+    """The file name of tag ``name`` (validated, percent-encoded, ``.json``)."""
     return quote(validate_tag_name(name), safe="") + TAG_SUFFIX
 
 
-def tag_path(store, base: str, name: str) -> str:
+def tag_path(store: ObjectStore, base: str, name: str) -> str:
+    """The store path of tag ``name``'s file under ``_refs/tags`` of the dataset at ``base``."""
     return store.join(base, naming.TAGS_DIR, tag_file_name(name))
 
 
@@ -143,6 +148,8 @@ def parse_timestamp(value: str | None) -> datetime | None:
 
 # --- reading ---------------------------------------------------------------------------------
 def decode_tag(data: bytes, name: str, path: str = "<tag>") -> Tag:
+    """Parse a tag file's bytes into a :class:`Tag`; CorruptFileError (naming ``path``) if it is
+    not valid JSON with integer ``version`` and ``manifestSize``."""
     try:
         doc = json.loads(data)
         version = doc["version"]
@@ -165,7 +172,7 @@ def decode_tag(data: bytes, name: str, path: str = "<tag>") -> Tag:
         raise CorruptFileError(path, f"not a valid tag file: {e}") from e
 
 
-def get_tag(store, base: str, name: str) -> Tag:
+def get_tag(store: ObjectStore, base: str, name: str) -> Tag:
     """The tag ``name``; TagNotFoundError if there is none."""
     path = tag_path(store, base, name)
     try:
@@ -175,20 +182,20 @@ def get_tag(store, base: str, name: str) -> Tag:
     return decode_tag(data, name, path)
 
 
-def list_tags(store, base: str) -> dict[str, dict]:
+def list_tags(store: ObjectStore, base: str) -> dict[str, dict[str, Any]]:
     """``{name: {"branch", "version", "created_at", "updated_at", "manifest_size", "metadata"}}``
     like pylance's ``ds.tags.list()``."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for tag in iter_tags(store, base):
         out[tag.name] = tag.to_dict()
     return out
 
 
-def iter_tags(store, base: str):
+def iter_tags(store: ObjectStore, base: str) -> list[Tag]:
     """Every tag of the dataset as :class:`Tag` objects (sorted by name)."""
-    tags = []
+    tags: list[Tag] = []
     for info in store.list_dir(store.join(base, naming.TAGS_DIR)):
-        fname = naming._basename(info.path)
+        fname = naming.basename(info.path)
         if not fname.endswith(TAG_SUFFIX) or fname.startswith("."):
             continue
         name = unquote(fname[: -len(TAG_SUFFIX)])
@@ -201,13 +208,13 @@ def iter_tags(store, base: str):
     return tags
 
 
-def resolve_tag_version(store, base: str, name: str) -> int:
+def resolve_tag_version(store: ObjectStore, base: str, name: str) -> int:
     """The version a tag points at."""
     return get_tag(store, base, name).version
 
 
 # --- writing ---------------------------------------------------------------------------------
-def _locate_version(store, base: str, version: int) -> naming.ManifestLocation:
+def _locate_version(store: ObjectStore, base: str, version: int) -> naming.ManifestLocation:
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise TagError(f"tag version must be a non-negative integer, got {version!r}")
     loc = locate.find_version(store, base, version)
@@ -217,7 +224,7 @@ def _locate_version(store, base: str, version: int) -> naming.ManifestLocation:
 
 
 def create_tag(
-    store, base: str, name: str, version: int, *, metadata: dict[str, str] | None = None
+    store: ObjectStore, base: str, name: str, version: int, *, metadata: dict[str, str] | None = None
 ) -> Tag:
     """Create tag ``name`` pointing at ``version`` (which must exist).
 
@@ -242,7 +249,7 @@ def create_tag(
     return tag
 
 
-def update_tag(store, base: str, name: str, version: int) -> Tag:
+def update_tag(store: ObjectStore, base: str, name: str, version: int) -> Tag:
     """Point an existing tag at another version (keeps createdAt and metadata)."""
     old = get_tag(store, base, name)
     loc = _locate_version(store, base, version)
@@ -259,7 +266,7 @@ def update_tag(store, base: str, name: str, version: int) -> Tag:
     return tag
 
 
-def delete_tag(store, base: str, name: str) -> None:
+def delete_tag(store: ObjectStore, base: str, name: str) -> None:
     """Delete tag ``name``; TagNotFoundError if it does not exist."""
     path = tag_path(store, base, name)
     if not store.exists(path):
@@ -267,7 +274,7 @@ def delete_tag(store, base: str, name: str) -> None:
     store.delete(path)
 
 
-def tagged_versions(store, base: str) -> dict[int, list[str]]:
+def tagged_versions(store: ObjectStore, base: str) -> dict[int, list[str]]:
     """``{version: [tag names]}`` for the main branch (cleanup keeps these versions)."""
     out: dict[int, list[str]] = {}
     for tag in iter_tags(store, base):

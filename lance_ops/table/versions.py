@@ -4,6 +4,9 @@ The names pylance accepts are parsed by :meth:`lance_ops.format.version.FileVers
 """
 from __future__ import annotations
 
+from typing import Iterable
+
+from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, MixedFileVersionsError, UnsupportedError
 from lance_ops.format.version import FileVersion
 
@@ -41,7 +44,7 @@ _FLAG_USE_V2_FORMAT = 4
 _MIXED = "The dataset contains a mixture of file versions. You will need to rollback to an earlier version"
 
 
-def file_version(data_file) -> FileVersion:
+def file_version(data_file: table_pb2.DataFile) -> FileVersion:
     """Storage version of one manifest DataFile; UnsupportedError for numbers pylance does not know
     (the map is :meth:`FileVersion.from_manifest`)."""
     major, minor = int(data_file.file_major_version), int(data_file.file_minor_version)
@@ -51,7 +54,7 @@ def file_version(data_file) -> FileVersion:
     return found
 
 
-def _versions_of(fragments) -> tuple[FileVersion | None, FileVersion | None]:
+def _versions_of(fragments: Iterable[table_pb2.DataFragment]) -> tuple[FileVersion | None, FileVersion | None]:
     """(version of the first data file, first other version met or None), in pylance's order:
     the first data file of the first fragment with files sets the version."""
     first = None
@@ -65,7 +68,7 @@ def _versions_of(fragments) -> tuple[FileVersion | None, FileVersion | None]:
     return first, None
 
 
-def infer_from_files(fragments) -> FileVersion | None:
+def infer_from_files(fragments: Iterable[table_pb2.DataFragment]) -> FileVersion | None:
     """The one storage version of all data files (None without files); a mix raises
     MixedFileVersionsError (an OSError), with the text of pylance's commit-time error."""
     first, other = _versions_of(fragments)
@@ -75,7 +78,7 @@ def infer_from_files(fragments) -> FileVersion | None:
     return first
 
 
-def fill_missing_data_format(manifest, path: str = "<manifest>") -> None:
+def fill_missing_data_format(manifest: table_pb2.Manifest, path: str = "<manifest>") -> None:
     """Record, in place, the storage version of a manifest written before ``data_format`` existed.
 
     Lance <= 0.15 wrote no ``data_format``; pylance infers it from the data files, or, with no files,
@@ -95,7 +98,7 @@ def fill_missing_data_format(manifest, path: str = "<manifest>") -> None:
     manifest.data_format.version = version.value
 
 
-def repair_legacy_version(manifest) -> None:
+def repair_legacy_version(manifest: table_pb2.Manifest) -> None:
     """On commit: a dataset recorded as 0.1 whose files are newer gets their version (Lance 0.16
     wrote 0.1 over 2.0 files); one whose files mix versions is refused (MixedFileVersionsError),
     as pylance refuses every commit to it."""
@@ -107,7 +110,7 @@ def repair_legacy_version(manifest) -> None:
         manifest.data_format.version = actual.value
 
 
-def refuse_mixed(manifest) -> None:
+def refuse_mixed(manifest: table_pb2.Manifest) -> None:
     """MixedFileVersionsError if the dataset's data files mix storage versions (possible in
     datasets from Lance 0.16): pylance commits nothing to such a dataset but an overwrite, and a
     write must not start on it (fragment ids may repeat there too)."""

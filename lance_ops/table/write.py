@@ -34,8 +34,8 @@ from lance_ops.format import blob_v2
 from lance_ops.format.version import FileVersion
 from lance_ops.format.writer import V2FileWriter
 from lance_ops.format.legacy.writer import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileWriter
-from lance_ops.io import open_store
-from lance_ops.schema import check_metadata_utf8, field_tree, from_lance_fields, to_lance_fields
+from lance_ops.io import ObjectStore, open_store
+from lance_ops.schema import FieldNode, check_metadata_utf8, field_tree, from_lance_fields, to_lance_fields
 from lance_ops.table import versions
 from lance_ops.table.manifest import feature_flags
 from lance_ops.table.manifest import naming
@@ -44,6 +44,7 @@ from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
 from lance_ops.table.commit.properties import CommitProperties
 from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.dataset import LanceDataset, open_manifest
+from lance_ops.table.manifest.codec import ManifestFile
 
 log = logging.getLogger(__name__)
 
@@ -174,12 +175,12 @@ def mark_dictionary_fields(lance_fields: Iterable[file_pb2.Field]) -> None:
             f.dictionary.SetInParent()
 
 
-def _dictionary_paths(lance_fields) -> list[tuple[int, str, tuple]]:
+def _dictionary_paths(lance_fields: Iterable[file_pb2.Field]) -> list[tuple[int, str, tuple]]:
     """``(field id, dotted name, path)`` of every dictionary field; ``path`` leads to its array
     from the top-level column: child indices of structs, ``"items"`` through lists."""
     out = []
 
-    def walk(node, name: str, path: tuple) -> None:
+    def walk(node: FieldNode, name: str, path: tuple) -> None:
         dt = node.arrow.type
         if pa.types.is_dictionary(dt):
             out.append((node.id, name, path))
@@ -201,7 +202,8 @@ def _array_at(batch: pa.RecordBatch, path: tuple) -> pa.Array:
     return arr
 
 
-def legacy_dictionaries(reader: pa.RecordBatchReader, lance_fields, expected: Mapping[int, pa.Array] | None,
+def legacy_dictionaries(reader: pa.RecordBatchReader, lance_fields: Iterable[file_pb2.Field],
+                        expected: Mapping[int, pa.Array] | None,
                         uri: str) -> tuple[pa.RecordBatchReader, dict[int, pa.Array]]:
     """The dictionary values of a legacy (v0.1) write, and ``reader`` (its first batch peeked).
 
@@ -252,11 +254,11 @@ class FragmentWriter:
     ``dictionaries`` (field id -> values) for their dictionary fields.
     """
 
-    def __init__(self, store, base: str, schema: pa.Schema, lance_fields: list[file_pb2.Field], *,
+    def __init__(self, store: ObjectStore, base: str, schema: pa.Schema, lance_fields: list[file_pb2.Field], *,
                  storage_options: Mapping[str, Any] | None, max_rows_per_file: int,
                  max_bytes_per_file: int = MAX_BYTES_PER_FILE, version: str | FileVersion = FileVersion.V2_0,
                  max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
-                 dictionaries: Mapping[int, pa.Array] | None = None):
+                 dictionaries: Mapping[int, pa.Array] | None = None) -> None:
         if max_rows_per_file <= 0:
             raise ValueError("max_rows_per_file must be positive")
         self._store, self._base = store, base
@@ -284,11 +286,10 @@ class FragmentWriter:
         self._writer = V2FileWriter(path, self._schema, version=self._version,
                                     storage_options=self._options, lance_fields=self._lance_fields)
         # lance_ops statistics hook: closing the writer also writes _stats/<stem>.stats.lance
-        # (legacy v0.1 files carry their own statistics page table)
-        if self._version is not FileVersion.LEGACY:
-            from lance_ops.table.stats.collect import track_statistics
+        # (legacy v0.1 files carry their own statistics page table, returned above)
+        from lance_ops.table.stats.collect import track_statistics
 
-            self._writer = track_statistics(self._writer, self._store, self._base, self._name, self._options)
+        self._writer = track_statistics(self._writer, self._store, self._base, self._name, self._options)
 
     def _close(self) -> None:
         if self._writer is None:
@@ -321,23 +322,28 @@ class FragmentWriter:
         self._writer = None
 
     def write(self, batch: pa.RecordBatch) -> None:
+        """Append ``batch``, opening a new data file whenever the current one reaches its row or byte limit."""
         start = 0
         while start < batch.num_rows:
             if self._writer is None:
                 self._open()
-            room = self._max_rows - self._writer.rows_written
+            writer = self._writer
+            assert writer is not None  # (_open sets it)
+            room = self._max_rows - writer.rows_written
             piece = batch.slice(start, room)
-            self._writer.write_batch(piece)
+            writer.write_batch(piece)
             start += piece.num_rows
             self.rows_written += piece.num_rows
-            if self._writer.rows_written >= self._max_rows or self._writer.tell() >= self._max_bytes:
+            if writer.rows_written >= self._max_rows or writer.tell() >= self._max_bytes:
                 self._close()
 
     def finish(self) -> list[table_pb2.DataFragment]:
+        """Close the open data file; the fragments written (one data file each), not yet committed."""
         self._close()
         return self.fragments
 
     def abort(self) -> None:
+        """Abandon the open data file (best effort); files already closed stay as orphans for cleanup."""
         if self._writer is not None:
             try:
                 self._writer.abort()
@@ -346,7 +352,8 @@ class FragmentWriter:
             self._writer = None
 
 
-def write_fragments(reader: pa.RecordBatchReader, store, base: str, lance_fields, *, storage_options=None,
+def write_fragments(reader: pa.RecordBatchReader, store: ObjectStore, base: str, lance_fields: list[file_pb2.Field], *,
+                    storage_options: Mapping[str, Any] | None = None,
                     max_rows_per_file: int = 1024 * 1024, max_bytes_per_file: int = MAX_BYTES_PER_FILE,
                     version: str | FileVersion = FileVersion.V2_0, max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
                     dictionaries: Mapping[int, pa.Array] | None = None,
@@ -402,7 +409,7 @@ def _refuse_legacy_blob_append_at_2_2(dataset_schema: pa.Schema, version: str, u
 ABSENCE_LISTINGS = 3
 
 
-def _open_or_absent(store, base: str, uri: str):
+def _open_or_absent(store: ObjectStore, base: str, uri: str) -> ManifestFile | None:
     """The latest ManifestFile, or None if the dataset does not exist.
 
     Absence is concluded only after :data:`ABSENCE_LISTINGS` empty listings, and
@@ -482,7 +489,7 @@ def write_dataset(
 
     reader = to_reader(data, schema)
     appending = current is not None and mode == "append"
-    if appending:
+    if current is not None and appending:  # (spelled out for the type checker)
         manifest = current.manifest
         feature_flags.check_writer_flags(manifest.writer_feature_flags, uri)
         version = versions.normalize(manifest.data_format.version or None)
@@ -505,7 +512,7 @@ def write_dataset(
 
     dictionaries: dict[int, pa.Array] = {}
     if version is FileVersion.LEGACY:
-        expected = current.dictionaries if appending else None
+        expected = current.dictionaries if current is not None and appending else None
         reader, dictionaries = legacy_dictionaries(reader, lance_fields, expected, uri)
     fragments = write_fragments(reader, store, base, lance_fields, storage_options=storage_options,
                                 max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,

@@ -42,10 +42,12 @@ _BINARY_LIKE = (pa.types.is_string, pa.types.is_binary, pa.types.is_large_string
 
 
 def is_binary_like(dt: pa.DataType) -> bool:
+    """String and binary types (regular and large): the var-binary encoding."""
     return any(check(dt) for check in _BINARY_LIKE)
 
 
 def is_list_like(dt: pa.DataType) -> bool:
+    """List and large list types: an offsets page plus a child field for the items."""
     return pa.types.is_list(dt) or pa.types.is_large_list(dt)
 
 
@@ -54,7 +56,7 @@ class PlainLayout:
 
     __slots__ = ("dtype", "leaf", "multiplier", "bits", "wrappers")
 
-    def __init__(self, dtype: pa.DataType):
+    def __init__(self, dtype: pa.DataType) -> None:
         self.dtype = dtype
         wrappers = []
         mult = 1
@@ -85,6 +87,7 @@ _LAYOUTS: dict[pa.DataType, PlainLayout] = {}
 
 
 def plain_layout(dtype: pa.DataType) -> PlainLayout:
+    """The (cached) :class:`PlainLayout` of ``dtype``; UnsupportedTypeError if it has none."""
     layout = _LAYOUTS.get(dtype)
     if layout is None:
         layout = _LAYOUTS[dtype] = PlainLayout(dtype)

@@ -115,7 +115,7 @@ def supports_statistics(dt: pa.DataType) -> bool:
             or is_binary_like(dt) or pa.types.is_decimal128(dt))
 
 
-def _one(value, dt: pa.DataType) -> pa.Array:
+def _one(value: object, dt: pa.DataType) -> pa.Array:
     return pa.array([value], type=dt)
 
 
@@ -208,9 +208,9 @@ def page_statistics(arr: pa.Array) -> tuple[int, pa.Array, pa.Array]:
         return nulls, pa.array([mm["min"]], dt), pa.array([mm["max"]], dt)
     if pa.types.is_decimal128(dt):
         if not has_values:
-            lo = (-(2**127)).to_bytes(16, "little", signed=True)
-            hi = (2**127 - 1).to_bytes(16, "little", signed=True)
-            return nulls, _raw_one(lo, dt), _raw_one(hi, dt)
+            lowest = (-(2**127)).to_bytes(16, "little", signed=True)
+            highest = (2**127 - 1).to_bytes(16, "little", signed=True)
+            return nulls, _raw_one(lowest, dt), _raw_one(highest, dt)
         raw = np.frombuffer(arr.buffers()[1], dtype="<u8", count=2 * (arr.offset + n))[2 * arr.offset:].reshape(n, 2)
         valid = np.asarray(arr.is_valid())
         ints = [int(h.astype(np.int64)) * 2**64 + int(l) for l, h in raw[valid]]
@@ -241,4 +241,5 @@ def page_statistics(arr: pa.Array) -> tuple[int, pa.Array, pa.Array]:
 
 
 def is_nested(dt: pa.DataType) -> bool:
+    """Struct and list types: the legacy writer gives them child fields and no page of their own values."""
     return pa.types.is_struct(dt) or is_list_like(dt)

@@ -35,11 +35,11 @@ reproduces exactly what upstream's reader returns.
 from __future__ import annotations
 
 import struct
-from typing import Any, Generator, Iterable, Mapping, Optional, Sequence
+from typing import Any, Generator, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from lance_ops._proto import file_pb2, table_pb2
 from lance_ops.errors import CorruptFileError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
@@ -47,6 +47,7 @@ from lance_ops.format.container import MAGIC
 from lance_ops.format.legacy import decode as dec
 from lance_ops.format.reader_base import FileReaderBase
 from lance_ops.format.version import FileVersion
+from lance_ops.io.base import ObjectStore
 from lance_ops.schema import FieldNode, field_tree
 
 __all__ = ["LegacyFileReader", "LEGACY_FOOTER_SIZE", "is_legacy_footer", "footer_version"]
@@ -57,7 +58,8 @@ _FOOTER = struct.Struct("<QHH4s")
 _U32 = struct.Struct("<I")
 
 _Requests = np.ndarray  # (k, 2) int64: (start, length)
-_Gen = Generator[_Requests, list, Any]
+M = TypeVar("M", bound=Message)
+_Gen = Generator[_Requests, list[bytes], Any]
 _NO_REQUESTS = np.zeros((0, 2), dtype=np.int64)
 
 
@@ -78,7 +80,7 @@ def footer_version(tail: bytes) -> tuple[int, int]:
     return major, minor
 
 
-def _requests(starts, lengths) -> _Requests:
+def _requests(starts: Sequence[int] | np.ndarray, lengths: Sequence[int] | np.ndarray) -> _Requests:
     return np.stack([np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)], axis=1)
 
 
@@ -88,7 +90,7 @@ def _requests(starts, lengths) -> _Requests:
 class _Source:
     """One object in the store with its size and a cached tail (small files are read once)."""
 
-    def __init__(self, store, path: str, uri: str):
+    def __init__(self, store: ObjectStore, path: str, uri: str) -> None:
         self.store = store
         self.path = path
         self.uri = uri
@@ -123,7 +125,7 @@ class _Source:
 class _Layout:
     """A page table: pages of field ids ``min_id..`` for ``num_batches`` batches of known lengths."""
 
-    def __init__(self, what: str, uri: str, min_id: int, pages: np.ndarray, batch_offsets: np.ndarray):
+    def __init__(self, what: str, uri: str, min_id: int, pages: np.ndarray, batch_offsets: np.ndarray) -> None:
         self.what = what
         self.uri = uri
         self.min_id = min_id
@@ -141,7 +143,8 @@ class _Layout:
         entry = self.pages[k, batches]
         return entry[:, 0], entry[:, 1]
 
-    def check_rows(self, node: FieldNode, batches, lengths, needed, extra: int = 0) -> None:
+    def check_rows(self, node: FieldNode, batches: np.ndarray, lengths: np.ndarray, needed: np.ndarray,
+                   extra: int = 0) -> None:
         """Every page must hold at least ``needed + extra`` entries."""
         short = lengths < needed + extra
         if short.any():
@@ -177,11 +180,12 @@ class LegacyFileReader(FileReaderBase):
 
     _decode_label = "legacy file"
 
-    def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *, store=None,
+    def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *,
+                 store: Optional[ObjectStore] = None,
                  schema_fields: Optional[Sequence[file_pb2.Field]] = None,
                  field_ids: Optional[Iterable[int]] = None,
                  dictionaries: Optional[Mapping[int, pa.Array] | str] = None,
-                 schema_metadata: Optional[Mapping[str, bytes]] = None):
+                 schema_metadata: Optional[Mapping[str, bytes]] = None) -> None:
         self._bind(path, storage_options, store)
         self._dict_values: dict[int, pa.Array] = {}
         self._dict_path: Optional[str] = None
@@ -197,22 +201,27 @@ class LegacyFileReader(FileReaderBase):
     # --- public properties ---------------------------------------------------------------
     @property
     def num_rows(self) -> int:
+        """Rows in the file (all batches)."""
         return int(self._batch_offsets[-1])
 
     @property
     def version(self) -> FileVersion:
+        """Always ``FileVersion.LEGACY`` ("0.1"), whichever legacy footer the file has."""
         return FileVersion.LEGACY
 
     @property
     def major_version(self) -> int:
+        """The major version the footer stores (0)."""
         return self._major
 
     @property
     def minor_version(self) -> int:
+        """The minor version the footer stores (1 or 2)."""
         return self._minor
 
     @property
     def num_batches(self) -> int:
+        """Batches (row groups) in the file: each field has one page per batch."""
         return len(self._batch_offsets) - 1
 
     @property
@@ -239,11 +248,12 @@ class LegacyFileReader(FileReaderBase):
 
     @property
     def has_statistics(self) -> bool:
+        """Whether the file stores page statistics (per-batch null count, min and max)."""
         return self._meta.HasField("statistics")
 
     def page_table(self) -> dict[int, list[tuple[int, int]]]:
         """field id -> ``[(position, length)]`` per batch, as stored."""
-        return {self._layout.min_id + k: [tuple(int(x) for x in p) for p in self._layout.pages[k]]
+        return {self._layout.min_id + k: [(int(p[0]), int(p[1])) for p in self._layout.pages[k]]
                 for k in range(self._layout.pages.shape[0])}
 
     # --- reads ---------------------------------------------------------------------------
@@ -343,7 +353,7 @@ class LegacyFileReader(FileReaderBase):
         return f"LegacyFileReader({self._uri!r}, version=0.1, rows={self.num_rows}, batches={self.num_batches})"
 
     # --- opening -------------------------------------------------------------------------
-    def _read_struct(self, src: _Source, pos: int, end: int, message, what: str):
+    def _read_struct(self, src: _Source, pos: int, end: int, message: M, what: str) -> M:
         """``u32 length | protobuf`` at ``pos``, which must end by ``end``."""
         if pos < 0 or pos + 4 > end:
             raise self._corrupt(f"{what} position {pos} lies outside the file body (0..{end})")
@@ -357,7 +367,8 @@ class LegacyFileReader(FileReaderBase):
             raise self._corrupt(f"{what} does not decode: {exc}") from None
         return message
 
-    def _open(self, schema_fields, field_ids, schema_metadata) -> None:
+    def _open(self, schema_fields: Optional[Sequence[file_pb2.Field]], field_ids: Optional[Iterable[int]],
+              schema_metadata: Optional[Mapping[str, bytes]]) -> None:
         src = _Source(self._store, self._path, self._uri)
         self._src = src
         size = src.size
@@ -476,7 +487,7 @@ class LegacyFileReader(FileReaderBase):
         pending: dict[int, tuple[_Gen, _Requests]] = {}
         for i, g in enumerate(gens):
             try:
-                pending[i] = (g, g.send(None))
+                pending[i] = (g, next(g))
             except StopIteration as stop:
                 results[i] = stop.value
         while pending:
@@ -497,9 +508,9 @@ class LegacyFileReader(FileReaderBase):
         return results
 
     @staticmethod
-    def _run(gen: _Gen, src: _Source):
+    def _run(gen: _Gen, src: _Source) -> Any:
         try:
-            req = gen.send(None)
+            req = next(gen)
         except StopIteration as stop:
             return stop.value
         while True:

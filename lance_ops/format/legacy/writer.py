@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import os
 import struct
+from types import TracebackType
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from google.protobuf.message import Message
 
 from lance_ops._proto import file_pb2, table_pb2
 from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
@@ -49,6 +51,7 @@ from lance_ops.format.legacy import encode as enc
 from lance_ops.format.legacy.decode import is_binary_like, is_list_like
 from lance_ops.format.proto_wire import serialize_like_upstream as _serialize
 from lance_ops.format.version import FileVersion
+from lance_ops.io.base import ObjectStore, ObjectWriter
 from lance_ops.schema import FieldNode, conform_batch, field_tree, to_lance_fields
 
 __all__ = ["LegacyFileWriter", "DEFAULT_MAX_ROWS_PER_GROUP", "LEGACY_DATA_FILE_VERSION"]
@@ -99,7 +102,7 @@ def _check_type(dt: pa.DataType, name: str) -> None:
 class _Sink:
     """Counts bytes while writing to the store's output (or to memory before it is opened)."""
 
-    def __init__(self, writer: "LegacyFileWriter"):
+    def __init__(self, writer: "LegacyFileWriter") -> None:
         self._owner = writer
         self.pos = 0
 
@@ -160,8 +163,8 @@ class LegacyFileWriter:
         self._stat_nodes: list[FieldNode] = []
         self._stats: dict[int, list[tuple[int, pa.Array, pa.Array]]] = {}
         self._rows = 0
-        self._store = None
-        self._out = None
+        self._store: ObjectStore | None = None
+        self._out: ObjectWriter | None = None
         self._sink = _Sink(self)
         self._closed = False
         if schema is not None:
@@ -206,7 +209,7 @@ class LegacyFileWriter:
                                       key=lambda n: n.id)
             self._stats = {n.id: [] for n in self._stat_nodes}
 
-    def _open_sink(self):
+    def _open_sink(self) -> ObjectWriter:
         if self._out is None:
             from lance_ops.io import open_store
 
@@ -217,6 +220,7 @@ class LegacyFileWriter:
     # --- public API ------------------------------------------------------------------------
     @property
     def schema(self) -> pa.Schema | None:
+        """The Arrow schema being written (None until given or taken from the first batch)."""
         return self._schema
 
     @property
@@ -226,6 +230,7 @@ class LegacyFileWriter:
 
     @property
     def lance_fields(self) -> list[file_pb2.Field]:
+        """Copies of the Lance fields stored in the file (pre-order, with their field ids)."""
         return [_copy(f) for f in self._lance_fields]
 
     @property
@@ -235,20 +240,25 @@ class LegacyFileWriter:
 
     @property
     def rows_written(self) -> int:
+        """Rows accepted so far (buffered rows included)."""
         return self._rows
 
     @property
     def max_rows_per_group(self) -> int:
+        """Rows per batch ("group"); every field has one page per group."""
         return self._group
 
     def tell(self) -> int:
+        """Bytes written to the output so far (buffered rows not yet counted)."""
         return self._sink.pos
 
     def add_schema_metadata(self, key: str, value: str | bytes) -> None:
+        """Add (or replace) a schema metadata entry; stored in the embedded manifest at close."""
         self._check_open()
         self._schema_metadata[key] = value if isinstance(value, bytes) else str(value).encode()
 
     def write_batch(self, data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> None:
+        """Append a RecordBatch or a Table (or an iterable of batches); full groups are written at once."""
         self._check_open()
         if isinstance(data, pa.Table):
             if self._schema is None:
@@ -262,6 +272,7 @@ class LegacyFileWriter:
             self._write_one(batch)
 
     def close(self) -> int:
+        """Write the last group, the page table, statistics, dictionaries, manifest and footer; returns rows."""
         if self._closed:
             return self._rows
         if self._schema is None:
@@ -281,6 +292,7 @@ class LegacyFileWriter:
         return self._rows
 
     def abort(self) -> None:
+        """Discard everything written; nothing appears at ``path``."""
         self._closed = True
         self._buffer = []
         if self._out is not None:
@@ -289,7 +301,8 @@ class LegacyFileWriter:
     def __enter__(self) -> "LegacyFileWriter":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is None:
             self.close()
         else:
@@ -416,7 +429,7 @@ class LegacyFileWriter:
                 table[fid - min_id, g] = (pos, length)
         return self._sink.write(table.tobytes())
 
-    def _write_struct(self, message) -> int:
+    def _write_struct(self, message: Message) -> int:
         blob = _serialize(message)
         return self._sink.write(_U32.pack(len(blob)) + blob)
 

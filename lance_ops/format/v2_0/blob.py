@@ -25,6 +25,7 @@ NULL_POSITION = 1
 
 
 def page_encoding() -> pb.ArrayEncoding:
+    """The encoding of every 2.0 blob page: a packed struct of two non-null u64 (position, size)."""
     e = pb.ArrayEncoding()
     for _ in range(2):
         e.packed_struct.inner.append(enc.nullable_no_nulls(enc.flat(64, 0)))
@@ -47,9 +48,11 @@ class BlobEncoderV20(LeafEncoder):
         self.compression = None  # descriptions are stored flat
 
     def blob_columns(self) -> Iterator[int]:
+        """This column (its column encoding is ``blob``)."""
         yield self.column_index
 
     def maybe_encode(self, array: pa.Array, external: Optional[blob.OutOfLineBuffers] = None) -> list[EncodedPage]:
+        """Store the values in ``external`` (required) and queue their descriptions as the page rows."""
         if external is None:
             raise ValueError("blob fields need the batch's out-of-line buffers")
         valid = None

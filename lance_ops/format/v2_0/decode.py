@@ -36,6 +36,7 @@ from typing import Callable, Optional
 
 import numpy as np
 import pyarrow as pa
+from google.protobuf.message import Message
 
 from lance_ops._proto import encodings_v2_0_pb2 as pb
 from lance_ops.errors import CorruptFileError, UnsupportedError
@@ -72,9 +73,11 @@ class DecodeContext:
     where: str = ""
 
     def corrupt(self, problem: str) -> CorruptFileError:
+        """The error to raise for malformed bytes, naming the file and the page."""
         return CorruptFileError(self.path, f"{self.where}: {problem}" if self.where else problem)
 
     def unsupported(self, what: str) -> UnsupportedError:
+        """The error to raise for a valid encoding this reader does not decode, naming where."""
         prefix = f"{self.path}: {self.where}: " if self.where else f"{self.path}: "
         return UnsupportedError(prefix + what)
 
@@ -82,10 +85,11 @@ class DecodeContext:
 class PageBuffers:
     """The bytes of the buffers one page's encoding references, addressed by ``pb.Buffer``."""
 
-    def __init__(self, fetched: dict[tuple[int, int], pa.Buffer]):
+    def __init__(self, fetched: dict[tuple[int, int], pa.Buffer]) -> None:
         self._fetched = fetched
 
     def get(self, buf: pb.Buffer, ctx: DecodeContext) -> pa.Buffer:
+        """The bytes of ``buf``; a CorruptFileError if the encoding points at a buffer the page lacks."""
         key = (int(buf.buffer_type), int(buf.buffer_index))
         try:
             return self._fetched[key]
@@ -95,7 +99,7 @@ class PageBuffers:
             ) from None
 
 
-_BUFFER_TYPE_NAMES = {pb.Buffer.page: "page", pb.Buffer.column: "column", pb.Buffer.file: "file"}
+_BUFFER_TYPE_NAMES: dict[int, str] = {pb.Buffer.page: "page", pb.Buffer.column: "column", pb.Buffer.file: "file"}
 
 
 def referenced_buffers(enc: pb.ArrayEncoding) -> list[tuple[int, int]]:
@@ -105,7 +109,7 @@ def referenced_buffers(enc: pb.ArrayEncoding) -> list[tuple[int, int]]:
     return list(dict.fromkeys(out))
 
 
-def _collect_buffers(enc: pb.ArrayEncoding, out: list) -> None:
+def _collect_buffers(enc: pb.ArrayEncoding, out: list[tuple[int, int]]) -> None:
     kind = enc.WhichOneof("array_encoding")
     if kind == "flat":
         b = enc.flat.buffer
@@ -144,7 +148,7 @@ def _collect_buffers(enc: pb.ArrayEncoding, out: list) -> None:
         _walk_generic(getattr(enc, kind), out)
 
 
-def _walk_generic(msg, out: list) -> None:
+def _walk_generic(msg: Message, out: list[tuple[int, int]]) -> None:
     """Any message: collect every ``pb.Buffer`` below it (slow path for rare encodings)."""
     if isinstance(msg, pb.Buffer):
         out.append((int(msg.buffer_type), int(msg.buffer_index)))
@@ -198,7 +202,7 @@ def describe(enc: pb.ArrayEncoding) -> str:
 # --------------------------------------------------------------------------------------------
 # small numpy/arrow helpers
 # --------------------------------------------------------------------------------------------
-def _u8(buf) -> np.ndarray:
+def _u8(buf: pa.Buffer | bytes | np.ndarray) -> np.ndarray:
     return np.frombuffer(buf, dtype=np.uint8)
 
 
@@ -440,7 +444,7 @@ def decode_array(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBu
     return handler(enc, n, dtype, bufs, ctx)
 
 
-def _decode_nullable(enc, n, dtype, bufs, ctx):
+def _decode_nullable(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuffers, ctx: DecodeContext) -> pa.Array:
     nullable = enc.nullable
     case = nullable.WhichOneof("nullability")
     if case == "no_nulls":
@@ -454,7 +458,7 @@ def _decode_nullable(enc, n, dtype, bufs, ctx):
     raise ctx.corrupt("nullable encoding has no nullability case set")
 
 
-def _decode_bitmap(enc, n, bufs, ctx) -> pa.Buffer:
+def _decode_bitmap(enc: pb.ArrayEncoding, n: int, bufs: PageBuffers, ctx: DecodeContext) -> pa.Buffer:
     arr = decode_array(enc, n, pa.bool_(), bufs, ctx)
     if arr.null_count:
         raise ctx.corrupt("validity bitmap itself has nulls")
@@ -495,7 +499,7 @@ def make_fixed(dtype: pa.DataType, n: int, buf: pa.Buffer, bits: int, ctx: Decod
     raise ctx.corrupt(f"flat encoding has {bits} bits per value but Arrow type {dtype} needs {want}")
 
 
-def _decode_flat(enc, n, dtype, bufs, ctx):
+def _decode_flat(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuffers, ctx: DecodeContext) -> pa.Array:
     flat = enc.flat
     bits = int(flat.bits_per_value)
     if bits == 0:
@@ -510,7 +514,7 @@ def _decode_flat(enc, n, dtype, bufs, ctx):
     return make_fixed(dtype, n, raw, bits, ctx)
 
 
-def _decode_bitpacked(enc, n, dtype, bufs, ctx):
+def _decode_bitpacked(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuffers, ctx: DecodeContext) -> pa.Array:
     bp = enc.bitpacked
     bits = int(bp.compressed_bits_per_value)
     if not 0 < bits <= 64:
@@ -524,7 +528,7 @@ def _decode_bitpacked(enc, n, dtype, bufs, ctx):
     return pa.array(values.astype(dtype.to_pandas_dtype(), copy=False), type=dtype)
 
 
-def _decode_constant(enc, n, dtype, bufs, ctx):
+def _decode_constant(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuffers, ctx: DecodeContext) -> pa.Array:
     value = bytes(enc.constant.value)
     if pa.types.is_boolean(dtype):
         bit = bool(value and value[0] & 1)
@@ -542,7 +546,7 @@ def _decode_constant(enc, n, dtype, bufs, ctx):
     return pa.Array.from_buffers(dtype, n, [None, pa.py_buffer(data)])
 
 
-def _decode_fixed_size_list(enc, n, dtype, bufs, ctx):
+def _decode_fixed_size_list(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuffers, ctx: DecodeContext) -> pa.Array:
     fsl = enc.fixed_size_list
     if not pa.types.is_fixed_size_list(dtype):
         raise ctx.corrupt(f"fixed_size_list encoding cannot produce Arrow type {dtype}")
@@ -555,14 +559,14 @@ def _decode_fixed_size_list(enc, n, dtype, bufs, ctx):
     return pa.Array.from_buffers(dtype, n, [None], children=[items])
 
 
-def _u64_values(enc, n, bufs, ctx, what: str) -> np.ndarray:
+def _u64_values(enc: pb.ArrayEncoding, n: int, bufs: PageBuffers, ctx: DecodeContext, what: str) -> np.ndarray:
     arr = decode_array(enc, n, pa.uint64(), bufs, ctx)
     if arr.null_count:
         raise ctx.corrupt(f"{what} contain nulls")
     return arr.to_numpy(zero_copy_only=False)
 
 
-def _bytes_raw(enc: pb.ArrayEncoding, bufs, ctx, needed: int) -> pa.Buffer:
+def _bytes_raw(enc: pb.ArrayEncoding, bufs: PageBuffers, ctx: DecodeContext, needed: int) -> pa.Buffer:
     """The raw bytes buffer of a Binary encoding (flat 8 bits, maybe compressed), >= ``needed`` bytes."""
     enc = strip_no_nulls(enc)
     kind = encoding_kind(enc)
@@ -599,7 +603,8 @@ def resolve_ends(ends: np.ndarray, adjustment: int, limit: int, ctx: DecodeConte
     return real, nulls
 
 
-def _binary_parts(binary: pb.Binary, n: int, bufs, ctx) -> tuple[np.ndarray, Optional[np.ndarray], pa.Buffer]:
+def _binary_parts(binary: pb.Binary, n: int, bufs: PageBuffers,
+                  ctx: DecodeContext) -> tuple[np.ndarray, Optional[np.ndarray], pa.Buffer]:
     """(int64 real end offsets, null mask or None, bytes buffer) of a Binary encoding."""
     ends = _u64_values(binary.indices, n, bufs, ctx, "binary offsets")
     real, nulls = resolve_ends(ends, int(binary.null_adjustment), 1 << 62, ctx, "binary")
@@ -617,12 +622,12 @@ def var_binary(dtype: pa.DataType, real: np.ndarray, nulls: Optional[np.ndarray]
     return pa.Array.from_buffers(dtype, n, [_validity_from_nulls(nulls), offsets, data])
 
 
-def _decode_binary(enc, n, dtype, bufs, ctx):
+def _decode_binary(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuffers, ctx: DecodeContext) -> pa.Array:
     real, nulls, data = _binary_parts(enc.binary, n, bufs, ctx)
     return var_binary(dtype, real, nulls, data, ctx)
 
 
-def _decode_fsst(enc, n, dtype, bufs, ctx):
+def _decode_fsst(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuffers, ctx: DecodeContext) -> pa.Array:
     fsst = enc.fsst
     if encoding_kind(fsst.binary) != "binary":
         raise ctx.unsupported(f"FSST over {encoding_kind(fsst.binary)!r} is not supported")
@@ -634,7 +639,7 @@ def _decode_fsst(enc, n, dtype, bufs, ctx):
     return var_binary(dtype, real, nulls, data, ctx)
 
 
-def _decode_fixed_size_binary(enc, n, dtype, bufs, ctx):
+def _decode_fixed_size_binary(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuffers, ctx: DecodeContext) -> pa.Array:
     fsb = enc.fixed_size_binary
     width = int(fsb.byte_width)
     inner = strip_no_nulls(fsb.bytes)
@@ -651,7 +656,8 @@ def _decode_fixed_size_binary(enc, n, dtype, bufs, ctx):
     return var_binary(dtype, real, None, data, ctx)
 
 
-def _index_values(enc: pb.ArrayEncoding, n: int, bufs, ctx) -> tuple[np.ndarray, Optional[np.ndarray]]:
+def _index_values(enc: pb.ArrayEncoding, n: int, bufs: PageBuffers,
+                  ctx: DecodeContext) -> tuple[np.ndarray, Optional[np.ndarray]]:
     """Dictionary indices as an unsigned numpy array (zero-copy for plain flat pages) + null mask."""
     inner = strip_no_nulls(enc)
     if encoding_kind(inner) == "flat" and inner.flat.bits_per_value in (8, 16, 32, 64):
@@ -668,7 +674,8 @@ def _index_values(enc: pb.ArrayEncoding, n: int, bufs, ctx) -> tuple[np.ndarray,
     return arr.to_numpy(zero_copy_only=False), nulls
 
 
-def _decode_dictionary(enc, n, dtype, bufs, ctx, rows: Optional[np.ndarray] = None):
+def _decode_dictionary(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuffers, ctx: DecodeContext,
+                       rows: Optional[np.ndarray] = None) -> pa.Array:
     """Dictionary page; ``rows`` (page-local row numbers) limits the output to those rows."""
     d = enc.dictionary
     num_items = int(d.num_dictionary_items)
@@ -726,7 +733,7 @@ def decode_rows(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuf
     return select_ranges(arr, starts, ends)
 
 
-def _bits_of_inner(enc: pb.ArrayEncoding, ctx) -> tuple[int, pb.ArrayEncoding]:
+def _bits_of_inner(enc: pb.ArrayEncoding, ctx: DecodeContext) -> tuple[int, pb.ArrayEncoding]:
     kind = encoding_kind(enc)
     if kind == "nullable" and enc.nullable.WhichOneof("nullability") == "no_nulls":
         return _bits_of_inner(enc.nullable.no_nulls.values, ctx)
@@ -735,7 +742,7 @@ def _bits_of_inner(enc: pb.ArrayEncoding, ctx) -> tuple[int, pb.ArrayEncoding]:
     raise ctx.unsupported(f"packed struct field stored as {kind!r} is not supported")
 
 
-def _decode_packed_struct(enc, n, dtype, bufs, ctx):
+def _decode_packed_struct(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuffers, ctx: DecodeContext) -> pa.Array:
     ps = enc.packed_struct
     if not pa.types.is_struct(dtype):
         raise ctx.corrupt(f"packed_struct encoding cannot produce Arrow type {dtype}")
@@ -761,15 +768,15 @@ def _decode_packed_struct(enc, n, dtype, bufs, ctx):
     return pa.StructArray.from_arrays(children, fields=list(dtype))
 
 
-def _decode_list_page(enc, n, dtype, bufs, ctx):
+def _decode_list_page(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuffers, ctx: DecodeContext) -> pa.Array:
     raise ctx.corrupt("a list offsets encoding appears where values were expected")
 
 
-def _decode_struct_page(enc, n, dtype, bufs, ctx):
+def _decode_struct_page(enc: pb.ArrayEncoding, n: int, dtype: pa.DataType, bufs: PageBuffers, ctx: DecodeContext) -> pa.Array:
     raise ctx.corrupt("a struct header encoding appears where values were expected")
 
 
-_HANDLERS: dict[str, Callable] = {
+_HANDLERS: dict[str, Callable[[pb.ArrayEncoding, int, pa.DataType, PageBuffers, DecodeContext], pa.Array]] = {
     "nullable": _decode_nullable,
     "flat": _decode_flat,
     "fixed_size_list": _decode_fixed_size_list,

@@ -53,6 +53,7 @@ class PageBuilder:
     buffers: list[list[Chunk]] = field(default_factory=list)
 
     def add(self, chunks: Sequence[Chunk]) -> int:
+        """Append one buffer (its chunks written back to back); its index in the page."""
         self.buffers.append(list(chunks))
         return len(self.buffers) - 1
 
@@ -70,6 +71,7 @@ class EncodedArray:
 
 
 def flat(bits: int, buffer_index: int, compression: pb.Compression | None = None) -> pb.ArrayEncoding:
+    """``Flat``: ``bits`` bits per value in page buffer ``buffer_index``, optionally block-compressed."""
     enc = pb.ArrayEncoding()
     enc.flat.bits_per_value = bits
     enc.flat.buffer.buffer_index = buffer_index
@@ -80,12 +82,14 @@ def flat(bits: int, buffer_index: int, compression: pb.Compression | None = None
 
 
 def nullable_no_nulls(values: pb.ArrayEncoding) -> pb.ArrayEncoding:
+    """``Nullable.no_nulls`` around ``values`` (upstream wraps even non-null buffers in it)."""
     enc = pb.ArrayEncoding()
     enc.nullable.no_nulls.values.CopyFrom(values)
     return enc
 
 
 def nullable_some_nulls(validity_index: int, values: pb.ArrayEncoding) -> pb.ArrayEncoding:
+    """``Nullable.some_nulls``: a 1-bit validity bitmap in buffer ``validity_index``, then ``values``."""
     enc = pb.ArrayEncoding()
     enc.nullable.some_nulls.validity.CopyFrom(flat(1, validity_index))
     enc.nullable.some_nulls.values.CopyFrom(values)
@@ -93,12 +97,14 @@ def nullable_some_nulls(validity_index: int, values: pb.ArrayEncoding) -> pb.Arr
 
 
 def nullable_all_nulls() -> pb.ArrayEncoding:
+    """``Nullable.all_nulls``: every row is null, the page has no buffers."""
     enc = pb.ArrayEncoding()
     enc.nullable.all_nulls.SetInParent()
     return enc
 
 
 def simple_struct() -> pb.ArrayEncoding:
+    """``SimpleStruct``: the encoding of a struct header page (no buffers)."""
     enc = pb.ArrayEncoding()
     getattr(enc, "struct").SetInParent()
     return enc
@@ -109,16 +115,20 @@ def simple_struct() -> pb.ArrayEncoding:
 
 @dataclass(frozen=True)
 class CompressionConfig:
+    """Block compression of a binary bytes buffer, from field metadata (zstd, lz4 or none)."""
+
     scheme: str  # "zstd", "lz4" or "none"
     level: int | None = None
 
     def proto(self) -> pb.Compression:
+        """The ``Compression`` message the page's ``Flat`` carries, so readers know to decompress."""
         msg = pb.Compression(scheme=self.scheme)
         if self.level is not None:
             msg.level = self.level
         return msg
 
     def compress(self, chunks: Sequence[Chunk]) -> list[Chunk]:
+        """The chunks as upstream stores them: a size prefix then one zstd frame or lz4 block."""
         if self.scheme == "none":
             return list(chunks)
         raw = bufs.join_chunks(chunks)
@@ -139,10 +149,10 @@ def compression_from_metadata(metadata: Mapping[bytes, bytes] | None) -> Compres
     """
     if not metadata:
         return None
-    scheme = metadata.get(COMPRESSION_META_KEY.encode())
-    if scheme is None:
+    raw_scheme = metadata.get(COMPRESSION_META_KEY.encode())
+    if raw_scheme is None:
         return None
-    scheme = scheme.decode().strip().lower()
+    scheme = raw_scheme.decode().strip().lower()
     if scheme not in ("zstd", "lz4", "none"):
         return None
     level_raw = metadata.get(COMPRESSION_LEVEL_META_KEY.encode())

@@ -24,7 +24,7 @@ behind it, so slices of one big table still make pages of about the cache size.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import pyarrow as pa
 
@@ -33,6 +33,9 @@ from lance_ops.format.v2_0 import encode as enc
 from lance_ops.format.v2_0.blob import BlobEncoderV20
 from lance_ops.format.v2_0.leaf_encoder import EncodedPage, FieldEncoder, LeafEncoder, PageQueue, compact
 from lance_ops.format.version import FileVersion
+
+if TYPE_CHECKING:
+    from lance_ops.format.v2_1.blob import OutOfLineBuffers
 
 __all__ = [  # the base pieces are re-exported: the writer imports them here
     "EncodedPage", "FieldEncoder", "LeafEncoder", "PageQueue", "compact", "StructEncoder", "ListEncoder",
@@ -53,15 +56,18 @@ class StructEncoder(FieldEncoder):
         self.num_rows = 0
 
     def columns(self) -> Iterator[int]:
+        """The header column, then the children's columns."""
         yield self.column_index
         for child in self.children:
             yield from child.columns()
 
     def blob_columns(self) -> Iterator[int]:
+        """The blob columns below the struct."""
         for child in self.children:
             yield from child.blob_columns()
 
-    def maybe_encode(self, array: pa.StructArray, external=None) -> list[EncodedPage]:
+    def maybe_encode(self, array: pa.StructArray, external: Optional[OutOfLineBuffers] = None) -> list[EncodedPage]:
+        """Count the rows (for the header page) and pass each child its field's values."""
         self.num_rows += len(array)
         pages: list[EncodedPage] = []
         for i, child in enumerate(self.children):
@@ -69,12 +75,14 @@ class StructEncoder(FieldEncoder):
         return pages
 
     def flush(self) -> list[EncodedPage]:
+        """The children's queued pages (the header has none until :meth:`finish`)."""
         pages: list[EncodedPage] = []
         for child in self.children:
             pages.extend(child.flush())
         return pages
 
     def finish(self) -> list[EncodedPage]:
+        """The one ``SimpleStruct`` header page (all rows), then the children's final pages."""
         pages = [EncodedPage(self.column_index, self.num_rows, [], enc.simple_struct())]
         for child in self.children:
             pages.extend(child.finish())
@@ -90,6 +98,7 @@ class ListEncoder(FieldEncoder):
         self.queue = PageQueue(cache_bytes)
 
     def columns(self) -> Iterator[int]:
+        """The offsets column, then the item field's columns."""
         yield self.column_index
         yield from self.items.columns()
 
@@ -100,9 +109,11 @@ class ListEncoder(FieldEncoder):
         return (len(array) + 1) * width, validity
 
     def blob_columns(self) -> Iterator[int]:
+        """The blob columns of the item field."""
         return self.items.blob_columns()
 
-    def maybe_encode(self, array: pa.Array, external=None) -> list[EncodedPage]:
+    def maybe_encode(self, array: pa.Array, external: Optional[OutOfLineBuffers] = None) -> list[EncodedPage]:
+        """Queue the offsets, pass the items on; an offsets page cut also closes every column below."""
         offsets = array.offsets  # the slice's len+1 offsets (not rebased)
         start, end = offsets[0].as_py(), offsets[-1].as_py()
         item_array = array.values.slice(start, end - start)
@@ -117,11 +128,13 @@ class ListEncoder(FieldEncoder):
         return pages + item_pages
 
     def flush(self) -> list[EncodedPage]:
+        """The queued offsets page, then the items' queued pages."""
         ready = self.queue.take()
         pages = self._encode(ready) if ready else []
         return pages + self.items.flush()
 
     def finish(self) -> list[EncodedPage]:
+        """The item field's final pages (the offsets column has none)."""
         return self.items.finish()
 
     def _encode(self, arrays: list[pa.Array]) -> list[EncodedPage]:

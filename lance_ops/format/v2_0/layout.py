@@ -7,7 +7,7 @@ Split from :mod:`lance_ops.format.v2_0.reader`, which opens files and runs the r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Optional, Sequence
+from typing import Any, Callable, Generator, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 import pyarrow as pa
@@ -22,10 +22,15 @@ from lance_ops.schema import FieldNode
 
 
 Requests = np.ndarray  # (k, 2) int64 array of (start, length)
+#: the bytes of one round of requests, one entry per range (views into merged reads, or copies)
+Fetched = list[Union[bytes, memoryview]]
 NO_REQUESTS = np.zeros((0, 2), dtype=np.int64)
 ZERO = np.zeros(1, dtype=np.int64)
 ZERO.flags.writeable = False
-Gen = Generator[Requests, list[bytes], Any]
+#: an I/O plan: yields the byte ranges it needs, is sent their bytes, returns its result
+Gen = Generator[Requests, Fetched, Any]
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,7 +120,7 @@ class BlobNode(LeafNode):
 class StructNode:
     """A struct field: its header column (validity, row count) and one node per child."""
     header: int
-    children: list
+    children: list[Node]
     dtype: pa.DataType
     path: str
 
@@ -124,7 +129,7 @@ class StructNode:
 class ListNode:
     """A list field: its offsets column and the node of its items."""
     column: int
-    child: Any
+    child: Node
     dtype: pa.DataType
     path: str
 
@@ -137,12 +142,16 @@ class ListBinaryNode(ListNode):
     list_type: Optional[pa.DataType] = None
 
 
+#: the reading plan of one field (``BlobNode`` is a ``LeafNode``, ``ListBinaryNode`` a ``ListNode``)
+Node = Union[LeafNode, StructNode, ListNode]
+
+
 @dataclass
 class EncodingInfo:
     """A parsed page encoding and what the reader derives from it (shared by equal pages)."""
 
     encoding: pb.ArrayEncoding
-    buffers: list
+    buffers: list[tuple[int, int]]
     fixed: Optional[plans.FixedPlan]
     binary: Optional[plans.BinaryPlan]
 
@@ -186,11 +195,11 @@ class SchemaLayout:
     """What a file's schema implies for reading (shared, read-only, by files with that schema)."""
 
     schema: pa.Schema
-    nodes: dict  # top-level name -> LeafNode / BlobNode / StructNode / ListNode
-    roles: dict  # column index -> (field path, role)
-    top_names: list
+    nodes: dict[str, Node]  # top-level name -> LeafNode / BlobNode / StructNode / ListNode
+    roles: dict[int, tuple[str, str]]  # column index -> (field path, role)
+    top_names: list[str]
     num_columns: int
-    described: Optional[dict] = None  # like ``nodes``, blob leaves returning descriptions
+    described: Optional[dict[str, Node]] = None  # like ``nodes``, blob leaves returning descriptions
 
 
 # Caches shared by all readers (files written with one schema repeat the same schema and page
@@ -203,7 +212,7 @@ ENCODINGS_CACHE: dict[bytes, "EncodingInfo"] = {}
 GOOD_COLUMN_ENCODINGS: dict[tuple[bytes, str], bool] = {}
 
 
-def remember(cache: dict, key: Any, value: Any, limit: int) -> None:
+def remember(cache: dict[K, V], key: K, value: V, limit: int) -> None:
     """Put ``key`` in a bounded cache, dropping the oldest entry when full."""
     if len(cache) >= limit:
         try:
@@ -284,7 +293,8 @@ def concat_chunks(chunks: list[pa.Array], dtype: pa.DataType) -> pa.Array:
 _COPY_SMALL = 4096
 
 
-def cut_blobs(blobs: list, groups: list[int], offsets: list[int], lengths: list[int]) -> list:
+def cut_blobs(blobs: Sequence[bytes | memoryview], groups: list[int], offsets: list[int],
+              lengths: list[int]) -> Fetched:
     """The ranges (``groups[k]``'s blob, from ``offsets[k]``, ``lengths[k]`` bytes) of merged reads.
 
     Large ranges are zero-copy views. Small ones (typically thousands, for a sparse take) are
@@ -292,7 +302,7 @@ def cut_blobs(blobs: list, groups: list[int], offsets: list[int], lengths: list[
     alive makes the garbage collector run over and over (and, in a process with many live
     objects, that costs more than the read); a small ``bytes`` copy is cheap and untracked.
     """
-    out = []
+    out: Fetched = []
     views: dict[int, memoryview] = {}
     for g, o, n in zip(groups, offsets, lengths):
         blob = blobs[g]
@@ -337,7 +347,7 @@ def list_to_binary(arr: pa.Array, binary_type: pa.DataType) -> pa.Array:
                                  null_count=arr.null_count, offset=arr.offset)
 
 
-def described_node(node: Any) -> Any:
+def described_node(node: Node) -> Node:
     """A copy of a column-node tree whose blob leaves return their descriptions (and whose
     parents' types say so)."""
     if isinstance(node, ListBinaryNode):
@@ -368,7 +378,7 @@ def build_schema_layout(schema: pa.Schema, tree: list[FieldNode], uri: str, corr
     roles: dict[int, tuple[str, str]] = {}
     counter = [0]
 
-    def build(node: FieldNode, prefix: str):
+    def build(node: FieldNode, prefix: str) -> Node:
         path = f"{prefix}{node.proto.name}"
         t = node.arrow.type
         col = counter[0]
@@ -400,7 +410,7 @@ def build_schema_layout(schema: pa.Schema, tree: list[FieldNode], uri: str, corr
         roles[col] = (path, "packed_struct" if pa.types.is_struct(t) else "values")
         return LeafNode(col, t, path)
 
-    nodes: dict[str, Any] = {}
+    nodes: dict[str, Node] = {}
     for node in tree:
         if node.proto.name in nodes:
             raise corrupt(f"schema has two top-level fields named {node.proto.name!r}")

@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
 
 import pyarrow as pa
 
 from lance_ops._proto import encodings_v2_0_pb2 as pb
+from lance_ops._proto import encodings_v2_1_pb2 as pb21
 from lance_ops.format.buffers import Chunk
 from lance_ops.format.v2_0 import encode as enc
 
-__all__ = ["EncodedPage", "PageQueue", "compact", "FieldEncoder", "LeafEncoder"]
+if TYPE_CHECKING:  # only named in signatures here (the 2.1 blob code owns the out-of-line buffers)
+    from lance_ops.format.v2_1.blob import OutOfLineBuffers
+
+__all__ = ["EncodedPage", "PageEncoding", "PageQueue", "compact", "FieldEncoder", "LeafEncoder"]
+
+#: what describes a page: a 2.0 ``ArrayEncoding``, or a 2.1+ ``PageLayout`` (``v2_1.encode``)
+PageEncoding = Union[pb.ArrayEncoding, pb21.PageLayout]
 
 
 @dataclass
@@ -26,7 +33,7 @@ class EncodedPage:
     column_index: int
     num_rows: int
     buffers: list[list[Chunk]]
-    encoding: pb.ArrayEncoding
+    encoding: PageEncoding
 
 
 class PageQueue:
@@ -36,17 +43,19 @@ class PageQueue:
 
     def __init__(self, cache_bytes: int) -> None:
         self.cache_bytes = cache_bytes
-        self.arrays: list = []
+        self.arrays: list[Any] = []  # arrays, or the offsets pieces of a list column
         self.size = 0
 
-    def insert(self, item, size: int) -> list | None:
+    def insert(self, item: Any, size: int) -> list[Any] | None:
+        """Queue ``item`` (``size`` bytes towards the budget); every queued item once the budget is exceeded."""
         self.arrays.append(item)
         self.size += size
         if self.size > self.cache_bytes:
             return self.take()
         return None
 
-    def take(self) -> list | None:
+    def take(self) -> list[Any] | None:
+        """Every queued item (emptying the queue), or None if it is empty."""
         if not self.arrays:
             return None
         out, self.arrays, self.size = self.arrays, [], 0
@@ -83,17 +92,23 @@ def compact(array: pa.Array, size: int) -> pa.Array:
 class FieldEncoder:
     """Base class: ``maybe_encode`` per batch, ``flush`` at the end, ``finish`` for final pages."""
 
-    def maybe_encode(self, array: pa.Array, external=None) -> list[EncodedPage]:
-        """``external``: the batch's ``v2_1.blob.OutOfLineBuffers`` (blob fields only)."""
+    def maybe_encode(self, array: pa.Array, external: Optional[OutOfLineBuffers] = None) -> list[EncodedPage]:
+        """Queue one batch's ``array``; the pages it completes.
+
+        ``external``: the batch's ``v2_1.blob.OutOfLineBuffers`` (blob fields only).
+        """
         raise NotImplementedError
 
     def flush(self) -> list[EncodedPage]:
+        """Pages of everything still queued (at close, or when a parent list cuts a page)."""
         raise NotImplementedError
 
     def finish(self) -> list[EncodedPage]:
+        """Pages written once, after the last flush (struct header pages)."""
         return []
 
     def columns(self) -> Iterator[int]:
+        """The column indices this field's encoder writes, in pre-order."""
         raise NotImplementedError
 
     def blob_columns(self) -> Iterator[int]:
@@ -112,9 +127,11 @@ class LeafEncoder(FieldEncoder):
         self.queue = PageQueue(cache_bytes)
 
     def columns(self) -> Iterator[int]:
+        """The one column of this field."""
         yield self.column_index
 
-    def maybe_encode(self, array: pa.Array, external=None) -> list[EncodedPage]:
+    def maybe_encode(self, array: pa.Array, external: Optional[OutOfLineBuffers] = None) -> list[EncodedPage]:
+        """Queue ``array`` (compacted if it pins a much larger parent); the pages cut once over budget."""
         size = array.nbytes
         ready = self.queue.insert(array, size)
         if ready:
@@ -123,6 +140,7 @@ class LeafEncoder(FieldEncoder):
         return []
 
     def flush(self) -> list[EncodedPage]:
+        """The queued arrays as pages (one, or several if the rows exceed ``max_page_bytes``)."""
         ready = self.queue.take()
         return self._encode(ready) if ready else []
 

@@ -7,7 +7,7 @@ when only a few rows of a large page are wanted, to fetch just their bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -111,7 +111,7 @@ def binary_plan(enc: pb.ArrayEncoding) -> Optional[BinaryPlan]:
 
 
 def assemble_fixed(plan: FixedPlan, dtype: pa.DataType, starts: np.ndarray, ends: np.ndarray,
-                   value_chunks: list[bytes], validity_chunks: Optional[list[bytes]],
+                   value_chunks: Sequence[bytes | memoryview], validity_chunks: Optional[Sequence[bytes | memoryview]],
                    ctx: DecodeContext) -> pa.Array:
     """Build the array of rows ``[starts[k], ends[k])`` from the byte chunks a FixedPlan fetched.
 
@@ -137,7 +137,7 @@ def assemble_fixed(plan: FixedPlan, dtype: pa.DataType, starts: np.ndarray, ends
     return arr
 
 
-def _nest_fsl(dtype: pa.DataType, n: int, data: pa.Buffer, plan: FixedPlan, ctx) -> pa.Array:
+def _nest_fsl(dtype: pa.DataType, n: int, data: pa.Buffer, plan: FixedPlan, ctx: DecodeContext) -> pa.Array:
     types = [dtype]
     for d in plan.dims:
         t = types[-1]
@@ -187,7 +187,7 @@ def resolve_range_ends(starts: np.ndarray, ends: np.ndarray, has_prev: np.ndarra
     return span_start, span_end, row_real, row_nulls
 
 
-def _resolve_unordered(ends: np.ndarray, adjustment: int, limit: int, ctx,
+def _resolve_unordered(ends: np.ndarray, adjustment: int, limit: int, ctx: DecodeContext,
                        what: str) -> tuple[np.ndarray, Optional[np.ndarray]]:
     ends = ends.astype(np.uint64, copy=False)
     nulls = None
@@ -202,7 +202,7 @@ def _resolve_unordered(ends: np.ndarray, adjustment: int, limit: int, ctx,
 
 def finish_binary(dtype: pa.DataType, row_counts: np.ndarray, span_start: np.ndarray,
                   span_end: np.ndarray, row_real: np.ndarray, row_nulls: Optional[np.ndarray],
-                  data_chunks: list[bytes], ctx: DecodeContext) -> pa.Array:
+                  data_chunks: Sequence[bytes | memoryview], ctx: DecodeContext) -> pa.Array:
     """Second step of a partial Binary read: rebase the ends onto the fetched byte spans."""
     span_len = span_end - span_start
     out_base = np.cumsum(span_len) - span_len

@@ -14,7 +14,7 @@ rows -- and, for fixed-width and plain variable-width pages, only the bytes of t
 """
 from __future__ import annotations
 
-from typing import Any, Generator, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -42,11 +42,12 @@ from lance_ops.format.v2_0 import decode as dec
 from lance_ops.format.v2_0 import plans
 from lance_ops.format.v2_0.layout import (
     BlobNode, build_schema_layout, ColumnInfo, ColumnState, concat_chunks, cut_blobs, empty_array,
-    ENCODING_CACHE_LIMIT, EncodingInfo, ENCODINGS_CACHE, FileMetadata, gather_requests, Gen,
-    GOOD_COLUMN_ENCODINGS, has_binary, LeafNode, list_to_binary, ListBinaryNode, ListNode, normalize_ranges,
+    ENCODING_CACHE_LIMIT, EncodingInfo, ENCODINGS_CACHE, Fetched, FileMetadata, gather_requests, Gen,
+    GOOD_COLUMN_ENCODINGS, has_binary, LeafNode, list_to_binary, ListBinaryNode, ListNode, Node, normalize_ranges,
     PageInfo, remember, row_lengths, SCHEMA_CACHE_LIMIT, SCHEMA_LAYOUTS, StructNode, ZERO,
 )
 from lance_ops.format.version import FileVersion
+from lance_ops.io.base import ObjectStore
 from lance_ops.io.ranges import SMALL_RANGE_COUNT, coalesce, coalesce_list
 from lance_ops.schema import field_tree, from_lance_fields
 
@@ -59,6 +60,11 @@ PARTIAL_READ_FRACTION = 0.5
 _GB0_GAP = 1 << 20
 
 
+def _all_plain_leaves(nodes: Sequence[Node]) -> TypeGuard[Sequence[LeafNode]]:
+    """Whether every node is a plain :class:`LeafNode` (no blob, struct or list): whole reads take a fast path."""
+    return all(type(node) is LeafNode for node in nodes)
+
+
 # --------------------------------------------------------------------------------------------
 # the reader
 # --------------------------------------------------------------------------------------------
@@ -69,8 +75,18 @@ class LanceFileReader(V2ReaderBase):
     the location inside that store (as returned by :func:`lance_ops.io.open_store`).
     """
 
+    _file_size: int
+    _gbo: list[tuple[int, int]]
+    _gb0_extra: Optional[bytes]
+    _gb0_bytes: bytes
+    _column_meta: list[file2_pb2.ColumnMetadata]
+    _nodes: dict[str, Node]
+    _roles: dict[int, tuple[str, str]]
+    _top_names: list[str]
+    _described: Optional[dict[str, Node]]
+
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *,
-                 store=None, _tail: Optional[tuple[bytes, int]] = None):
+                 store: Optional[ObjectStore] = None, _tail: Optional[tuple[bytes, int]] = None) -> None:
         self._given_tail = _tail  # (last bytes, file size) already read by the version dispatch
         self._bind(path, storage_options, store)
         self._columns: dict[int, ColumnState] = {}
@@ -80,6 +96,8 @@ class LanceFileReader(V2ReaderBase):
     # --- public properties ---------------------------------------------------------------
     @property
     def metadata(self) -> FileMetadata:
+        """Footer, global buffers and every column's pages (parses all column metadata)."""
+
         def build() -> FileMetadata:
             cols = []
             for i in range(self._footer.num_columns):
@@ -103,7 +121,7 @@ class LanceFileReader(V2ReaderBase):
         node = self._top_node(name)
         out: list[int] = []
 
-        def walk(n) -> None:
+        def walk(n: Node) -> None:
             if isinstance(n, LeafNode):
                 out.append(n.column)
             elif isinstance(n, StructNode):
@@ -255,7 +273,7 @@ class LanceFileReader(V2ReaderBase):
         cmo = np.frombuffer(cmo_raw, dtype="<u8").reshape(-1, 2).astype(np.int64)
         if len(cmo) and (int(cmo.min()) < 0 or int((cmo[:, 0] + cmo[:, 1]).max()) > body_end):
             raise self._corrupt("a column metadata block lies beyond the end of the file")
-        self._column_meta: list[file2_pb2.ColumnMetadata] = []
+        self._column_meta = []
         for i, (pos, length) in enumerate(cmo.tolist()):
             meta = file2_pb2.ColumnMetadata()
             try:
@@ -288,7 +306,7 @@ class LanceFileReader(V2ReaderBase):
         info = self._page_encoding(self._column_meta[col].pages[0], f"column {col} page 0")
         return dec.encoding_kind(info.encoding) == "list"
 
-    def _top_node(self, name: str):
+    def _top_node(self, name: str) -> Node:
         try:
             return self._nodes[name]
         except KeyError:
@@ -369,7 +387,7 @@ class LanceFileReader(V2ReaderBase):
                                    f"{ce.blob.inner.WhichOneof('column_encoding')!r} is not supported")
         remember(GOOD_COLUMN_ENCODINGS, (raw, role), True, ENCODING_CACHE_LIMIT)
 
-    def _page_encoding(self, page, where: str) -> EncodingInfo:
+    def _page_encoding(self, page: file2_pb2.ColumnMetadata.Page, where: str) -> EncodingInfo:
         loc = page.encoding.WhichOneof("location")
         if loc == "indirect":
             raise UnsupportedError(f"{self._uri}: {where}: deferred (indirect) page encodings are not supported")
@@ -406,7 +424,7 @@ class LanceFileReader(V2ReaderBase):
             col.checked_length = True
 
     # --- I/O -----------------------------------------------------------------------------
-    def _fetch(self, requests) -> list:
+    def _fetch(self, requests: np.ndarray | Sequence[tuple[int, int]]) -> Fetched:
         """The bytes of ``(start, length)`` ranges, as zero-copy views into coalesced reads.
 
         Ranges are merged here (same gap rule as the store) so that the store returns each merged
@@ -431,7 +449,7 @@ class LanceFileReader(V2ReaderBase):
         return cut_blobs(self._store.read_ranges(self._path, spans), plan.range_group.tolist(),
                     plan.range_offset.tolist(), plan.range_lengths.tolist())
 
-    def _run(self, gen: Gen):
+    def _run(self, gen: Gen) -> Any:
         try:
             requests = next(gen)
         except StopIteration as stop:
@@ -443,7 +461,8 @@ class LanceFileReader(V2ReaderBase):
             except StopIteration as stop:
                 return stop.value
 
-    def _buffer_location(self, col: ColumnState, page: PageInfo, key: tuple[int, int], ctx) -> tuple[int, int]:
+    def _buffer_location(self, col: ColumnState, page: PageInfo, key: tuple[int, int],
+                         ctx: dec.DecodeContext) -> tuple[int, int]:
         kind, index = key
         if kind == 0:  # page buffer
             offsets, sizes = page.buffer_offsets, page.buffer_sizes
@@ -460,7 +479,8 @@ class LanceFileReader(V2ReaderBase):
         return offsets[index], sizes[index]
 
     # --- table assembly ------------------------------------------------------------------
-    def _read_table(self, columns, sel, inverse, describe: bool = False) -> pa.Table:
+    def _read_table(self, columns: Optional[Sequence[str]], sel: tuple[np.ndarray, np.ndarray],
+                    inverse: Optional[np.ndarray], describe: bool = False) -> pa.Table:
         if columns is None:
             names = list(self._top_names)
         else:
@@ -480,7 +500,7 @@ class LanceFileReader(V2ReaderBase):
                 self._check_top(node)
             starts, ends = sel
             if (inverse is None and len(starts) == 1 and int(starts[0]) == 0 and int(ends[0]) == self._num_rows
-                    and all(type(node) is LeafNode for node in nodes)):
+                    and _all_plain_leaves(nodes)):
                 results = self._read_whole_leaves(nodes)
             else:
                 results = self._run(gather_requests([self._read_node(node, *sel) for node in nodes]))
@@ -530,13 +550,13 @@ class LanceFileReader(V2ReaderBase):
             chunks[id(node)].append(arr)
         return [chunks[id(node)] or [empty_array(node.dtype)] for node in nodes]
 
-    def _check_top(self, node) -> None:
+    def _check_top(self, node: Node) -> None:
         if isinstance(node, StructNode):
             self._check_length(self._column(node.header), self._num_rows)
         else:
             self._check_length(self._column(node.column), self._num_rows)
 
-    def _read_node(self, node, starts: np.ndarray, ends: np.ndarray) -> Gen:
+    def _read_node(self, node: Node, starts: np.ndarray, ends: np.ndarray) -> Gen:
         """Generator returning the chunks of ``node`` for the row ranges ``[starts, ends)``."""
         if isinstance(node, ListBinaryNode):
             chunks = yield from self._read_list(ListNode(node.column, node.child, node.list_type, node.path), starts, ends)
@@ -549,7 +569,8 @@ class LanceFileReader(V2ReaderBase):
             return (yield from self._read_struct(node, starts, ends))
         return (yield from self._read_list(node, starts, ends))
 
-    def _pages_for(self, col: ColumnState, starts: np.ndarray, ends: np.ndarray):
+    def _pages_for(self, col: ColumnState, starts: np.ndarray,
+                   ends: np.ndarray) -> list[tuple[PageInfo, np.ndarray, np.ndarray]]:
         """(page, local starts, local ends) for each page overlapping the ranges."""
         if not len(starts):
             return []
@@ -573,7 +594,7 @@ class LanceFileReader(V2ReaderBase):
             out.append((col.pages[p], ls, le))
         return out
 
-    def _read_leaf(self, node: LeafNode, starts, ends) -> Gen:
+    def _read_leaf(self, node: LeafNode, starts: np.ndarray, ends: np.ndarray) -> Gen:
         col = self._column(node.column)
         gens = [
             self._read_page(col, page, col.infos[page.index], ls, le, node.dtype)
@@ -584,7 +605,7 @@ class LanceFileReader(V2ReaderBase):
             return [empty_array(node.dtype)]
         return chunks
 
-    def _read_blob(self, node: BlobNode, starts, ends) -> Gen:
+    def _read_blob(self, node: BlobNode, starts: np.ndarray, ends: np.ndarray) -> Gen:
         """A blob column: its descriptions, then (unless ``node.describe``) one more I/O round
         for the bytes they point at. A description (p, 0) is empty for p = 0, else null (2.0
         writes (1, 0))."""
@@ -614,7 +635,7 @@ class LanceFileReader(V2ReaderBase):
         return [pa.Array.from_buffers(pa.large_binary(), n, [validity, pa.py_buffer(offsets), data],
                                       null_count=int(nulls.sum()))]
 
-    def _read_struct(self, node: StructNode, starts, ends) -> Gen:
+    def _read_struct(self, node: StructNode, starts: np.ndarray, ends: np.ndarray) -> Gen:
         total = int((ends - starts).sum())
         gens = [self._read_node(child, starts, ends) for child in node.children]
         for child in node.children:
@@ -628,14 +649,14 @@ class LanceFileReader(V2ReaderBase):
             return [pa.Array.from_buffers(node.dtype, total, [None], children=[])]
         return [pa.StructArray.from_arrays(arrays, fields=list(node.dtype))]
 
-    def _check_child(self, child, parent: StructNode) -> None:
+    def _check_child(self, child: Node, parent: StructNode) -> None:
         expected = self._column(parent.header).num_rows
         if isinstance(child, StructNode):
             self._check_length(self._column(child.header), expected)
         else:
             self._check_length(self._column(child.column), expected)
 
-    def _read_list(self, node: ListNode, starts, ends) -> Gen:
+    def _read_list(self, node: ListNode, starts: np.ndarray, ends: np.ndarray) -> Gen:
         col = self._column(node.column)
         pages = self._pages_for(col, starts, ends)
         base = np.zeros(len(col.pages) + 1, dtype=np.int64)
@@ -675,13 +696,14 @@ class LanceFileReader(V2ReaderBase):
         arr = pa.Array.from_buffers(node.dtype, n, [validity, pa.py_buffer(offsets)], children=[values])
         return [arr]
 
-    def _check_item_column(self, child, expected: int) -> None:
+    def _check_item_column(self, child: Node, expected: int) -> None:
         if isinstance(child, StructNode):
             self._check_length(self._column(child.header), expected)
         else:
             self._check_length(self._column(child.column), expected)
 
-    def _read_list_page(self, col: ColumnState, page: PageInfo, ls, le, item_base: int) -> Gen:
+    def _read_list_page(self, col: ColumnState, page: PageInfo, ls: np.ndarray, le: np.ndarray,
+                        item_base: int) -> Gen:
         ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
         lst = page.encoding.list
         has_prev = ls > 0
@@ -697,7 +719,7 @@ class LanceFileReader(V2ReaderBase):
         return span_s + item_base, span_e + item_base, lengths, row_nulls
 
     def _read_page(self, col: ColumnState, page: PageInfo, info: EncodingInfo, ls: np.ndarray,
-                   le: np.ndarray, dtype: pa.DataType, ctx=None) -> Gen:
+                   le: np.ndarray, dtype: pa.DataType, ctx: Optional[dec.DecodeContext] = None) -> Gen:
         """Generator returning the rows ``[ls[k], le[k])`` (page-local) of one page as one array."""
         if ctx is None:
             ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
@@ -721,8 +743,11 @@ class LanceFileReader(V2ReaderBase):
         bufs = dec.PageBuffers({key: pa.py_buffer(d) for key, d in zip(keys, data)})
         return dec.decode_rows(enc, page.length, dtype, bufs, ctx, ls, le)
 
-    def _read_fixed_partial(self, col, page, plan: plans.FixedPlan, ls, le, dtype, ctx) -> Gen:
-        v_off, v_size = self._buffer_location(col, page, (int(plan.values.buffer_type), int(plan.values.buffer_index)), ctx)
+    def _read_fixed_partial(self, col: ColumnState, page: PageInfo, plan: plans.FixedPlan, ls: np.ndarray,
+                            le: np.ndarray, dtype: pa.DataType, ctx: dec.DecodeContext) -> Gen:
+        values = plan.values
+        assert values is not None  # only all-null plans have no values buffer, and they are never read
+        v_off, v_size = self._buffer_location(col, page, (int(values.buffer_type), int(values.buffer_index)), ctx)
         bits = plan.bits_per_row
         if bits == 1:
             b_start, b_end = ls // 8, (le - 1) // 8 + 1
@@ -742,7 +767,8 @@ class LanceFileReader(V2ReaderBase):
         data = yield requests
         return plans.assemble_fixed(plan, dtype, ls, le, data[:k], data[k:] if plan.validity is not None else None, ctx)
 
-    def _read_binary_partial(self, col, page, plan: plans.BinaryPlan, ls, le, dtype, ctx) -> Gen:
+    def _read_binary_partial(self, col: ColumnState, page: PageInfo, plan: plans.BinaryPlan, ls: np.ndarray,
+                             le: np.ndarray, dtype: pa.DataType, ctx: dec.DecodeContext) -> Gen:
         o_off, o_size = self._buffer_location(col, page, (int(plan.offsets.buffer_type), int(plan.offsets.buffer_index)), ctx)
         d_off, d_size = self._buffer_location(col, page, (int(plan.data.buffer_type), int(plan.data.buffer_index)), ctx)
         has_prev = ls > 0

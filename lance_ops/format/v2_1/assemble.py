@@ -16,6 +16,7 @@ from lance_ops.format.v2_1.compression.decode import EncodingCorrupt, EncodingUn
 from lance_ops.format.v2_1.compression.per_value import per_value_var
 from lance_ops.format.v2_1.decode import placeholder_vals
 from lance_ops.format.v2_1.layout import repdef as rd
+from lance_ops.schema import FieldNode
 
 
 # --------------------------------------------------------------------------------------------
@@ -41,6 +42,7 @@ def leaf_array(dtype: pa.DataType, vals: Vals, valid: Optional[np.ndarray]) -> p
         enc = pc.dictionary_encode(inner)
         return enc.cast(dtype) if enc.type != dtype else enc
     if pa.types.is_boolean(dtype):
+        bits: np.ndarray | np.bool_
         if vals.kind == "bool":
             bits = vals.data
         else:
@@ -57,8 +59,9 @@ def leaf_array(dtype: pa.DataType, vals: Vals, valid: Optional[np.ndarray]) -> p
             else:
                 raise EncodingCorrupt(f"{dtype} column decoded to fixed-width values")
         large = pa.types.is_large_string(dtype) or pa.types.is_large_binary(dtype)
-        offs = vals.offsets.astype(np.int64 if large else np.int32)
-        if not large and len(vals.offsets) and vals.offsets[-1] > np.iinfo(np.int32).max:
+        var_offs = vals.var_offsets()
+        offs = var_offs.astype(np.int64 if large else np.int32)
+        if not large and len(var_offs) and var_offs[-1] > np.iinfo(np.int32).max:
             raise EncodingUnsupported(f"{dtype} values exceed 2 GiB; read as large type")
         return pa.Array.from_buffers(dtype, n, [vb, pa.py_buffer(np.ascontiguousarray(offs)),
                                                 pa.py_buffer(np.ascontiguousarray(vals.data))],
@@ -72,7 +75,8 @@ def leaf_array(dtype: pa.DataType, vals: Vals, valid: Optional[np.ndarray]) -> p
             w = vals.width // dim if dim else 0
             cvals = Vals("fixed", n * dim, np.ascontiguousarray(vals.data).reshape(n * dim, w) if w else np.zeros((n * dim, 0), np.uint8))
         child = leaf_array(child_t, cvals, vals.item_validity)
-        return pa.FixedSizeListArray.from_arrays(child, dim, mask=None if vb is None else pa.array(~valid))
+        return pa.FixedSizeListArray.from_arrays(child, dim,
+                                                 mask=None if vb is None or valid is None else pa.array(~valid))
     if pa.types.is_struct(dtype) and vals.kind == "var":
         if n == 0:
             return pa.array([], type=dtype)
@@ -89,7 +93,8 @@ def leaf_array(dtype: pa.DataType, vals: Vals, valid: Optional[np.ndarray]) -> p
         for f, w in zip(dtype, widths):
             kids.append(leaf_array(f.type, Vals("fixed", n, np.ascontiguousarray(data[:, pos:pos + w])), None))
             pos += w
-        return pa.StructArray.from_arrays(kids, fields=list(dtype), mask=None if vb is None else pa.array(~valid))
+        return pa.StructArray.from_arrays(kids, fields=list(dtype),
+                                          mask=None if vb is None or valid is None else pa.array(~valid))
     bw = dtype.bit_width if hasattr(dtype, "bit_width") else None
     if vals.kind != "fixed":
         raise EncodingCorrupt(f"{dtype} column decoded to {vals.kind} values")
@@ -109,10 +114,11 @@ def _variable_packed_struct(dtype: pa.StructType, vals: Vals, valid: Optional[np
         raise EncodingCorrupt("variable packed struct rows without a matching field layout")
     n_all = vals.n
     buf = vals.data
-    present = np.flatnonzero(vals.offsets[1:] > vals.offsets[:-1])  # null rows carry no bytes
+    row_offs = vals.var_offsets()
+    present = np.flatnonzero(row_offs[1:] > row_offs[:-1])  # null rows carry no bytes
     n = len(present)
-    cur = vals.offsets[:-1][present].copy()
-    end = vals.offsets[1:][present]
+    cur = row_offs[:-1][present].copy()
+    end = row_offs[1:][present]
     kids = []
     for f, (kind, nb, enc) in zip(dtype, vals.packed):
         if kind == "fixed":
@@ -154,10 +160,11 @@ def _descriptions(vals: Vals, valid: Optional[np.ndarray]) -> pa.Array:
     n = vals.n
     raw = np.ascontiguousarray(vals.data).reshape(-1).view("<u8").reshape(n, 2) if n else np.zeros((0, 2), "<u8")
     vb = _bitmap(valid)
-    nulls = 0 if vb is None else int(n - valid.sum())
+    nulls = 0 if vb is None or valid is None else int(n - valid.sum())
     kids = [pa.Array.from_buffers(pa.uint64(), n, [vb, pa.py_buffer(np.ascontiguousarray(raw[:, i]))], null_count=nulls)
             for i in (0, 1)]
-    return pa.StructArray.from_arrays(kids, fields=list(_DESCRIPTION_TYPE), mask=None if vb is None else pa.array(~valid))
+    return pa.StructArray.from_arrays(kids, fields=list(_DESCRIPTION_TYPE),
+                                      mask=None if vb is None or valid is None else pa.array(~valid))
 
 
 @dataclass
@@ -204,7 +211,7 @@ def _at(arr: np.ndarray, mask: Optional[np.ndarray]) -> np.ndarray:
     return arr if mask is None else np.compress(mask, arr)  # (much faster than arr[mask])
 
 
-def build_array(node, leaves: dict, leaf_ids: Callable) -> pa.Array:
+def build_array(node: FieldNode, leaves: dict[int, LeafState], leaf_ids: Callable[[FieldNode], list[int]]) -> pa.Array:
     """Assemble the Arrow array of schema node ``node`` from its leaves' states.
 
     ``leaves`` maps leaf field id -> LeafState; ``leaf_ids(node)`` lists the leaf field ids under a node.
@@ -221,7 +228,7 @@ def build_array(node, leaves: dict, leaf_ids: Callable) -> pa.Array:
     is_leaf_node = len(ids) == 1 and ids[0] == node.id
     if is_leaf_node:
         n_in_play = _count(keep, lv.n)
-        valid = _at(defs0, keep) < t if s0.any_defs(t) else None
+        valid = _at(defs0, keep) < t if defs0 is not None and s0.any_defs(t) else None
         if nstarts != n_in_play:
             raise EncodingCorrupt("leaf levels disagree with the repetition structure")
         if s0.values.n != n_in_play:
@@ -230,7 +237,7 @@ def build_array(node, leaves: dict, leaf_ids: Callable) -> pa.Array:
             return _descriptions(s0.values, valid)
         return leaf_array(dtype, s0.values, valid)
     if pa.types.is_struct(dtype):
-        valid = _at(defs0, smask) < t if s0.any_defs(t) else None
+        valid = _at(defs0, smask) < t if defs0 is not None and s0.any_defs(t) else None
         for i in ids:
             leaves[i].layer -= 1
         kids = [build_array(c, leaves, leaf_ids) for c in node.children]
@@ -240,7 +247,7 @@ def build_array(node, leaves: dict, leaf_ids: Callable) -> pa.Array:
         return pa.StructArray.from_arrays(kids, fields=list(dtype), mask=mask)
     if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
         empty = s0.canon.empty_level(s0.layer)
-        if s0.any_defs(t, skip=empty):
+        if defs0 is not None and s0.any_defs(t, skip=empty):
             d = _at(defs0, smask)
             valid = (d < t) | (d == empty)
         else:
@@ -248,8 +255,9 @@ def build_array(node, leaves: dict, leaf_ids: Callable) -> pa.Array:
         for i in ids:
             s = leaves[i]
             tt = s.canon.null_level(s.layer)
-            if s.any_defs(tt):
-                vis = s.levels.defs < tt
+            s_defs = s.levels.defs
+            if s_defs is not None and s.any_defs(tt):
+                vis = s_defs < tt
                 s.positions = vis if s.positions is None else s.positions & vis
             if s.levels.defs is not None:
                 s.limit = tt if s.limit is None else min(s.limit, tt)
@@ -273,7 +281,7 @@ def build_array(node, leaves: dict, leaf_ids: Callable) -> pa.Array:
             offs[:-1] = np.arange(lv.n, dtype=odt) if smask is None else np.flatnonzero(smask)
             offs[-1] = lv.n
         else:
-            before = np.cumsum(child, dtype=odt)
+            before: np.ndarray = np.cumsum(child, dtype=odt)
             before -= child
             offs[:-1] = _at(before, smask)
             offs[-1] = np.count_nonzero(child)

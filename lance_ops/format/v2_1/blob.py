@@ -47,6 +47,7 @@ _BIG_VALUE = 1 << 20  # values at least this long are copied one slice each
 
 
 def is_blob(field: pa.Field) -> bool:
+    """Whether ``field`` is a legacy blob field (metadata ``lance-encoding:blob``): its bytes go out of line."""
     md = field.metadata or {}
     return BLOB_META_KEY in md
 
@@ -78,6 +79,7 @@ class OutOfLineBuffers:
 
     @property
     def size(self) -> int:
+        """Bytes stored so far (padding included): what the batch adds to the file before its pages."""
         return self.position - self.start
 
     def add_values(self, values: pa.Array, store: np.ndarray) -> np.ndarray:
@@ -179,6 +181,7 @@ def descriptions_bytes(arr: pa.Array) -> np.ndarray:
 # 2.1+ pages
 # --------------------------------------------------------------------------------------------
 def description_encoding() -> pb.CompressiveEncoding:
+    """The packed-struct encoding of the (position u64, size u64) blob descriptions."""
     e = pb.CompressiveEncoding()
     e.packed_struct.bits_per_value.extend([64, 64])
     e.packed_struct.values.CopyFrom(ev.enc_flat(128))
@@ -192,6 +195,7 @@ def blob_page(desc: pa.Array, layers: list[int], version: str) -> lay.PageOut:
     mb = ev.flat_miniblock(descriptions_bytes(desc), n, 128)
     mb.encoding = description_encoding()
     inner = lay.miniblock_page(mb, None, None, [pb.REPDEF_ALL_VALID_ITEM], None, n, large, limit_21=False)
+    assert inner is not None  # only the 2.1 chunk limit (off here) makes it give up
     layout = pb.PageLayout()
     layout.blob_layout.inner_layout.CopyFrom(inner.layout)
     layout.blob_layout.layers.extend(layers)

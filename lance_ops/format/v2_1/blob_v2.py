@@ -22,7 +22,7 @@ What pylance 14 writes for a ``lance.blob.v2`` field of a 2.2 dataset (layout fa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +34,7 @@ from lance_ops.format.container import PAGE_ALIGNMENT
 from lance_ops.format.v2_1.blob import OutOfLineBuffers, large_binary_parts
 from lance_ops.format.v2_1.compression import values as ev
 from lance_ops.format.v2_1.layout import pages as lay
+from lance_ops.io.base import ObjectStore, ObjectWriter
 
 INLINE_THRESHOLD_KEY = b"lance-encoding:blob-inline-size-threshold"
 DEDICATED_THRESHOLD_KEY = b"lance-encoding:blob-dedicated-size-threshold"
@@ -48,6 +49,9 @@ _FIXED_ROW = 1 + 8 + 8 + 4 + 4
 
 @dataclass(frozen=True)
 class Thresholds:
+    """Size thresholds of a blob v2 field: up to ``inline`` bytes in the data file, from ``dedicated`` bytes a side
+    file of its own, packed side files cut at ``pack_file`` bytes."""
+
     inline: int = DEFAULT_INLINE_THRESHOLD
     dedicated: int = DEFAULT_DEDICATED_THRESHOLD
     pack_file: int = DEFAULT_PACK_FILE_THRESHOLD
@@ -86,12 +90,12 @@ class SideFiles:
     :meth:`close` publishes the open pack; :meth:`abort` removes everything written.
     """
 
-    def __init__(self, store, data_file_path: str) -> None:
+    def __init__(self, store: ObjectStore, data_file_path: str) -> None:
         stem = data_file_path[: -len(".lance")] if data_file_path.endswith(".lance") else data_file_path
         self._store = store
         self._stem = stem
         self._next_id = 1
-        self._pack = None  # (blob id, ObjectWriter)
+        self._pack: Optional[tuple[int, ObjectWriter]] = None  # (blob id, writer)
         self.written: list[str] = []
 
     def _path(self, blob_id: int) -> str:
@@ -103,6 +107,7 @@ class SideFiles:
         return blob_id
 
     def dedicated(self, value: memoryview) -> int:
+        """The id of a new side file holding ``value`` alone (written now, one put)."""
         blob_id = self._new_id()
         path = self._path(blob_id)
         self.written.append(path)
@@ -134,9 +139,11 @@ class SideFiles:
             writer.close()
 
     def close(self) -> None:
+        """Publish the open pack file (the dedicated files are already written)."""
         self._close_pack()
 
     def abort(self) -> None:
+        """Drop the open pack and delete every side file written (best effort), when the data file fails."""
         if self._pack is not None:
             _, writer = self._pack
             self._pack = None
@@ -192,7 +199,8 @@ def describe(logical: pa.StructArray, field: pa.Field, thresholds: Thresholds, e
         external.add_values(data, inline)
 
     for i in np.flatnonzero(packed | dedicated):  # values > 64 KiB: few per batch
-        value = memoryview(raw)[int(offs[i]):int(offs[i + 1])]
+        # (numpy's stubs lack __buffer__: an ndarray is a buffer)
+        value = memoryview(raw)[int(offs[i]):int(offs[i + 1])]  # type: ignore[arg-type]
         if dedicated[i]:
             blob_id[i] = side_files().dedicated(value)
         else:
@@ -203,7 +211,7 @@ def describe(logical: pa.StructArray, field: pa.Field, thresholds: Thresholds, e
         kind[has_uri] = blob_v2.KIND_EXTERNAL
         pos_in = kids.get("position")
         size_in = kids.get("size")
-        if pos_in is not None:
+        if pos_in is not None and size_in is not None:  # the logical type has both or neither
             p = np.asarray(pos_in.fill_null(0).to_numpy(zero_copy_only=False), np.uint64)
             s = np.asarray(size_in.fill_null(0).to_numpy(zero_copy_only=False), np.uint64)
             position[has_uri] = p[has_uri]
@@ -219,7 +227,7 @@ def _uri_column(uri: pa.Array, has_uri: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(has_uri), uri.cast(pa.utf8()), pa.scalar("", pa.utf8()))
 
 
-def _check_rows(field: pa.Field, kids: dict, valid, has_data, has_uri) -> None:
+def _check_rows(field: pa.Field, kids: dict, valid: np.ndarray, has_data: np.ndarray, has_uri: np.ndarray) -> None:
     """Every valid row sets exactly one of data and uri; a URI range sets both ends, size > 0."""
     name = field.name
     both = np.flatnonzero(has_data & has_uri)
@@ -230,10 +238,10 @@ def _check_rows(field: pa.Field, kids: dict, valid, has_data, has_uri) -> None:
         raise SchemaMismatchError(
             f"blob column {name!r}, row {int(neither[0])}: a blob must set data or uri (a null blob is a null row)")
     pos_in, size_in = kids.get("position"), kids.get("size")
-    if pos_in is None:
+    if pos_in is None or size_in is None:  # the logical type has both or neither
         return
-    p_set = np.asarray(pos_in.is_valid().to_numpy(zero_copy_only=False), bool) & valid
-    s_set = np.asarray(size_in.is_valid().to_numpy(zero_copy_only=False), bool) & valid
+    p_set = np.asarray(pos_in.is_valid().to_numpy(zero_copy_only=False), np.bool_) & valid
+    s_set = np.asarray(size_in.is_valid().to_numpy(zero_copy_only=False), np.bool_) & valid
     bad = np.flatnonzero(p_set != s_set)
     if len(bad):
         raise SchemaMismatchError(
@@ -273,6 +281,7 @@ def check_external_uris(logical: pa.StructArray, field: pa.Field, allow_outside_
 # the page
 # --------------------------------------------------------------------------------------------
 def descriptor_encoding() -> pb.CompressiveEncoding:
+    """The variable packed struct encoding of the descriptor rows (kind u8, position, size, blob id, uri)."""
     e = pb.CompressiveEncoding()
     vps = e.variable_packed_struct
     for bits in (8, 64, 64, 32):
@@ -344,7 +353,7 @@ class BlobV2FieldEncoder:
     pages out. Has the surface of ``v2_1.encode.FieldEncoderV21``."""
 
     def __init__(self, field: pa.Field, first_column: int, cache_bytes: int, max_page_bytes: int,
-                 side_files: Callable[[], SideFiles]):
+                 side_files: Callable[[], SideFiles]) -> None:
         self.field = field
         self.thresholds = thresholds_of(field)
         self.first_column = first_column
@@ -357,10 +366,12 @@ class BlobV2FieldEncoder:
         self._queued_bytes = 0
         self.rows = 0
 
-    def columns(self):
+    def columns(self) -> Iterator[int]:
+        """The one column this field owns."""
         yield self.first_column
 
     def maybe_encode(self, array: pa.Array, external: Optional[OutOfLineBuffers] = None) -> list:
+        """Describe ``array`` (bytes to ``external`` or side files) and queue it; the pages once the queue is full."""
         if external is None:
             raise ValueError("blob fields need the batch's out-of-line buffers")
         logical = blob_v2.to_logical(array, self.field)
@@ -372,6 +383,7 @@ class BlobV2FieldEncoder:
         return []
 
     def flush(self) -> list:
+        """Pages of every queued description (cut at ``max_page_bytes``); the queue is emptied."""
         if not self._queue:
             return []
         from lance_ops.format.v2_1.encode import EncodedPageV21
@@ -389,4 +401,5 @@ class BlobV2FieldEncoder:
         return pages
 
     def finish(self) -> list:
+        """Nothing left at the end of the file (``flush`` wrote every page)."""
         return []

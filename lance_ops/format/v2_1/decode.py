@@ -1,36 +1,15 @@
-"""Page layouts of Lance 2.1+ files (``lance.encodings21.PageLayout``) and Arrow assembly.
+"""Page decoders of Lance 2.1+ files (``lance.encodings21.PageLayout``): page bytes -> levels and values.
 
-Every page of a 2.1+ column is one of:
-
-* **mini-block** -- buffer 0: chunk metadata, one word per chunk (u16 in 2.1, u32 when the layout's
-  ``has_large_chunk`` (field 10, set by 2.2+ writers) is true): ``(size_in_8_byte_words - 1) << 4 |
-  log2(values in chunk)`` (0 for the last chunk, whose count is ``num_items`` minus the others).
-  Buffer 1: the chunks, each 8-byte aligned: ``u16 num_levels`` (0 without rep/def), ``u16 rep
-  bytes`` (if rep), ``u16 def bytes`` (if def), one size per value buffer (u16, or u32 with large
-  chunks), padding to 8 (0xFE), then rep, def and value buffers each padded to 8. Optional buffer 2:
-  the dictionary (block encoded). Next buffer, when ``repetition_index_depth > 0``: the repetition
-  index, ``depth + 1`` u64 per chunk: rows that end in the chunk, and items left over after the last
-  row end (a "trailer" that continues in the next chunk).
-* **full-zip** -- buffer 0: per level entry a control word (``rep << bits_def | def``, 1/2/4 bytes
-  by ``bits_rep + bits_def`` <= 8/16/32; absent when both are 0) then, for visible entries, the
-  value: fixed width (``bits_per_value``) for every visible entry, or, for variable width, a length
-  (``bits_per_offset``) and the bytes for valid entries only. Buffer 1 (variable width or lists):
-  the repetition index -- byte offset of each row start plus the end, as byte-packed integers of
-  1/2/4/8 bytes (``buffer size / (rows + 1)``).
-* **all-null / constant** (field 2) -- no value data. Buffers 0/1 hold rep/def levels when there
-  are lists or several kinds of null (2.1: raw u16; 2.2: ``rep_compression`` (7) /
-  ``def_compression`` (8) with ``num_rep_values`` (9) / ``num_def_values`` (10)); a 2.2 constant
-  page carries the value in ``inline_value`` (6).
-* **blob** -- an inner layout of (position u64, size u64) descriptions; the bytes live elsewhere in
-  the file. size 0 + position 0 = empty, size 0 + position != 0 = null (position = def level).
+The byte formats of the four page layouts are described in :mod:`lance_ops.format.v2_1.layout`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Generic, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 from google.protobuf import unknown_fields
+from google.protobuf.message import Message
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops.format.v2_1.compression import decode as comp
@@ -41,9 +20,10 @@ from lance_ops.format.v2_1.layout import repdef as rd
 from lance_ops.format.v2_1.layout.chunks import spans_index
 
 Ranges = list[tuple[int, int]]  # absolute (position, size)
+_Layout = TypeVar("_Layout", pb.MiniBlockLayout, pb.FullZipLayout, pb.AllNullLayout, pb.BlobLayout)
 
 
-def unknown(msg) -> dict[int, Any]:
+def unknown(msg: Message) -> dict[int, Any]:
     """Fields of ``msg`` that our compiled proto does not know (newer upstream additions)."""
     out: dict[int, Any] = {}
     for u in unknown_fields.UnknownFieldSet(msg):
@@ -52,6 +32,7 @@ def unknown(msg) -> dict[int, Any]:
 
 
 def layout_name(layout: pb.PageLayout) -> str:
+    """A short description of a page layout and its encodings (for ``column_layouts`` and error messages)."""
     which = layout.WhichOneof("layout")
     if which == "mini_block_layout":
         m = layout.mini_block_layout
@@ -81,10 +62,14 @@ class Decoded:
 
     @staticmethod
     def concat(parts: Sequence["Decoded"]) -> "Decoded":
+        """The rows of ``parts`` (consecutive runs of one leaf column) as one run."""
         if len(parts) == 1:
             return parts[0]
         return Decoded(rd.Levels.concat([p.levels for p in parts]), Vals.concat([p.values for p in parts]),
                        sum(p.num_rows for p in parts))
+
+
+DecodeFn = Callable[[Sequence[bytes]], Decoded]  # decodes the bytes of a page's planned ranges into rows
 
 
 def select_rows(levels: rd.Levels, values: Vals, canon: rd.Canonical, ra: np.ndarray, rb: np.ndarray,
@@ -171,6 +156,7 @@ def _map_defs(defs: Optional[np.ndarray], table: np.ndarray) -> Optional[np.ndar
 
 
 def placeholder_vals(kind: str, width: int, n: int, ipv: int = 1) -> Vals:
+    """``n`` zero values of ``kind`` (``width`` bytes, ``ipv`` FSL items each): null or empty entries."""
     if kind == "var":
         return Vals("var", n, np.zeros(0, np.uint8), np.zeros(n + 1, np.int64))
     if kind == "bool":
@@ -193,12 +179,12 @@ class PageCtx:
     items_per_value: int = 1
 
 
-class Page:
+class Page(Generic[_Layout]):
     """Base class: a page of ``num_rows`` rows starting at ``first_row``."""
 
-    def __init__(self, layout, offsets: Sequence[int], sizes: Sequence[int], num_rows: int,
-                 first_row: int, ctx: PageCtx, version: str):
-        self.layout = layout
+    def __init__(self, layout: _Layout, offsets: Sequence[int], sizes: Sequence[int], num_rows: int,
+                 first_row: int, ctx: PageCtx, version: str) -> None:
+        self.layout: _Layout = layout
         self.offsets = [int(o) for o in offsets]
         self.sizes = [int(s) for s in sizes]
         self.num_rows = int(num_rows)
@@ -206,29 +192,37 @@ class Page:
         self.ctx = ctx
         self.version = version
         self.ready = False
+        self.page_layout: Optional[pb.PageLayout] = None  # set by the reader: the whole layout message
+        self.leaf: object = None  # set by the reader: its record of the page's column
 
     def buf(self, i: int) -> tuple[int, int]:
+        """Absolute (position, size) of the page's buffer ``i``."""
         if i >= len(self.offsets):
             raise EncodingCorrupt(f"page has {len(self.offsets)} buffers, needs buffer {i}")
         return self.offsets[i], self.sizes[i]
 
     # metadata to load before planning reads
     def init_ranges(self) -> Ranges:
+        """Byte ranges of the page metadata to read before :meth:`plan` (none by default)."""
         return []
 
     def init(self, data: Sequence[bytes]) -> None:
+        """Load the metadata read from :meth:`init_ranges` (``data``, in order); the page is then ready to plan."""
         self.ready = True
 
-    def plan(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, Callable[[Sequence[bytes]], Decoded]]:
+    def plan(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, DecodeFn]:
         """Byte ranges to read for the rows ``[starts[i], ends[i])`` (page-relative, sorted, disjoint)
         and a function decoding them."""
         raise NotImplementedError
 
 
-class MiniBlockPage(Page):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        m: pb.MiniBlockLayout = self.layout
+class MiniBlockPage(Page[pb.MiniBlockLayout]):
+    """A mini-block page: chunks of a few KiB with their own levels; reads fetch only the wanted chunks."""
+
+    def __init__(self, layout: pb.MiniBlockLayout, offsets: Sequence[int], sizes: Sequence[int], num_rows: int,
+                 first_row: int, ctx: PageCtx, version: str) -> None:
+        super().__init__(layout, offsets, sizes, num_rows, first_row, ctx, version)
+        m = self.layout
         self.large = bool(unknown(m).get(10, 0))
         self.has_rep = m.HasField("rep_compression")
         self.has_def = m.HasField("def_compression")
@@ -250,6 +244,7 @@ class MiniBlockPage(Page):
             self.has_rep, self.has_def)
 
     def init_ranges(self) -> Ranges:
+        """Chunk metadata, then the dictionary and the repetition index when the page has them."""
         out = [self.buf(0)]
         nxt = 2
         if self.has_dict:
@@ -260,6 +255,7 @@ class MiniBlockPage(Page):
         return out
 
     def init(self, data: Sequence[bytes]) -> None:
+        """Parse chunk sizes and counts, the dictionary and the repetition index: where each row lives."""
         meta = bytes(data[0])
         word = 4 if self.large else 2
         if len(meta) % word:
@@ -309,13 +305,14 @@ class MiniBlockPage(Page):
             raise EncodingCorrupt(f"chunks hold {int(self.chunk_first_row[-1])} rows, page says {self.num_rows}")
         self.ready = True
 
-    def plan(self, starts, ends):
+    def plan(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, DecodeFn]:
+        """The byte ranges of the chunks holding the rows and a function decoding them (a batch of one page)."""
         reqs, part = self.plan_part(starts, ends)
         if part is None:
             return [], lambda datas: empty_decoded(self.ctx)
         return reqs, lambda datas: decode_group([(self, part)], datas)
 
-    def plan_part(self, starts, ends) -> tuple[Ranges, Optional[tuple]]:
+    def plan_part(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, Optional[tuple]]:
         """Byte ranges of the chunks holding the rows and what :func:`decode_group` needs:
         (chunk ids, row ranges numbered within those chunks), or None when no rows are wanted."""
         nch = len(self.chunk_sizes)
@@ -343,13 +340,14 @@ class MiniBlockPage(Page):
         rb = ra + (b - a)
         return reqs, (cids, ra, rb)
 
-    def _decode_batch(self, buf: np.ndarray, pos: np.ndarray, sizes: np.ndarray, counts: np.ndarray):
+    def _decode_batch(self, buf: np.ndarray, pos: np.ndarray, sizes: np.ndarray, counts: np.ndarray
+                      ) -> tuple[rd.Levels, Vals, Optional[Callable[[Vals], Vals]], np.ndarray]:
         """Levels, values and a value transform still to apply (FSST, dictionary) of a chunk batch."""
-        m: pb.MiniBlockLayout = self.layout
+        m = self.layout
         p = chunks.parse_headers(buf, pos, sizes, counts, self.has_rep, self.has_def, self.num_buffers, self.large)
         nlev = p.num_levels
-        reps = chunks.batch_levels(m.rep_compression, buf, p.rep, nlev) if self.has_rep else None
-        defs = chunks.batch_levels(m.def_compression, buf, p.defs, nlev) if self.has_def else None
+        reps = chunks.batch_levels(m.rep_compression, buf, p.rep, nlev) if p.rep is not None else None  # has_rep
+        defs = chunks.batch_levels(m.def_compression, buf, p.defs, nlev) if p.defs is not None else None  # has_def
         nz = counts > 0
         table = None
         if bool(nz.any()):
@@ -357,7 +355,7 @@ class MiniBlockPage(Page):
             values, table = chunks.batch_values(m.value_compression, buf, bufs, counts[nz], defer_fsst=True)
         else:
             values = placeholder_vals("fixed" if self.has_dict else self.ctx.value_kind, 0, 0)
-        post = None
+        post: Optional[Callable[[Vals], Vals]] = None
         if table is not None:
             post = lambda v: chunks.fsst_decode(v, table)  # noqa: E731
         if self.has_dict:
@@ -371,10 +369,13 @@ class MiniBlockPage(Page):
     def _lookup(self, values: Vals) -> Vals:
         """Dictionary indices -> dictionary values."""
         idx = values.as_uint(values.width * 8).astype(np.int64) if values.n else np.zeros(0, np.int64)
-        nd = self.dictionary.n
+        dictionary = self.dictionary
+        if dictionary is None:  # init() loads it for every page with a dictionary
+            raise EncodingCorrupt("dictionary page used before its dictionary was read")
+        nd = dictionary.n
         if nd == 0:
             return placeholder_vals(self.ctx.value_kind, self.ctx.value_width, len(idx))
-        return self.dictionary.take(np.clip(idx, 0, nd - 1))
+        return dictionary.take(np.clip(idx, 0, nd - 1))
 
 
 def decode_group(items: Sequence[tuple["MiniBlockPage", tuple]], datas: Sequence) -> Decoded:
@@ -413,10 +414,13 @@ def decode_group(items: Sequence[tuple["MiniBlockPage", tuple]], datas: Sequence
     return d
 
 
-class FullZipPage(Page):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        z: pb.FullZipLayout = self.layout
+class FullZipPage(Page[pb.FullZipLayout]):
+    """A full-zip page: control word and value zipped per entry; reads fetch exactly the wanted rows."""
+
+    def __init__(self, layout: pb.FullZipLayout, offsets: Sequence[int], sizes: Sequence[int], num_rows: int,
+                 first_row: int, ctx: PageCtx, version: str) -> None:
+        super().__init__(layout, offsets, sizes, num_rows, first_row, ctx, version)
+        z = self.layout
         self.bits_rep, self.bits_def = z.bits_rep, z.bits_def
         total = self.bits_rep + self.bits_def
         self.cw = 0 if total == 0 else 1 if total <= 8 else 2 if total <= 16 else 4
@@ -430,12 +434,14 @@ class FullZipPage(Page):
         self.max_visible = rd.page_max_visible(z.layers)
         self.has_index = len(self.offsets) > 1 and self.sizes[1] > 0
         self.stride = self.cw + self.fixed_bytes  # bytes per row when there is no repetition index
-        self.row_offsets = None
+        self.row_offsets: Optional[np.ndarray] = None
 
     def init_ranges(self) -> Ranges:
+        """The repetition index, when the page has one."""
         return [self.buf(1)] if self.has_index else []
 
-    def init(self, data):
+    def init(self, data: Sequence[bytes]) -> None:
+        """Parse the repetition index (row start offsets) and check the rows fit the data buffer."""
         if self.has_index:
             raw = bytes(data[0])
             n = self.num_rows + 1
@@ -457,14 +463,15 @@ class FullZipPage(Page):
     def _row_off(self, rows: np.ndarray) -> np.ndarray:
         return self.row_offsets[rows] if self.row_offsets is not None else rows * self.stride
 
-    def plan(self, starts, ends):
+    def plan(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, DecodeFn]:
+        """The byte ranges of the wanted rows and a function decoding them."""
         pos0 = self.buf(0)[0]
         keep = ends > starts
         a, b = starts[keep], ends[keep]
         oa, ob = self._row_off(a), self._row_off(b)
         reqs = list(zip((pos0 + oa).tolist(), (ob - oa).tolist()))
 
-        def decode(datas):
+        def decode(datas: Sequence[bytes]) -> Decoded:
             if not len(a):
                 return empty_decoded(self.ctx)
             buf = _join(datas)
@@ -560,9 +567,9 @@ class FullZipPage(Page):
                            _map_defs(dfs.astype(np.uint16), self.def_table) if self.bits_def else None, n)
         return Decoded(levels, values, nrows)
 
-    def _values(self, buf, starts, lens, dfs) -> Vals:
+    def _values(self, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, dfs: np.ndarray) -> Vals:
         n = len(starts)
-        z: pb.FullZipLayout = self.layout
+        z = self.layout
         if self.fixed_bytes:
             w = self.fixed_bytes
             if not n:
@@ -590,12 +597,12 @@ class FullZipPage(Page):
         return per_value_var(z.value_compression, Vals("var", n, data, offs))
 
 
-
-class ConstantPage(Page):
+class ConstantPage(Page[pb.AllNullLayout]):
     """All-null (2.1+) or constant (2.2+) page."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, layout: pb.AllNullLayout, offsets: Sequence[int], sizes: Sequence[int], num_rows: int,
+                 first_row: int, ctx: PageCtx, version: str) -> None:
+        super().__init__(layout, offsets, sizes, num_rows, first_row, ctx, version)
         a = self.layout
         extra = unknown(a)
         self.inline_value = extra.get(6)
@@ -612,23 +619,24 @@ class ConstantPage(Page):
         self.level_base = 1 if self.value_buf else 0
 
     @staticmethod
-    def _enc(raw) -> Optional[pb.CompressiveEncoding]:
+    def _enc(raw: Optional[bytes]) -> Optional[pb.CompressiveEncoding]:
         if raw is None:
             return None
         e = pb.CompressiveEncoding()
         e.ParseFromString(bytes(raw))
         return e
 
-
     def _has(self, i: int) -> bool:
         i += self.level_base
         return i < len(self.sizes) and self.sizes[i] > 0
 
-    def init_ranges(self):
+    def init_ranges(self) -> Ranges:
+        """The value buffer and the stored rep/def level buffers."""
         out = [self.buf(0)] if self.value_buf else []
         return out + [self.buf(i + self.level_base) for i in (0, 1) if self._has(i)]
 
-    def init(self, data):
+    def init(self, data: Sequence[bytes]) -> None:
+        """Parse the constant value and the rep/def levels."""
         it = iter(data)
         self.scalar = _scalar_value(bytes(next(it)), self.ctx) if self.value_buf else None
         rep = next(it) if self._has(0) else None
@@ -640,17 +648,18 @@ class ConstantPage(Page):
             pass
         self.ready = True
 
-    def _levels(self, raw: bytes, enc, count) -> np.ndarray:
+    def _levels(self, raw: bytes, enc: Optional[pb.CompressiveEncoding], count: Optional[int]) -> np.ndarray:
         if enc is None:
             return np.frombuffer(bytes(raw), dtype="<u2").astype(np.uint16)
         n = int(count) if count is not None else len(raw) // 2
         return comp.decode_levels(enc, raw, n)
 
-    def plan(self, starts, ends):
+    def plan(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, DecodeFn]:
+        """No bytes to read (the metadata holds everything) and a function building the wanted rows."""
         keep = ends > starts
         a, b = starts[keep], ends[keep]
 
-        def decode(_datas):
+        def decode(_datas: Sequence[bytes]) -> Decoded:
             n_rows = self.num_rows
             if self.rep is None and self.defs is None:
                 levels = rd.Levels(np.full(n_rows, self.ctx.canon.max_rep, np.uint16) if self.max_rep else None,
@@ -660,7 +669,9 @@ class ConstantPage(Page):
                     page_def = 1 if self.ndefs else 0
                     levels.defs = _map_defs(np.full(n_rows, page_def, np.uint16), self.def_table)
             else:
-                n = len(self.defs) if self.defs is not None else len(self.rep)
+                some_levels = self.defs if self.defs is not None else self.rep
+                assert some_levels is not None  # one of them is stored here
+                n = len(some_levels)
                 rep = self.rep
                 if rep is None and self.max_rep:
                     rep = np.full(n, self.ctx.canon.max_rep, np.uint16)
@@ -718,15 +729,17 @@ def _scalar_value(raw: bytes, ctx: PageCtx) -> Vals:
     return out
 
 
-class BlobPage(Page):
+class BlobPage(Page[pb.BlobLayout]):
     """Blob layout: an inner page of (position u64, size u64) descriptions; the bytes live
     out of line. A description with size 0 is empty (position 0) or null (position =
     ``def << 16 | rep``)."""
 
     decode_reads = True  # decoding fetches the blob bytes
 
-    def __init__(self, *args, fetch=None, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, layout: pb.BlobLayout, offsets: Sequence[int], sizes: Sequence[int], num_rows: int,
+                 first_row: int, ctx: PageCtx, version: str,
+                 *, fetch: Callable[[Ranges], Sequence[bytes | memoryview]]) -> None:
+        super().__init__(layout, offsets, sizes, num_rows, first_row, ctx, version)
         b: pb.BlobLayout = self.layout
         self.def_table = rd.def_mapping(b.layers, self.ctx.canon)
         if rd.page_max_rep(b.layers):
@@ -735,6 +748,7 @@ class BlobPage(Page):
         inner = b.inner_layout
         which = inner.WhichOneof("layout")
         args2 = (self.offsets, self.sizes, self.num_rows, self.first_row, inner_ctx, self.version)
+        self.inner: Union[MiniBlockPage, FullZipPage]
         if which == "mini_block_layout":
             self.inner = MiniBlockPage(inner.mini_block_layout, *args2)
         elif which == "full_zip_layout":
@@ -743,18 +757,20 @@ class BlobPage(Page):
             raise EncodingUnsupported(f"blob descriptions in a {which} page")
         self.fetch = fetch
 
-    def init_ranges(self):
+    def init_ranges(self) -> Ranges:
+        """The metadata ranges of the inner description page."""
         return self.inner.init_ranges()
 
-    def init(self, data):
+    def init(self, data: Sequence[bytes]) -> None:
+        """Load the inner description page's metadata."""
         self.inner.init(data)
         self.ready = True
 
-    def plan(self, starts, ends, describe: bool = False):
+    def plan(self, starts: np.ndarray, ends: np.ndarray, describe: bool = False) -> tuple[Ranges, DecodeFn]:
         """With ``describe`` the rows' (position, size) descriptions, without reading the bytes."""
         reqs, inner_decode = self.inner.plan(starts, ends)
 
-        def decode(datas):
+        def decode(datas: Sequence[bytes]) -> Decoded:
             d = inner_decode(datas)
             desc = d.values
             if desc.kind != "fixed" or (desc.n and desc.width != 16):
@@ -778,3 +794,6 @@ class BlobPage(Page):
             return Decoded(rd.Levels(None, defs, len(size)), vals, d.num_rows)
 
         return reqs, decode
+
+
+AnyPage = Union[MiniBlockPage, FullZipPage, ConstantPage, BlobPage]

@@ -74,6 +74,8 @@ class EncodedPageV21(EncodedPage):
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Params:
+    """The encoding choices of one leaf field, parsed from its ``lance-encoding:*`` metadata."""
+
     compression: Optional[str] = None  # None | "none" | "zstd" | "lz4" | "fsst"
     level: Optional[int] = None
     structural: Optional[str] = None  # None | "miniblock" | "fullzip"
@@ -83,6 +85,7 @@ class Params:
 
     @property
     def general(self) -> Optional[str]:
+        """The general compression scheme requested ("zstd" or "lz4"), None otherwise."""
         return self.compression if self.compression in ("zstd", "lz4") else None
 
 
@@ -211,7 +214,7 @@ def _fixed_miniblock(data: np.ndarray, n: int, bits: int, params: Params) -> ev.
         vals = bp.as_uint(data, bits) if n else np.zeros(0, bp.UINT_TYPES[bits])
         raw = n * bits // 8
         bitpack = ev.bitpack_estimate(vals, bits)
-        mb = None
+        chosen: Optional[ev.MiniBlocks] = None
         if n:
             runs_ok = True
             if params.rle_threshold is not None:
@@ -220,11 +223,12 @@ def _fixed_miniblock(data: np.ndarray, n: int, bits: int, params: Params) -> ev.
             if runs_ok and ev.run_count(vals) * (bits // 8 + 1) < raw:
                 rle = ev.rle_estimate(vals, bits)
                 if rle < raw and (bitpack is None or bitpack >= rle):
-                    mb = ev.rle_miniblock(vals, bits)
-        if mb is None and bitpack is not None:
-            mb = ev.bitpack_miniblock(vals, bits)
-        if mb is None:
-            mb = ev.flat_miniblock(data, n, bits)
+                    chosen = ev.rle_miniblock(vals, bits)
+        if chosen is None and bitpack is not None:
+            chosen = ev.bitpack_miniblock(vals, bits)
+        if chosen is None:
+            chosen = ev.flat_miniblock(data, n, bits)
+        mb = chosen
     if params.general:
         mb = ev.general_wrap(mb, params.general, params.level)
     return mb
@@ -249,18 +253,13 @@ def _use_fsst(t: pa.DataType, offs: np.ndarray, obits: int, params: Params) -> b
 
 
 def _var_miniblock(t: pa.DataType, offs: np.ndarray, data: np.ndarray, obits: int, params: Params) -> ev.MiniBlocks:
-    mb = None
+    mb: Optional[ev.MiniBlocks] = None
     if params.compression != "none" and _use_fsst(t, offs, obits, params):
-        try:
-            from lance_ops.format.v2_1.compression import fsst
-        except ImportError:  # pragma: no cover - optional module
-            fsst = None
-        if fsst is not None:
-            got = fsst.compress(offs, data)
-            if got is not None:
-                table, coffs, cdata = got
-                inner = ev.variable_miniblock(coffs, cdata, obits)
-                mb = ev.MiniBlocks(ev.enc_fsst(table, inner.encoding), inner.counts, inner.bufs, inner.num_buffers)
+        from lance_ops.format.v2_1.compression import fsst
+
+        table, coffs, cdata = fsst.compress(offs, data)
+        inner = ev.variable_miniblock(coffs, cdata, obits)
+        mb = ev.MiniBlocks(ev.enc_fsst(table, inner.encoding), inner.counts, inner.bufs, inner.num_buffers)
     if mb is None:
         mb = ev.variable_miniblock(offs, data, obits)
     if params.general:
@@ -358,6 +357,8 @@ def _dict_block(enc_inner: pb.CompressiveEncoding, raw: bytes, version: str) -> 
 # --------------------------------------------------------------------------------------------
 @dataclass
 class LeafPage:
+    """One encoded page of one leaf: layout message, buffers (lists of byte chunks) and row count."""
+
     layout: pb.PageLayout
     buffers: list[list]
     num_rows: int
@@ -387,8 +388,8 @@ def _max_len(values: pa.Array) -> int:
         dims, _, items = _fsl_layers(values.slice(0, 0))
         bits = _fixed_bits(items.type) or 8
         return (bits // 8) * int(np.prod(dims))
-    bits = _fixed_bits(t)
-    return (bits or 8) // 8
+    scalar_bits = _fixed_bits(t)
+    return (scalar_bits or 8) // 8
 
 
 def _constant_value(values: pa.Array, valid: Optional[np.ndarray]) -> Optional[tuple[Optional[bytes], Optional[bytes]]]:
@@ -401,8 +402,8 @@ def _constant_value(values: pa.Array, valid: Optional[np.ndarray]) -> Optional[t
     if idx is not None and len(idx) == 0:
         return None
     if pa.types.is_boolean(t):
-        bits = np.unpackbits(_fixed_bytes(values, 1), count=n, bitorder="little")
-        sel = bits if idx is None else bits[idx]
+        flags = np.unpackbits(_fixed_bytes(values, 1), count=n, bitorder="little")
+        sel = flags if idx is None else flags[idx]
         if sel.min() != sel.max():
             return None
         return bytes([int(sel[0])]), None
@@ -423,10 +424,10 @@ def _constant_value(values: pa.Array, valid: Optional[np.ndarray]) -> Optional[t
             return None
         starts = offs[:-1][sel_i]
         if l0:
-            m = data[starts[:, None] + np.arange(l0)[None, :]] if len(sel_i) * l0 <= 64 * 1024 * 1024 else None
-            if m is None or not (m == m[0]).all():
+            vm = data[starts[:, None] + np.arange(l0)[None, :]] if len(sel_i) * l0 <= 64 * 1024 * 1024 else None
+            if vm is None or not (vm == vm[0]).all():
                 return None
-            v = m[0].tobytes()
+            v = vm[0].tobytes()
         else:
             v = b""
         odt = "<i8" if obits == 64 else "<i4"
@@ -435,6 +436,8 @@ def _constant_value(values: pa.Array, valid: Optional[np.ndarray]) -> Optional[t
 
 
 def encode_leaf(sd: sh.Shredded, params: Params, version: str) -> LeafPage:
+    """Encode one page of a leaf column: all-null, constant (2.2), dictionary, mini-block or full-zip, chosen as
+    pylance does from the values and ``params``."""
     values = sd.values
     n = len(values)
     layers = sd.layers
@@ -472,10 +475,10 @@ def encode_leaf(sd: sh.Shredded, params: Params, version: str) -> LeafPage:
     use_mini = params.structural == "miniblock" or (params.structural is None and narrow)
     if use_mini:
         mb = _values_miniblock(values, params)
-        out = lay.miniblock_page(mb, sd.rep, sd.defs, layers, sd.max_visible_def, n, large,
-                                 limit_21=not large)
-        if out is not None:
-            return LeafPage(out.layout, out.buffers, rows)
+        mini = lay.miniblock_page(mb, sd.rep, sd.defs, layers, sd.max_visible_def, n, large,
+                                  limit_21=not large)
+        if mini is not None:
+            return LeafPage(mini.layout, mini.buffers, rows)
     pv = _values_per_value(values, params)
     out = lay.fullzip_page(pv, sd.rep, sd.defs, valid, layers, sd.max_visible_def, n)
     return LeafPage(out.layout, out.buffers, rows)
@@ -489,9 +492,11 @@ def _values_miniblock(values: pa.Array, params: Params) -> ev.MiniBlocks:
         return _var_miniblock(t, offs, data, obits, params)
     if pa.types.is_fixed_size_list(t):
         dims, vals, items = _fsl_layers(values)
-        bits = _fixed_bits(items.type)
-        data = _fixed_bytes(items, bits)
-        mb = ev.fsl_miniblock(data, n, bits, dims, vals)
+        item_bits = _fixed_bits(items.type)
+        if item_bits is None:
+            raise UnsupportedTypeError(f"cannot encode values of type {t}")
+        data = _fixed_bytes(items, item_bits)
+        mb = ev.fsl_miniblock(data, n, item_bits, dims, vals)
         return mb
     if pa.types.is_struct(t):
         return _packed_struct_miniblock(values)
@@ -552,21 +557,23 @@ def _values_per_value(values: pa.Array, params: Params) -> ev.PerValue:
         return ev.PerValue(ev.enc_variable(obits), offsets=offs, data=data, offset_bits=obits)
     if pa.types.is_fixed_size_list(t):
         dims, vals, items = _fsl_layers(values)
-        bits = _fixed_bits(items.type)
+        item_bits = _fixed_bits(items.type)
+        if item_bits is None:
+            raise UnsupportedTypeError(f"cannot encode values of type {t} per value")
         cum = int(np.prod(dims))
-        data = _fixed_bytes(items, bits)
-        row_bytes = cum * bits // 8
-        parts = []
-        c = 1
+        data = _fixed_bytes(items, item_bits)
+        row_bytes = cum * item_bits // 8
+        cols: list[np.ndarray] = []
+        per_row = 1
         for d, v in zip(dims, vals):
-            c *= d
+            per_row *= d
             if v is not None:
-                nb = (c + 7) // 8
-                bits_ = v.reshape(n, c)
-                parts.append(np.packbits(bits_, axis=1, bitorder="little").reshape(n, nb))
-        parts.append(np.ascontiguousarray(data[: n * row_bytes]).reshape(n, row_bytes))
-        mat = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
-        enc = ev.enc_fsl(dims, [v is not None for v in vals], ev.enc_flat(bits))
+                nb = (per_row + 7) // 8
+                bits_ = v.reshape(n, per_row)
+                cols.append(np.packbits(bits_, axis=1, bitorder="little").reshape(n, nb))
+        cols.append(np.ascontiguousarray(data[: n * row_bytes]).reshape(n, row_bytes))
+        mat = np.concatenate(cols, axis=1) if len(cols) > 1 else cols[0]
+        enc = ev.enc_fsl(dims, [v is not None for v in vals], ev.enc_flat(item_bits))
         return ev.PerValue(enc, fixed_bytes=mat.shape[1], matrix=mat)
     if pa.types.is_struct(t):
         raise UnsupportedError("packed structs wider than 256 bytes per row (full-zip packed struct) are not supported")
@@ -614,7 +621,7 @@ def _maybe_dictionary_page(sd: sh.Shredded, params: Params, version: str) -> Opt
     return LeafPage(out.layout, out.buffers, sd.num_rows)
 
 
-def _dictionary_array_page(sd: sh.Shredded, params: Params, version: str, valid) -> LeafPage:
+def _dictionary_array_page(sd: sh.Shredded, params: Params, version: str, valid: Optional[np.ndarray]) -> LeafPage:
     values = sd.values
     n = len(values)
     large = version >= FileVersion.V2_2
@@ -644,9 +651,10 @@ def _dictionary_array_page(sd: sh.Shredded, params: Params, version: str, valid)
                                 version=version)
         return LeafPage(out.layout, out.buffers, sd.num_rows)
     mb = _fixed_miniblock(idata, n, ibits, Params())
-    out = lay.miniblock_page(mb, sd.rep, sd.defs, sd.layers, sd.max_visible_def, n, large,
-                             dictionary=(denc, dbuf, card), limit_21=False)
-    return LeafPage(out.layout, out.buffers, sd.num_rows)
+    mini = lay.miniblock_page(mb, sd.rep, sd.defs, sd.layers, sd.max_visible_def, n, large,
+                              dictionary=(denc, dbuf, card), limit_21=False)
+    assert mini is not None  # only the 2.1 chunk limit (off here) makes it give up
+    return LeafPage(mini.layout, mini.buffers, sd.num_rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -659,7 +667,8 @@ class FieldEncoderV21:
     (their bytes go to the batch's out-of-line buffers); a change of a blob leaf's rep/def layers
     between batches closes the pending page first, as pylance does."""
 
-    def __init__(self, field: pa.Field, first_column: int, cache_bytes: int, max_page_bytes: int, version: str):
+    def __init__(self, field: pa.Field, first_column: int, cache_bytes: int, max_page_bytes: int,
+                 version: str) -> None:
         self.field = field
         self.version = version
         self.leaves = sh.leaf_fields(field)
@@ -672,16 +681,21 @@ class FieldEncoderV21:
         self.rows = 0
 
     def columns(self) -> Iterator[int]:
+        """The column indices of this field's leaves."""
         yield from range(self.first_column, self.first_column + len(self.leaves))
 
     def maybe_encode(self, array: pa.Array, external: Optional[blob.OutOfLineBuffers] = None) -> list[EncodedPageV21]:
+        """Queue ``array`` (blob leaves described first, bytes to ``external``); the pages once the field's budget
+        is exceeded."""
         pages: list[EncodedPageV21] = []
         if self.blob_leaves:
             if external is None:
                 raise ValueError("blob fields need the batch's out-of-line buffers")
             array, layers = self._describe_blobs(array, external)
             if self.queue.arrays and layers != self.blob_layers:
-                pages.extend(self._encode(self.queue.take()))
+                queued = self.queue.take()
+                assert queued is not None  # the queue holds arrays
+                pages.extend(self._encode(queued))
             self.blob_layers = layers
         size = array.nbytes
         ready = self.queue.insert(array, size)
@@ -703,10 +717,12 @@ class FieldEncoderV21:
         return array, tuple(layers)
 
     def flush(self) -> list[EncodedPageV21]:
+        """Pages of everything queued (the queue is emptied)."""
         ready = self.queue.take()
         return self._encode(ready) if ready else []
 
     def finish(self) -> list[EncodedPageV21]:
+        """Nothing left at the end of the file (``flush`` wrote every page)."""
         return []
 
     def _encode(self, arrays: list[pa.Array]) -> list[EncodedPageV21]:
@@ -726,9 +742,10 @@ class FieldEncoderV21:
         first_row = self.rows
         for i, ((path, _leaf), params) in enumerate(zip(self.leaves, self.params)):
             if i in self.blob_leaves:
+                assert self.blob_layers is not None  # maybe_encode sets them before any page
                 layers = self.blob_layers[self.blob_leaves.index(i)]
-                page = blob.blob_page(blob.leaf_of(array, path), list(layers), self.version)
-                out.append(EncodedPageV21(self.first_column + i, len(array), page.buffers, page.layout,
+                bpage = blob.blob_page(blob.leaf_of(array, path), list(layers), self.version)
+                out.append(EncodedPageV21(self.first_column + i, len(array), bpage.buffers, bpage.layout,
                                           priority=first_row))
                 continue
             sd = sh.shred_leaf(array, path)

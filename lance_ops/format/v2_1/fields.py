@@ -16,7 +16,7 @@ from lance_ops.format.v2_1 import blob
 from lance_ops.format.v2_1.encode import STRUCTURAL_META_KEY, field_meta, params_of
 from lance_ops.format.v2_1.layout import shred as sh
 from lance_ops.format.version import FileVersion
-from lance_ops.schema import field_tree
+from lance_ops.schema import FieldNode, field_tree
 
 
 def _check_blob_fields(field: pa.Field, version: str, path: str = "", below_list: bool = False) -> None:
@@ -77,7 +77,7 @@ def leaf_field_ids(lance_fields: Iterable[file_pb2.Field]) -> list[int]:
     ``DataFile.fields`` lists, with ``column_indices`` ``0..n-1``."""
     out: list[int] = []
 
-    def walk(node) -> None:
+    def walk(node: FieldNode) -> None:
         if sh.is_leaf(node.arrow) or is_blob_v2(node.arrow):  # a blob v2 field is one descriptor column
             out.append(node.id)
             return

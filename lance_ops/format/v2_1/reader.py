@@ -19,7 +19,7 @@ import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +37,7 @@ from lance_ops.format.v2_1 import decode as dec
 from lance_ops.format.v2_1.compression.decode import EncodingCorrupt, EncodingUnsupported
 from lance_ops.format.v2_1.layout import repdef as rd
 from lance_ops.format.version import FileVersion
+from lance_ops.io.base import ObjectStore
 from lance_ops.schema import FieldNode, field_tree, from_lance_fields
 
 __all__ = ["LanceFileReaderV21", "SUPPORTED_VERSIONS"]
@@ -49,6 +50,9 @@ PARALLEL_MIN_BYTES = 1 << 20  # smaller reads decode in the calling thread
 GROUP_MAX_PART_BYTES = 1 << 20  # pages reading at most this much may be decoded as one batch
 _POOL: tuple = (None, None)  # (pid, executor)
 _POOL_LOCK = threading.Lock()
+_T = TypeVar("_T")
+#: what a failed decode may raise, turned into CorruptFileError by ``_guard``
+_CORRUPT_ERRORS: tuple[type[BaseException], ...] = (EncodingCorrupt, AssertionError, *DECODE_ERRORS)
 
 
 def _decode_pool() -> Optional[ThreadPoolExecutor]:
@@ -72,18 +76,18 @@ def _is_packed(node: FieldNode) -> bool:
     return False
 
 
-def _ranges(pairs) -> tuple[np.ndarray, np.ndarray]:
+def _ranges(pairs: Iterable[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends) arrays of the non-empty row ranges."""
     pairs = [(a, b) for a, b in pairs if b > a]
     return (np.array([a for a, _ in pairs], dtype=np.int64), np.array([b for _, b in pairs], dtype=np.int64))
 
 
-def _group_decoder(page, items: list):
+def _group_decoder(page: dec.MiniBlockPage, items: list) -> dec.DecodeFn:
     """Decode function of a batch of mini-block page parts (``items`` may still grow)."""
     return lambda datas: dec.decode_group(items, datas) if items else dec.empty_decoded(page.ctx)
 
 
-def _plain_full_zip(page) -> bool:
+def _plain_full_zip(page: dec.AnyPage) -> bool:
     return isinstance(page, dec.FullZipPage) and page.cw == 0 and not page.has_index and page.fixed_bytes > 0 \
         and page.max_rep == 0 and len(page.offsets) == 1
 
@@ -107,7 +111,8 @@ class LanceFileReaderV21(V2ReaderBase):
     Same surface as the 2.0 :class:`~lance_ops.format.v2_0.reader.LanceFileReader`.
     """
 
-    def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *, store=None):
+    def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *,
+                 store: Optional[ObjectStore] = None) -> None:
         self._bind(path, storage_options, store)
         self._pages: dict = {}
         self._described: Optional[list] = None  # the schema tree with blob descriptions
@@ -115,6 +120,7 @@ class LanceFileReaderV21(V2ReaderBase):
 
     # --- public properties ---------------------------------------------------------------
     def read_global_buffer(self, index: int) -> bytes:
+        """The bytes of global buffer ``index`` (0: the schema, kept from opening; others read now)."""
         if not 0 <= index < len(self._gbo):
             raise IndexError(f"{self._uri}: global buffer {index} out of range (file has {len(self._gbo)})")
         if index == 0:
@@ -125,7 +131,7 @@ class LanceFileReaderV21(V2ReaderBase):
     def column_layouts(self, column_index: int) -> list[str]:
         """A short description of each page of a column (layout and encodings)."""
         pages = self._guard(lambda: self._column_pages(column_index))
-        return [dec.layout_name(p._page_layout) for p in pages]
+        return [dec.layout_name(p.page_layout) for p in pages]
 
     # --- reads ---------------------------------------------------------------------------
     def read_all(self, columns: Optional[Sequence[str]] = None, *, blob_descriptions: bool = False) -> pa.Table:
@@ -137,6 +143,8 @@ class LanceFileReaderV21(V2ReaderBase):
 
     def read_range(self, start: int, num_rows: int, columns: Optional[Sequence[str]] = None, *,
                    blob_descriptions: bool = False) -> pa.Table:
+        """Rows ``start .. start + num_rows`` of the chosen columns (all by default); blob columns as in
+        :meth:`read_all`."""
         start, num_rows = int(start), int(num_rows)
         if start < 0 or num_rows < 0 or start + num_rows > self._num_rows:
             raise OutOfRangeError(
@@ -145,6 +153,7 @@ class LanceFileReaderV21(V2ReaderBase):
 
     def take_rows(self, indices: Iterable[int] | np.ndarray | pa.Array, columns: Optional[Sequence[str]] = None, *,
                   blob_descriptions: bool = False) -> pa.Table:
+        """The rows at ``indices`` (any order, repeats allowed), in that order; consecutive rows are read as ranges."""
         if isinstance(indices, (pa.Array, pa.ChunkedArray)):
             idx = np.asarray(indices.to_numpy(zero_copy_only=False))
         else:
@@ -172,14 +181,14 @@ class LanceFileReaderV21(V2ReaderBase):
         return f"LanceFileReaderV21({self._uri!r}, version={self._version}, rows={self._num_rows})"
 
     # --- errors --------------------------------------------------------------------------
-    def _guard(self, fn):
+    def _guard(self, fn: Callable[[], _T]) -> _T:
         try:
             return fn()
         except LanceOpsError:
             raise
         except EncodingUnsupported as exc:
             raise UnsupportedError(f"{self._uri}: {exc}") from exc
-        except (EncodingCorrupt, AssertionError, *DECODE_ERRORS) as exc:
+        except _CORRUPT_ERRORS as exc:
             raise CorruptFileError(self._uri, f"cannot decode file: {type(exc).__name__}: {exc}") from exc
 
     # --- opening -------------------------------------------------------------------------
@@ -324,8 +333,8 @@ class LanceFileReaderV21(V2ReaderBase):
             layout = pb.PageLayout()
             layout.ParseFromString(anym.value)
             page = self._make_page(layout, p, first, leaf, column, i)
-            page._page_layout = layout
-            page._leaf = leaf
+            page.page_layout = layout
+            page.leaf = leaf
             pages.append(page)
             first += int(p.length)
         if first != self._num_rows and meta.pages:
@@ -349,15 +358,16 @@ class LanceFileReaderV21(V2ReaderBase):
                     and prev.layout.SerializeToString() == page.layout.SerializeToString()):
                 merged = dec.FullZipPage(prev.layout, [prev.offsets[0]], [prev.sizes[0] + page.sizes[0]],
                                          prev.num_rows + page.num_rows, prev.first_row, prev.ctx, prev.version)
-                merged._page_layout = prev._page_layout
-                merged._leaf = prev._leaf
+                merged.page_layout = prev.page_layout
+                merged.leaf = prev.leaf
                 out[-1] = merged
             else:
                 out.append(page)
         self._pages[key] = out
         return out
 
-    def _make_page(self, layout: pb.PageLayout, p, first: int, leaf: _Leaf, column: int, index: int):
+    def _make_page(self, layout: pb.PageLayout, p: file2_pb2.ColumnMetadata.Page, first: int, leaf: _Leaf, column: int,
+                   index: int) -> dec.AnyPage:
         which = layout.WhichOneof("layout")
         args = (list(p.buffer_offsets), list(p.buffer_sizes), int(p.length), first, leaf.ctx, self._version)
         try:
@@ -393,14 +403,16 @@ class LanceFileReaderV21(V2ReaderBase):
             out.append(by_name[c])
         return out
 
-    def _read(self, columns, ranges: tuple[np.ndarray, np.ndarray], inverse, describe: bool = False) -> pa.Table:
+    def _read(self, columns: Optional[Sequence[str]], ranges: tuple[np.ndarray, np.ndarray],
+              inverse: Optional[np.ndarray], describe: bool = False) -> pa.Table:
         nodes = self._select(columns, describe)
         try:
             return self._guard(lambda: self._read_inner(nodes, ranges, inverse, describe))
         except KeyError:
             raise
 
-    def _read_inner(self, nodes: list[FieldNode], ranges, inverse, describe: bool = False) -> pa.Table:
+    def _read_inner(self, nodes: list[FieldNode], ranges: tuple[np.ndarray, np.ndarray], inverse: Optional[np.ndarray],
+                    describe: bool = False) -> pa.Table:
         leaf_ids = [i for n in nodes for i in self._leaf_ids[n.id]]
         starts, ends = ranges
         # which pages, which page-relative row ranges
@@ -416,8 +428,7 @@ class LanceFileReaderV21(V2ReaderBase):
                     work.append((lid, page, rr))
         # round 1: page metadata
         init_pages = [w[1] for w in work if not w[1].ready]
-        seen = set()
-        init_pages = [p for p in init_pages if not (id(p) in seen or seen.add(id(p)))]
+        init_pages = list({id(p): p for p in init_pages}.values())  # each page once, in first-seen order
         reqs, owners = [], []
         for p in init_pages:
             rr = self._wrap(p, p.init_ranges)
@@ -492,7 +503,7 @@ class LanceFileReaderV21(V2ReaderBase):
         """Run the decode step of every (page, decode function, data) job; big batches go to a small
         thread pool (numpy and Arrow release the GIL in the heavy loops). Pages whose decoding reads
         more data (blobs) run here, in order."""
-        def one(job):
+        def one(job: tuple[dec.AnyPage, dec.DecodeFn, Sequence[bytes]]) -> dec.Decoded:
             page, fn, blobs = job
             return self._wrap(page, lambda: fn(blobs))
 
@@ -506,7 +517,7 @@ class LanceFileReaderV21(V2ReaderBase):
                 futures[i] = pool.submit(one, jobs[i])
         return [futures[i].result() if i in futures else one(j) for i, j in enumerate(jobs)]
 
-    def _wrap(self, page, fn):
+    def _wrap(self, page: dec.AnyPage, fn: Callable[[], _T]) -> _T:
         leaf = self._by_column_of_page(page)
         try:
             return fn()
@@ -520,10 +531,12 @@ class LanceFileReaderV21(V2ReaderBase):
                                 f"{type(exc).__name__}: {exc}") from None
 
     @staticmethod
-    def _by_column_of_page(page) -> _Leaf:
-        return page._leaf
+    def _by_column_of_page(page: dec.AnyPage) -> _Leaf:
+        leaf = page.leaf
+        assert isinstance(leaf, _Leaf), "page not made by this reader"
+        return leaf
 
-    def _fetch(self, reqs) -> list[bytes]:
+    def _fetch(self, reqs: dec.Ranges) -> Sequence[bytes | memoryview]:
         if not reqs:
             return []
         body_end = self._file_size - FOOTER_SIZE

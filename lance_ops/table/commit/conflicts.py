@@ -23,6 +23,8 @@ from lance_ops._proto import transaction_pb2
 
 
 class Verdict(enum.IntEnum):
+    """What the conflict check decides for our transaction against one committed concurrently."""
+
     OK = 0
     REBASE = 1
     RETRYABLE = 2
@@ -31,6 +33,9 @@ class Verdict(enum.IntEnum):
 
 @dataclass
 class Outcome:
+    """A :class:`Verdict` with the reason given to the user and, for REBASE, the fragments whose
+    deletion vectors the commit loop must merge."""
+
     verdict: Verdict
     reason: str = ""
     #: fragment ids whose deletion vectors must be merged (REBASE)
@@ -74,7 +79,7 @@ def _config_keys(txn: transaction_pb2.Transaction) -> set[str]:
 
 
 def _keys_overlap(a: set[str], b: set[str]) -> bool:
-    return bool(a & b) or ("*" in a and b) or ("*" in b and a)
+    return bool(a & b) or ("*" in a and bool(b)) or ("*" in b and bool(a))
 
 
 def check(

@@ -19,7 +19,7 @@ import os
 import threading
 import uuid as uuid_mod
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
@@ -30,11 +30,17 @@ from lance_ops.io import redact
 from lance_ops.table.manifest import naming
 from lance_ops.table.paths import check_inside
 
-_clients: dict[tuple, Any] = {}
+if TYPE_CHECKING:
+    from lance_ops.io import ObjectStore
+
+#: a DynamoDB item as boto3's low-level client returns it (attribute name -> {type: value})
+Item = dict[str, Any]
+
+_clients: dict[tuple[Any, ...], Any] = {}
 _lock = threading.Lock()
 
 
-def _client(store) -> Any:
+def _client(store: ObjectStore) -> Any:
     opts = getattr(store, "storage_options", {}) or {}
     endpoint = opts.get("dynamodb_endpoint") or os.environ.get("DYNAMODB_ENDPOINT")
     key = (endpoint, opts.get("aws_access_key_id"), opts.get("region") or opts.get("aws_region"))
@@ -57,15 +63,15 @@ def _client(store) -> Any:
         return client
 
 
-def _base_uri(store, base: str) -> str:
+def _base_uri(store: ObjectStore, base: str) -> str:
     return store.uri(base)
 
 
-def _fail(op: str, table: str, exc: Exception) -> StorageError:
+def _fail(op: str, table: str | None, exc: Exception) -> StorageError:
     return StorageError(f"DynamoDB {op} on table {table!r} failed: {exc}")
 
 
-def _final_path(store, base: str, version: int, scheme_v2: bool) -> str:
+def _final_path(store: ObjectStore, base: str, version: int, scheme_v2: bool) -> str:
     return store.join(base, naming.manifest_path(version, scheme_v2))
 
 
@@ -73,11 +79,13 @@ def _is_staged(path: str) -> bool:
     return ".manifest-" in path.rsplit("/", 1)[-1]
 
 
-def staged_path(store, base: str, version: int) -> str:
+def staged_path(store: ObjectStore, base: str, version: int) -> str:
+    """A fresh staged manifest name for ``version`` (step 1): ``_versions/{v}.manifest-{uuid}``,
+    which listings ignore, so it is invisible until the DynamoDB item names it."""
     return store.join(base, naming.VERSIONS_DIR, f"{version}.manifest-{uuid_mod.uuid4()}")
 
 
-def _finish(store, base: str, version: int, path: str, v2: bool) -> str:
+def _finish(store: ObjectStore, base: str, version: int, path: str, v2: bool) -> str:
     """Steps 3-4 for an item that still points at a staged manifest; returns the final path."""
     final = _final_path(store, base, version, v2)
     if not store.exists(final):
@@ -104,7 +112,7 @@ def _finish(store, base: str, version: int, path: str, v2: bool) -> str:
     return final
 
 
-def _item_path(store, base: str, item: dict, version: int) -> str:
+def _item_path(store: ObjectStore, base: str, item: Item, version: int) -> str:
     """The item's manifest path, refused unless it is a file directly in the dataset's
     ``_versions/``: we copy and delete what it names, so it must never lead elsewhere."""
     where = f"DynamoDB table {store.external_manifest_table!r} item ({_base_uri(store, base)}, version {version})"
@@ -114,7 +122,7 @@ def _item_path(store, base: str, item: dict, version: int) -> str:
     return path
 
 
-def _item_location(store, base: str, item: dict, v2: bool) -> naming.ManifestLocation:
+def _item_location(store: ObjectStore, base: str, item: Item, v2: bool) -> naming.ManifestLocation:
     version = int(item["version"]["N"])
     path = _item_path(store, base, item, version)
     if _is_staged(path):
@@ -124,7 +132,9 @@ def _item_location(store, base: str, item: dict, v2: bool) -> naming.ManifestLoc
     return naming.ManifestLocation(version, path, scheme, size, datetime.now(timezone.utc))
 
 
-def latest_item(store, base: str) -> dict | None:
+def latest_item(store: ObjectStore, base: str) -> Item | None:
+    """The DynamoDB item of the newest version of the dataset at ``base`` (a consistent read), or
+    None if the table holds none; StorageError if DynamoDB cannot be asked."""
     table = store.external_manifest_table
     try:
         resp = _client(store).query(
@@ -141,7 +151,9 @@ def latest_item(store, base: str) -> dict | None:
     return items[0] if items else None
 
 
-def get_item(store, base: str, version: int) -> dict | None:
+def get_item(store: ObjectStore, base: str, version: int) -> Item | None:
+    """The DynamoDB item of ``version`` (a consistent read), or None if there is none;
+    StorageError if DynamoDB cannot be asked."""
     table = store.external_manifest_table
     try:
         resp = _client(store).get_item(
@@ -155,7 +167,7 @@ def get_item(store, base: str, version: int) -> dict | None:
 
 
 def latest_location(
-    store, base: str, listed_latest: naming.ManifestLocation | None, v2: bool
+    store: ObjectStore, base: str, listed_latest: naming.ManifestLocation | None, v2: bool
 ) -> naming.ManifestLocation | None:
     """The newest version known to DynamoDB or to the listing (finishing a half-done commit)."""
     item = latest_item(store, base)
@@ -167,13 +179,15 @@ def latest_location(
     return loc
 
 
-def find_location(store, base: str, version: int, v2: bool) -> naming.ManifestLocation | None:
+def find_location(store: ObjectStore, base: str, version: int, v2: bool) -> naming.ManifestLocation | None:
     """The manifest of ``version`` as the table records it (finishing a half-done commit), else None."""
     item = get_item(store, base, version)
     return None if item is None else _item_location(store, base, item, v2)
 
 
-def commit(store, base: str, version: int, data: bytes, v2: bool, *, crash_after: int | None = None) -> str:
+def commit(
+    store: ObjectStore, base: str, version: int, data: bytes, v2: bool, *, crash_after: int | None = None
+) -> str:
     """Publish ``data`` as ``version``; AlreadyExistsError if another writer holds the version.
 
     ``crash_after`` (tests only) stops after that protocol step to simulate a dying writer.
@@ -211,7 +225,7 @@ def commit(store, base: str, version: int, data: bytes, v2: bool, *, crash_after
     return _finish(store, base, version, staged, v2)
 
 
-def create_table(store, table_name: str | None = None) -> None:
+def create_table(store: ObjectStore, table_name: str | None = None) -> None:
     """Create the commit table (idempotent); a convenience for tests and first-time set-up."""
     table = table_name or store.external_manifest_table
     client = _client(store)

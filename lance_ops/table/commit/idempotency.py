@@ -37,13 +37,18 @@ import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
 from lance_ops.errors import AlreadyExistsError, IdempotencyUnknownError, ObjectNotFoundError
 from lance_ops.table.manifest import naming
 from lance_ops.table.commit import locate
 from lance_ops.table.manifest.codec import ManifestFile, read_manifest
 from lance_ops.table.commit.transaction_file import load_transaction
+
+if TYPE_CHECKING:
+    from lance_ops._proto import transaction_pb2
+    from lance_ops.io import ObjectStore
+    from lance_ops.table.manifest.naming import ManifestLocation
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +77,8 @@ def kind_of_operation(operation: str | None) -> str:
     return _KINDS.get(op, op)
 
 
-def kind_of(txn) -> str:
+def kind_of(txn: transaction_pb2.Transaction | None) -> str:
+    """The key scope of a committed transaction (``unknown`` when it could not be read)."""
     return kind_of_operation(txn.WhichOneof("operation") if txn is not None else None)
 
 
@@ -89,11 +95,14 @@ class KeyRecord:
     properties: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
+        """The record file's content: sorted-key JSON tagged with :data:`RECORD_FORMAT`."""
         doc = {"format": RECORD_FORMAT, **asdict(self)}
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> "KeyRecord":
+        """Parse a record file; IdempotencyUnknownError naming ``where`` when it does not parse
+        (a damaged record must stop the step, not let it commit a second time)."""
         try:
             raw = json.loads(data)
             if raw.get("format") != RECORD_FORMAT:
@@ -106,9 +115,11 @@ class KeyRecord:
                                           "committed. Restore or remove the file after checking the dataset") from exc
 
     @classmethod
-    def of(cls, version: int, txn) -> "KeyRecord | None":
+    def of(cls, version: int, txn: transaction_pb2.Transaction | None) -> "KeyRecord | None":
         """The record of a committed transaction, or None when it carries no key."""
-        key = txn.transaction_properties.get(IDEMPOTENCY_KEY) if txn is not None else None
+        if txn is None:
+            return None
+        key = txn.transaction_properties.get(IDEMPOTENCY_KEY)
         if not key:
             return None
         props = {k: v for k, v in txn.transaction_properties.items()
@@ -117,12 +128,16 @@ class KeyRecord:
                    transaction_uuid=txn.uuid, properties=props)
 
 
-def record_path(store, base: str, kind: str, key: str) -> str:
+def record_path(store: ObjectStore, base: str, kind: str, key: str) -> str:
+    """Where the record of (``kind``, ``key``) lives: ``_lance_ops/keys/<kind>/<sha256(key)[:40]>.json``
+    (hashed, so any key makes a safe, bounded file name)."""
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:40]
     return store.join(base, KEYS_DIR, re.sub(r"[^a-z0-9_]", "_", kind.lower()), f"{digest}.json")
 
 
-def read_record(store, base: str, kind: str, key: str) -> KeyRecord | None:
+def read_record(store: ObjectStore, base: str, kind: str, key: str) -> KeyRecord | None:
+    """The ledger's record of (``kind``, ``key``), or None if there is none (or the file holds
+    another key, a hash collision); IdempotencyUnknownError if it is unreadable."""
     path = record_path(store, base, kind, key)
     try:
         data = store.read(path)
@@ -132,7 +147,7 @@ def read_record(store, base: str, kind: str, key: str) -> KeyRecord | None:
     return rec if rec.key == key and rec.kind == kind else None
 
 
-def write_record(store, base: str, rec: KeyRecord) -> None:
+def write_record(store: ObjectStore, base: str, rec: KeyRecord) -> None:
     """Store ``rec`` unless an earlier version is already recorded for its (kind, key)."""
     path = record_path(store, base, rec.kind, rec.key)
     try:
@@ -149,7 +164,7 @@ def write_record(store, base: str, rec: KeyRecord) -> None:
     store.put(path, rec.to_json())  # the first committed version wins
 
 
-def remember(store, base: str, mf: ManifestFile | None) -> KeyRecord | None:
+def remember(store: ObjectStore, base: str, mf: ManifestFile | None) -> KeyRecord | None:
     """After a keyed commit: record it in the ledger (best effort - a lookup or cleanup would
     record it later anyway); returns the record."""
     if mf is None:
@@ -177,7 +192,9 @@ class LedgerState:
     lost_paths: list[str] = field(default_factory=list)
 
 
-def read_state(store, base: str) -> LedgerState:
+def read_state(store: ObjectStore, base: str) -> LedgerState:
+    """The ledger's coverage as the ``_state/`` marks say (one listing): the highest ``covered``
+    mark and every ``lost`` range, with the paths of the marks."""
     state = LedgerState()
     for info in store.list(store.join(base, STATE_DIR)):
         name = info.path.replace("\\", "/").rsplit("/", 1)[-1]
@@ -194,7 +211,7 @@ def read_state(store, base: str) -> LedgerState:
     return state
 
 
-def _mark_covered(store, base: str, version: int) -> None:
+def _mark_covered(store: ObjectStore, base: str, version: int) -> None:
     path = store.join(base, STATE_DIR, f"covered-{version:020d}")
     try:
         store.put_if_absent(path, b"")
@@ -202,7 +219,7 @@ def _mark_covered(store, base: str, version: int) -> None:
         pass
 
 
-def _mark_lost(store, base: str, first: int, last: int) -> None:
+def _mark_lost(store: ObjectStore, base: str, first: int, last: int) -> None:
     path = store.join(base, STATE_DIR, f"lost-{first}-{last}")
     try:
         store.put_if_absent(path, b"")
@@ -225,7 +242,11 @@ def _missing(present: Iterable[int], above: int, latest: int) -> list[int]:
     return [v for v in range(above + 1, latest + 1) if v not in have]
 
 
-def _parallel_map(store, fn, items: list) -> list:
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def _parallel_map(store: ObjectStore, fn: Callable[[_T], _R], items: list[_T]) -> list[_R]:
     """``[fn(i) for i in items]``, side by side on remote stores (each item is a small read)."""
     if len(items) <= 4 or getattr(store, "scheme", "") == "file":
         return [fn(i) for i in items]
@@ -233,10 +254,13 @@ def _parallel_map(store, fn, items: list) -> list:
         return list(pool.map(fn, items))
 
 
-def _load(store, base: str, locs: list) -> dict[int, tuple[ManifestFile, object] | None]:
+_Loaded = tuple["ManifestFile", "transaction_pb2.Transaction | None"]
+
+
+def _load(store: ObjectStore, base: str, locs: list[ManifestLocation]) -> dict[int, _Loaded | None]:
     """version -> (manifest, transaction); None where the manifest vanished meanwhile."""
 
-    def one(loc):
+    def one(loc: ManifestLocation) -> tuple[int, _Loaded | None]:
         try:
             mf = read_manifest(store, loc.path)
         except (ObjectNotFoundError, FileNotFoundError):
@@ -246,7 +270,7 @@ def _load(store, base: str, locs: list) -> dict[int, tuple[ManifestFile, object]
     return dict(_parallel_map(store, one, locs))
 
 
-def _advance(store, base: str, latest: int, before: LedgerState) -> None:
+def _advance(store: ObjectStore, base: str, latest: int, before: LedgerState) -> None:
     """Move the coverage mark after a scan recorded every keyed version up to ``latest``, and
     drop the marks it supersedes (best effort: the highest mark wins anyway)."""
     try:
@@ -268,7 +292,7 @@ def _unknown(uri: str, key: str, kind: str, ranges: list[tuple[int, int]]) -> Id
         "accept the gap for good with `lance-ops keys URI --accept-lost` (lance_ops.table.commit.idempotency.accept_lost)")
 
 
-def _read_any(store, base: str, kinds: tuple[str, ...], key: str) -> KeyRecord | None:
+def _read_any(store: ObjectStore, base: str, kinds: tuple[str, ...], key: str) -> KeyRecord | None:
     for kind in kinds:
         rec = read_record(store, base, kind, key)
         if rec is not None:
@@ -276,7 +300,9 @@ def _read_any(store, base: str, kinds: tuple[str, ...], key: str) -> KeyRecord |
     return None
 
 
-def lookup(store, base: str, key: str, kind: str | Iterable[str], *, since: int = 0) -> KeyRecord | None:
+def lookup(
+    store: ObjectStore, base: str, key: str, kind: str | Iterable[str], *, since: int = 0
+) -> KeyRecord | None:
     """The record of the version that first committed (``kind``, ``key``), or None if it never did.
 
     ``kind`` may be several kinds (the first found wins). ``since``: the step cannot have
@@ -349,7 +375,9 @@ def lookup(store, base: str, key: str, kind: str | Iterable[str], *, since: int 
         "running at the same time?); nothing was committed, retry the step")
 
 
-def find_in_versions(store, base: str, key: str, kind: str | None, first: int, last: int) -> ManifestFile | None:
+def find_in_versions(
+    store: ObjectStore, base: str, key: str, kind: str | None, first: int, last: int
+) -> ManifestFile | None:
     """The newest version in ``first..last`` (both included) committed with ``key`` (of ``kind``;
     any kind when None). The commit loop's check of versions that landed while it worked."""
     for version in range(last, first - 1, -1):
@@ -367,7 +395,7 @@ def find_in_versions(store, base: str, key: str, kind: str | None, first: int, l
     return None
 
 
-def manifest_of(store, base: str, rec: KeyRecord) -> ManifestFile | None:
+def manifest_of(store: ObjectStore, base: str, rec: KeyRecord) -> ManifestFile | None:
     """The manifest of the recorded version, if it is still retained."""
     loc = locate.find_version(store, base, rec.version)
     if loc is None:
@@ -378,7 +406,9 @@ def manifest_of(store, base: str, rec: KeyRecord) -> ManifestFile | None:
         return None
 
 
-def find_committed(store, base: str, key: str, *, kind: str | None = None) -> ManifestFile | None:
+def find_committed(
+    store: ObjectStore, base: str, key: str, *, kind: str | None = None
+) -> ManifestFile | None:
     """The retained manifest of the version that committed with ``key`` (of ``kind``; any kind
     when None), else None: the public lookup for callers above the table layer (Airflow
     operators). The ledger covers every version, removed ones too; see :func:`lookup`."""
@@ -387,7 +417,7 @@ def find_committed(store, base: str, key: str, *, kind: str | None = None) -> Ma
 
 
 # --- cleanup's guarantee --------------------------------------------------------------------------
-def carry_forward(store, base: str, manifests: Mapping[int, ManifestFile]) -> int:
+def carry_forward(store: ObjectStore, base: str, manifests: Mapping[int, ManifestFile]) -> int:
     """Before cleanup deletes manifests: record every keyed version of ``manifests`` (all listed
     versions) above the ``covered`` mark, mark versions missing above it as lost, and move the
     mark to the newest version. Raises on any store failure (cleanup then deletes nothing).
@@ -424,7 +454,7 @@ def carry_forward(store, base: str, manifests: Mapping[int, ManifestFile]) -> in
     return written
 
 
-def accept_lost(store, base: str) -> list[tuple[int, int]]:
+def accept_lost(store: ObjectStore, base: str) -> list[tuple[int, int]]:
     """Forget the lost ranges (the operator checked that no step keyed there will be re-run) and
     cover every version now listed; returns the ranges that were forgotten."""
     locs = naming.list_versions(store, base)
@@ -443,7 +473,7 @@ def accept_lost(store, base: str) -> list[tuple[int, int]]:
     return state.lost
 
 
-def ledger_summary(store, base: str) -> dict:
+def ledger_summary(store: ObjectStore, base: str) -> dict[str, Any]:
     """For ``inspect``: the coverage mark and lost ranges."""
     state = read_state(store, base)
     return {"covered_through_version": state.covered, "lost_versions": [list(r) for r in state.lost]}

@@ -8,17 +8,22 @@ loop, cleanup, idempotency, tags and dataset open call, so naming stays pure nam
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lance_ops.table.commit import dynamodb
 from lance_ops.table.manifest import naming
 from lance_ops.table.manifest.naming import ManifestLocation, NamingScheme
 
+if TYPE_CHECKING:
+    from lance_ops.io import ObjectStore
 
-def has_external_store(store) -> bool:
+
+def has_external_store(store: ObjectStore) -> bool:
     """Whether ``store`` commits through a DynamoDB external manifest store (``s3+ddb://``)."""
     return store.external_manifest_table is not None
 
 
-def latest_version(store, base: str, *, known: int | None = None) -> ManifestLocation | None:
+def latest_version(store: ObjectStore, base: str, *, known: int | None = None) -> ManifestLocation | None:
     """The newest committed version's manifest, or None if the dataset has none.
 
     Without an external store this is :func:`naming.latest_version` (an empty listing is
@@ -31,7 +36,7 @@ def latest_version(store, base: str, *, known: int | None = None) -> ManifestLoc
     return dynamodb.latest_location(store, base, listed, scheme != NamingScheme.V1)
 
 
-def find_version(store, base: str, version: int) -> ManifestLocation | None:
+def find_version(store: ObjectStore, base: str, version: int) -> ManifestLocation | None:
     """The manifest of ``version``, or None if that version does not exist.
 
     With an external store the DynamoDB item is asked first, then the two possible names are

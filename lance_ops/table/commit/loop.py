@@ -29,6 +29,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 import numpy as np
 
@@ -68,6 +69,11 @@ from lance_ops.table.manifest.builder import build_manifest
 from lance_ops.table.paths import check_message_paths
 from lance_ops.table.commit.transaction_file import load_transaction, write_transaction_file
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lance_ops.io import ObjectStore
+
 log = logging.getLogger(__name__)
 
 #: failed manifest writes (not found afterwards) retried at the same version before giving up
@@ -100,7 +106,7 @@ class CommitContext:
     deleted_offsets: dict[int, np.ndarray] = field(default_factory=dict)
     #: legacy (v0.1) datasets: field id -> dictionary values of the schema the commit writes
     #: (needed by an Overwrite with dictionary fields; other operations keep the current values)
-    dictionaries: dict | None = None
+    dictionaries: dict[int, pa.Array] | None = None
 
 
 def _backoff(options: CommitOptions, attempt: int) -> None:
@@ -112,7 +118,9 @@ def _fragment_map(manifest: table_pb2.Manifest | None) -> dict[int, table_pb2.Da
     return {} if manifest is None else {f.id: f for f in manifest.fragments}
 
 
-def _their_deletions(store, base, ours, theirs) -> dict[int, np.ndarray]:
+def _their_deletions(
+    store: ObjectStore, base: str, ours: transaction_pb2.Transaction, theirs: transaction_pb2.Transaction | None
+) -> dict[int, np.ndarray]:
     """For a committed Delete: fragment id -> every offset deleted in the fragments both touch.
 
     Our new offsets were live at our read version, so they overlap the other delete's iff they
@@ -130,7 +138,8 @@ def _their_deletions(store, base, ours, theirs) -> dict[int, np.ndarray]:
     return out
 
 
-def _rebase_deletions(store, base, txn, latest: table_pb2.Manifest, fragment_ids, ctx: CommitContext) -> None:
+def _rebase_deletions(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, latest: table_pb2.Manifest,
+                      fragment_ids: set[int], ctx: CommitContext) -> None:
     """Merge our new deletions into the newest deletion vectors of ``fragment_ids``."""
     current = _fragment_map(latest)
     d = txn.delete
@@ -156,7 +165,7 @@ def _rebase_deletions(store, base, txn, latest: table_pb2.Manifest, fragment_ids
     d.updated_fragments.extend(keep)
 
 
-def _txn_uuid(mf: ManifestFile, txn) -> str | None:
+def _txn_uuid(mf: ManifestFile, txn: transaction_pb2.Transaction | None) -> str | None:
     """The uuid of the transaction that produced ``mf`` (inline copy, else its file's name)."""
     if txn is not None and txn.uuid:
         return txn.uuid
@@ -164,7 +173,7 @@ def _txn_uuid(mf: ManifestFile, txn) -> str | None:
     return parsed[1] if parsed else None
 
 
-def _schema_key(manifest: table_pb2.Manifest) -> list:
+def _schema_key(manifest: table_pb2.Manifest) -> list[tuple[int, int, str, str]]:
     return [(f.id, f.parent_id, f.name, f.logical_type) for f in manifest.fields]
 
 
@@ -173,7 +182,8 @@ def _index_ids(mf: ManifestFile) -> set[bytes]:
     return set() if section is None else {bytes(i.uuid.uuid) for i in section.indices}
 
 
-def _check_gap(store, base, txn, ctx: CommitContext, before: ManifestFile, after: ManifestFile) -> conflicts.Outcome:
+def _check_gap(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ctx: CommitContext,
+               before: ManifestFile, after: ManifestFile) -> conflicts.Outcome:
     """Verdict for committing ``txn`` on ``after`` when versions between ``before`` and ``after``
     were removed (by cleanup) and their transactions cannot be read.
 
@@ -223,8 +233,8 @@ def _check_gap(store, base, txn, ctx: CommitContext, before: ManifestFile, after
     return conflicts.Outcome(conflicts.Verdict.OK)
 
 
-def _apply(store, base, txn, ctx: CommitContext, outcome: conflicts.Outcome, theirs_file: ManifestFile,
-           version: int) -> None:
+def _apply(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ctx: CommitContext,
+           outcome: conflicts.Outcome, theirs_file: ManifestFile, version: int) -> None:
     if outcome.verdict == conflicts.Verdict.INCOMPATIBLE:
         raise CommitConflictError(
             f"{store.uri(base)}: commit conflicts with version {version}: {outcome.reason}"
@@ -249,7 +259,8 @@ class _State:
     store_failures: int = 0
 
 
-def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None, latest_version: int,
+def _catch_up(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ctx: CommitContext,
+              current: ManifestFile | None, latest_version: int,
               state: _State | None = None) -> tuple[ManifestFile | None, ManifestFile | None]:
     """Check every version after ``current`` up to ``latest_version``.
 
@@ -286,7 +297,7 @@ def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None
                 theirs_file = read_manifest(store, loc.path)
             except ObjectNotFoundError:
                 theirs_file = None
-        if theirs_file is None:
+        if theirs_file is None or loc is None:  # (loc is None implies theirs_file is None)
             if version == uncertain:
                 raise CommitOutcomeUnknownError(
                     f"{store.uri(base)}: version {version}, which this commit may have written, was removed "
@@ -300,7 +311,7 @@ def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None
         theirs = load_transaction(store, base, theirs_file)
         if _txn_uuid(theirs_file, theirs) == txn.uuid:
             return theirs_file, theirs_file  # ours landed (an earlier attempt's response was lost)
-        if version == uncertain:
+        if version == uncertain and state is not None:  # (uncertain is None without a state)
             state.uncertain = uncertain = None  # read, and not ours
         try:
             if current is not None and gap:
@@ -330,8 +341,8 @@ def _catch_up(store, base, txn, ctx: CommitContext, current: ManifestFile | None
         version += 1
 
 
-def _new_dictionaries(txn, current: ManifestFile | None, restored: ManifestFile | None,
-                      ctx: CommitContext) -> dict:
+def _new_dictionaries(txn: transaction_pb2.Transaction, current: ManifestFile | None,
+                      restored: ManifestFile | None, ctx: CommitContext) -> dict[int, pa.Array]:
     """Dictionary values the new version's manifest file carries (legacy datasets only).
 
     They belong to the schema: an Overwrite brings its own (``ctx.dictionaries``, from the data it
@@ -339,7 +350,7 @@ def _new_dictionaries(txn, current: ManifestFile | None, restored: ManifestFile 
     """
     op = txn.WhichOneof("operation")
     if op == "overwrite":
-        inherited: dict = {}
+        inherited: Mapping[int, pa.Array] = {}
     elif op == "restore":
         inherited = restored.dictionaries if restored is not None else {}
     else:
@@ -354,7 +365,7 @@ class _Landed(enum.Enum):
     UNKNOWN = "unknown"    # it could not be read: it may or may not be ours
 
 
-def _check_landed(store, path: str, txn_uuid: str) -> tuple[_Landed, ManifestFile | None]:
+def _check_landed(store: ObjectStore, path: str, txn_uuid: str) -> tuple[_Landed, ManifestFile | None]:
     """Whether the manifest at ``path`` (our ambiguous write) is ours. A failed or truncated read
     is UNKNOWN, never "not ours": treating it as a lost race would commit the transaction twice."""
     for attempt in range(_CHECK_READS):
@@ -372,7 +383,9 @@ def _check_landed(store, path: str, txn_uuid: str) -> tuple[_Landed, ManifestFil
     return _Landed.UNKNOWN, None
 
 
-def _publish(store, base, version, path, manifest, txn, v2: bool, index_section=None, dictionaries=None) -> int:
+def _publish(store: ObjectStore, base: str, version: int, path: str, manifest: table_pb2.Manifest,
+             txn: transaction_pb2.Transaction, v2: bool, index_section: table_pb2.IndexSection | None = None,
+             dictionaries: Mapping[int, pa.Array] | None = None) -> int:
     """Write the manifest so that exactly one writer can own ``version``."""
     if locate.has_external_store(store):
         from lance_ops.table.commit import dynamodb
@@ -383,7 +396,8 @@ def _publish(store, base, version, path, manifest, txn, v2: bool, index_section=
     return write_manifest(store, path, manifest, txn, index_section, dictionaries=dictionaries)
 
 
-def _carried_indices(txn, current: ManifestFile | None, restored: ManifestFile | None):
+def _carried_indices(txn: transaction_pb2.Transaction, current: ManifestFile | None,
+                     restored: ManifestFile | None) -> table_pb2.IndexSection | None:
     """The index section the new version keeps: indices survive every op but Overwrite/Restore."""
     op = txn.WhichOneof("operation")
     if op == "overwrite":
@@ -393,7 +407,7 @@ def _carried_indices(txn, current: ManifestFile | None, restored: ManifestFile |
     return current.index_section if current is not None else None
 
 
-def _new_fragments(txn: transaction_pb2.Transaction):
+def _new_fragments(txn: transaction_pb2.Transaction) -> Iterator[table_pb2.DataFragment]:
     op = txn.WhichOneof("operation")
     if op == "append":
         yield from txn.append.fragments
@@ -407,7 +421,7 @@ def _new_fragments(txn: transaction_pb2.Transaction):
         yield from txn.update.new_fragments
 
 
-def _check_data_file_versions(manifest, txn: transaction_pb2.Transaction, where: str) -> None:
+def _check_data_file_versions(manifest: table_pb2.Manifest, txn: transaction_pb2.Transaction, where: str) -> None:
     """Refuse (before anything of the commit is written) new data files whose format version is
     not the dataset's: pylance cannot open a dataset mixing them ("mixed data-file-version
     capability is not enabled")."""
@@ -426,8 +440,9 @@ def _check_data_file_versions(manifest, txn: transaction_pb2.Transaction, where:
                     "was committed.")
 
 
-def _attempt(store, base, txn, ctx: CommitContext, options: CommitOptions, state: _State, restored,
-             restored_file, key, v2: bool, attempt: int) -> ManifestFile | None:
+def _attempt(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ctx: CommitContext,
+             options: CommitOptions, state: _State, restored: table_pb2.Manifest | None,
+             restored_file: ManifestFile | None, key: str | None, v2: bool, attempt: int) -> ManifestFile | None:
     """One commit attempt: the committed (or found) version, or None to try again."""
     current = state.current
     latest = locate.latest_version(store, base, known=current.version if current is not None else None)
@@ -509,7 +524,7 @@ def _attempt(store, base, txn, ctx: CommitContext, options: CommitOptions, state
 
 
 def commit_transaction(
-    store,
+    store: ObjectStore,
     base: str,
     transaction: transaction_pb2.Transaction,
     ctx: CommitContext,

@@ -23,12 +23,16 @@ import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import AlreadyExistsError, LanceOpsError, ObjectNotFoundError, StagedResultError
 from lance_ops.table.manifest import naming
 from lance_ops.table.paths import resolve_inside
+
+if TYPE_CHECKING:
+    from lance_ops.io import ObjectStore
 
 STAGING_DIR = "_staging"
 _KEY_RE = re.compile(r"^[A-Za-z0-9._=+-]{1,200}$")
@@ -44,17 +48,21 @@ def sanitize_key(raw: str) -> str:
     return cleaned
 
 
-def staged_path(store, base: str, key: str) -> str:
+def staged_path(store: ObjectStore, base: str, key: str) -> str:
+    """``base/_staging/{key}.json``; LanceOpsError unless ``key`` is already file-name safe
+    (see :func:`sanitize_key`), so a key can never lead outside ``_staging/``."""
     if not _KEY_RE.match(key):
         raise LanceOpsError(f"invalid staging key {key!r}: use sanitize_key() first")
     return store.join(base, STAGING_DIR, f"{key}.json")
 
 
 def fragment_to_b64(fragment: table_pb2.DataFragment) -> str:
+    """A fragment as base64 text of its deterministic protobuf bytes (how staged JSON holds it)."""
     return base64.b64encode(fragment.SerializeToString(deterministic=True)).decode()
 
 
 def fragment_from_b64(text: str) -> table_pb2.DataFragment:
+    """The fragment :func:`fragment_to_b64` wrote."""
     frag = table_pb2.DataFragment()
     frag.ParseFromString(base64.b64decode(text))
     return frag
@@ -80,6 +88,8 @@ class StagedResult:
     committed_version: int | None = None
 
     def to_json(self) -> str:
+        """The staged file's content: sorted-key JSON, fragments as base64 protobuf;
+        ``committed_version`` only once the result is committed."""
         extra = {} if self.committed_version is None else {"committed_version": int(self.committed_version)}
         return json.dumps({
             **extra,
@@ -96,6 +106,7 @@ class StagedResult:
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "<staged result>") -> "StagedResult":
+        """Parse what :meth:`to_json` wrote; LanceOpsError naming ``where`` if it is not a staged result."""
         try:
             raw = json.loads(text)
             return cls(
@@ -128,20 +139,24 @@ def staged_fragments(result: StagedResult) -> list[table_pb2.DataFragment]:
     return out
 
 
-def _parallel(store, fn, items: list) -> list:
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def _parallel(store: ObjectStore, fn: Callable[[_T], _R], items: list[_T]) -> list[_R]:
     if len(items) <= 4 or getattr(store, "scheme", "") == "file":
         return [fn(i) for i in items]
     with ThreadPoolExecutor(max_workers=min(8, len(items)), thread_name_prefix="lance-ops-stage") as pool:
         return list(pool.map(fn, items))
 
 
-def _data_file(store, base: str, result: StagedResult, df) -> str:
+def _data_file(store: ObjectStore, base: str, result: StagedResult, df: table_pb2.DataFile) -> str:
     """The store path of a staged data file; UnsafePathError if it would lead outside the dataset."""
     return resolve_inside(store, base, df.path, under=(naming.DATA_DIR,), what="data file path",
                           where=store.uri(staged_path(store, base, result.key)))
 
 
-def record_file_sizes(store, base: str, result: StagedResult) -> None:
+def record_file_sizes(store: ObjectStore, base: str, result: StagedResult) -> None:
     """Fill in ``file_size_bytes`` of data files staged without it (read from the store)."""
     missing = [df for frag in result.fragments for df in frag.files if not df.file_size_bytes]
     paths = [_data_file(store, base, result, df) for df in missing]
@@ -150,7 +165,7 @@ def record_file_sizes(store, base: str, result: StagedResult) -> None:
         df.file_size_bytes = size
 
 
-def check_staged_files(store, base: str, result: StagedResult) -> int:
+def check_staged_files(store: ObjectStore, base: str, result: StagedResult) -> int:
     """Refuse (StagedResultError, naming the first missing or resized file) a result whose data
     files are not all there with their recorded sizes; returns the number of files checked."""
     files = [df for frag in staged_fragments(result) for df in frag.files]
@@ -176,7 +191,7 @@ def check_staged_files(store, base: str, result: StagedResult) -> int:
     return len(files)
 
 
-def write_staged(store, base: str, result: StagedResult, *, overwrite: bool = False) -> str:
+def write_staged(store: ObjectStore, base: str, result: StagedResult, *, overwrite: bool = False) -> str:
     """Store ``result`` under its key (recording its data files' sizes); AlreadyExistsError if
     the key was staged before."""
     path = staged_path(store, base, result.key)
@@ -192,7 +207,9 @@ def write_staged(store, base: str, result: StagedResult, *, overwrite: bool = Fa
     return path
 
 
-def read_staged(store, base: str, key: str) -> StagedResult:
+def read_staged(store: ObjectStore, base: str, key: str) -> StagedResult:
+    """The result staged under ``key``; ObjectNotFoundError if nothing is, LanceOpsError if the
+    file does not parse."""
     path = staged_path(store, base, key)
     try:
         data = store.read(path)
@@ -201,7 +218,7 @@ def read_staged(store, base: str, key: str) -> StagedResult:
     return StagedResult.from_json(data, store.uri(path))
 
 
-def mark_committed(store, base: str, key: str, version: int) -> bool:
+def mark_committed(store: ObjectStore, base: str, key: str, version: int) -> bool:
     """Mark the result staged under ``key`` as committed at ``version`` (no-op if it is gone or
     already marked); True when a mark was written."""
     try:
@@ -222,11 +239,11 @@ class StageInfo:
     key: str
     path: str
     size: int
-    last_modified: Any
+    last_modified: datetime
     result: StagedResult | None
 
 
-def list_staged(store, base: str) -> list[StageInfo]:
+def list_staged(store: ObjectStore, base: str) -> list[StageInfo]:
     """Every staged result under ``_staging/`` (compaction plans ``*.plan.json`` excluded)."""
     out = []
     for info in store.list_dir(store.join(base, STAGING_DIR)):

@@ -6,6 +6,8 @@ footer). It is written before the manifest of each commit attempt and named in
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from google.protobuf.message import DecodeError
 
 from lance_ops._proto import transaction_pb2
@@ -14,8 +16,12 @@ from lance_ops.table.manifest import naming
 from lance_ops.table.manifest.codec import check_wire_types, serialize_like_upstream
 from lance_ops.table.paths import resolve_inside
 
+if TYPE_CHECKING:
+    from lance_ops.io import ObjectStore
+    from lance_ops.table.manifest.codec import ManifestFile
 
-def transaction_file_path(store, base: str, name: str) -> str:
+
+def transaction_file_path(store: ObjectStore, base: str, name: str) -> str:
     """Full store path of the transaction file ``name`` (relative to ``_transactions/``)."""
     return resolve_inside(store, base, name, under=(naming.TRANSACTIONS_DIR,), what="transaction file name",
                           where=store.uri(base))
@@ -27,6 +33,8 @@ def encode_transaction(transaction: transaction_pb2.Transaction) -> bytes:
 
 
 def decode_transaction(data: bytes, path: str = "<transaction>") -> transaction_pb2.Transaction:
+    """Parse raw Transaction bytes (a ``.txn`` file's content); CorruptFileError naming ``path``
+    if they do not decode or a known field has the wrong wire type (a flipped bit must not pass)."""
     txn = transaction_pb2.Transaction()
     try:
         txn.ParseFromString(bytes(data))
@@ -36,7 +44,7 @@ def decode_transaction(data: bytes, path: str = "<transaction>") -> transaction_
     return txn
 
 
-def write_transaction_file(store, base: str, transaction: transaction_pb2.Transaction) -> str:
+def write_transaction_file(store: ObjectStore, base: str, transaction: transaction_pb2.Transaction) -> str:
     """Write ``transaction`` to ``_transactions/`` and return its file name.
 
     The name is ``{read_version}-{uuid}.txn`` from the transaction's own fields; a transaction
@@ -50,7 +58,7 @@ def write_transaction_file(store, base: str, transaction: transaction_pb2.Transa
     return name
 
 
-def read_transaction_file(store, base: str, name: str) -> transaction_pb2.Transaction:
+def read_transaction_file(store: ObjectStore, base: str, name: str) -> transaction_pb2.Transaction:
     """Read the transaction file ``name``; ObjectNotFoundError if it is missing."""
     path = transaction_file_path(store, base, name)
     txn = decode_transaction(store.read(path), path)
@@ -63,7 +71,9 @@ def read_transaction_file(store, base: str, name: str) -> transaction_pb2.Transa
     return txn
 
 
-def load_transaction(store, base: str, manifest_file) -> transaction_pb2.Transaction | None:
+def load_transaction(
+    store: ObjectStore, base: str, manifest_file: ManifestFile
+) -> transaction_pb2.Transaction | None:
     """The transaction that produced a version, or None if it cannot be found.
 
     Uses the inline copy of the manifest if present, otherwise the file named in

@@ -131,7 +131,7 @@ class SqlCompiler:
     top-level columns the text reads.
     """
 
-    def __init__(self, sql: str, schema: pa.Schema, what: str = "filter"):
+    def __init__(self, sql: str, schema: pa.Schema, what: str = "filter") -> None:
         self.what = what
         self.sql = sql
         self.fields = {f.name: f for f in with_specials(schema)}

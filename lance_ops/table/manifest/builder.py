@@ -8,6 +8,7 @@ it builds a manifest. It is run again on every commit retry, on top of the newes
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, MutableMapping
 
 from google.protobuf import unknown_fields
 
@@ -42,7 +43,8 @@ def _assign_row_ids(fragment: table_pb2.DataFragment, next_row_id: int, version:
 
 
 def _add_new_fragments(
-    out: table_pb2.Manifest, fragments, start_id: int, stable: bool, version: int
+    out: table_pb2.Manifest, fragments: Iterable[table_pb2.DataFragment], start_id: int, stable: bool,
+    version: int,
 ) -> int:
     """Append copies of ``fragments`` with ids from ``start_id``; returns the next free id."""
     next_id = start_id
@@ -56,7 +58,13 @@ def _add_new_fragments(
     return next_id
 
 
-def _replace_groups(out: table_pb2.Manifest, groups, next_id: int, stable: bool, version: int) -> int:
+def _replace_groups(
+    out: table_pb2.Manifest,
+    groups: Iterable[transaction_pb2.Transaction.RewriteGroup],
+    next_id: int,
+    stable: bool,
+    version: int,
+) -> int:
     """Rewrite: each group's old fragments are replaced by its new fragments (the manifest is
     ordered by fragment id afterwards, as pylance orders it)."""
     position_of = {f.id: i for i, f in enumerate(out.fragments)}
@@ -93,7 +101,7 @@ def _replace_groups(out: table_pb2.Manifest, groups, next_id: int, stable: bool,
     return next_id
 
 
-def _apply_update_map(target, update: transaction_pb2.Transaction.UpdateMap) -> None:
+def _apply_update_map(target: MutableMapping[str, str], update: transaction_pb2.Transaction.UpdateMap) -> None:
     if update.replace:
         target.clear()
     for entry in update.update_entries:

@@ -34,17 +34,20 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field as dc_field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping, TypeVar
 
 import numpy as np
 import pyarrow as pa
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from lance_ops.format.version import FileVersion
-from lance_ops._proto import table_pb2, transaction_pb2
+from lance_ops._proto import file_pb2, table_pb2, transaction_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError
 from lance_ops.format.proto_wire import serialize_like_upstream
 from lance_ops.table import versions
+
+if TYPE_CHECKING:
+    from lance_ops.io import ObjectStore
 
 MAGIC = b"LANC"
 MAJOR_VERSION = 0
@@ -73,6 +76,7 @@ class ManifestFile:
 
     @property
     def version(self) -> int:
+        """The table version this manifest describes (``manifest.version``)."""
         return self.manifest.version
 
 
@@ -88,14 +92,14 @@ def is_legacy(manifest: table_pb2.Manifest) -> bool:
     return FileVersion.is_legacy_manifest_text(manifest.data_format.version)
 
 
-def dictionary_fields(manifest: table_pb2.Manifest) -> list:
+def dictionary_fields(manifest: table_pb2.Manifest) -> list[file_pb2.Field]:
     """The fields whose values the manifest file stores, in the order they are written (by id)."""
     if not is_legacy(manifest):
         return []
     return sorted((f for f in manifest.fields if f.logical_type.startswith("dict:")), key=lambda f: f.id)
 
 
-def _value_type(f) -> pa.DataType:
+def _value_type(f: file_pb2.Field) -> pa.DataType:
     from lance_ops.schema import parse_logical_type
 
     return parse_logical_type(f.logical_type).value_type
@@ -112,7 +116,8 @@ def place_dictionaries(manifest: table_pb2.Manifest, dictionaries: Mapping[int, 
     from lance_ops.format.legacy.decode import is_binary_like
 
     fields = dictionary_fields(manifest)
-    missing = [f"{f.name} (id {f.id})" for f in fields if (dictionaries or {}).get(f.id) is None]
+    given: Mapping[int, pa.Array] = dictionaries or {}
+    missing = [f"{f.name} (id {f.id})" for f in fields if given.get(f.id) is None]
     if missing:
         raise UnsupportedError(
             f"the dictionary values of {missing} are unknown: a legacy (v0.1) manifest must carry "
@@ -121,7 +126,7 @@ def place_dictionaries(manifest: table_pb2.Manifest, dictionaries: Mapping[int, 
     pos = 0
     for f in fields:
         vt = _value_type(f)
-        values = dictionaries[f.id]
+        values = given[f.id]
         if isinstance(values, pa.ChunkedArray):
             values = values.combine_chunks()
         elif not isinstance(values, pa.Array):
@@ -168,10 +173,10 @@ def decode_dictionaries(manifest: table_pb2.Manifest, data: bytes, end: int | No
             else:
                 layout = dec.plain_layout(vt)
                 s, e = np.zeros(1, np.int64), np.array([n], np.int64)
-                lo, hi = dec.plain_byte_range(layout, s, e)
-                if off < 0 or n < 0 or off + int(hi[0]) > end:
+                starts, ends = dec.plain_byte_range(layout, s, e)
+                if off < 0 or n < 0 or off + int(ends[0]) > end:
                     raise ValueError("values run outside the file body")
-                values = dec.decode_plain(layout, [data[off + int(lo[0]):off + int(hi[0])]], s, e)
+                values = dec.decode_plain(layout, [data[off + int(starts[0]):off + int(ends[0])]], s, e)
         except (ValueError, TypeError, pa.ArrowException) as exc:
             raise CorruptFileError(path, f"{where}: {exc}") from None
         out[f.id] = values
@@ -236,7 +241,10 @@ def _read_section(data: bytes, offset: int, end: int, path: str, what: str) -> b
     return data[offset + 4 : offset + 4 + length]
 
 
-def _parse(message, blob: bytes, path: str, what: str, keep_unknown: bool = False):
+_M = TypeVar("_M", bound=Message)
+
+
+def _parse(message: _M, blob: bytes, path: str, what: str, keep_unknown: bool = False) -> _M:
     try:
         message.ParseFromString(blob)
     except (DecodeError, RuntimeError, ValueError) as e:
@@ -245,7 +253,7 @@ def _parse(message, blob: bytes, path: str, what: str, keep_unknown: bool = Fals
     return message
 
 
-def check_wire_types(message, blob: bytes, path: str, what: str, keep_unknown: bool = False) -> None:
+def check_wire_types(message: Message, blob: bytes, path: str, what: str, keep_unknown: bool = False) -> None:
     """CorruptFileError if a known field of ``message`` (parsed from ``blob``) came with the wrong
     wire type.
 
@@ -274,7 +282,7 @@ def check_wire_types(message, blob: bytes, path: str, what: str, keep_unknown: b
         raise CorruptFileError(path, f"{what} protobuf does not decode: {bad}")
 
 
-def _misplaced_field(message, where: str = "") -> str | None:
+def _misplaced_field(message: Message, where: str = "") -> str | None:
     """The first known field of ``message`` (recursively) stored with the wrong wire type."""
     from google.protobuf.unknown_fields import UnknownFieldSet
 
@@ -368,7 +376,7 @@ def check_fragments(mf: ManifestFile, where: str, stable_row_ids: bool) -> None:
                 where, f"stable row ids are enabled but fragments {missing[:10]} have no row-id sequence")
 
 
-def manifest_schema(mf: ManifestFile, store=None) -> pa.Schema:
+def manifest_schema(mf: ManifestFile, store: ObjectStore | None = None) -> pa.Schema:
     """The Arrow schema of a manifest; a field list that does not convert (an unknown logical
     type, parent ids that do not point at an earlier field) raises with the manifest named."""
     from lance_ops.schema import from_lance_fields
@@ -390,7 +398,7 @@ def manifest_schema(mf: ManifestFile, store=None) -> pa.Schema:
         raise CorruptFileError(where, f"schema does not convert: {type(exc).__name__}: {exc}") from exc
 
 
-def read_manifest(store, path: str) -> ManifestFile:
+def read_manifest(store: ObjectStore, path: str) -> ManifestFile:
     """Read and decode the manifest at ``path``: one 64 KiB tail read, then the rest if needed."""
     tail, size = store.read_tail(path, PREFETCH_SIZE)
     if size > len(tail):
@@ -402,7 +410,7 @@ def read_manifest(store, path: str) -> ManifestFile:
 
 
 def write_manifest(
-    store,
+    store: ObjectStore,
     path: str,
     manifest: table_pb2.Manifest,
     transaction: transaction_pb2.Transaction | None = None,

@@ -5,7 +5,12 @@ understand. Flags are recomputed from the manifest content on every commit.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lance_ops.errors import UnsupportedError
+
+if TYPE_CHECKING:
+    from lance_ops._proto import table_pb2
 
 #: fragments may have deletion files (reader + writer)
 FLAG_DELETION_FILES = 1
@@ -57,12 +62,12 @@ def describe_flags(flags: int) -> str:
     return ", ".join(parts) or "none"
 
 
-def _fragment_has_row_ids(fragment) -> bool:
+def _fragment_has_row_ids(fragment: table_pb2.DataFragment) -> bool:
     return fragment.WhichOneof("row_id_sequence") is not None
 
 
 def compute_flags(
-    manifest,
+    manifest: table_pb2.Manifest,
     *,
     stable_row_ids: bool | None = None,
     disable_transaction_file: bool = False,
@@ -104,9 +109,16 @@ def compute_flags(
     return reader, writer
 
 
-def apply_flags(manifest, **kwargs) -> tuple[int, int]:
+def apply_flags(
+    manifest: table_pb2.Manifest,
+    *,
+    stable_row_ids: bool | None = None,
+    disable_transaction_file: bool = False,
+) -> tuple[int, int]:
     """Compute the flags (see :func:`compute_flags`) and store them on ``manifest``."""
-    reader, writer = compute_flags(manifest, **kwargs)
+    reader, writer = compute_flags(
+        manifest, stable_row_ids=stable_row_ids, disable_transaction_file=disable_transaction_file
+    )
     manifest.reader_feature_flags = reader
     manifest.writer_feature_flags = writer
     return reader, writer
@@ -133,8 +145,10 @@ def check_writer_flags(flags: int, path: str = "<dataset>") -> None:
 
 
 def can_read(flags: int) -> bool:
+    """Whether lance_ops understands every reader feature in ``flags`` (the non-raising check)."""
     return not (int(flags) & ~SUPPORTED_READER_FLAGS)
 
 
 def can_write(flags: int) -> bool:
+    """Whether lance_ops understands every writer feature in ``flags`` (the non-raising check)."""
     return not (int(flags) & ~SUPPORTED_WRITER_FLAGS)

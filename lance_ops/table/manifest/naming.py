@@ -25,9 +25,13 @@ import re
 import time
 import uuid as _uuid
 from datetime import datetime, timezone
-from typing import Iterable, NamedTuple
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
 from lance_ops.errors import ObjectNotFoundError, StorageError, UnsupportedError
+
+if TYPE_CHECKING:
+    from lance_ops._proto import table_pb2
+    from lance_ops.io.base import ObjectStore
 
 U64_MAX = (1 << 64) - 1
 #: versions with this bit set are "detached" (not part of the main history)
@@ -89,6 +93,11 @@ def _basename(path: str) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
+def basename(path: str) -> str:
+    """The last component of a listed path (``/`` or ``\\`` separated): the name to match on."""
+    return _basename(path)
+
+
 def parse_manifest_name(name: str) -> tuple[int, NamingScheme] | None:
     """``(version, scheme)`` for a committed manifest file name, else None.
 
@@ -124,7 +133,7 @@ def _scheme_of(entries: Iterable[ManifestLocation], where: str) -> NamingScheme 
     return next(iter(schemes), None)
 
 
-def list_versions(store, base: str) -> list[ManifestLocation]:
+def list_versions(store: ObjectStore, base: str) -> list[ManifestLocation]:
     """Every committed manifest under ``base/_versions``, sorted by version (ascending).
 
     Both schemes are returned as found; use :func:`detect_scheme` to refuse mixtures.
@@ -140,7 +149,7 @@ def list_versions(store, base: str) -> list[ManifestLocation]:
     return out
 
 
-def detect_scheme(store, base: str) -> NamingScheme | None:
+def detect_scheme(store: ObjectStore, base: str) -> NamingScheme | None:
     """The naming scheme used by the dataset at ``base`` (None if it has no manifests).
 
     Raises :class:`~lance_ops.errors.UnsupportedError` ("mixed V1 and V2 manifest naming") if
@@ -155,7 +164,7 @@ EMPTY_LISTING_RETRIES = 3
 _TXN_PROBES = 3
 
 
-def _evidence_of_versions(store, base: str, known: int | None) -> str | None:
+def _evidence_of_versions(store: ObjectStore, base: str, known: int | None) -> str | None:
     """Why the dataset at ``base`` must have versions although ``_versions/`` listed empty.
 
     Listings are not trusted to prove absence (an object store can answer one with nothing):
@@ -184,7 +193,7 @@ def _evidence_of_versions(store, base: str, known: int | None) -> str | None:
     return None
 
 
-def _list_versions_trusting_no_absence(store, base: str, known: int | None) -> list[ManifestLocation]:
+def _list_versions_trusting_no_absence(store: ObjectStore, base: str, known: int | None) -> list[ManifestLocation]:
     """:func:`list_versions`; an empty answer is checked (and the listing retried) before it is
     believed. Raises :class:`~lance_ops.errors.StorageError` if the dataset evidently exists but
     every listing came back empty."""
@@ -205,7 +214,7 @@ def _list_versions_trusting_no_absence(store, base: str, known: int | None) -> l
     )
 
 
-def latest_listed(store, base: str) -> tuple[ManifestLocation | None, NamingScheme | None]:
+def latest_listed(store: ObjectStore, base: str) -> tuple[ManifestLocation | None, NamingScheme | None]:
     """The newest manifest one listing of ``_versions/`` shows, and the directory's scheme.
 
     The listing is taken as it comes (an empty one gives ``(None, None)``); a mixed directory is
@@ -217,7 +226,7 @@ def latest_listed(store, base: str) -> tuple[ManifestLocation | None, NamingSche
     return (entries[-1] if entries else None), scheme
 
 
-def _refuse_external_store(store, base: str, what: str) -> None:
+def _refuse_external_store(store: ObjectStore, base: str, what: str) -> None:
     """Directory-only answers would miss commits the DynamoDB table holds: refuse them."""
     if store.external_manifest_table:
         raise ValueError(
@@ -226,7 +235,7 @@ def _refuse_external_store(store, base: str, what: str) -> None:
         )
 
 
-def latest_version(store, base: str, *, known: int | None = None) -> ManifestLocation | None:
+def latest_version(store: ObjectStore, base: str, *, known: int | None = None) -> ManifestLocation | None:
     """The newest committed manifest in ``_versions/``, or None if there is none.
 
     For V2 this is the lexically first name; listing once and taking the maximum is the same
@@ -245,7 +254,7 @@ def latest_version(store, base: str, *, known: int | None = None) -> ManifestLoc
     return entries[-1] if entries else None
 
 
-def find_manifest_by_name(store, base: str, version: int) -> ManifestLocation | None:
+def find_manifest_by_name(store: ObjectStore, base: str, version: int) -> ManifestLocation | None:
     """The manifest of ``version`` found under either naming scheme, else None.
 
     Probes the two possible names directly (one HEAD each) instead of listing ``_versions/``.
@@ -262,7 +271,7 @@ def find_manifest_by_name(store, base: str, version: int) -> ManifestLocation | 
     return None
 
 
-def find_version(store, base: str, version: int) -> ManifestLocation | None:
+def find_version(store: ObjectStore, base: str, version: int) -> ManifestLocation | None:
     """The manifest of ``version`` in ``_versions/`` (None if that version does not exist).
 
     Probes the two possible names directly (one HEAD each) instead of listing ``_versions/``.
@@ -275,11 +284,12 @@ def find_version(store, base: str, version: int) -> ManifestLocation | None:
 
 
 # --- version hint ----------------------------------------------------------------------------
-def version_hint_path(store, base: str) -> str:
+def version_hint_path(store: ObjectStore, base: str) -> str:
+    """``base/_versions/latest_version_hint.json``: where the optional version hint lives."""
     return store.join(base, VERSIONS_DIR, VERSION_HINT_NAME)
 
 
-def write_version_hint(store, base: str, version: int) -> bool:
+def write_version_hint(store: ObjectStore, base: str, version: int) -> bool:
     """Write ``_versions/latest_version_hint.json`` (``{"version":N}``) on local stores.
 
     pylance 14 writes the hint only for local datasets; on object stores nothing is written and
@@ -292,7 +302,7 @@ def write_version_hint(store, base: str, version: int) -> bool:
     return True
 
 
-def read_version_hint(store, base: str) -> int | None:
+def read_version_hint(store: ObjectStore, base: str) -> int | None:
     """The version recorded in the hint file, or None if absent or unreadable."""
     path = version_hint_path(store, base)
     try:
@@ -368,7 +378,7 @@ def deletion_file_name(fragment_id: int, read_version: int, id: int, file_type: 
     return f"{int(fragment_id)}-{int(read_version)}-{int(id)}.{ext}"
 
 
-def deletion_file_path(fragment_id: int, deletion_file) -> str:
+def deletion_file_path(fragment_id: int, deletion_file: table_pb2.DeletionFile) -> str:
     """``_deletions/<name>`` for a ``DeletionFile`` proto of fragment ``fragment_id``."""
     name = deletion_file_name(
         fragment_id, deletion_file.read_version, deletion_file.id, deletion_file.file_type

@@ -253,7 +253,7 @@ class _Piece:
 
     __slots__ = ("start", "rows", "stat", "raw")
 
-    def __init__(self, start: int, rows: int, stat: PageStat, raw: pa.Array | pa.ChunkedArray | None):
+    def __init__(self, start: int, rows: int, stat: PageStat, raw: pa.Array | pa.ChunkedArray | None) -> None:
         self.start, self.rows, self.stat, self.raw = start, rows, stat, raw
 
 
@@ -262,7 +262,7 @@ class _Pending:
 
     __slots__ = ("sf", "column", "pieces", "next_row", "done", "stype")
 
-    def __init__(self, sf: StatField, column: int):
+    def __init__(self, sf: StatField, column: int) -> None:
         self.sf = sf
         self.column = column
         self.pieces: list[_Piece] = []
@@ -286,7 +286,7 @@ class StatisticsCollector:
     stays at one input batch, and no value is copied.
     """
 
-    def __init__(self, schema: pa.Schema, lance_fields: Sequence):
+    def __init__(self, schema: pa.Schema, lance_fields: Sequence) -> None:
         self.records: list[PageRecord] = []
         self._pending = [_Pending(sf, sf.position) for sf in stat_fields(lance_fields, schema) if is_tracked(sf)]
 
@@ -371,7 +371,7 @@ class _StatsTrackingWriter:
     """A LanceFileWriter that also writes the statistics file of what it wrote (on close)."""
 
     def __init__(self, writer: PagedWriter, store: ObjectStore, base: str, data_file: str,
-                 storage_options: Mapping[str, Any] | None = None):
+                 storage_options: Mapping[str, Any] | None = None) -> None:
         self._writer = writer
         self._store, self._base, self._data_file = store, base, data_file
         self._options = storage_options

@@ -125,6 +125,9 @@ def inline_pack(values: np.ndarray, t_bits: int) -> tuple[np.ndarray, list[int]]
 
 
 def inline_pack_sizes(widths: np.ndarray, t_bits: int) -> int:
+    """Bytes of the inline-bitpacked blocks with bit ``widths`` (one width word plus the packed words each), to compare
+    encodings without packing.
+    """
     return int(sum((1 + BLOCK * int(w) // t_bits) * (t_bits // 8) for w in widths))
 
 
@@ -149,6 +152,9 @@ def out_of_line_pack(values: np.ndarray, t_bits: int, width: int) -> np.ndarray:
 
 
 def out_of_line_size(n: int, t_bits: int, width: int) -> int:
+    """Bytes of ``n`` values out-of-line bitpacked at ``width`` bits: whole blocks packed, the tail packed only when
+    that is smaller.
+    """
     whole, tail = divmod(n, BLOCK)
     words = whole * BLOCK * width // t_bits
     if tail:

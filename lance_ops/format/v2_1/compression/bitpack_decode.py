@@ -14,13 +14,14 @@ Everything below is vectorised over all blocks and lanes; the only Python loop r
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 BLOCK = 1024
 _FEW_BLOCKS = 48  # up to this many blocks, unpack all rows at once instead of row by row
 FL_ORDER = (0, 4, 2, 6, 1, 5, 3, 7)
-_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+_UINT: dict[int, type[np.unsignedinteger[Any]]] = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
 @lru_cache(maxsize=None)
@@ -33,6 +34,7 @@ def lane_positions(t_bits: int) -> np.ndarray:
 
 
 def words_per_block(t_bits: int, width: int) -> int:
+    """Words of ``t_bits`` bits one FastLanes block of 1024 values packed at ``width`` bits takes."""
     return BLOCK * width // t_bits
 
 
@@ -77,7 +79,7 @@ def unpack_blocks(words: np.ndarray, t_bits: int, width: int, nblocks: int | Non
 
 
 @lru_cache(maxsize=None)
-def _row_plan(t_bits: int, width: int):
+def _row_plan(t_bits: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per lane row r: source word k, right shift, spill word, left shift and spill mask; and the
     gather order from row-major (r, lane) to logical element order."""
     dtype = _UINT[t_bits]
@@ -106,4 +108,5 @@ def _unpack_few(packed: np.ndarray, t_bits: int, width: int) -> np.ndarray:
 
 
 def unpack_zero_width(nblocks: int, t_bits: int) -> np.ndarray:
+    """The ``nblocks * 1024`` zeros that blocks packed at width 0 decode to."""
     return np.zeros(nblocks * BLOCK, dtype=_UINT[t_bits])

@@ -71,6 +71,7 @@ def should_use(data: np.ndarray, n: int, bits: int, mode: str) -> bool:
 
 
 def enc_bss(bits: int) -> pb.CompressiveEncoding:
+    """The byte-stream-split encoding description of ``bits``-bit values (their bytes as flat values)."""
     e = pb.CompressiveEncoding()
     e.byte_stream_split.values.CopyFrom(ev.enc_flat(bits))
     return e

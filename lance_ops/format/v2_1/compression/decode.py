@@ -38,7 +38,7 @@ Byte formats (reverse-engineered against pylance 14.0.2 and checked with the ups
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -47,7 +47,10 @@ from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops.format.v2_1.compression import bitpack_decode as bp
 from lance_ops.format.v2_1.compression.fsst_decode import FsstTable
 
-_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+_UINT: dict[int, type[np.unsignedinteger[Any]]] = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+#: what the decoders accept as a buffer: file bytes, views of them, or uint8 arrays
+Buffer = Union[bytes, bytearray, memoryview, np.ndarray]
 
 
 class EncodingUnsupported(Exception):
@@ -63,6 +66,11 @@ class EncodingCorrupt(Exception):
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Vals:
+    """Decoded values of one page or chunk: fixed-width rows, booleans or variable-width bytes.
+
+    The common currency between the value decoders and the assembly of Arrow arrays; ``kind`` says
+    which of ``data`` (and ``offsets`` for "var") holds them."""
+
     kind: str  # "fixed" | "bool" | "var"
     n: int
     data: np.ndarray
@@ -73,6 +81,7 @@ class Vals:
 
     @staticmethod
     def fixed(data: np.ndarray, width: int, n: Optional[int] = None) -> "Vals":
+        """``n`` fixed-width values of ``width`` bytes from ``data`` (as an ``(n, width)`` byte matrix)."""
         data = np.asarray(data, dtype=np.uint8).reshape(-1)
         if n is None:
             n = len(data) // width if width else 0
@@ -83,6 +92,7 @@ class Vals:
 
     @staticmethod
     def empty_like(kind: str, width: int = 0) -> "Vals":
+        """No values of ``kind`` (and ``width`` bytes for fixed values): the neutral part of a concat."""
         if kind == "var":
             return Vals("var", 0, np.zeros(0, np.uint8), np.zeros(1, np.int64))
         if kind == "bool":
@@ -91,6 +101,7 @@ class Vals:
 
     @property
     def width(self) -> int:
+        """Bytes per value of fixed values (0 for booleans and variable-width values)."""
         return int(self.data.shape[1]) if self.kind == "fixed" else 0
 
     def as_uint(self, bits: int) -> np.ndarray:
@@ -102,25 +113,34 @@ class Vals:
             raise EncodingCorrupt(f"expected {w}-byte values, got {self.width}-byte values")
         return np.ascontiguousarray(self.data).reshape(-1).view(f"<u{w}").astype(_UINT[bits], copy=False)
 
+    def var_offsets(self) -> np.ndarray:
+        """The ``n + 1`` offsets of variable-width values (kind "var" always carries them)."""
+        if self.offsets is None:
+            raise EncodingCorrupt(f"values of kind {self.kind} have no offsets")
+        return self.offsets
+
     def take(self, idx: np.ndarray) -> "Vals":
+        """The values at positions ``idx`` (a gather; FSL item validity and packed layout follow)."""
         idx = np.asarray(idx, dtype=np.int64)
         iv = None
         if self.item_validity is not None:
             ipv = self.items_per_value
             iv = self.item_validity.reshape(-1, ipv)[idx].reshape(-1)
         if self.kind == "var":
-            lens = (self.offsets[1:] - self.offsets[:-1])[idx]
+            offsets = self.var_offsets()
+            lens = (offsets[1:] - offsets[:-1])[idx]
             new_off = np.zeros(len(idx) + 1, dtype=np.int64)
             np.cumsum(lens, out=new_off[1:])
             total = int(new_off[-1])
-            starts = self.offsets[:-1][idx]
+            starts = offsets[:-1][idx]
             src = np.repeat(starts - new_off[:-1], lens) + np.arange(total, dtype=np.int64)
             return Vals("var", len(idx), self.data[src], new_off, packed=self.packed)
         return Vals(self.kind, len(idx), self.data[idx], None, iv, self.items_per_value)
 
     def slice(self, start: int, stop: int) -> "Vals":
+        """The values ``start:stop`` (offsets rebased to 0 for variable-width values)."""
         if self.kind == "var":
-            off = self.offsets[start:stop + 1]
+            off = self.var_offsets()[start:stop + 1]
             return Vals("var", stop - start, self.data[off[0]:off[-1]], off - off[0], packed=self.packed)
         iv = None
         if self.item_validity is not None:
@@ -130,6 +150,7 @@ class Vals:
 
     @staticmethod
     def concat(parts: Sequence["Vals"]) -> "Vals":
+        """The values of ``parts`` one after the other (all of one kind and width; ``None`` parts skipped)."""
         parts = [p for p in parts if p is not None]
         if len(parts) == 1:
             return parts[0]
@@ -141,9 +162,10 @@ class Vals:
         if kind == "var":
             datas, offs, base = [], [np.zeros(1, np.int64)], 0
             for p in parts:
-                datas.append(p.data[p.offsets[0]:p.offsets[-1]])
-                offs.append(p.offsets[1:] - p.offsets[0] + base)
-                base += int(p.offsets[-1] - p.offsets[0])
+                p_off = p.var_offsets()
+                datas.append(p.data[p_off[0]:p_off[-1]])
+                offs.append(p_off[1:] - p_off[0] + base)
+                base += int(p_off[-1] - p_off[0])
             return Vals("var", n, np.concatenate(datas) if datas else np.zeros(0, np.uint8), np.concatenate(offs),
                         packed=parts[0].packed)
         ipvs = {p.items_per_value for p in parts}
@@ -180,7 +202,8 @@ def _zstd_content_size(buf: bytes) -> Optional[int]:
     return v + 256 if size == 2 else v
 
 
-def general_decompress(comp: pb.BufferCompression, buf) -> bytes:
+def general_decompress(comp: pb.BufferCompression, buf: Buffer) -> bytes:
+    """Decompress ``buf`` written by the general compressor ``comp`` (LZ4 or zstd with a size prefix)."""
     buf = bytes(buf)
     scheme = comp.scheme
     if scheme == pb.COMPRESSION_ALGORITHM_LZ4:
@@ -238,11 +261,11 @@ def describe(enc: pb.CompressiveEncoding) -> str:
     return f"{which}({','.join(kids)})" if kids else which
 
 
-def _bits(data, bits: int) -> np.ndarray:
+def _bits(data: Buffer, bits: int) -> np.ndarray:
     return np.frombuffer(bytes(data), dtype=np.uint8) if bits == 8 else np.frombuffer(bytes(data), dtype=f"<u{bits // 8}")
 
 
-def _flat(f: pb.Flat, buf, n: int) -> Vals:
+def _flat(f: pb.Flat, buf: Buffer, n: int) -> Vals:
     if f.HasField("data"):
         buf = general_decompress(f.data, buf)
     bits = f.bits_per_value
@@ -265,7 +288,7 @@ def _flat(f: pb.Flat, buf, n: int) -> Vals:
     return Vals.fixed(arr, bits // 8, n)
 
 
-def _unpack_inline(buf, t_bits: int, n: int) -> np.ndarray:
+def _unpack_inline(buf: Buffer, t_bits: int, n: int) -> np.ndarray:
     """A run of inline-bitpacked 1024-value blocks (each with its own width word)."""
     raw = bytes(buf)
     tb = t_bits // 8
@@ -316,7 +339,7 @@ def _uint_vals(values: np.ndarray, bits: int) -> Vals:
     return Vals.fixed(np.ascontiguousarray(values.astype(f"<u{bits // 8}")).view(np.uint8), bits // 8, len(values))
 
 
-def _variable_mini(v: pb.Variable, buf, n: int) -> Vals:
+def _variable_mini(v: pb.Variable, buf: Buffer, n: int) -> Vals:
     ob = v.offsets
     if ob.WhichOneof("compression") != "flat":
         raise EncodingUnsupported(f"variable offsets encoded with {describe(ob)}")
@@ -339,7 +362,7 @@ def _variable_mini(v: pb.Variable, buf, n: int) -> Vals:
     return Vals("var", n, data[offs[0]:offs[-1]], offs - offs[0])
 
 
-def _variable_block(buf, n: int) -> Vals:
+def _variable_block(buf: Buffer, n: int) -> Vals:
     raw = bytes(buf)
     if len(raw) < 8:
         raise EncodingCorrupt("variable block is shorter than its header")
@@ -404,7 +427,7 @@ def _rle(r: pb.Rle, buffers: Sequence, n: int, ctx: str) -> Vals:
     return values.take(idx)
 
 
-def _bss(b: pb.ByteStreamSplit, buf, n: int) -> Vals:
+def _bss(b: pb.ByteStreamSplit, buf: Buffer, n: int) -> Vals:
     bits = _fixed_width_bits(b.values)
     w = bits // 8
     inner = b.values
@@ -513,11 +536,11 @@ def fsst_apply(f: pb.Fsst, inner: Vals) -> Vals:
     if inner.kind != "var":
         raise EncodingCorrupt("FSST child did not decode to variable-width values")
     table = FsstTable(bytes(f.symbol_table))
-    offs, data = table.decode(inner.data, inner.offsets)
+    offs, data = table.decode(inner.data, inner.var_offsets())
     return Vals("var", inner.n, data, offs)
 
 
-def decode_block(enc: pb.CompressiveEncoding, buf, n: int) -> Vals:
+def decode_block(enc: pb.CompressiveEncoding, buf: Buffer, n: int) -> Vals:
     """Decode one opaque buffer holding ``n`` values (levels, dictionaries, run values)."""
     which = enc.WhichOneof("compression")
     if which == "flat":
@@ -570,7 +593,7 @@ def decode_block(enc: pb.CompressiveEncoding, buf, n: int) -> Vals:
     raise EncodingUnsupported(describe(enc))
 
 
-def decode_levels(enc: pb.CompressiveEncoding, buf, n: int) -> np.ndarray:
+def decode_levels(enc: pb.CompressiveEncoding, buf: Buffer, n: int) -> np.ndarray:
     """Repetition or definition levels (u16) of one chunk / page."""
     v = decode_block(enc, buf, n)
     if v.n < n:

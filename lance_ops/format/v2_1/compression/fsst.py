@@ -30,6 +30,7 @@ _MASKS = np.array([0] + [(1 << (8 * k)) - 1 for k in range(1, 8)] + [0xFFFFFFFFF
 
 
 def export_table(vals: list[int], lens: list[int], enabled: bool) -> bytes:
+    """The symbol table bytes stored in an FSST encoding: header word, symbol values and lengths."""
     n = len(vals)
     info = MAGIC | (int(enabled) << 24) | (n & 0xFF)
     out = bytearray(TABLE_SIZE)
@@ -88,7 +89,7 @@ def _gather(padded: np.ndarray, p: np.ndarray, width: int = 8) -> np.ndarray:
 _HASH_BITS = 12
 
 
-def _hash_lookup(keys: np.ndarray, codes: np.ndarray, length: int):
+def _hash_lookup(keys: np.ndarray, codes: np.ndarray, length: int) -> tuple[np.uint64, np.uint64, np.ndarray, np.ndarray]:
     """A collision-free multiplicative hash over ``keys`` (<= 255 distinct u64 symbol values):
     (multiplier, shift, key per slot, code per slot). An empty slot holds ``keys[0]``, which
     hashes to another slot, so no lookup landing there can match."""
@@ -126,7 +127,8 @@ def _tails(seg_start: np.ndarray, seg_end: np.ndarray, k: int) -> np.ndarray:
 _CHUNK = 1 << 17
 
 
-def _match(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray, table: _Table):
+def _match(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray,
+           table: _Table) -> tuple[np.ndarray, np.ndarray]:
     """Longest symbol match at every byte position (vectorised over all positions).
 
     Returns (code per position: u8, 255 = escape; match length per position: u8), both strided
@@ -203,7 +205,8 @@ def _match(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray, table: 
     return pair[:, 0], pair[:, 1]
 
 
-def _token_positions(n: int, tlen: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray):
+def _token_positions(n: int, tlen: np.ndarray, seg_start: np.ndarray,
+                     seg_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start positions of the greedy tokens (ascending) and the number of tokens of every
     segment: follow the match chains of all segments at once, one step per token."""
     is_tok = np.zeros(n + 1, dtype=bool)
@@ -224,7 +227,8 @@ def _token_positions(n: int, tlen: np.ndarray, seg_start: np.ndarray, seg_end: n
     return np.flatnonzero(is_tok[:n]), counts
 
 
-def _parse(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray, table: _Table):
+def _parse(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray,
+           table: _Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Greedy longest-match tokenisation of every segment at once.
 
     Returns per token, in (segment, position) order: segment id, step (unused: zeros), code
@@ -241,7 +245,7 @@ def _parse(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray, table: 
     return seg, np.zeros(len(tok), dtype=np.int64), code, tlen, tval
 
 
-def _segments(offs: np.ndarray):
+def _segments(offs: np.ndarray) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
     """Cut strings into <= 511-byte segments; returns (start, end, owning string). Empty strings
     may appear as empty segments."""
     lens = np.diff(offs)
@@ -256,7 +260,7 @@ def _segments(offs: np.ndarray):
     return start.astype(np.int64), end.astype(np.int64), owner
 
 
-def _group(v: np.ndarray, ln: np.ndarray, weight: Optional[np.ndarray] = None):
+def _group(v: np.ndarray, ln: np.ndarray, weight: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct (value, length) pairs with their number of occurrences (or summed ``weight``)."""
     if not len(v):
         return v, ln, np.zeros(0, dtype=np.int64)
@@ -287,7 +291,7 @@ def _build_table(sample: np.ndarray, s_offs: np.ndarray) -> _Table:
         # threshold on its own, scores of the same candidate add up
         cv_, cl_, cs_ = [], [], []
 
-        def add(v, ln, mult_by_len: bool, single_boost: bool) -> None:
+        def add(v: np.ndarray, ln: np.ndarray, mult_by_len: bool, single_boost: bool) -> None:
             gv, gl, c = _group(v, ln)
             ok = c >= threshold
             gv, gl, c = gv[ok], gl[ok], c[ok]
@@ -341,7 +345,7 @@ def _sample(offs: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return data[src], s_offs
 
 
-def compress(offs: np.ndarray, data: np.ndarray) -> Optional[tuple[bytes, np.ndarray, np.ndarray]]:
+def compress(offs: np.ndarray, data: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
     """FSST-compress the strings ``data[offs[i]:offs[i+1]]``.
 
     Returns (symbol table, int64 offsets starting at 0, compressed bytes)."""

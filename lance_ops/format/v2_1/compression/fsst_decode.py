@@ -25,7 +25,11 @@ _INT32_LIMIT = (1 << 31) - 1
 
 
 class FsstTable:
-    def __init__(self, table: bytes):
+    """A parsed FSST symbol table that expands compressed strings back to their bytes.
+
+    Decoding is vectorised through Arrow takes over the symbol (and symbol pair) table."""
+
+    def __init__(self, table: bytes) -> None:
         if len(table) < 8:
             raise ValueError(f"FSST symbol table is {len(table)} bytes, too short")
         info = int.from_bytes(table[:8], "little")
@@ -116,7 +120,7 @@ class FsstTable:
             pos[odd] += self.sym_lens[codes[base[odd] - 1]]
         return pos, _out_data(res, pos)
 
-    def _decode_escaped(self, codes: np.ndarray, base: np.ndarray, large: bool):
+    def _decode_escaped(self, codes: np.ndarray, base: np.ndarray, large: bool) -> tuple[np.ndarray, np.ndarray]:
         """Codes with escapes: the escape expands to nothing, its literal to the byte itself."""
         n = len(codes)
         is_ff = codes == ESCAPE

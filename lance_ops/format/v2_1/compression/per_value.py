@@ -79,8 +79,9 @@ def per_value_general(compression: pb.BufferCompression, v: Vals) -> Vals:
     """Each value of ``v`` decompressed on its own with the general compressor ``compression``."""
     datas = []
     lens = np.zeros(v.n, np.int64)
+    offsets = v.var_offsets()
     for i in range(v.n):
-        a, b = int(v.offsets[i]), int(v.offsets[i + 1])
+        a, b = int(offsets[i]), int(offsets[i + 1])
         if b > a:
             d = comp.general_decompress(compression, v.data[a:b].tobytes())
         else:

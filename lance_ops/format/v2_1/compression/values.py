@@ -39,6 +39,7 @@ MIN_BUFFER_SIZE_FOR_COMPRESSION = 4 * 1024
 # encoding descriptions
 # --------------------------------------------------------------------------------------------
 def enc_flat(bits: int, compression: Optional[pb.BufferCompression] = None) -> pb.CompressiveEncoding:
+    """Flat encoding of ``bits``-bit values, optionally with a buffer ``compression``."""
     e = pb.CompressiveEncoding()
     e.flat.bits_per_value = bits
     if compression is not None:
@@ -47,18 +48,21 @@ def enc_flat(bits: int, compression: Optional[pb.BufferCompression] = None) -> p
 
 
 def enc_variable(offset_bits: int) -> pb.CompressiveEncoding:
+    """Variable-width encoding with ``offset_bits``-bit flat offsets."""
     e = pb.CompressiveEncoding()
     e.variable.offsets.CopyFrom(enc_flat(offset_bits))
     return e
 
 
 def enc_inline_bitpacking(bits: int) -> pb.CompressiveEncoding:
+    """Inline bitpacking encoding of ``bits``-bit values (width stored per block)."""
     e = pb.CompressiveEncoding()
     e.inline_bitpacking.uncompressed_bits_per_value = bits
     return e
 
 
 def enc_out_of_line_bitpacking(bits: int, width: int) -> pb.CompressiveEncoding:
+    """Out-of-line bitpacking encoding of ``bits``-bit values packed at one ``width``."""
     e = pb.CompressiveEncoding()
     e.out_of_line_bitpacking.uncompressed_bits_per_value = bits
     e.out_of_line_bitpacking.values.CopyFrom(enc_flat(width))
@@ -66,6 +70,7 @@ def enc_out_of_line_bitpacking(bits: int, width: int) -> pb.CompressiveEncoding:
 
 
 def enc_rle(bits: int) -> pb.CompressiveEncoding:
+    """RLE encoding: ``bits``-bit run values and u8 run lengths."""
     e = pb.CompressiveEncoding()
     e.rle.values.CopyFrom(enc_flat(bits))
     e.rle.run_lengths.CopyFrom(enc_flat(8))
@@ -73,6 +78,7 @@ def enc_rle(bits: int) -> pb.CompressiveEncoding:
 
 
 def enc_fsl(dims: list[int], validity: list[bool], inner: pb.CompressiveEncoding) -> pb.CompressiveEncoding:
+    """``inner`` wrapped in one fixed-size-list layer per dimension of ``dims`` (outermost first)."""
     out = inner
     for dim, hv in reversed(list(zip(dims, validity))):
         e = pb.CompressiveEncoding()
@@ -85,6 +91,7 @@ def enc_fsl(dims: list[int], validity: list[bool], inner: pb.CompressiveEncoding
 
 
 def enc_general(compression: pb.BufferCompression, inner: pb.CompressiveEncoding) -> pb.CompressiveEncoding:
+    """``inner`` with its buffers compressed by the general ``compression``."""
     e = pb.CompressiveEncoding()
     e.general.compression.CopyFrom(compression)
     e.general.values.CopyFrom(inner)
@@ -92,6 +99,7 @@ def enc_general(compression: pb.BufferCompression, inner: pb.CompressiveEncoding
 
 
 def enc_fsst(symbol_table: bytes, inner: pb.CompressiveEncoding) -> pb.CompressiveEncoding:
+    """FSST encoding with ``symbol_table`` over the variable encoding ``inner``."""
     e = pb.CompressiveEncoding()
     e.fsst.symbol_table = symbol_table
     e.fsst.values.CopyFrom(inner)
@@ -99,6 +107,7 @@ def enc_fsst(symbol_table: bytes, inner: pb.CompressiveEncoding) -> pb.Compressi
 
 
 def buffer_compression(scheme: str, level: Optional[int]) -> pb.BufferCompression:
+    """The buffer compression message of ``scheme`` ("lz4" or "zstd") at ``level`` (``None``: default)."""
     c = pb.BufferCompression()
     c.scheme = {"lz4": pb.COMPRESSION_ALGORITHM_LZ4, "zstd": pb.COMPRESSION_ALGORITHM_ZSTD}[scheme]
     if level is not None:
@@ -109,7 +118,8 @@ def buffer_compression(scheme: str, level: Optional[int]) -> pb.BufferCompressio
 # --------------------------------------------------------------------------------------------
 # general-purpose compression (byte formats of upstream's buffer compressors)
 # --------------------------------------------------------------------------------------------
-def general_compress(scheme: str, level: Optional[int], data) -> bytes:
+def general_compress(scheme: str, level: Optional[int], data: bytes | bytearray | memoryview | np.ndarray) -> bytes:
+    """``data`` compressed with ``scheme`` in the byte format of upstream's buffer compressors (size prefix)."""
     raw = bytes(data)
     if scheme == "lz4":
         comp = pa.Codec("lz4_raw").compress(raw, asbytes=True) if raw else b""
@@ -126,6 +136,8 @@ def general_compress(scheme: str, level: Optional[int], data) -> bytes:
 # --------------------------------------------------------------------------------------------
 @dataclass
 class MiniBlocks:
+    """One page's values cut into mini-block chunks: the encoding and per chunk its count and buffers."""
+
     encoding: pb.CompressiveEncoding
     counts: list[int]  # values per chunk
     bufs: list[list[bytes]]  # per chunk: the bytes of each value buffer
@@ -136,6 +148,7 @@ class MiniBlocks:
 
     @property
     def logs(self) -> list[int]:
+        """log2 of each chunk's value count as the chunk metadata records it (0 for a short last chunk)."""
         out = []
         for i, c in enumerate(self.counts):
             last = i == len(self.counts) - 1
@@ -143,6 +156,7 @@ class MiniBlocks:
         return out
 
     def size(self) -> int:
+        """Total bytes of the chunks' value buffers (to compare candidate encodings)."""
         return sum(sum(len(b) for b in bb) for bb in self.bufs)
 
 
@@ -229,6 +243,7 @@ def bitpack_estimate(values: np.ndarray, t_bits: int) -> Optional[int]:
 
 
 def bitpack_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
+    """Inline-bitpacked chunks of 1024 ``t_bits``-bit values each."""
     data, sizes = bp.inline_pack(values, t_bits)
     n = len(values)
     counts = _even_counts(n, 1024)
@@ -276,19 +291,21 @@ def rle_estimate(values: np.ndarray, t_bits: int) -> int:
 
 
 def run_count(values: np.ndarray) -> int:
+    """Number of runs of equal values in ``values``."""
     if len(values) == 0:
         return 0
     return 1 + int(np.count_nonzero(values[1:] != values[:-1]))
 
 
 def rle_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
+    """RLE chunks of ``t_bits``-bit ``values``: run values and u8 run lengths per chunk."""
     n = len(values)
     w = t_bits // 8
     starts = run_starts(values)
     counts, bufs = [], []
     pos = 0
 
-    def encode(a: int, b: int):
+    def encode(a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
         s, lens = _window_runs(starts, a, b)
         pieces = (lens + 254) // 255
         vals = np.repeat(values[s], pieces)
@@ -396,6 +413,7 @@ def general_wrap(mb: MiniBlocks, scheme: str, level: Optional[int]) -> MiniBlock
 # block compression (dictionaries)
 # --------------------------------------------------------------------------------------------
 def variable_block(offsets: np.ndarray, data: np.ndarray, offset_bits: int) -> bytes:
+    """One opaque variable-width block (dictionary values): bit width, header size, offsets, then bytes."""
     offsets = np.asarray(offsets, dtype=np.int64)
     rel = offsets - offsets[0]
     body = np.asarray(data, dtype=np.uint8)[int(offsets[0]):int(offsets[-1])]
@@ -411,6 +429,11 @@ def variable_block(offsets: np.ndarray, data: np.ndarray, offset_bits: int) -> b
 # --------------------------------------------------------------------------------------------
 @dataclass
 class PerValue:
+    """One page's values compressed one by one for the full-zip layout.
+
+    Fixed-width values are a byte ``matrix``; variable-width ones ``offsets`` into ``data``.
+"""
+
     encoding: pb.CompressiveEncoding
     fixed_bytes: int = 0  # bytes per value for fixed-width values
     # fixed: (n, fixed_bytes) uint8 matrix; variable: offsets (int64, n+1) + data

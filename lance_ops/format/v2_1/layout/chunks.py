@@ -87,6 +87,7 @@ def _pad8(x: np.ndarray) -> np.ndarray:
 
 
 def excl_cumsum(x: np.ndarray) -> np.ndarray:
+    """Exclusive prefix sum of ``x`` (int64): where each item starts when they are laid end to end."""
     out = np.zeros(len(x), np.int64)
     if len(x) > 1:
         np.cumsum(x[:-1], out=out[1:])
@@ -203,7 +204,8 @@ def batch_values(enc: pb.CompressiveEncoding, buf: np.ndarray, bufs: Sequence[Sp
 
 
 def fsst_decode(v: Vals, table: FsstTable) -> Vals:
-    offs, data = table.decode(v.data, v.offsets)
+    """Variable-width values ``v`` expanded through the FSST symbol ``table``."""
+    offs, data = table.decode(v.data, v.var_offsets())
     return Vals("var", v.n, data, offs)
 
 
@@ -217,7 +219,7 @@ def batch_levels(enc: pb.CompressiveEncoding, buf: np.ndarray, spans: Spans, cou
         return np.zeros(0, np.uint16)
     if enc.WhichOneof("compression") not in ("flat", "inline_bitpacking", "out_of_line_bitpacking"):
         # levels are block encoded (e.g. RLE framing differs from mini-block values): per chunk
-        mv = memoryview(buf)
+        mv = memoryview(buf)  # type: ignore[arg-type]  # numpy's stubs lack __buffer__; ndarray is a buffer
         parts = [comp.decode_levels(enc, mv[a:a + b], n)
                  for a, b, n in zip(spans[0].tolist(), spans[1].tolist(), counts.tolist())]
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
@@ -395,7 +397,7 @@ def _fsl(f: pb.FixedSizeList, buf: np.ndarray, bufs: Sequence[Spans], counts: np
 
 
 def _per_chunk(enc: pb.CompressiveEncoding, buf: np.ndarray, bufs: Sequence[Spans], counts: np.ndarray) -> Vals:
-    mv = memoryview(buf)
+    mv = memoryview(buf)  # type: ignore[arg-type]  # numpy's stubs lack __buffer__; ndarray is a buffer
     cols = [(s.tolist(), z.tolist()) for s, z in bufs]
     parts = []
     for i, n in enumerate(counts.tolist()):

@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from google.protobuf.message import Message
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops.format.v2_1.compression import bitpack as bp
 from lance_ops.format.v2_1.compression import values as ev
 from lance_ops.format.version import FileVersion
+
+_Msg = TypeVar("_Msg", bound=Message)
 
 FILL = 0xFE
 MINIBLOCK_ALIGNMENT = 8
@@ -56,7 +59,7 @@ def _varint(v: int) -> bytes:
             return bytes(out)
 
 
-def _with_unknown(msg, extra: bytes):
+def _with_unknown(msg: _Msg, extra: bytes) -> _Msg:
     """``msg`` re-parsed with extra (newer, unknown to our proto) fields appended."""
     if not extra:
         return msg
@@ -66,10 +69,12 @@ def _with_unknown(msg, extra: bytes):
 
 
 def field_varint(num: int, value: int) -> bytes:
+    """Protobuf wire bytes of varint field ``num`` = ``value`` (for fields newer than our .proto)."""
     return _varint(num << 3) + _varint(value)
 
 
 def field_bytes(num: int, value: bytes) -> bytes:
+    """Protobuf wire bytes of length-delimited field ``num`` = ``value`` (for fields newer than our .proto)."""
     return _varint(num << 3 | 2) + _varint(len(value)) + value
 
 
@@ -78,10 +83,13 @@ def field_bytes(num: int, value: bytes) -> bytes:
 # --------------------------------------------------------------------------------------------
 @dataclass
 class LevelCodec:
+    """How one page's repetition or definition levels are compressed: flat, bitpacked or RLE."""
+
     kind: str  # "flat" | "inline" | "ool" | "rle"
     width: int = 16
 
     def encoding(self) -> pb.CompressiveEncoding:
+        """The compressive encoding message describing this codec's 16-bit levels."""
         if self.kind == "inline":
             return ev.enc_inline_bitpacking(16)
         if self.kind == "ool":
@@ -140,6 +148,7 @@ def rle_block(levels: np.ndarray) -> bytes:
 
 
 def compress_level_block(codec: LevelCodec, levels: np.ndarray) -> bytes:
+    """``levels`` compressed with ``codec`` as one opaque block (all-null pages, 2.2)."""
     levels = np.asarray(levels, dtype=np.uint16)
     if codec.kind == "flat":
         return np.ascontiguousarray(levels, dtype="<u2").tobytes()
@@ -151,6 +160,7 @@ def compress_level_block(codec: LevelCodec, levels: np.ndarray) -> bytes:
 
 
 def compress_level_chunks(codec: LevelCodec, chunks: Sequence[np.ndarray]) -> list[bytes]:
+    """``chunks`` of levels compressed with ``codec``, one block per mini-block chunk."""
     if codec.kind == "ool" and len(chunks) > 1:
         return _ool_chunks(chunks, codec.width)
     return [compress_level_block(codec, c) for c in chunks]
@@ -212,6 +222,8 @@ def rep_index(rep_chunks: Sequence[np.ndarray], max_rep: int) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 @dataclass
 class PageOut:
+    """One encoded page: its layout message and its buffers, each a list of byte chunks to write."""
+
     layout: pb.PageLayout
     buffers: list[list]  # each: list of byte chunks
 
@@ -229,7 +241,9 @@ def miniblock_page(values: ev.MiniBlocks, rep: Optional[np.ndarray], defs: Optio
     level_chunks_def: list[np.ndarray] = []
     nlev_per_chunk: list[int] = []
     if has_levels:
-        n_levels = len(rep) if rep is not None else len(defs)
+        some_levels = rep if rep is not None else defs
+        assert some_levels is not None  # has_levels
+        n_levels = len(some_levels)
         if rep is not None and defs is not None and max_visible is not None:
             vis_idx = np.flatnonzero(defs <= max_visible)
         else:
@@ -268,8 +282,8 @@ def miniblock_page(values: ev.MiniBlocks, rep: Optional[np.ndarray], defs: Optio
             head += struct.pack("<H", len(rep_bytes[i]))
         if def_bytes is not None:
             head += struct.pack("<H", len(def_bytes[i]))
-        for b in bufs:
-            head += struct.pack(size_fmt, len(b))
+        for vbuf in bufs:
+            head += struct.pack(size_fmt, len(vbuf))
         head += bytes([FILL]) * _pad8(len(head))
         parts = [bytes(head)]
         size = len(head)
@@ -373,6 +387,7 @@ def fullzip_page(pv: ev.PerValue, rep: Optional[np.ndarray], defs: Optional[np.n
         if cw == 0:
             buf = np.ascontiguousarray(pv.matrix).reshape(-1)
         else:
+            assert words is not None  # cw > 0
             full = np.zeros((n_entries, cw + w), dtype=np.uint8)
             full[:, :cw] = words
             full[visible, cw:] = pv.matrix
@@ -406,6 +421,7 @@ def fullzip_page(pv: ev.PerValue, rep: Optional[np.ndarray], defs: Optional[np.n
         np.cumsum(plen, out=poffs[1:])
         prefix = np.zeros(int(poffs[-1]), dtype=np.uint8)
         if cw:
+            assert words is not None  # cw > 0
             pos = (poffs[:-1][:, None] + np.arange(cw)[None, :]).reshape(-1)
             prefix[pos] = words.reshape(-1)
         ent_len = np.zeros(n_entries, dtype=np.int64)
@@ -449,6 +465,8 @@ def fullzip_page(pv: ev.PerValue, rep: Optional[np.ndarray], defs: Optional[np.n
 
 def all_null_page(layers: Sequence[int], rep: Optional[np.ndarray], defs: Optional[np.ndarray],
                   simple: bool, version: str = FileVersion.V2_1) -> PageOut:
+    """A page with no values: only levels (none at all for a simple nullable leaf). 2.2 block-compresses the levels
+    and records them in fields newer than our .proto."""
     a = pb.AllNullLayout()
     layout = pb.PageLayout()
     if simple:
@@ -483,6 +501,7 @@ def all_null_page(layers: Sequence[int], rep: Optional[np.ndarray], defs: Option
 
 def constant_page(layers: Sequence[int], rep: Optional[np.ndarray], defs: Optional[np.ndarray],
                   inline: Optional[bytes], value_buffer: Optional[bytes]) -> PageOut:
+    """A page whose visible values are all one scalar: the value inline (or in ``value_buffer``) plus raw levels."""
     a = pb.AllNullLayout()
     a.layers.extend(layers)
     extra = field_bytes(6, inline) if inline is not None else b""
@@ -502,5 +521,6 @@ def constant_page(layers: Sequence[int], rep: Optional[np.ndarray], defs: Option
 
 
 def scalar_value_buffer(arrow_buffers: Sequence[bytes]) -> bytes:
+    """The buffers of one Arrow scalar framed for a constant page: count, u32 lengths, then the bytes."""
     head = struct.pack("<I", len(arrow_buffers)) + b"".join(struct.pack("<I", len(b)) for b in arrow_buffers)
     return head + b"".join(arrow_buffers)

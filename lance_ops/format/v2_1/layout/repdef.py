@@ -28,7 +28,7 @@ from lance_ops._proto import encodings_v2_1_pb2 as pb
 
 ITEM, LIST = "item", "list"
 
-_LAYER_KIND = {
+_LAYER_KIND: dict[int, tuple[str, bool, bool]] = {
     pb.REPDEF_ALL_VALID_ITEM: (ITEM, False, False),
     pb.REPDEF_NULLABLE_ITEM: (ITEM, True, False),
     pb.REPDEF_ALL_VALID_LIST: (LIST, False, False),
@@ -46,6 +46,7 @@ class Canonical:
 
     @property
     def max_rep(self) -> int:
+        """Repetition levels of the path: the number of list layers."""
         return sum(1 for k in self.kinds if k == LIST)
 
     def null_level(self, i: int) -> int:
@@ -56,6 +57,7 @@ class Canonical:
         return lvl
 
     def empty_level(self, i: int) -> int:
+        """The "empty list" level of layer ``i`` (just above its null level)."""
         return self.null_level(i) + 1
 
     @property
@@ -97,6 +99,7 @@ def page_max_visible(layers: Sequence[int]) -> Optional[int]:
 
 
 def page_def_count(layers: Sequence[int]) -> int:
+    """Definition levels a page with rep/def ``layers`` uses (one per nullable and per emptyable layer)."""
     n = 0
     for layer in layers:
         _, nullable, emptyable = _LAYER_KIND[layer]
@@ -105,6 +108,7 @@ def page_def_count(layers: Sequence[int]) -> int:
 
 
 def page_max_rep(layers: Sequence[int]) -> int:
+    """Repetition levels a page with rep/def ``layers`` uses (one per list layer)."""
     return sum(1 for layer in layers if _LAYER_KIND[layer][0] == LIST)
 
 
@@ -117,10 +121,12 @@ class Levels:
     n: int  # number of level entries
 
     def def_or_zero(self) -> np.ndarray:
+        """The definition levels, zeros (all valid) when there are none."""
         return self.defs if self.defs is not None else np.zeros(self.n, np.uint16)
 
     @staticmethod
     def concat(parts: Sequence["Levels"]) -> "Levels":
+        """Levels of consecutive runs ``parts`` as one run (missing rep/def become zeros where needed)."""
         if len(parts) == 1:
             return parts[0]
         n = sum(p.n for p in parts)
@@ -139,6 +145,7 @@ def row_starts(levels: Levels, max_rep: int) -> np.ndarray:
 
 
 def visible_mask(levels: Levels, canon: Canonical) -> Optional[np.ndarray]:
+    """Per level entry, whether it carries a value (None: every entry does)."""
     t = canon.visible_threshold
     if t is None or levels.defs is None:
         return None

@@ -32,6 +32,7 @@ TRUE_VALUES = (b"true", b"1", b"yes", b"on")
 
 
 def is_packed(field: pa.Field) -> bool:
+    """Whether ``field`` asks for the packed struct encoding (metadata ``packed`` = true)."""
     md = field.metadata or {}
     for key in PACKED_KEYS:
         if key in md and md[key].strip().lower() in TRUE_VALUES:
@@ -40,10 +41,12 @@ def is_packed(field: pa.Field) -> bool:
 
 
 def is_list(t: pa.DataType) -> bool:
+    """Whether ``t`` is a list or large list type."""
     return pa.types.is_list(t) or pa.types.is_large_list(t)
 
 
 def is_leaf(field: pa.Field) -> bool:
+    """Whether ``field`` is a leaf column: not a list, and a struct only when packed or without children."""
     t = field.type
     if pa.types.is_struct(t):
         return is_packed(field) or t.num_fields == 0
@@ -80,6 +83,7 @@ class Shredded:
 
     @property
     def num_entries(self) -> int:
+        """Level entries of the page: rep/def length, else the number of values."""
         if self.rep is not None:
             return len(self.rep)
         if self.defs is not None:
@@ -88,14 +92,17 @@ class Shredded:
 
     @property
     def max_rep(self) -> int:
+        """Repetition levels of the page: the number of list layers."""
         return sum(1 for k in self.layers if k in _LIST_LAYERS)
 
     @property
     def is_simple_validity(self) -> bool:
+        """Whether the only layer is the leaf's own validity (no lists or nullable parents)."""
         return len(self.layers) == 1
 
     @property
     def max_def(self) -> int:
+        """The largest definition level present (0 without definition levels)."""
         return int(self.defs.max()) if self.defs is not None and len(self.defs) else 0
 
 
@@ -139,7 +146,8 @@ class _Layer:
     emptyable: bool = False
 
 
-def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Layer], list_levels: list[int]):
+def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Layer],
+          list_levels: list[int]) -> pa.Array:
     """Descend from path[depth] (whose array is ``arr``) to the leaf; returns the leaf array."""
     field = path[depth]
     t = field.type
