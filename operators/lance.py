@@ -372,15 +372,16 @@ class LanceCompactionOperator(_CommittingOperator):
             if earlier is not None:
                 return {**earlier, "route": "in_process"}
         opts = self.options()
-        plan = plan_compaction(ds, opts)
+        plan = plan_compaction(ds, opts, explain=dry)  # a dry run shows a refused plan (ADR 0011)
         summary = plan_summary_metrics(plan)
         base = {"version": ds.version, "plan": {"read_version": plan.read_version, "tasks": len(plan.tasks),
                                                   **summary}}
-        if not plan.tasks:
+        if not plan.tasks and not (dry and plan.held_back):
             return {**base, "route": "noop", "metrics": summary}
-        if dry:
+        if dry:  # held-back tasks (indexed fragments) and a refusal are shown too
+            refusal = {"refusal": plan.refusal} if plan.refusal is not None else {}
             return {**base, "route": "dry_run", "dry_run": True, "metrics": summary,
-                    "tasks": plan.summary()}
+                    "tasks": plan.summary(), **refusal}
         threshold = as_optional_int(self.spark_threshold_rows)
         rows = summary["rows_read"]
         if threshold is None or rows <= threshold:

@@ -555,14 +555,21 @@ def test_idempotency_key(tmp_path):
 
 
 # --- refusals ---------------------------------------------------------------------------------------
-def test_refuses_datasets_with_indices(tmp_path):
+def test_indexed_fragments_are_held_back_or_refused(tmp_path):
+    """Indexed fragments are never rewritten (ADR 0011; more in test_compaction_indices.py)."""
     uri = str(tmp_path / "t.lance")
     build(uri, [20] * 4)
     lance.dataset(uri).create_scalar_index("id", "BTREE")
     files = all_files(uri)
+    plan = plan_compaction(lance_ops.dataset(uri), target_rows_per_fragment=100)
+    assert plan.tasks == [] and [t.fragment_ids for t in plan.held_back] == [[0, 1, 2, 3]]
+    assert compact_files(lance_ops.dataset(uri), target_rows_per_fragment=100)["version"] is None
+    assert all_files(uri) == files
+    lance.dataset(uri).delete("id < 5")
+    files = all_files(uri)
     with pytest.raises(UnsupportedError, match="indices"):
         compact_files(lance_ops.dataset(uri), target_rows_per_fragment=100)
-    with pytest.raises(UnsupportedError, match="indices"):
+    with pytest.raises(UnsupportedError, match="id_idx"):
         plan_compaction(lance_ops.dataset(uri), target_rows_per_fragment=100)
     assert all_files(uri) == files
 

@@ -5,7 +5,9 @@ they were at the read version, new fragments with id 0), committed against the p
 version. The commit loop checks every version committed since: an Append never conflicts (the
 appended fragments are kept); a Delete, Update or another Rewrite that touched one of the
 rewritten fragments makes the commit raise :class:`RetryableCommitConflictError` and leaves the
-dataset unchanged (the new data files are then orphans for cleanup — :func:`discard_results`
+dataset unchanged. Indices are carried over untouched (no ``rewritten_indices``), which is exactly
+what pylance 14.0.2 writes when no rewritten fragment is indexed; a result that rewrites an
+indexed fragment is refused (ADR 0011) (the new data files are then orphans for cleanup — :func:`discard_results`
 removes them when the caller knows they will never be committed).
 """
 from __future__ import annotations
@@ -29,10 +31,10 @@ from lance_ops.table.commit.loop import (
 from lance_ops.table.commit.properties import DEFAULT_MAX_RETRIES, CommitProperties
 from lance_ops.table.manifest.codec import read_manifest
 
+from lance_ops.maintenance.compaction.indices import check_fragments_unindexed, index_segments
 from lance_ops.maintenance.compaction.model import (
     METRIC_KEYS,
     RewriteResult,
-    check_no_indices,
     same_fragment,
     zero_metrics,
 )
@@ -129,10 +131,17 @@ def commit_compaction(ds_or_uri: Any, results: Sequence[RewriteResult], *, stora
             f"{ds.uri}: the compaction was planned at version {read_version}, which no longer exists "
             "(cleaned up); re-plan the compaction"
         ) from exc
-    check_no_indices(read_mf, ds.uri)
+    rewritten = [f.id for r in results for f in r.original_fragments]
+    check_fragments_unindexed(read_mf, rewritten, ds.uri, "this compaction")
     latest_loc = locate.latest_version(store, base)
     if latest_loc is not None and latest_loc.version != read_mf.version:
-        check_no_indices(read_manifest(store, latest_loc.path), ds.uri)
+        # an index built since the plan over a fragment we rewrote: re-plan (it will be held back)
+        now = [s for s in index_segments(read_manifest(store, latest_loc.path), ds.uri)
+               if s.fragment_ids & set(rewritten)]
+        if now:
+            raise RetryableCommitConflictError(
+                f"{ds.uri}: index(es) {sorted({s.name for s in now})} built since version {read_version} cover "
+                "fragments this compaction rewrote; nothing was committed, re-plan the compaction")
 
     at_read = {f.id: f for f in read_mf.manifest.fragments}
     seen: set[int] = set()

@@ -19,9 +19,10 @@ Row ids
     ``take_by_row_id`` and ``_rowid`` give the same rows before and after.
   * Without stable row ids a row id is the row address, which changes. Upstream reserves the
     new fragment ids with a separate ReserveFragments commit so that it can remap indices from
-    old to new addresses. lance_ops writes no indices (and refuses datasets that have some), so
-    nothing needs remapping: the new fragments get their ids when the Rewrite manifest is built
-    (from ``max_fragment_id + 1``) and no ReserveFragments version is written.
+    old to new addresses. lance_ops only rewrites fragments no index covers (ADR 0011; a task
+    over indexed fragments is refused here too, before anything is written), so nothing needs
+    remapping: the new fragments get their ids when the Rewrite manifest is built (from
+    ``max_fragment_id + 1``) and no ReserveFragments version is written.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import table_pb2, transaction_pb2
-from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
+from lance_ops.errors import LanceOpsError, RetryableCommitConflictError, UnsupportedError
 from lance_ops.io.base import ObjectStore
 from lance_ops.table import scan
 from lance_ops.table import deletion, rowids, versions
@@ -56,10 +57,10 @@ from lance_ops.table.manifest.codec import read_manifest
 from lance_ops.table.paths import resolve_inside
 from lance_ops.table.write import write_fragments
 
+from lance_ops.maintenance.compaction.indices import ACTION_NONE, check_fragments_unindexed
 from lance_ops.maintenance.compaction.model import (
     RewriteResult,
     RewriteTask,
-    check_no_indices,
     same_fragment,
     zero_metrics,
 )
@@ -290,6 +291,7 @@ def _open_read_version(task: RewriteTask, store: ObjectStore, base: str) -> Any:
             )
     if list(ds.manifest.fields) != list(task.fields):
         raise LanceOpsError(f"{uri}: the task's schema differs from version {task.read_version}'s")
+    check_fragments_unindexed(ds.manifest_file, [f.id for f in task.fragments], uri, "this compaction task")
     return ds
 
 
@@ -300,6 +302,12 @@ def execute_task(task: RewriteTask, store: ObjectStore, base: str, *, storage_op
     versions.require_writable(version, where)
     if task.kind not in ("compact", "materialize"):
         raise LanceOpsError(f"{where}: unknown compaction task kind {task.kind!r}")
+    if task.index_action != ACTION_NONE:
+        names = ", ".join(f"{i.get('name')} ({i.get('kind')})" for i in task.indices) or "?"
+        raise UnsupportedError(
+            f"{where}: the compaction task over fragments {[f.id for f in task.fragments]} touches index(es) "
+            f"{names} ({task.index_action}); lance_ops does not remap indices yet (ADR 0011), so it is "
+            "held back and never executed. Nothing was written.")
     if sum(task.output_rows) != sum(task.live_rows or task.output_rows):
         raise LanceOpsError(f"{where}: task output sizes do not add up to its live rows")
     view = _open_read_version(task, store, base)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from lance_ops._proto import file_pb2, table_pb2
-from lance_ops.errors import LanceOpsError, UnsupportedError
+from lance_ops.errors import LanceOpsError
 
 
 class RewriteTask(Protocol):
@@ -29,6 +29,8 @@ class RewriteTask(Protocol):
     stable_row_ids: bool
     kind: str
     live_rows: list[int]
+    indices: list[dict[str, Any]]
+    index_action: str
 
 
 def message_to_b64(message: Any) -> str:
@@ -41,20 +43,6 @@ def message_from_b64(cls: Any, text: str) -> Any:
     msg = cls()
     msg.ParseFromString(base64.b64decode(text))
     return msg
-
-
-def check_no_indices(manifest_file: Any, where: str) -> None:
-    """Refuse datasets with indices: rewriting indexed fragments without remapping corrupts them."""
-    section = getattr(manifest_file, "index_section", None)
-    indices = list(section.indices) if section is not None else []
-    if indices or manifest_file.manifest.HasField("index_section") and section is None:
-        names = sorted({i.name or "<unnamed>" for i in indices})
-        raise UnsupportedError(
-            f"{where}: the dataset has indices {names}; lance_ops cannot remap indices after "
-            "rewriting fragments, so it refuses to compact this dataset (compacting it would leave "
-            "the indices pointing at rows that moved). Use pylance's compact_files, or drop the "
-            "indices first."
-        )
 
 
 def same_fragment(a: table_pb2.DataFragment, b: table_pb2.DataFragment) -> bool:

@@ -27,10 +27,17 @@ that none exceeds it. The sizes are fixed at plan time and carried by the task.
 ``materialize_deletions_threshold >= 1.0`` turns materialisation off, as upstream's option
 validation does.
 
-Indices: Lance only combines fragments covered by the same indices and remaps the indices after
-the rewrite. lance_ops writes no indices and cannot remap them, so a dataset whose manifest lists
-any index (including pylance's fragment-reuse system index) is refused with
-:class:`~lance_ops.errors.UnsupportedError` instead of being given stale indices.
+Indices (ADR 0011): as upstream, each candidate is tagged with the set of index segments whose
+``fragment_bitmap`` covers it, and a run is cut wherever that set changes, so indexed and
+unindexed fragments (or fragments of different delta segments) are never binned together.
+lance_ops does not remap indices yet, so a run of indexed fragments is never rewritten: when only
+their size made them candidates the run is *held back* (``CompactionPlan.held_back``: shown by a
+dry run with ``index_action`` "remap (not supported yet)", never executed); when a threshold asks
+for it (deleted rows to materialise) planning refuses with
+:class:`~lance_ops.errors.UnsupportedError` naming the indices (``explain=True``, as dry runs
+plan, returns the plan instead). Unindexed runs are planned and rewritten as on a dataset without
+indices (``index_action`` "none"); the indices are carried over untouched, as pylance does. An
+index kind lance_ops does not know (:mod:`.indices`) refuses the whole plan.
 """
 from __future__ import annotations
 
@@ -46,7 +53,14 @@ from lance_ops.errors import LanceOpsError, UnsupportedError
 from lance_ops.io.base import ObjectStore
 from lance_ops.table import deletion, versions
 
-from lance_ops.maintenance.compaction.model import check_no_indices, message_from_b64, message_to_b64
+from lance_ops.maintenance.compaction.indices import (
+    ACTION_NONE,
+    ACTION_REMAP_UNSUPPORTED,
+    IndexCoverage,
+    IndexSegment,
+    refuse_indexed_rewrite,
+)
+from lance_ops.maintenance.compaction.model import message_from_b64, message_to_b64
 
 TASK_FORMAT = "lance_ops.compaction_task/1"
 PLAN_FORMAT = "lance_ops.compaction_plan/1"
@@ -163,6 +177,11 @@ class CompactionTask:
     kind: str = COMPACT
     #: live rows of each source fragment (plan-time numbers, used for checks and summaries)
     live_rows: list[int] = field(default_factory=list)
+    #: the index segments covering the source fragments (``{"name", "uuid", "kind"}`` each)
+    indices: list[dict[str, Any]] = field(default_factory=list)
+    #: what the task does to them: "none" (unindexed fragments), or "remap (not supported yet)"
+    #: for a held-back task, which is never executed
+    index_action: str = ACTION_NONE
 
     @property
     def fragment_ids(self) -> list[int]:
@@ -190,6 +209,8 @@ class CompactionTask:
             "files": sum(len(f.files) + f.HasField("deletion_file") for f in self.fragments),
             "bytes": sum(df.file_size_bytes for f in self.fragments for df in f.files),
             "output_rows": list(self.output_rows),
+            "index_action": self.index_action,
+            "indices": [dict(i) for i in self.indices],
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,6 +228,8 @@ class CompactionTask:
             "schema_metadata": {k: base64.b64encode(v).decode() for k, v in self.schema_metadata.items()},
             "data_storage_version": self.data_storage_version,
             "stable_row_ids": self.stable_row_ids,
+            "indices": [dict(i) for i in self.indices],
+            "index_action": self.index_action,
         }
 
     def to_json(self) -> str:
@@ -234,6 +257,8 @@ class CompactionTask:
                 stable_row_ids=bool(raw.get("stable_row_ids", False)),
                 kind=str(raw.get("kind", COMPACT)),
                 live_rows=[int(n) for n in raw.get("live_rows", [])],
+                indices=[{str(k): v for k, v in dict(i).items()} for i in raw.get("indices", [])],
+                index_action=str(raw.get("index_action", ACTION_NONE)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise LanceOpsError(f"{where}: not a valid compaction task: {exc}") from exc
@@ -269,6 +294,11 @@ class CompactionPlan:
     read_version: int
     tasks: list[CompactionTask]
     options: CompactionOptions
+    #: runs of indexed fragments upstream would rewrite but lance_ops leaves alone (no index
+    #: remap yet); shown by dry runs, never executed
+    held_back: list[CompactionTask] = field(default_factory=list)
+    #: why the plan cannot be run (a threshold asks to rewrite indexed fragments), or None
+    refusal: str | None = None
 
     @property
     def num_tasks(self) -> int:
@@ -280,8 +310,15 @@ class CompactionPlan:
         return list(self.tasks)
 
     def summary(self) -> list[dict[str, Any]]:
-        """One summary dict per task (for dry runs and logs)."""
-        return [t.summary() for t in self.tasks]
+        """One summary dict per task (for dry runs and logs), the held-back ones included (their
+        ``index_action`` says so), in fragment order."""
+        everything = sorted(self.tasks + self.held_back, key=lambda t: t.fragment_ids[:1])
+        return [t.summary() for t in everything]
+
+    def check_runnable(self) -> None:
+        """Raise the plan's refusal (UnsupportedError) if it has one."""
+        if self.refusal is not None:
+            raise UnsupportedError(self.refusal)
 
     def to_json(self) -> str:
         """The plan as JSON text (format ``PLAN_FORMAT``, sorted keys)."""
@@ -290,6 +327,7 @@ class CompactionPlan:
             "read_version": self.read_version,
             "options": self.options.to_dict(),
             "tasks": [t.to_dict() for t in self.tasks],
+            "held_back": [t.to_dict() for t in self.held_back],
         }, sort_keys=True)
 
     @classmethod
@@ -300,9 +338,15 @@ class CompactionPlan:
             if raw.get("format") != PLAN_FORMAT:
                 raise ValueError(f"format is {raw.get('format')!r}, expected {PLAN_FORMAT!r}")
             tasks = [CompactionTask.from_dict(t, where) for t in raw["tasks"]]
-            return cls(int(raw["read_version"]), tasks, CompactionOptions.from_dict(raw["options"]))
+            held = [CompactionTask.from_dict(t, where) for t in raw.get("held_back", [])]
+            plan = cls(int(raw["read_version"]), tasks, CompactionOptions.from_dict(raw["options"]), held)
         except (KeyError, TypeError, ValueError) as exc:
             raise LanceOpsError(f"{where}: not a valid compaction plan: {exc}") from exc
+        for task in plan.tasks:
+            if task.index_action != ACTION_NONE:
+                raise LanceOpsError(f"{where}: task over fragments {task.fragment_ids} would touch indices "
+                                    f"({task.index_action}); it cannot be one of the plan's tasks")
+        return plan
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (CompactionPlan.from_json, (self.to_json(),))
@@ -360,20 +404,32 @@ def _fragment_stats(ds: Any) -> Iterable[tuple[table_pb2.DataFragment, int, int]
         yield frag, int(frag.physical_rows), num_deleted(ds.store, ds.base, frag)
 
 
-def plan_compaction(ds: Any, options: CompactionOptions | None = None, **kwargs: Any) -> CompactionPlan:
+def _held_back(task: CompactionTask, segments: Sequence[IndexSegment]) -> CompactionTask:
+    """``task`` marked as held back: it would rewrite fragments these segments cover."""
+    task.indices = [s.to_dict() for s in segments]
+    task.index_action = ACTION_REMAP_UNSUPPORTED
+    return task
+
+
+def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explain: bool = False,
+                    **kwargs: Any) -> CompactionPlan:
     """Plan the compaction of ``ds`` (at its checked-out version); writes nothing.
 
-    ``options`` or keyword arguments (the fields of :class:`CompactionOptions`).
+    ``options`` or keyword arguments (the fields of :class:`CompactionOptions`). Runs of indexed
+    fragments are held back (see the module docstring); when a threshold asks to rewrite indexed
+    fragments, UnsupportedError is raised, unless ``explain`` (dry runs), which returns the plan
+    with its ``refusal`` set.
     """
     if options is None:
         options = CompactionOptions(**kwargs)
     elif kwargs:
         raise TypeError("pass either options or keyword arguments, not both")
-    check_no_indices(ds.manifest_file, ds.uri)
+    coverage = IndexCoverage.of(ds)
     versions.refuse_mixed(ds.manifest)
     target = options.target_rows_per_fragment
-    runs: list[list[tuple[table_pb2.DataFragment, int, bool]]] = []
+    runs: list[tuple[tuple[str, ...], list[tuple[table_pb2.DataFragment, int, bool]]]] = []
     current: list[tuple[table_pb2.DataFragment, int, bool]] | None = None
+    current_key: tuple[str, ...] = ()
     for frag, physical, deleted in _fragment_stats(ds):
         if options.materialize_deletions and deleted_ratio_exceeds(
                 deleted, physical, options.materialize_deletions_threshold):
@@ -382,67 +438,103 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, **kwargs:
             itself = False
         else:
             if current:
-                runs.append(current)
+                runs.append((current_key, current))
             current = None
             continue
+        key = coverage.key(frag.id)
+        if current is not None and key != current_key:  # never bin different index sets together
+            runs.append((current_key, current))
+            current = None
         if current is None:
-            current = []
+            current, current_key = [], key
         current.append((frag, physical - deleted, itself))
     if current:
-        runs.append(current)
+        runs.append((current_key, current))
 
     tasks: list[CompactionTask] = []
+    held: list[CompactionTask] = []
+    refused: list[CompactionTask] = []
     budget = options.max_source_fragments
     used = 0
     stop = False
-    for run in runs:
+    itself_ids = {f.id for _, run in runs for f, _, itself in run if itself}
+    for key, run in runs:
         if len(run) == 1 and not run[0][2]:
             continue  # a lone compact-with-neighbours fragment: nothing to gain
         for chunk in _split_run([(f, n) for f, n, _ in run], target):
+            live = sum(n for _, n in chunk)
+            sizes = output_sizes(live, target, options.max_rows_per_file)
+            if key:
+                task = _held_back(_task(ds, chunk, options, COMPACT, sizes), coverage.covering(chunk[0][0].id))
+                held.append(task)
+                if itself_ids & set(task.fragment_ids):
+                    refused.append(task)
+                continue
+            if stop:
+                continue
             if budget is not None and used + len(chunk) > budget:
                 stop = True
-                break
+                continue
             used += len(chunk)
             for frag, _ in chunk:
                 _check_fragment_supported(frag, ds.uri)
-            live = sum(n for _, n in chunk)
-            tasks.append(_task(ds, chunk, options, COMPACT,
-                               output_sizes(live, target, options.max_rows_per_file)))
-        if stop:
-            break
-    return CompactionPlan(ds.version, tasks, options)
+            tasks.append(_task(ds, chunk, options, COMPACT, sizes))
+    plan = CompactionPlan(ds.version, tasks, options, held)
+    if refused:
+        plan.refusal = str(refuse_indexed_rewrite(
+            ds.uri, [i for t in refused for i in t.fragment_ids if i in itself_ids],
+            [s for t in refused for s in coverage.covering(t.fragment_ids[0])],
+            f"materializing deletions (deleted ratio above {options.materialize_deletions_threshold})"))
+    if not explain:
+        plan.check_runnable()
+    return plan
 
 
 def plan_materialization(ds: Any, threshold: float = 0.1, *, max_rows_per_file: int | None = None,
-                         max_source_fragments: int | None = None) -> CompactionPlan:
+                         max_source_fragments: int | None = None, explain: bool = False) -> CompactionPlan:
     """One task per fragment whose deleted ratio exceeds ``threshold``, whatever its size.
 
     Each such fragment is rewritten without its deleted rows into one new fragment (or more, if
     ``max_rows_per_file`` asks for it); no fragments are merged. Like Delta's REORG ... PURGE.
+    An indexed fragment above the threshold refuses the plan (UnsupportedError naming the
+    indices), unless ``explain`` (dry runs): it is then held back and ``refusal`` set.
     """
     options = CompactionOptions(
         target_rows_per_fragment=1 << 62, max_rows_per_file=max_rows_per_file,
         materialize_deletions=True, materialize_deletions_threshold=threshold,
         max_source_fragments=max_source_fragments,
     )
-    check_no_indices(ds.manifest_file, ds.uri)
+    coverage = IndexCoverage.of(ds)
     versions.refuse_mixed(ds.manifest)
     tasks: list[CompactionTask] = []
+    held: list[CompactionTask] = []
     for frag, physical, deleted in _fragment_stats(ds):
         if not (options.materialize_deletions and deleted_ratio_exceeds(deleted, physical, threshold)):
             continue
-        if options.max_source_fragments is not None and len(tasks) >= options.max_source_fragments:
-            break
-        _check_fragment_supported(frag, ds.uri)
         live = physical - deleted
         sizes = output_sizes(live, live or 1, max_rows_per_file)
+        segments = coverage.covering(frag.id)
+        if segments:
+            held.append(_held_back(_task(ds, [(frag, live)], options, MATERIALIZE, sizes), segments))
+            continue
+        if options.max_source_fragments is not None and len(tasks) >= options.max_source_fragments:
+            continue
+        _check_fragment_supported(frag, ds.uri)
         tasks.append(_task(ds, [(frag, live)], options, MATERIALIZE, sizes))
-    return CompactionPlan(ds.version, tasks, options)
+    plan = CompactionPlan(ds.version, tasks, options, held)
+    if held:
+        plan.refusal = str(refuse_indexed_rewrite(
+            ds.uri, [t.fragment_ids[0] for t in held],
+            [s for t in held for s in coverage.covering(t.fragment_ids[0])],
+            f"materializing deletions (deleted ratio above {threshold})"))
+    if not explain:
+        plan.check_runnable()
+    return plan
 
 
 def plan_summary_metrics(plan: CompactionPlan) -> dict[str, int]:
     """What executing ``plan`` would do, in the metric names of a real run (bytes written unknown)."""
-    summaries = plan.summary()
+    summaries = [t.summary() for t in plan.tasks]
     return {
         "fragments_removed": sum(len(s["fragment_ids"]) for s in summaries),
         "fragments_added": sum(len(s["output_rows"]) for s in summaries),

@@ -12,7 +12,8 @@ Three steps, usable together (:func:`compact_files`) or apart (distributed, e.g.
 * Execution streams one source fragment at a time and writes new data files only
   (:mod:`lance_ops.maintenance.compaction.execute`). Stable row ids and version sequences are
   carried over; without stable ids the new fragment ids are assigned when the Rewrite manifest is
-  built (no ReserveFragments commit: we have no indices to remap, and refuse datasets that do).
+  built (no ReserveFragments commit: only unindexed fragments are rewritten, so no index needs
+  the new addresses; ADR 0011).
 * Commit publishes one Rewrite transaction (one group per task) against the plan's read version.
   Concurrent appends never conflict. A concurrent delete/update/rewrite of a rewritten fragment
   raises :class:`~lance_ops.errors.RetryableCommitConflictError` and leaves the dataset unchanged.
@@ -100,10 +101,15 @@ def _execute_all(tasks: Sequence[CompactionTask], ds: Any, num_threads: int | No
     return [r for r in done if r is not None]
 
 
-def _run(ds: Any, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, idempotency_key: str | None,
+def _run(ds: Any, planner: Callable[[Any, bool], CompactionPlan], *, dry_run: bool, idempotency_key: str | None,
          conflict_retries: int, num_threads: int | None,
          progress: Callable[[int, int], None] | None = None) -> Any:
-    """Plan, execute and commit with conflict retries; returns ``(metrics, manifest_file or None)``."""
+    """Plan, execute and commit with conflict retries; returns ``(metrics, manifest_file or None)``.
+
+    ``planner(dataset, explain)``: a dry run plans with ``explain=True`` (a plan refused because of
+    indexed fragments is shown, with its ``refusal``), a real run with False (the refusal raises
+    UnsupportedError before anything is written).
+    """
     t0 = time.perf_counter()
     if idempotency_key and not dry_run:
         found = find_committed_rewrite(ds.store, ds.base, idempotency_key)
@@ -115,11 +121,15 @@ def _run(ds: Any, planner: Callable[[Any], CompactionPlan], *, dry_run: bool, id
     cached: dict[bytes, RewriteResult] = {}
     current = ds
     for attempt in range(conflict_retries + 1):
-        plan = planner(current)
+        plan = planner(current, dry_run)
         if dry_run:
             out: dict[str, Any] = plan_summary_metrics(plan)
             out.update(version=None, dry_run=True, tasks=plan.num_tasks, plan=plan.summary(),
                        read_version=plan.read_version, seconds=time.perf_counter() - t0)
+            if plan.held_back:
+                out["held_back"] = len(plan.held_back)
+            if plan.refusal is not None:
+                out["refusal"] = plan.refusal
             return out, None
         results: list[RewriteResult | None] = []
         to_run: list[tuple[int, CompactionTask]] = []
@@ -191,7 +201,8 @@ def compact_files(ds: Any, *, target_rows_per_fragment: int | None = 1024 * 1024
     of a new plan after a conflict retry). Arguments left ``None`` take
     upstream's defaults, as in pylance. pylance's ``max_rows_per_group`` and ``batch_size`` are
     accepted and ignored (our 2.0 writer sizes pages itself; execution streams per fragment);
-    ``defer_index_remap=True`` is refused (we write no indices, see the module docstring). See
+    ``defer_index_remap=True`` is refused (no fragment-reuse index yet, ADR 0011). Indexed fragments
+    are never rewritten: see :mod:`lance_ops.maintenance.compaction.plan`. See
     the module docstring for retries, idempotency and the metric names.
     """
     metrics, _ = _compact(ds, target_rows_per_fragment=target_rows_per_fragment,
@@ -212,12 +223,13 @@ def _compact(ds: Any, *, dry_run: Any = False, idempotency_key: Any = None, conf
              num_threads: Any = None, max_rows_per_group: Any = None, batch_size: Any = None, defer_index_remap: Any = None,
              progress: Any = None, **option_kwargs: Any) -> Any:
     if defer_index_remap:
-        raise UnsupportedError("defer_index_remap needs a fragment-reuse index; lance_ops writes no indices")
+        raise UnsupportedError("defer_index_remap needs a fragment-reuse index, which lance_ops does not write yet "
+                               "(it never rewrites indexed fragments; docs/adr/0011-index-aware-compaction.md)")
     for name, default in _DEFAULTS.items():
         if option_kwargs.get(name) is None:
             option_kwargs[name] = default
     options = CompactionOptions(**option_kwargs)
-    return _run(ds, lambda d: plan_compaction(d, options), dry_run=dry_run, idempotency_key=idempotency_key,
+    return _run(ds, lambda d, explain: plan_compaction(d, options, explain=explain), dry_run=dry_run, idempotency_key=idempotency_key,
                 conflict_retries=conflict_retries, num_threads=num_threads, progress=progress)
 
 
@@ -241,9 +253,9 @@ def materialize_deletions(ds: Any, threshold: float = 0.1, *, dry_run: bool = Fa
 def _materialize(ds: Any, threshold: Any = 0.1, *, dry_run: Any = False, idempotency_key: Any = None, max_rows_per_file: Any = None,
                  max_source_fragments: Any = None, conflict_retries: Any = DEFAULT_CONFLICT_RETRIES, num_threads: Any = None,
                  progress: Any = None) -> Any:
-    def planner(d: Any) -> Any:
+    def planner(d: Any, explain: bool) -> CompactionPlan:
         return plan_materialization(d, threshold, max_rows_per_file=max_rows_per_file,
-                                    max_source_fragments=max_source_fragments)
+                                    max_source_fragments=max_source_fragments, explain=explain)
 
     return _run(ds, planner, dry_run=dry_run, idempotency_key=idempotency_key,
                 conflict_retries=conflict_retries, num_threads=num_threads, progress=progress)

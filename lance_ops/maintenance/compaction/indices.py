@@ -1,0 +1,199 @@
+"""Which indices cover which fragments: what index-aware compaction planning needs to know.
+
+Every ``IndexMetadata`` segment of the manifest's index section names the fragments it covers in
+``fragment_bitmap`` (a portable 32-bit RoaringBitmap of fragment ids). pylance's planner tags each
+candidate fragment with the set of (non-system) segments covering it and never bins fragments with
+different sets together; lance_ops does the same (:func:`IndexCoverage.key`), and for now never
+rewrites a fragment that some segment covers (rewriting one needs an index remap, which lance_ops
+does not write yet: ADR 0011).
+
+Only index kinds whose meaning lance_ops knows are accepted (:data:`KNOWN_KINDS`, matched on the
+``index_details`` type URL, case-insensitively as pylance compares them). An unknown kind, a
+segment without type information, or a system index lance_ops cannot apply yet (pylance's
+fragment-reuse and MemWAL indices) refuses the whole operation with :class:`UnsupportedError`
+naming the index and its type, before anything is written.
+"""
+from __future__ import annotations
+
+import uuid as uuid_mod
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from pyroaring import BitMap
+
+from lance_ops._proto import table_pb2
+from lance_ops.errors import LanceOpsError, UnsupportedError
+
+#: how a task treats the indices (``CompactionTask.index_action``)
+ACTION_NONE = "none"
+ACTION_REMAP_UNSUPPORTED = "remap (not supported yet)"
+
+#: index_details type URL (lower case, without the leading "/") -> the kind pylance calls it
+KNOWN_KINDS: dict[str, str] = {
+    "lance.table.btreeindexdetails": "BTREE",
+    "lance.table.bitmapindexdetails": "BITMAP",
+    "lance.table.labellistindexdetails": "LABEL_LIST",
+    "lance.table.ngramindexdetails": "NGRAM",
+    "lance.table.zonemapindexdetails": "ZONEMAP",
+    "lance.table.invertedindexdetails": "INVERTED",
+    "lance.index.pb.bloomfilterindexdetails": "BLOOMFILTER",
+    "lance.index.pb.vectorindexdetails": "VECTOR",
+}
+
+#: system indices (type URL -> name): they do not describe data coverage, and lance_ops cannot
+#: apply them yet (the fragment-reuse index translates every other index's coverage)
+SYSTEM_KINDS: dict[str, str] = {
+    "lance.table.fragmentreuseindexdetails": "FRAG_REUSE",
+    "lance.table.memwalindexdetails": "MEM_WAL",
+}
+
+
+def _url_key(type_url: str) -> str:
+    key = type_url.strip().lower()
+    if "/" in key:
+        key = key.rsplit("/", 1)[1]
+    return key
+
+
+@dataclass(frozen=True)
+class IndexSegment:
+    """One ``IndexMetadata`` entry: its name, uuid, kind and the fragment ids it covers."""
+
+    name: str
+    uuid: str
+    kind: str
+    type_url: str
+    fragment_ids: frozenset[int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form a task and a dry run carry: name, uuid and kind."""
+        return {"name": self.name, "uuid": self.uuid, "kind": self.kind}
+
+    def label(self) -> str:
+        """``name (KIND)`` for messages."""
+        return f"{self.name} ({self.kind})"
+
+
+def _uuid_text(index: table_pb2.IndexMetadata) -> str:
+    raw = bytes(index.uuid.uuid)
+    return str(uuid_mod.UUID(bytes=raw)) if len(raw) == 16 else raw.hex()
+
+
+def _kind(index: table_pb2.IndexMetadata, where: str) -> tuple[str, str]:
+    """(kind, type URL) of a segment; UnsupportedError for a kind lance_ops does not know."""
+    url = index.index_details.type_url if index.HasField("index_details") else ""
+    key = _url_key(url)
+    name = index.name or "<unnamed>"
+    if key in KNOWN_KINDS:
+        return KNOWN_KINDS[key], url
+    if key in SYSTEM_KINDS:
+        raise UnsupportedError(
+            f"{where}: the dataset has the system index {name!r} of type {SYSTEM_KINDS[key]} ({url}), "
+            "written by a deferred index remap (pylance compact_files(defer_index_remap=True)) or a MemWAL "
+            "writer; lance_ops cannot apply it yet, so it does not compact or rewrite this dataset. "
+            "Nothing was written.")
+    shown = url or "no index_details (an index written by an older Lance version)"
+    raise UnsupportedError(
+        f"{where}: index {name!r} has a type lance_ops does not know: {shown}; lance_ops refuses to "
+        "compact or rewrite a dataset carrying indices it does not know rather than risk leaving them "
+        "inconsistent. Nothing was written.")
+
+
+def _coverage(index: table_pb2.IndexMetadata, fallback: Any, where: str) -> frozenset[int]:
+    """The fragment ids a segment covers; ``fallback(dataset_version)`` when it stores no bitmap."""
+    if not index.fragment_bitmap:
+        return frozenset(fallback(int(index.dataset_version)))
+    try:
+        return frozenset(int(i) for i in BitMap.deserialize(bytes(index.fragment_bitmap)))
+    except Exception as exc:  # noqa: BLE001 - pyroaring raises ValueError / MemoryError on garbage
+        raise LanceOpsError(f"{where}: index {index.name!r} has an unreadable fragment bitmap: {exc}") from exc
+
+
+def index_segments(manifest_file: Any, where: str, fallback: Any = None) -> list[IndexSegment]:
+    """The index segments of a ManifestFile (refusing kinds lance_ops does not know).
+
+    ``fallback(dataset_version) -> fragment ids`` gives the coverage of a segment that stores no
+    fragment bitmap (very old writers); without one, such a segment counts as covering every
+    fragment of the manifest (the safe side: none of them is rewritten).
+    """
+    section = getattr(manifest_file, "index_section", None)
+    if section is None:
+        if manifest_file.manifest.HasField("index_section") and manifest_file.manifest.index_section:
+            raise LanceOpsError(f"{where}: the manifest points at an index section that was not read")
+        return []
+    if fallback is None:
+        every = [f.id for f in manifest_file.manifest.fragments]
+
+        def fallback(_version: int) -> Iterable[int]:
+            return every
+
+    out = []
+    for index in section.indices:
+        kind, url = _kind(index, where)
+        out.append(IndexSegment(index.name, _uuid_text(index), kind, url, _coverage(index, fallback, where)))
+    return out
+
+
+class IndexCoverage:
+    """The segments covering each fragment of one version: the planner's binning key."""
+
+    def __init__(self, segments: Iterable[IndexSegment]) -> None:
+        self.segments = list(segments)
+
+    @classmethod
+    def of(cls, ds: Any) -> "IndexCoverage":
+        """Coverage of dataset ``ds`` at its checked-out version (refusing unknown index kinds).
+
+        A segment without a stored bitmap covers the fragment ids below ``max_fragment_id + 1``
+        of the version it was built from, as pylance reconstructs it (every fragment of ``ds`` when
+        that version is gone).
+        """
+        from lance_ops.table.dataset import open_manifest
+
+        def fallback(version: int) -> Iterable[int]:
+            try:
+                old = open_manifest(ds.store, ds.base, version, ds.uri)
+            except LanceOpsError:
+                return [f.id for f in ds.manifest.fragments]
+            return range(int(old.manifest.max_fragment_id) + 1)
+
+        return cls(index_segments(ds.manifest_file, ds.uri, fallback))
+
+    def covering(self, fragment_id: int) -> tuple[IndexSegment, ...]:
+        """The segments covering ``fragment_id`` (in index-section order)."""
+        return tuple(s for s in self.segments if fragment_id in s.fragment_ids)
+
+    def key(self, fragment_id: int) -> tuple[str, ...]:
+        """The uuids of the segments covering ``fragment_id``: fragments with different keys are
+        never binned together (pylance's rule)."""
+        return tuple(s.uuid for s in self.covering(fragment_id))
+
+
+def describe(segments: Iterable[IndexSegment]) -> str:
+    """``a (BTREE), b (VECTOR)`` for messages (names de-duplicated: delta segments share one)."""
+    seen: dict[str, str] = {}
+    for s in segments:
+        seen.setdefault(s.name, s.label())
+    return ", ".join(seen.values())
+
+
+def refuse_indexed_rewrite(where: str, fragment_ids: Iterable[int], segments: Iterable[IndexSegment],
+                           why: str) -> UnsupportedError:
+    """The error for a rewrite of indexed fragments (raised before anything is written)."""
+    ids = sorted(set(fragment_ids))
+    return UnsupportedError(
+        f"{where}: {why} would rewrite fragment(s) {ids}, covered by index(es) {describe(segments)}; "
+        "rewriting an indexed fragment needs the index remapped to the new rows, and lance_ops cannot remap "
+        "indices yet (remap comes later, see docs/adr/0011-index-aware-compaction.md), so it refuses: "
+        "nothing was written. Unindexed fragments can still be compacted (e.g. with materialize_deletions=False "
+        "or a higher materialize_deletions_threshold), or use pylance's compact_files for these.")
+
+
+def check_fragments_unindexed(manifest_file: Any, fragment_ids: Iterable[int], where: str, why: str) -> None:
+    """Refuse (UnsupportedError) when a segment of ``manifest_file`` covers one of ``fragment_ids``
+    or is of a kind lance_ops does not know."""
+    wanted = set(fragment_ids)
+    hits = [s for s in index_segments(manifest_file, where) if s.fragment_ids & wanted]
+    if hits:
+        covered = set().union(*(s.fragment_ids & wanted for s in hits))
+        raise refuse_indexed_rewrite(where, covered, hits, why)
