@@ -362,7 +362,9 @@ def _require_fragments(ds: LanceDataset, uri: str, ids: Sequence[int] | None) ->
 def cmd_rebuild_stats(args: argparse.Namespace) -> dict[str, Any]:
     """``rebuild-stats``: write page statistics for data files that have none (or all, ``--force``).
 
-    Reports the new statistics coverage; text output counts files unless ``--list-files``.
+    Reports the new statistics coverage; text output counts files unless ``--list-files``. Exits 2
+    when the statistics of some data file could not be written (``status: failed``; ``failures``
+    names each file and why).
     """
     from lance_ops.maintenance.statistics import rebuild_statistics, statistics_coverage
 
@@ -375,6 +377,8 @@ def cmd_rebuild_stats(args: argparse.Namespace) -> dict[str, Any]:
         progress.close()
     cov = statistics_coverage(ds)
     result["coverage"] = f"{cov['with_stats']}/{cov['data_files']}"
+    if result["failed"]:
+        args.exit_code = EXIT_ERROR
     if not args.json and not args.list_files:
         result["files"] = len(result["files"])
     return result

@@ -424,6 +424,9 @@ class LanceCompactionOperator(_CommittingOperator):
 class LanceRebuildStatisticsOperator(LanceBaseOperator):
     """Rebuild the per-fragment column statistics (kept in lance_ops' own ``_stats`` files).
 
+    The task fails (its error line names each data file and why) when the statistics of some data
+    file could not be written; the files that did get statistics keep them.
+
     :param fragments: fragment ids to rebuild (default: those missing or stale). (templated)
     :param force: rebuild even when up to date. (templated)
     """
@@ -447,11 +450,27 @@ class LanceRebuildStatisticsOperator(LanceBaseOperator):
             frags = json.loads(frags) if frags.strip() not in ("", "None", "null") else None
         self.check_cancelled()
         metrics = _as_dict(rebuild_statistics(ds, frags, as_bool(self.force)))
+        if metrics.get("failed"):
+            self._fail(metrics)
         files = metrics.pop("files", None)
         if isinstance(files, list):
             metrics["files_sample"] = files[:20]
         # statistics live in lance_ops' own files: no new version is committed
         return {"version": ds.version, "changed": bool(metrics.get("written")), "metrics": metrics}
+
+    def _fail(self, metrics: dict[str, Any]) -> None:
+        """Fail the task naming the data files whose statistics could not be written: at once,
+        unless some failure may pass on a retry (a storage error), which keeps the task's retries."""
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from lance_ops.maintenance.statistics import failure_summary
+
+        line = failure_summary(metrics)
+        if any(f.get("retryable") for f in metrics.get("failures") or []):
+            self.log.error("%s (retryable)", line)
+            raise AirflowException(line)
+        self.log.error("%s", line)
+        raise AirflowFailException(f"{line} (not retryable)")
 
 
 class LanceRefreshRowIdIndexOperator(LanceBaseOperator):

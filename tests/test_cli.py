@@ -222,6 +222,22 @@ def test_rebuild_stats(capsys, tmp_path):
     assert res["written"] == 3 and res["already_present"] == 0
 
 
+def test_rebuild_stats_exits_2_when_a_file_fails(capsys, tmp_path):
+    uri = str(tmp_path / "pl")
+    lance.write_dataset(table(0, 300), uri, max_rows_per_file=100)  # pylance's default version (2.2)
+    bad = lance.dataset(uri).get_fragments()[1].data_files()[0].path
+    with open(os.path.join(uri, "data", bad), "r+b") as f:  # no longer a Lance file
+        f.write(b"\0" * 64)
+        f.seek(-8, os.SEEK_END)
+        f.write(b"\0" * 8)
+    code, out, err = run(capsys, "rebuild-stats", uri, "--json")
+    res = json.loads(out)
+    assert code == 2 and res["status"] == "failed" and (res["written"], res["failed"]) == (2, 1)
+    assert res["failures"][0]["data_file"] == bad and res["coverage"] == "2/3"
+    code, out, err = run(capsys, "rebuild-stats", uri)
+    assert code == 2 and bad in out
+
+
 def test_refresh_rowid_index(capsys, tmp_path, ds_uri):
     assert run_json(capsys, "refresh-rowid-index", ds_uri)["skipped"] == "no stable row ids"
     uri = str(tmp_path / "stable")

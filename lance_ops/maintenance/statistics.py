@@ -12,24 +12,23 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 import pyarrow as pa
 
 from lance_ops._proto import table_pb2
-from lance_ops.errors import LanceOpsError
+from lance_ops.errors import LanceOpsError, UnsupportedError, error_line, is_retryable
 from lance_ops.table import scan
-from lance_ops.table.manifest import naming
 from lance_ops.table.dataset import LanceDataset
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.paths import dataset_where, resolve_inside
 from lance_ops.table.stats import (
     PageRecord, PageStat, compute_stat, field_values, forget_cached_statistics, is_tracked,
     listed_stats_files, stat_fields, stats_file_name, stats_path, stats_table, stats_type,
     write_stats_file,
 )
+from lance_ops.table.stats.ranges import compute_range_statistics
 
 if TYPE_CHECKING:  # pragma: no cover
     from lance_ops.format.v2_0.reader import LanceFileReader
 
 log = logging.getLogger(__name__)
 
-__all__ = ["rebuild_statistics", "statistics_coverage", "compute_file_statistics"]
+__all__ = ["rebuild_statistics", "statistics_coverage", "compute_file_statistics", "failure_summary"]
 
 
 def compute_file_statistics(reader: LanceFileReader, data_file_proto: table_pb2.DataFile, dataset_fields: Sequence,
@@ -84,13 +83,18 @@ def rebuild_statistics(ds: LanceDataset, fragments: Iterable[int | LanceFragment
     """Write statistics for the data files of ``ds`` that have none (all of them with ``force``).
 
     ``fragments``: fragment ids (or fragments) to limit the work to. Data is only read, never
-    rewritten, and no new version is committed. Files this reader cannot read (Lance 2.1+ files
-    written by pylance) are counted as ``unsupported``. ``progress(done, total)`` is called after
-    each data file. Returns counts and the statistics files written (or, dry run, to be written).
-    """
-    from lance_ops.format.v2_0.reader import LanceFileReader
-    from lance_ops.format.version import FileVersion
+    rewritten, and no new version is committed. Each data file is read with the reader of its file
+    version (the format registry's, through the fragment): 2.0 files get per-page statistics,
+    2.1/2.2 and legacy 0.1 files per fixed row range (:mod:`lance_ops.table.stats.ranges`).
+    ``progress(done, total)`` is called after each data file.
 
+    Returns counts and the statistics files written (or, dry run, to be written). A data file whose
+    statistics could not be computed or written is counted in ``failed`` and described in
+    ``failures`` (``data_file``, ``fragment_id``, ``file_version``, ``error``, ``retryable``);
+    ``unsupported`` counts those of them failing on a file version or encoding this reader does not
+    decode; ``status`` is ``"failed"`` when any failed, else ``"ok"``. Callers report a failed
+    rebuild as such (the CLI exits 2, the Airflow operator fails its task).
+    """
     frags = _select_fragments(ds, fragments)
     existing = set() if force else listed_stats_files(ds)
     todo = []
@@ -102,6 +106,7 @@ def rebuild_statistics(ds: LanceDataset, fragments: Iterable[int | LanceFragment
     result: dict[str, Any] = {"data_files": sum(len(f.files) for f in frags), "written": 0,
               "already_present": sum(len(f.files) for f in frags) - len(todo),
               "unsupported": 0, "failed": 0, "dry_run": bool(dry_run), "files": []}
+    failures: list[dict[str, Any]] = []
     schema = ds.schema
     for n, (frag, i, df) in enumerate(todo, 1):
         path = stats_path(ds.store, ds.base, df.path)
@@ -110,25 +115,48 @@ def rebuild_statistics(ds: LanceDataset, fragments: Iterable[int | LanceFragment
             result["written"] += 1
         else:
             try:
-                reader = None
-                if df.file_major_version >= 2 or (df.file_major_version, df.file_minor_version) == (0, 3):
-                    reader = LanceFileReader(resolve_inside(ds.store, ds.base, df.path, under=(naming.DATA_DIR,),
-                                                            what=f"data file path of fragment {frag.id}",
-                                                            where=dataset_where(ds)), store=ds.store)
-                if reader is None or reader.version != FileVersion.V2_0:  # legacy (0.1) and 2.1+ files
-                    result["unsupported"] += 1
-                else:
-                    table = compute_file_statistics(reader, df, ds.manifest.fields, schema)
-                    write_stats_file(table, ds.store, path, ds.storage_options)
-                    result["files"].append(ds.store.uri(path))
-                    result["written"] += 1
-            except (LanceOpsError, pa.ArrowException, NotImplementedError) as exc:
+                table = _file_statistics(ds, frag, i, schema)
+                write_stats_file(table, ds.store, path, ds.storage_options)
+                result["files"].append(ds.store.uri(path))
+                result["written"] += 1
+            except (LanceOpsError, pa.ArrowException, NotImplementedError, OSError, ValueError, TypeError) as exc:
                 log.warning("cannot compute statistics of %s: %s", df.path, exc)
                 result["failed"] += 1
+                if isinstance(exc, (UnsupportedError, NotImplementedError)):
+                    result["unsupported"] += 1
+                failures.append({"data_file": df.path, "fragment_id": int(frag.id),
+                                 "file_version": f"{df.file_major_version}.{df.file_minor_version}",
+                                 "error": error_line(exc), "retryable": is_retryable(exc)})
         if progress is not None:
             progress(n, len(todo))
     forget_cached_statistics(ds)
+    result["status"] = "failed" if result["failed"] else "ok"
+    result["failures"] = failures
     return result
+
+
+def _file_statistics(ds: LanceDataset, frag: table_pb2.DataFragment, file_index: int,
+                     schema: pa.Schema) -> pa.Table:
+    """The statistics table of data file ``file_index`` of ``frag``, read with the reader of its
+    version: per page for 2.0 files, per row range for the others."""
+    from lance_ops.format.v2_0.reader import LanceFileReader
+    from lance_ops.format.version import FileVersion
+
+    df = frag.files[file_index]
+    reader = LanceFragment(ds, frag).data_file_reader(file_index)
+    if isinstance(reader, LanceFileReader) and reader.version == FileVersion.V2_0:
+        return compute_file_statistics(reader, df, ds.manifest.fields, schema)
+    return compute_range_statistics(reader, list(df.fields), df.path, ds.manifest.fields, schema)
+
+
+def failure_summary(result: dict) -> str:
+    """One line naming the data files a :func:`rebuild_statistics` result failed on, and why."""
+    failures = result.get("failures") or []
+    shown = "; ".join(f"{f['data_file']} (fragment {f['fragment_id']}, file version {f['file_version']}): "
+                      f"{f['error']}" for f in failures[:5])
+    more = f"; and {len(failures) - 5} more" if len(failures) > 5 else ""
+    return (f"statistics of {result.get('failed', len(failures))} of {result.get('data_files', '?')} data files "
+            f"could not be written: {shown}{more}")
 
 
 def statistics_coverage(ds: LanceDataset) -> dict:

@@ -300,7 +300,7 @@ def columns_of(tree: Node) -> set[str]:
     out: set[str] = set()
 
     def walk(node: Node) -> None:
-        if isinstance(node, (Cmp, IsNull)):
+        if isinstance(node, (Cmp, In, IsNull)):
             out.add(node.column)
         elif isinstance(node, (And, Or)):
             for c in node.children:

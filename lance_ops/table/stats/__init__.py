@@ -49,11 +49,19 @@ Layout of a statistics file (a Lance 2.0 file written with :class:`LanceFileWrit
     fields' page lists have different lengths and cannot share rows; a long table keyed by
     (field, page) can hold them all, and stays a plain Lance file any reader opens.
 
+Lance 2.1/2.2 (and legacy 0.1) data files get the same file, cut into fixed row ranges of
+:data:`RANGE_ROWS` (8192) rows instead of pages (their pages are large, and what a ranged read
+fetches inside one is a mini-block chunk; see :mod:`~lance_ops.table.stats.ranges`): ``page`` is then
+the range's index, every field has the same ranges, and schema metadata ``lance_ops.stats.ranges``
+says ``8192``. Readers need not tell the two apart: ``row_start``/``num_rows`` say which rows a
+record covers.
+
 Fields whose ancestors include a list are not covered (their pages count items, not rows); list
 fields themselves get null counts only.
 
 Modules: :mod:`~lance_ops.table.stats.store` (the statistics file: layout, naming, reading,
 writing), :mod:`~lance_ops.table.stats.collect` (computing bounds, the writer hook),
+:mod:`~lance_ops.table.stats.ranges` (statistics per row range of 2.1/2.2 files),
 :mod:`~lance_ops.table.stats.prune` (scan pruning); :mod:`~lance_ops.table.stats.fragments` fills
 in the fragment-level statistics of the manifest that older Lance versions did not record.
 The table layer reaches them through two hooks, imported lazily: ``FragmentWriter._open`` wraps
@@ -67,7 +75,9 @@ Who writes them
       summaries of the batches it holds are merged (a page cut inside a batch is recomputed from
       that batch, which is then still at hand - see :class:`StatisticsCollector`);
     * :func:`~lance_ops.maintenance.statistics.rebuild_statistics` fills in the files of data files that have none (written by
-      pylance, or by a writer that crashed after the data file) by reading page by page.
+      pylance, or by a writer that crashed after the data file): 2.0 files page by page, 2.1/2.2
+      and 0.1 files range by range (:func:`compute_range_statistics`), each read with the reader
+      the format registry picks for its version; a file it cannot read is reported as failed.
 
 Who reads them
     The scan planner (:mod:`lance_ops.table.scan`: every filtered scan, the Spark source) calls
@@ -82,6 +92,7 @@ from lance_ops.table.stats.collect import (
 from lance_ops.table.stats.prune import (
     LIST_THRESHOLD, forget_cached_statistics, fragment_statistics, scan_offsets, scan_ranges,
 )
+from lance_ops.table.stats.ranges import RANGE_ROWS, compute_range_statistics, file_fields, row_ranges
 from lance_ops.table.stats.store import (
     FORMAT_VERSION, STATS_DIR, STATS_SUFFIX, TRUNCATE_BYTES, FieldPages, FileStats, PageRecord, PageStat,
     listed_stats_files, load_file_stats, parse_stats_table, stats_file_name, stats_path, stats_table,
@@ -95,4 +106,5 @@ __all__ = [
     "load_file_stats", "listed_stats_files", "truncate_min", "truncate_max", "stats_type",
     "compute_stat", "stat_fields", "is_tracked", "field_values", "merge_stats", "track_statistics",
     "scan_offsets", "scan_ranges", "fragment_statistics", "forget_cached_statistics",
+    "RANGE_ROWS", "row_ranges", "file_fields", "compute_range_statistics",
 ]

@@ -1,8 +1,10 @@
 """Statistics-based scan pruning: which rows of a fragment a filtered scan must read.
 
 :func:`scan_ranges` (for the scan planner) evaluates a compiled filter's pruning tree (:mod:`lance_ops.table.filters.pruning`)
-over fragment-level aggregates, then per page, using the statistics files of the fragment's data
-files (cached per dataset in ``LanceDataset.cache``).
+over fragment-level aggregates, then per page (2.0 files) or per 8192-row range (2.1/2.2 files, see
+:mod:`lance_ops.table.stats.ranges`), using the statistics files of the fragment's data files
+(cached per dataset in ``LanceDataset.cache``). A field's statistics are those of the data file
+holding it, or, in 2.1+ files that list only leaf fields, holding one of its leaves.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import numpy as np
 from lance_ops._proto import table_pb2
 from lance_ops.table.filters import pruning as sp
 from lance_ops.table.stats.collect import stat_fields
+from lance_ops.table.stats.ranges import file_fields
 from lance_ops.table.stats.store import (
     STATS_DIR, FieldPages, FileStats, StatsDataset, listed_stats_files, load_file_stats, stats_file_name,
 )
@@ -65,6 +68,17 @@ def _path_ids(ds: StatsDataset) -> dict[str, int]:
     return got
 
 
+def _held_fields(ds: StatsDataset, data_file_proto: table_pb2.DataFile) -> set[int]:
+    """Fields data file ``data_file_proto`` holds, its listed leaves' ancestors included (2.1+ files
+    list only leaves: a list or struct field is held through them)."""
+    cache = ds.cache(_CACHE_NAME)
+    key = ("__held__", ds.version, data_file_proto.path)
+    got = cache.get(key)
+    if got is None:
+        got = cache[key] = file_fields(data_file_proto.fields, ds.manifest.fields)
+    return got
+
+
 #: datasets with more fragments than this list ``_stats/`` once instead of probing each file
 LIST_THRESHOLD = 8
 
@@ -96,7 +110,7 @@ def fragment_statistics(ds: StatsDataset, frag: StatsFragment, columns: Iterable
         if fid is None:
             continue
         for df in frag.metadata.files:
-            if fid in df.fields:
+            if fid in df.fields or fid in _held_fields(ds, df):
                 fs = _file_stats(ds, df, frag.physical_rows)
                 pages = None if fs is None else fs.fields.get(fid)
                 if pages is not None and _covers(pages, frag.physical_rows):

@@ -36,6 +36,7 @@ _META_FORMAT = b"lance_ops.stats.format"
 _META_DATA_FILE = b"lance_ops.stats.data_file"
 _META_ROWS = b"lance_ops.stats.num_rows"
 _META_TRUNCATE = b"lance_ops.stats.truncate_bytes"
+_META_RANGES = b"lance_ops.stats.ranges"
 
 
 @dataclass
@@ -104,8 +105,13 @@ class PageRecord:
     stype: pa.DataType | None
 
 
-def stats_table(records: list[PageRecord], data_file: str, num_rows: int) -> pa.Table:
-    """The statistics file contents (one row per field and page, sorted) of data file ``data_file``."""
+def stats_table(records: list[PageRecord], data_file: str, num_rows: int, *,
+                range_rows: int | None = None) -> pa.Table:
+    """The statistics file contents (one row per field and page, sorted) of data file ``data_file``.
+
+    ``range_rows``: the records are fixed row ranges of that many rows, not pages (2.1+ files, see
+    :mod:`lance_ops.table.stats.ranges`); recorded as schema metadata ``lance_ops.stats.ranges``.
+    """
     records = sorted(records, key=lambda r: (r.field_id, r.row_start))
     types: list[pa.DataType] = []
     for r in records:
@@ -134,6 +140,8 @@ def stats_table(records: list[PageRecord], data_file: str, num_rows: int) -> pa.
             fields.append(pa.field(name, t))
     meta = {_META_FORMAT: FORMAT_VERSION.encode(), _META_DATA_FILE: data_file.encode(),
             _META_ROWS: str(int(num_rows)).encode(), _META_TRUNCATE: str(TRUNCATE_BYTES).encode()}
+    if range_rows is not None:
+        meta[_META_RANGES] = str(int(range_rows)).encode()
     schema = pa.schema(fields, metadata=meta)
     return pa.Table.from_arrays([cols[f.name] for f in fields], schema=schema)
 
