@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 import uuid
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -99,6 +100,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     from lance_ops.table.dataset import LanceDataset
     from lance_ops.table.commit.staging import StagedResult, read_staged, sanitize_key, write_staged
 
+    t0 = time.perf_counter()
     register(spark)
     uri = args.uri
     storage_options = parse_storage_option_args(args.storage_option)
@@ -164,8 +166,12 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
                  "fragments_removed": sum(len(r.original_fragments) for r in parsed)},
     )
     write_staged(store, base, staged)
-    summary.update(rows=rows, fragments=fragments)
-    return commit_or_stage(summary, args, uri, key, storage_options, ds.version)
+    # measured: the executors' task times (sum) and this driver's wall time of the whole job
+    summary.update(rows=rows, fragments=fragments,
+                   rewrite_seconds=sum(float(r.metrics.get("rewrite_seconds", 0.0)) for r in parsed))
+    out = commit_or_stage(summary, args, uri, key, storage_options, ds.version)
+    out["seconds"] = time.perf_counter() - t0
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

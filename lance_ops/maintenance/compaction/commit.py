@@ -63,6 +63,11 @@ def sum_metrics(results: Sequence[RewriteResult]) -> dict[str, int]:
     return out
 
 
+def rewrite_seconds(results: Sequence[RewriteResult]) -> float:
+    """The measured rewrite time of ``results`` added up (seconds; 0 for results that carry none)."""
+    return float(sum(float(r.metrics.get("rewrite_seconds", 0.0)) for r in results))
+
+
 def replayed_metrics(earlier: Any) -> dict[str, Any]:
     """Metrics recorded by an earlier commit with the same idempotency key (a ManifestFile, or
     the key ledger's record when that version was cleaned up)."""
@@ -107,6 +112,7 @@ def commit_compaction(ds_or_uri: Any, results: Sequence[RewriteResult], *, stora
     store, base = ds.store, ds.base
     results = [r for r in results if r.original_fragments]
     metrics: dict[str, Any] = sum_metrics(results)
+    metrics["rewrite_seconds"] = rewrite_seconds(results)
     if idempotency_key:
         since = min((r.read_version for r in results), default=0)
         found = find_committed_rewrite(store, base, idempotency_key, since)

@@ -73,6 +73,16 @@ _GROUP_ROWS = 128 * 1024
 _GROUP_BYTES = 32 << 20
 
 
+def _source_file_size(view: Any, df: table_pb2.DataFile) -> int:
+    """Bytes of one source data file: the size the manifest records, else (older manifests
+    record none) the size the store reports. The store's request counters are per store
+    object, shared by concurrent tasks, so they cannot attribute bytes to one task."""
+    if df.file_size_bytes:
+        return int(df.file_size_bytes)
+    store, base = view.store, view.base
+    return int(store.size(store.join(base, naming.DATA_DIR, df.path)))
+
+
 def _take_live(tables: list[pa.Table], deleted: list[bool]) -> pa.Table:
     """Several fragments' live rows as one table (one chunk per column); ``deleted``: whether
     each fragment had deleted rows (its table was filtered by the scan)."""
@@ -130,7 +140,7 @@ def _live_tables(task: RewriteTask, view: Any, schema: pa.Schema, stats: dict[st
     def live_rows(group: Any, loaded: Any) -> pa.Table:
         # (counted here, in the consuming thread, in group order)
         stats["rows_read"] += sum(live for _, _, live in loaded)
-        stats["bytes_read"] += sum(df.file_size_bytes for proto, _ in group for df in proto.files)
+        stats["bytes_read"] += sum(_source_file_size(view, df) for proto, _ in group for df in proto.files)
         return _take_live([t for t, _, _ in loaded], [d for _, d, _ in loaded])
 
     jobs = iter(_groups(task))
@@ -297,6 +307,7 @@ def _open_read_version(task: RewriteTask, store: ObjectStore, base: str) -> Any:
 
 def execute_task(task: RewriteTask, store: ObjectStore, base: str, *, storage_options: Any = None) -> RewriteResult:
     """Rewrite ``task``'s fragments into new data files; returns the (uncommitted) result."""
+    t0 = time.perf_counter()
     where = store.uri(base)
     version = versions.normalize(task.data_storage_version)
     versions.require_writable(version, where)
@@ -341,7 +352,9 @@ def execute_task(task: RewriteTask, store: ObjectStore, base: str, *, storage_op
         "rows_read": stats["rows_read"],
         "rows_written": sum(f.physical_rows for f in new_fragments),
         "bytes_read": stats["bytes_read"],
+        # the writer's own count of the bytes it wrote (ending position of each file)
         "bytes_written": sum(df.file_size_bytes for f in new_fragments for df in f.files),
+        "rewrite_seconds": time.perf_counter() - t0,
     }
     originals = []
     for f in task.fragments:

@@ -58,6 +58,10 @@ METRIC_KEYS = (
 )
 
 
+#: measured durations a result may carry besides the counters (floats; absent from old results)
+TIMING_KEYS = ("rewrite_seconds",)
+
+
 def zero_metrics() -> dict[str, int]:
     """Every metric counter at 0."""
     return {k: 0 for k in METRIC_KEYS}
@@ -110,7 +114,7 @@ class RewriteResult:
                 read_version=int(raw["read_version"]),
                 original_fragments=[message_from_b64(table_pb2.DataFragment, t) for t in raw["original_fragments"]],
                 new_fragments=[message_from_b64(table_pb2.DataFragment, t) for t in raw["new_fragments"]],
-                metrics={k: int(v) for k, v in raw.get("metrics", {}).items()},
+                metrics={k: float(v) if k in TIMING_KEYS else int(v) for k, v in raw.get("metrics", {}).items()},
                 kind=str(raw.get("kind", "compact")),
             )
         except (KeyError, TypeError, ValueError) as exc:

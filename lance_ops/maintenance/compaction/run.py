@@ -25,10 +25,23 @@ it will not commit, and commits again. With ``idempotency_key`` the key is store
 transaction properties; calling again with the same key returns the first call's metrics and
 version (``already_committed: True``) and writes nothing — safe for Airflow retries.
 
-Metrics (a dict): ``fragments_removed, fragments_added, files_removed`` (data + deletion files),
-``files_added, rows_read, rows_written, bytes_read, bytes_written, seconds, version`` (None when
-nothing was committed), ``dry_run``, ``tasks``, and with ``dry_run=True`` the ``plan`` (one
-summary per task; the counts are then what a real run would do, ``bytes_written`` 0).
+Metrics (a dict), all measured, none estimated:
+
+* ``fragments_removed`` / ``fragments_added``: fragments the Rewrite drops / adds.
+* ``files_removed``: data files plus deletion files of the rewritten fragments; ``files_added``:
+  data files written.
+* ``rows_read``: live rows actually read from the source fragments (counted on the scanned
+  tables); ``rows_written``: rows in the files written (the writer's count).
+* ``bytes_read``: size of the source data files the rewrite read (manifest size, else the
+  store's); the store's request counters are shared by concurrent tasks, so they are not used.
+* ``bytes_written``: size of the new data files, as their writer ended them (equals their size
+  on the store).
+* ``seconds``: wall time of the whole call (plan + execute + commit, retries included);
+  ``rewrite_seconds``: the executed tasks' own rewrite times added up (more than ``seconds``
+  with ``num_threads`` > 1; 0 for a dry run or an idempotent replay).
+* ``version`` (None when nothing was committed), ``dry_run``, ``tasks``, and with
+  ``dry_run=True`` the ``plan`` (one summary per task; the counts are then what a real run would
+  do, from the plan, ``bytes_written`` 0).
 """
 from __future__ import annotations
 
@@ -116,7 +129,7 @@ def _run(ds: Any, planner: Callable[[Any, bool], CompactionPlan], *, dry_run: bo
         if found is not None:
             rec, earlier = found
             replayed = replayed_metrics(rec)
-            replayed.update(dry_run=False, seconds=time.perf_counter() - t0)
+            replayed.update(dry_run=False, rewrite_seconds=0.0, seconds=time.perf_counter() - t0)
             return replayed, earlier
     cached: dict[bytes, RewriteResult] = {}
     current = ds
@@ -124,7 +137,7 @@ def _run(ds: Any, planner: Callable[[Any, bool], CompactionPlan], *, dry_run: bo
         plan = planner(current, dry_run)
         if dry_run:
             out: dict[str, Any] = plan_summary_metrics(plan)
-            out.update(version=None, dry_run=True, tasks=plan.num_tasks, plan=plan.summary(),
+            out.update(version=None, dry_run=True, tasks=plan.num_tasks, plan=plan.summary(), rewrite_seconds=0.0,
                        read_version=plan.read_version, seconds=time.perf_counter() - t0)
             if plan.held_back:
                 out["held_back"] = len(plan.held_back)
@@ -163,7 +176,7 @@ def _run(ds: Any, planner: Callable[[Any, bool], CompactionPlan], *, dry_run: bo
         final = [r for r in results if r is not None]
         if not final:
             out = dict(zero_metrics())
-            out.update(version=None, dry_run=False, tasks=0, seconds=time.perf_counter() - t0)
+            out.update(version=None, dry_run=False, tasks=0, rewrite_seconds=0.0, seconds=time.perf_counter() - t0)
             return out, None
         try:
             metrics, mf = commit_compaction(current, final, idempotency_key=idempotency_key,
