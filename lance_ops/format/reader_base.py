@@ -6,13 +6,15 @@ holds the parts that are the same, so a fix to (say) error translation lands in 
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
+
+import numpy as np
 
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from lance_ops._proto import file_pb2
-from lance_ops.errors import CorruptFileError, LanceOpsError
+from lance_ops.errors import CorruptFileError, LanceOpsError, OutOfRangeError
 from lance_ops.format.container import Footer
 from lance_ops.format.version import FileVersion
 from lance_ops.io.base import ObjectStore
@@ -25,6 +27,31 @@ DECODE_ERRORS: tuple[type[BaseException], ...] = (
     DecodeError, struct.error, IndexError, KeyError, ValueError, TypeError, OverflowError,
     ZeroDivisionError, MemoryError, pa.ArrowException, OSError, RecursionError,
 )
+
+
+def take_indices(indices: Iterable[int] | np.ndarray | pa.Array, num_rows: int,
+                 uri: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """``take_rows``' argument checked and sorted: (unique rows ascending, positions to restore the order).
+
+    The second item is None when ``indices`` were already strictly ascending. Integers only, every
+    row inside ``[0, num_rows)``; errors name ``uri`` as pylance's do.
+    """
+    if isinstance(indices, (pa.Array, pa.ChunkedArray)):
+        idx = np.asarray(indices.to_numpy(zero_copy_only=False))
+    else:
+        idx = np.asarray(indices)
+    if idx.size == 0:
+        idx = idx.astype(np.int64)
+    if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"{uri}: take_rows needs a 1-d sequence of integers, got {idx.dtype} of shape {idx.shape}")
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size and (idx.min() < 0 or idx.max() >= num_rows):
+        bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
+        raise OutOfRangeError(f"{uri}: row index {bad} out of range for a file with {num_rows} rows")
+    if idx.size > 1 and np.all(idx[1:] > idx[:-1]):
+        return idx, None
+    uniq, inverse = np.unique(idx, return_inverse=True)
+    return uniq, inverse.reshape(-1)
 
 
 class FileReaderBase:

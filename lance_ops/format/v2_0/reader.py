@@ -37,7 +37,7 @@ from lance_ops.format.container import (
     PAGE_LAYOUT_URL,
     Footer,
 )
-from lance_ops.format.reader_base import V2ReaderBase
+from lance_ops.format.reader_base import V2ReaderBase, take_indices
 from lance_ops.format.v2_0 import decode as dec
 from lance_ops.format.v2_0 import plans
 from lance_ops.format.v2_0.layout import (
@@ -169,23 +169,7 @@ class LanceFileReader(V2ReaderBase):
     def take_rows(self, indices: Iterable[int] | np.ndarray | pa.Array, columns: Optional[Sequence[str]] = None, *,
                   blob_descriptions: bool = False) -> pa.Table:
         """Rows at ``indices`` (any order, duplicates allowed), in the given order."""
-        if isinstance(indices, (pa.Array, pa.ChunkedArray)):
-            idx = np.asarray(indices.to_numpy(zero_copy_only=False))
-        else:
-            idx = np.asarray(indices)
-        if idx.size == 0:
-            idx = idx.astype(np.int64)
-        if idx.ndim != 1 or not (np.issubdtype(idx.dtype, np.integer)):
-            raise TypeError(f"{self._uri}: take_rows needs a 1-d sequence of integers, got {idx.dtype} of shape {idx.shape}")
-        idx = idx.astype(np.int64, copy=False)
-        if idx.size and (idx.min() < 0 or idx.max() >= self._num_rows):
-            bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
-            raise OutOfRangeError(f"{self._uri}: row index {bad} out of range for a file with {self._num_rows} rows")
-        if idx.size > 1 and np.all(idx[1:] > idx[:-1]):
-            uniq, inverse = idx, None
-        else:
-            uniq, inverse = np.unique(idx, return_inverse=True)
-            inverse = inverse.reshape(-1)
+        uniq, inverse = take_indices(indices, self._num_rows, self._uri)
         sel = normalize_ranges(uniq, uniq + 1)
         return self._read_table(columns, sel, inverse, blob_descriptions)
 

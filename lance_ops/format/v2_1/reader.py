@@ -31,7 +31,7 @@ from lance_ops._proto import file2_pb2, file_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
 from lance_ops.format import blob_v2
 from lance_ops.format.container import FOOTER_SIZE, PAGE_LAYOUT_URL, Footer
-from lance_ops.format.reader_base import DECODE_ERRORS, V2ReaderBase
+from lance_ops.format.reader_base import DECODE_ERRORS, V2ReaderBase, take_indices
 from lance_ops.format.v2_1 import assemble
 from lance_ops.format.v2_1 import decode as dec
 from lance_ops.format.v2_1.compression.decode import EncodingCorrupt, EncodingUnsupported
@@ -154,23 +154,7 @@ class LanceFileReaderV21(V2ReaderBase):
     def take_rows(self, indices: Iterable[int] | np.ndarray | pa.Array, columns: Optional[Sequence[str]] = None, *,
                   blob_descriptions: bool = False) -> pa.Table:
         """The rows at ``indices`` (any order, repeats allowed), in that order; consecutive rows are read as ranges."""
-        if isinstance(indices, (pa.Array, pa.ChunkedArray)):
-            idx = np.asarray(indices.to_numpy(zero_copy_only=False))
-        else:
-            idx = np.asarray(indices)
-        if idx.size == 0:
-            idx = idx.astype(np.int64)
-        if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
-            raise TypeError(f"{self._uri}: take_rows needs a 1-d sequence of integers, got {idx.dtype} of shape {idx.shape}")
-        idx = idx.astype(np.int64, copy=False)
-        if idx.size and (idx.min() < 0 or idx.max() >= self._num_rows):
-            bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
-            raise OutOfRangeError(f"{self._uri}: row index {bad} out of range for a file with {self._num_rows} rows")
-        if idx.size > 1 and np.all(idx[1:] > idx[:-1]):
-            uniq, inverse = idx, None
-        else:
-            uniq, inverse = np.unique(idx, return_inverse=True)
-            inverse = inverse.reshape(-1)
+        uniq, inverse = take_indices(indices, self._num_rows, self._uri)
         # merge consecutive rows into ranges
         brk = np.flatnonzero(np.diff(uniq) != 1) + 1
         starts = uniq[np.concatenate([[0], brk])] if len(uniq) else uniq
