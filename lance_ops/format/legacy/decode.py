@@ -104,7 +104,7 @@ def plain_byte_range(layout: PlainLayout, starts: np.ndarray, ends: np.ndarray) 
     return s * width, e * width
 
 
-def _bits(blobs: Sequence[bytes], starts: np.ndarray, counts: np.ndarray) -> pa.Buffer:
+def _bits(blobs: Sequence[bytes | memoryview], starts: np.ndarray, counts: np.ndarray) -> pa.Buffer:
     """Concatenate bit runs: blob i holds ``counts[i]`` bits starting at bit ``starts[i] % 8``."""
     parts = []
     for blob, start, count in zip(blobs, starts.tolist(), counts.tolist()):
@@ -117,7 +117,7 @@ def _bits(blobs: Sequence[bytes], starts: np.ndarray, counts: np.ndarray) -> pa.
     return pa.py_buffer(np.packbits(flat, bitorder="little").tobytes())
 
 
-def decode_plain(layout: PlainLayout, blobs: Sequence[bytes], starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+def decode_plain(layout: PlainLayout, blobs: Sequence[bytes | memoryview], starts: np.ndarray, ends: np.ndarray) -> pa.Array:
     """One array of ``layout.dtype`` from the plain bytes of several row spans.
 
     ``blobs[i]`` must be exactly the byte range :func:`plain_byte_range` gives for span i.
@@ -140,7 +140,7 @@ def decode_plain(layout: PlainLayout, blobs: Sequence[bytes], starts: np.ndarray
     return arr
 
 
-def decode_positions(blob: bytes, count: int, width: int = 8) -> np.ndarray:
+def decode_positions(blob: bytes | memoryview, count: int, width: int = 8) -> np.ndarray:
     """``count`` little-endian signed integers of ``width`` bytes as int64."""
     dtype = "<i8" if width == 8 else "<i4"
     if len(blob) != count * width:
@@ -149,7 +149,7 @@ def decode_positions(blob: bytes, count: int, width: int = 8) -> np.ndarray:
 
 
 def decode_binary(dtype: pa.DataType, nullable: bool, positions: Sequence[np.ndarray],
-                  blobs: Sequence[bytes]) -> pa.Array:
+                  blobs: Sequence[bytes | memoryview]) -> pa.Array:
     """A binary-like array from per-span absolute position arrays and the bytes they delimit."""
     if positions:
         lengths = np.concatenate([np.diff(p) for p in positions])

@@ -35,7 +35,7 @@ reproduces exactly what upstream's reader returns.
 from __future__ import annotations
 
 import struct
-from typing import Any, Generator, Iterable, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +45,7 @@ from lance_ops._proto import file_pb2, table_pb2
 from lance_ops.errors import CorruptFileError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
 from lance_ops.format.container import MAGIC
 from lance_ops.format.legacy import decode as dec
+from lance_ops.format.io_plan import Fetched, Gen, Requests, drive, gather_requests
 from lance_ops.format.reader_base import FileReaderBase
 from lance_ops.format.version import FileVersion
 from lance_ops.io.base import ObjectStore
@@ -57,10 +58,7 @@ LEGACY_FOOTER_SIZE = 16
 _FOOTER = struct.Struct("<QHH4s")
 _U32 = struct.Struct("<I")
 
-_Requests = np.ndarray  # (k, 2) int64: (start, length)
 M = TypeVar("M", bound=Message)
-_Gen = Generator[_Requests, list[bytes], Any]
-_NO_REQUESTS = np.zeros((0, 2), dtype=np.int64)
 
 
 def is_legacy_footer(major: int, minor: int) -> bool:
@@ -80,7 +78,7 @@ def footer_version(tail: bytes) -> tuple[int, int]:
     return major, minor
 
 
-def _requests(starts: Sequence[int] | np.ndarray, lengths: Sequence[int] | np.ndarray) -> _Requests:
+def _requests(starts: Sequence[int] | np.ndarray, lengths: Sequence[int] | np.ndarray) -> Requests:
     return np.stack([np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)], axis=1)
 
 
@@ -99,7 +97,7 @@ class _Source:
         self.size = int(size)
         self.tail_start = self.size - len(self.tail)
 
-    def fetch(self, req: _Requests) -> list[bytes]:
+    def fetch(self, req: Requests) -> Fetched:
         if len(req) == 0:
             return []
         starts, lengths = req[:, 0], req[:, 1]
@@ -479,59 +477,18 @@ class LegacyFileReader(FileReaderBase):
             walk(n, "")
         return names
 
-    # --- generator plumbing -----------------------------------------------------------------
-    @staticmethod
-    def _gather(gens: Sequence[_Gen]) -> _Gen:
-        """Run several I/O generators side by side: one merged request list per round."""
-        results: list[Any] = [None] * len(gens)
-        pending: dict[int, tuple[_Gen, _Requests]] = {}
-        for i, g in enumerate(gens):
-            try:
-                pending[i] = (g, next(g))
-            except StopIteration as stop:
-                results[i] = stop.value
-        while pending:
-            keys = list(pending)
-            reqs = [pending[k][1] for k in keys]
-            blobs = yield (np.concatenate(reqs) if reqs else _NO_REQUESTS)
-            nxt: dict[int, tuple[_Gen, _Requests]] = {}
-            at = 0
-            for k, r in zip(keys, reqs):
-                g = pending[k][0]
-                part = blobs[at:at + len(r)]
-                at += len(r)
-                try:
-                    nxt[k] = (g, g.send(part))
-                except StopIteration as stop:
-                    results[k] = stop.value
-            pending = nxt
-        return results
-
-    @staticmethod
-    def _run(gen: _Gen, src: _Source) -> Any:
-        try:
-            req = next(gen)
-        except StopIteration as stop:
-            return stop.value
-        while True:
-            blobs = src.fetch(req)
-            try:
-                req = gen.send(blobs)
-            except StopIteration as stop:
-                return stop.value
-
     # --- decoding ------------------------------------------------------------------------
     def _read(self, nodes: list[FieldNode], b: np.ndarray, s: np.ndarray, e: np.ndarray,
               take: Optional[np.ndarray]) -> pa.Table:
         gens = [self._decode(self._layout, n, b, s, e) for n in nodes]
-        arrays = self._run(self._gather(gens), self._src)
+        arrays = drive(gather_requests(gens), self._src.fetch)
         schema = pa.schema([n.arrow for n in nodes], metadata=self._schema.metadata)
         table = pa.Table.from_arrays(arrays, schema=schema)
         if take is not None:
             table = table.take(pa.array(take, pa.int64()))
         return table
 
-    def _decode(self, layout: _Layout, node: FieldNode, b: np.ndarray, s: np.ndarray, e: np.ndarray) -> _Gen:
+    def _decode(self, layout: _Layout, node: FieldNode, b: np.ndarray, s: np.ndarray, e: np.ndarray) -> Gen:
         """Rows ``[s[i], e[i])`` of batch ``b[i]`` for every span i, concatenated."""
         dt = node.arrow.type
         keep = e > s
@@ -542,7 +499,7 @@ class LegacyFileReader(FileReaderBase):
         if total == 0:
             return _empty(dt)
         if pa.types.is_struct(dt):
-            children = yield from self._gather([self._decode(layout, c, b, s, e) for c in node.children])
+            children = yield from gather_requests([self._decode(layout, c, b, s, e) for c in node.children])
             if not children:
                 return pa.Array.from_buffers(dt, total, [None], children=[])
             return pa.StructArray.from_arrays(children, fields=list(dt))
@@ -579,7 +536,7 @@ class LegacyFileReader(FileReaderBase):
         blobs = yield _requests(pos + lo, hi - lo)
         return dec.decode_plain(plain, blobs, s, e)
 
-    def _binary(self, dt: pa.DataType, nullable: bool, pos: np.ndarray, s: np.ndarray, e: np.ndarray) -> _Gen:
+    def _binary(self, dt: pa.DataType, nullable: bool, pos: np.ndarray, s: np.ndarray, e: np.ndarray) -> Gen:
         """Var-binary: the positions array at ``pos`` (rows + 1 absolute offsets), then the bytes."""
         n = e - s
         blobs = yield _requests(pos + s * 8, (n + 1) * 8)
@@ -617,13 +574,13 @@ class LegacyFileReader(FileReaderBase):
                     f"dictionary values of field {node.proto.name!r} (id {fid}) are not in the file; "
                     "pass dictionaries= (the dataset manifest path or the values)"
                 )
-            values = self._run(self._dictionary_values(value_type, node.proto.nullable,
-                                                       int(info.offset), int(info.length), src.uri), src)
+            values = drive(self._dictionary_values(value_type, node.proto.nullable,
+                                                   int(info.offset), int(info.length), src.uri), src.fetch)
         self._dict_cache[fid] = values
         return values
 
     def _dictionary_values(self, value_type: pa.DataType, nullable: bool, offset: int, length: int,
-                           where: str) -> _Gen:
+                           where: str) -> Gen:
         if offset < 0 or length < 0:
             raise CorruptFileError(where, f"dictionary location {offset}+{length} is negative")
         if length == 0:
@@ -651,5 +608,5 @@ class LegacyFileReader(FileReaderBase):
         tree = self._field_tree(fields, "statistics schema")
         one = np.zeros(1, dtype=np.int64)
         gens = [self._decode(layout, n, one, one, np.array([nb], dtype=np.int64)) for n in tree]
-        arrays = self._run(self._gather(gens), self._src)
+        arrays = drive(gather_requests(gens), self._src.fetch)
         return pa.Table.from_arrays(arrays, schema=pa.schema([n.arrow for n in tree]))

@@ -16,19 +16,14 @@ from lance_ops._proto import encodings_v2_0_pb2 as pb
 from lance_ops.errors import UnsupportedError
 from lance_ops.format import blob_v2
 from lance_ops.format.container import Footer
+from lance_ops.format.io_plan import Fetched
 from lance_ops.format.v2_0 import decode as dec
 from lance_ops.format.v2_0 import plans
 from lance_ops.schema import FieldNode
 
 
-Requests = np.ndarray  # (k, 2) int64 array of (start, length)
-#: the bytes of one round of requests, one entry per range (views into merged reads, or copies)
-Fetched = list[Union[bytes, memoryview]]
-NO_REQUESTS = np.zeros((0, 2), dtype=np.int64)
 ZERO = np.zeros(1, dtype=np.int64)
 ZERO.flags.writeable = False
-#: an I/O plan: yields the byte ranges it needs, is sent their bytes, returns its result
-Gen = Generator[Requests, Fetched, Any]
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -229,35 +224,6 @@ def is_packed(node: FieldNode) -> bool:
         if key in md and bytes(md[key]).strip().lower() in (b"true", b"1", b"yes"):
             return True
     return False
-
-
-# --------------------------------------------------------------------------------------------
-# generator plumbing
-# --------------------------------------------------------------------------------------------
-def gather_requests(gens: Sequence[Gen]) -> Gen:
-    """Run several I/O generators side by side: one merged request list per round."""
-    results: list[Any] = [None] * len(gens)
-    pending: dict[int, Requests] = {}
-    for i, g in enumerate(gens):
-        try:
-            pending[i] = next(g)
-        except StopIteration as stop:
-            results[i] = stop.value
-    while pending:
-        keys = list(pending)
-        counts = [len(pending[k]) for k in keys]
-        merged = np.concatenate([pending[k] for k in keys]) if keys else NO_REQUESTS
-        data = yield merged
-        pending = {}
-        pos = 0
-        for k, c in zip(keys, counts):
-            part = data[pos : pos + c]
-            pos += c
-            try:
-                pending[k] = gens[k].send(part)
-            except StopIteration as stop:
-                results[k] = stop.value
-    return results
 
 
 def normalize_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

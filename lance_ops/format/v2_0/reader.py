@@ -42,10 +42,11 @@ from lance_ops.format.v2_0 import decode as dec
 from lance_ops.format.v2_0 import plans
 from lance_ops.format.v2_0.layout import (
     BlobNode, build_schema_layout, ColumnInfo, ColumnState, concat_chunks, cut_blobs, empty_array,
-    ENCODING_CACHE_LIMIT, EncodingInfo, ENCODINGS_CACHE, Fetched, FileMetadata, gather_requests, Gen,
+    ENCODING_CACHE_LIMIT, EncodingInfo, ENCODINGS_CACHE, FileMetadata,
     GOOD_COLUMN_ENCODINGS, has_binary, LeafNode, list_to_binary, ListBinaryNode, ListNode, Node, normalize_ranges,
     PageInfo, remember, row_lengths, SCHEMA_CACHE_LIMIT, SCHEMA_LAYOUTS, StructNode, ZERO,
 )
+from lance_ops.format.io_plan import Fetched, Gen, drive, gather_requests
 from lance_ops.format.version import FileVersion
 from lance_ops.io.base import ObjectStore
 from lance_ops.io.ranges import SMALL_RANGE_COUNT, coalesce, coalesce_list
@@ -433,18 +434,6 @@ class LanceFileReader(V2ReaderBase):
         return cut_blobs(self._store.read_ranges(self._path, spans), plan.range_group.tolist(),
                     plan.range_offset.tolist(), plan.range_lengths.tolist())
 
-    def _run(self, gen: Gen) -> Any:
-        try:
-            requests = next(gen)
-        except StopIteration as stop:
-            return stop.value
-        while True:
-            data = self._fetch(requests)
-            try:
-                requests = gen.send(data)
-            except StopIteration as stop:
-                return stop.value
-
     def _buffer_location(self, col: ColumnState, page: PageInfo, key: tuple[int, int],
                          ctx: dec.DecodeContext) -> tuple[int, int]:
         kind, index = key
@@ -487,7 +476,7 @@ class LanceFileReader(V2ReaderBase):
                     and _all_plain_leaves(nodes)):
                 results = self._read_whole_leaves(nodes)
             else:
-                results = self._run(gather_requests([self._read_node(node, *sel) for node in nodes]))
+                results = drive(gather_requests([self._read_node(node, *sel) for node in nodes]), self._fetch)
             arrays = [pa.chunked_array(chunks, type=node.dtype) for chunks, node in zip(results, nodes)]
             fields = [self._schema.field(n) for n in names]
             if by_name is not self._nodes:
