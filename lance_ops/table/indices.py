@@ -27,8 +27,8 @@ from lance_ops._proto import table_pb2
 if TYPE_CHECKING:
     from lance_ops.table.dataset import LanceDataset
 
-#: type-URL message names (lower case) -> kind, for the index kinds whose details say it all
-SCALAR_KINDS: dict[str, str] = {
+#: type-URL message names (lower case) -> kind, for the user index kinds whose details say it all
+DATA_KINDS: dict[str, str] = {
     "lance.table.btreeindexdetails": "BTREE",
     "lance.table.bitmapindexdetails": "BITMAP",
     "lance.table.labellistindexdetails": "LABEL_LIST",
@@ -36,9 +36,16 @@ SCALAR_KINDS: dict[str, str] = {
     "lance.table.zonemapindexdetails": "ZONEMAP",
     "lance.table.invertedindexdetails": "INVERTED",
     "lance.index.pb.bloomfilterindexdetails": "BLOOMFILTER",
-    "lance.table.bloomfilterindexdetails": "BLOOMFILTER",
+}
+#: system indices: they describe no data coverage (the fragment-reuse index translates every other
+#: index's coverage; the MemWAL index tracks write-ahead logs)
+SYSTEM_KINDS: dict[str, str] = {
     "lance.table.fragmentreuseindexdetails": "FRAG_REUSE",
     "lance.table.memwalindexdetails": "MEM_WAL",
+}
+#: every kind :func:`index_kind` names from the type URL alone (one more bloom-filter spelling seen)
+SCALAR_KINDS: dict[str, str] = {
+    **DATA_KINDS, "lance.table.bloomfilterindexdetails": "BLOOMFILTER", **SYSTEM_KINDS,
 }
 #: the type-URL message name of vector indices (IVF_*), whose kind needs the details' fields
 VECTOR_DETAILS = "lance.index.pb.vectorindexdetails"
@@ -122,8 +129,9 @@ def wire_field_numbers(data: bytes) -> Iterator[int]:
         yield number
 
 
-def _message_name(type_url: str) -> str:
-    return type_url.rsplit("/", 1)[-1].lower()
+def details_name(type_url: str) -> str:
+    """The message name of an ``index_details`` type URL, lower case (what the kind tables are keyed by)."""
+    return type_url.strip().rsplit("/", 1)[-1].lower()
 
 
 def _vector_kind_from_details(value: bytes) -> str | None:
@@ -157,7 +165,7 @@ def _vector_kind_from_file(ds: LanceDataset, uid: str) -> str | None:
 def index_kind(ds: LanceDataset, index: table_pb2.IndexMetadata) -> str:
     """The kind of one index segment (BTREE, IVF_PQ, ...; ``unknown (<type url>)`` otherwise)."""
     type_url = index.index_details.type_url
-    name = _message_name(type_url)
+    name = details_name(type_url)
     if name in SCALAR_KINDS:
         return SCALAR_KINDS[name]
     if name == VECTOR_DETAILS:

@@ -15,44 +15,20 @@ naming the index and its type, before anything is written.
 """
 from __future__ import annotations
 
-import uuid as uuid_mod
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from pyroaring import BitMap
-
 from lance_ops._proto import table_pb2
 from lance_ops.errors import LanceOpsError, UnsupportedError
+from lance_ops.table.indices import DATA_KINDS, SYSTEM_KINDS, VECTOR_DETAILS, details_name, fragment_ids, segment_uuid
 
 #: how a task treats the indices (``CompactionTask.index_action``)
 ACTION_NONE = "none"
 ACTION_REMAP_UNSUPPORTED = "remap (not supported yet)"
 
-#: index_details type URL (lower case, without the leading "/") -> the kind pylance calls it
-KNOWN_KINDS: dict[str, str] = {
-    "lance.table.btreeindexdetails": "BTREE",
-    "lance.table.bitmapindexdetails": "BITMAP",
-    "lance.table.labellistindexdetails": "LABEL_LIST",
-    "lance.table.ngramindexdetails": "NGRAM",
-    "lance.table.zonemapindexdetails": "ZONEMAP",
-    "lance.table.invertedindexdetails": "INVERTED",
-    "lance.index.pb.bloomfilterindexdetails": "BLOOMFILTER",
-    "lance.index.pb.vectorindexdetails": "VECTOR",
-}
-
-#: system indices (type URL -> name): they do not describe data coverage, and lance_ops cannot
-#: apply them yet (the fragment-reuse index translates every other index's coverage)
-SYSTEM_KINDS: dict[str, str] = {
-    "lance.table.fragmentreuseindexdetails": "FRAG_REUSE",
-    "lance.table.memwalindexdetails": "MEM_WAL",
-}
-
-
-def _url_key(type_url: str) -> str:
-    key = type_url.strip().lower()
-    if "/" in key:
-        key = key.rsplit("/", 1)[1]
-    return key
+#: index_details type-URL message name -> kind, for the kinds compaction accepts (vector indices of
+#: every sub-kind are one kind here: their coverage is all that planning needs)
+KNOWN_KINDS: dict[str, str] = {**DATA_KINDS, VECTOR_DETAILS: "VECTOR"}
 
 
 @dataclass(frozen=True)
@@ -74,15 +50,10 @@ class IndexSegment:
         return f"{self.name} ({self.kind})"
 
 
-def _uuid_text(index: table_pb2.IndexMetadata) -> str:
-    raw = bytes(index.uuid.uuid)
-    return str(uuid_mod.UUID(bytes=raw)) if len(raw) == 16 else raw.hex()
-
-
 def _kind(index: table_pb2.IndexMetadata, where: str) -> tuple[str, str]:
     """(kind, type URL) of a segment; UnsupportedError for a kind lance_ops does not know."""
     url = index.index_details.type_url if index.HasField("index_details") else ""
-    key = _url_key(url)
+    key = details_name(url)
     name = index.name or "<unnamed>"
     if key in KNOWN_KINDS:
         return KNOWN_KINDS[key], url
@@ -104,7 +75,7 @@ def _coverage(index: table_pb2.IndexMetadata, fallback: Any, where: str) -> froz
     if not index.fragment_bitmap:
         return frozenset(fallback(int(index.dataset_version)))
     try:
-        return frozenset(int(i) for i in BitMap.deserialize(bytes(index.fragment_bitmap)))
+        return frozenset(fragment_ids(index))
     except Exception as exc:  # noqa: BLE001 - pyroaring raises ValueError / MemoryError on garbage
         raise LanceOpsError(f"{where}: index {index.name!r} has an unreadable fragment bitmap: {exc}") from exc
 
@@ -130,7 +101,7 @@ def index_segments(manifest_file: Any, where: str, fallback: Any = None) -> list
     out = []
     for index in section.indices:
         kind, url = _kind(index, where)
-        out.append(IndexSegment(index.name, _uuid_text(index), kind, url, _coverage(index, fallback, where)))
+        out.append(IndexSegment(index.name, segment_uuid(index), kind, url, _coverage(index, fallback, where)))
     return out
 
 
