@@ -73,6 +73,7 @@ from lance_ops.spark._common import (
     spark_to_arrow_schema,
     storage_options_from,
 )
+from lance_ops.table.deletion import live_rows
 from lance_ops.table.filters import pruning as sp
 
 if TYPE_CHECKING:  # PySpark's types and the dataset load only where they are used
@@ -216,8 +217,7 @@ class LanceReader(DataSourceReader):
         tasks: list[FragmentScanTask] = []
         for task in scan.iter_plan(ds, columns, self._filter(ds)):
             frag = task.fragment
-            live = frag.physical_rows - (frag.deletion_file.num_deleted_rows if frag.HasField("deletion_file") else 0)
-            if frag.physical_rows == 0 or live == 0:
+            if frag.physical_rows == 0 or live_rows(frag) == 0:
                 continue
             tasks.extend(task.split(self.rows_per_partition))
         return tasks

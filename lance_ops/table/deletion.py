@@ -152,6 +152,13 @@ def decode_bitmap_deletions(data: bytes, path: str = "<deletion file>") -> BitMa
 
 
 # --- files -----------------------------------------------------------------------------------
+def live_rows(fragment: table_pb2.DataFragment) -> int:
+    """Rows of the fragment the manifest counts as not deleted (``physical_rows`` minus the deletion
+    file's ``num_deleted_rows``; very old writers left that count at 0)."""
+    deleted = fragment.deletion_file.num_deleted_rows if fragment.HasField("deletion_file") else 0
+    return int(fragment.physical_rows) - int(deleted)
+
+
 def deletion_file_path(store: ObjectStore, base: str, fragment_id: int,
                        deletion_file: table_pb2.DeletionFile) -> str:
     """The store path of a fragment's deletion file, checked to stay inside the dataset (its name

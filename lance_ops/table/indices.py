@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
 from lance_ops._proto import table_pb2
+from lance_ops.table.deletion import live_rows
 
 if TYPE_CHECKING:
     from lance_ops.table.dataset import LanceDataset
@@ -206,12 +207,6 @@ def field_paths(manifest: table_pb2.Manifest) -> dict[int, str]:
             parent = by_id.get(parent.parent_id)
         out[fid] = ".".join(reversed(parts))
     return out
-
-
-def live_rows(fragment: table_pb2.DataFragment) -> int:
-    """Rows of the fragment that are not deleted."""
-    deleted = fragment.deletion_file.num_deleted_rows if fragment.HasField("deletion_file") else 0
-    return int(fragment.physical_rows) - int(deleted)
 
 
 def list_indices(ds: LanceDataset) -> list[IndexInfo]:
