@@ -18,6 +18,7 @@ soon as a page is encoded.
 """
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import threading
@@ -421,7 +422,7 @@ class V2FileWriter:
         if n > 2**32:
             raise ValueError("cannot write Lance files with more than 2^32 rows in one batch")
         if not self._has_blobs:
-            self._encode_in_order([lambda e=encoder, a=array: e.maybe_encode(a)
+            self._encode_in_order([functools.partial(encoder.maybe_encode, array)
                                    for encoder, array in zip(self._encoders, batch.columns)])
         else:
             # blob values go out of line, at the current end of the file, before every page this
