@@ -167,32 +167,42 @@ def compress_level_chunks(codec: LevelCodec, chunks: Sequence[np.ndarray]) -> li
 
 
 def _ool_chunks(chunks: Sequence[np.ndarray], width: int) -> list[bytes]:
-    """Out-of-line bitpacking of many chunks with one numpy pass over all their blocks."""
-    pieces, plan = [], []
-    for c in chunks:
-        c = np.asarray(c, dtype=np.uint16)
-        n = len(c)
-        whole, tail = divmod(n, 1024)
-        pack_tail = bool(tail) and width * (1024 - tail) < (16 - width) * tail
-        if whole:
-            pieces.append(c[: whole * 1024])
-        if pack_tail:
-            pieces.append(np.concatenate([c[whole * 1024:], np.zeros(1024 - tail, np.uint16)]))
-        nblk = whole + (1 if pack_tail else 0)
-        raw_tail = c[whole * 1024:] if (tail and not pack_tail) else None
-        plan.append((nblk, raw_tail))
-    allv = np.concatenate(pieces) if pieces else np.zeros(0, np.uint16)
-    packed = bp.pack_blocks(allv, 16, width).view(np.uint8) if len(allv) else np.zeros(0, np.uint8)
+    """Out-of-line bitpacking of many chunks with one numpy pass over all their blocks.
+
+    Per chunk: its whole 1024-level blocks packed, then its tail either packed as one more block
+    (zero padded) or raw u16, whichever is smaller."""
+    nch = len(chunks)
+    lens = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=nch)
+    cat = np.concatenate(chunks).astype(np.uint16, copy=False) if nch else np.zeros(0, np.uint16)
+    first = np.zeros(nch, dtype=np.int64)
+    np.cumsum(lens[:-1], out=first[1:])
+    whole, tail = lens // 1024, lens % 1024
+    pack_tail = (tail > 0) & (width * (1024 - tail) < (16 - width) * tail)
+    nblk = whole + pack_tail
+    packed_n = np.where(pack_tail, lens, whole * 1024)  # levels of each chunk that go into blocks
+    blk0 = np.zeros(nch, dtype=np.int64)
+    np.cumsum(nblk[:-1], out=blk0[1:])
+    total_blk = int(nblk.sum())
     per_block = 1024 * width // 8
-    out = []
-    pos = 0
-    for nblk, raw_tail in plan:
-        b = packed[pos: pos + nblk * per_block].tobytes()
-        pos += nblk * per_block
-        if raw_tail is not None:
-            b += raw_tail.astype("<u2").tobytes()
-        out.append(b)
-    return out
+    if total_blk:
+        allv = np.zeros(total_blk * 1024, dtype=np.uint16)
+        if bool(np.all(packed_n == lens)) and bool(np.all(blk0 * 1024 == first)):
+            allv[:len(cat)] = cat
+        else:
+            tot = int(packed_n.sum())
+            dst0 = np.zeros(nch, dtype=np.int64)
+            np.cumsum(packed_n[:-1], out=dst0[1:])
+            j = np.arange(tot, dtype=np.int64) - np.repeat(dst0, packed_n)
+            allv[np.repeat(blk0 * 1024, packed_n) + j] = cat[np.repeat(first, packed_n) + j]
+        packed = bp.pack_blocks(allv, 16, width).view(np.uint8).tobytes()
+    else:
+        packed = b""
+    raw = cat.astype("<u2", copy=False).tobytes()
+    pb0 = (blk0 * per_block).tolist()
+    pb1 = ((blk0 + nblk) * per_block).tolist()
+    r0 = ((first + whole * 1024) * 2).tolist()
+    r1 = np.where(pack_tail, r0, (first + lens) * 2).tolist()
+    return [packed[x:y] + raw[u:v] for x, y, u, v in zip(pb0, pb1, r0, r1)]
 
 
 def rep_index(rep_chunks: Sequence[np.ndarray], max_rep: int) -> np.ndarray:
