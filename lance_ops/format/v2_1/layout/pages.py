@@ -368,7 +368,7 @@ def _chunk_bytes(values: ev.MiniBlocks, nlev: np.ndarray, rep_bytes: Optional[li
     if nch and not values.last_full:
         logs[-1] = 0
     words = ((size // 8 - 1) << 4) | logs
-    if nch and int(words.max()) > (0xFFFFFFFF if large else 0xFFFF):
+    if nch and (int(words.max()) > (0xFFFFFFFF if large else 0xFFFF) or int(words.min()) < 0):
         raise OverflowError("mini-block chunk metadata word out of range")
     meta_words = words.astype(np.uint32 if large else np.uint16)
     rows = hdr.tobytes()
