@@ -351,7 +351,7 @@ def _var_chunk_counts(offsets: np.ndarray, width: int, limit: int = AIM_MINICHUN
         return []
     g = np.asarray(offsets, dtype=np.int64)[:n + 1] - int(offsets[0]) + np.arange(n + 1, dtype=np.int64) * width
     fit_end = np.searchsorted(g, g[:n] + (limit - width), side="right") - 1  # last end that fits
-    ends = fit_end.tolist()
+    ends = fit_end  # read one entry per chunk (no list of every position)
     top = MAX_MINIBLOCK_VALUES  # the walk stops at this many values (it never takes them)
     counts = []
     start = 0
@@ -361,9 +361,9 @@ def _var_chunk_counts(offsets: np.ndarray, width: int, limit: int = AIM_MINICHUN
             counts.append(remaining)
             break
         # the walk over 4, 8, ... stops at the first size past the rest, past the fit, or at the top
-        q = min(max(4, 1 << remaining.bit_length()), max(4, 1 << (ends[start] - start).bit_length()), top)
+        q = min(max(4, 1 << remaining.bit_length()), max(4, 1 << (int(ends[start]) - start).bit_length()), top)
         num = q // 2 if q > 4 else 2
-        if q > remaining and ends[start] >= n:
+        if q > remaining and int(ends[start]) >= n:
             num = remaining
         counts.append(num)
         start += num
