@@ -5,5 +5,12 @@ One import and one entry per kind module; each module's owner adds its own lines
 from __future__ import annotations
 
 from lance_ops.maintenance.index_remap.base import Remapper
+from lance_ops.maintenance.index_remap.vector import remap_vector
 
 REMAPPERS: dict[str, Remapper] = {}
+REMAPPERS["IVF_FLAT"] = remap_vector
+REMAPPERS["IVF_PQ"] = remap_vector
+REMAPPERS["IVF_SQ"] = remap_vector
+REMAPPERS["IVF_HNSW_FLAT"] = remap_vector
+REMAPPERS["IVF_HNSW_PQ"] = remap_vector
+REMAPPERS["IVF_HNSW_SQ"] = remap_vector
