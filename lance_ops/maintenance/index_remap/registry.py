@@ -5,12 +5,15 @@ One import and one entry per kind module; each module's owner adds its own lines
 from __future__ import annotations
 
 from lance_ops.maintenance.index_remap.base import Remapper
+from lance_ops.maintenance.index_remap.btree import remap_btree
 from lance_ops.maintenance.index_remap.vector import remap_vector
 
-REMAPPERS: dict[str, Remapper] = {}
-REMAPPERS["IVF_FLAT"] = remap_vector
-REMAPPERS["IVF_PQ"] = remap_vector
-REMAPPERS["IVF_SQ"] = remap_vector
-REMAPPERS["IVF_HNSW_FLAT"] = remap_vector
-REMAPPERS["IVF_HNSW_PQ"] = remap_vector
-REMAPPERS["IVF_HNSW_SQ"] = remap_vector
+REMAPPERS: dict[str, Remapper] = {
+    "BTREE": remap_btree,
+    "IVF_FLAT": remap_vector,
+    "IVF_PQ": remap_vector,
+    "IVF_SQ": remap_vector,
+    "IVF_HNSW_FLAT": remap_vector,
+    "IVF_HNSW_PQ": remap_vector,
+    "IVF_HNSW_SQ": remap_vector,
+}
