@@ -15,6 +15,7 @@ lance_ops' remapper runs on the original index files. Then:
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 import shutil
 import uuid
 from pathlib import Path
@@ -254,3 +255,69 @@ def test_ivf_buffer_edit_keeps_other_fields(tmp_path):
 
 def test_registry_names_every_vector_kind():
     assert {k: REMAPPERS.get(k) for k in VECTOR_KINDS} == dict.fromkeys(VECTOR_KINDS, remap_vector)
+
+
+# --- full lance-ops compaction, checked with pylance ----------------------------------------------
+E2E = ([("IVF_PQ", v, s) for v in ("2.0", "2.1", "2.2") for s in (False, True)]
+       + [(k, "2.2", False) for k in VECTOR_KINDS if k != "IVF_PQ"] + [("IVF_HNSW_SQ", "2.1", True)])
+
+
+def indices_view(ds: lance.LanceDataset) -> list[tuple]:
+    """What a user sees of the indices: name, type, coverage, indexed / unindexed rows."""
+    out = []
+    for i in ds.list_indices():
+        stats = ds.stats.index_stats(i["name"])
+        out.append((i["name"], i["type"], sorted(i["fragment_ids"]), stats["num_indexed_rows"],
+                    stats["num_unindexed_rows"]))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("kind,version,stable", E2E)
+def test_lance_ops_compaction_keeps_vector_index(tmp_path, kind, version, stable):
+    import lance_ops
+    from lance_ops.maintenance.compaction import compact_files
+
+    src = tmp_path / "src"
+    build(src, kind, version, stable=stable)
+    lance.write_dataset(pa.table({  # unindexed fragments appended after the index was built
+        "id": pa.array(np.arange(N, N + 100), pa.int64()),
+        "vec": pa.FixedSizeListArray.from_arrays(
+            pa.array(np.random.default_rng(3).standard_normal(100 * DIM).astype(np.float32)), DIM)}),
+        str(src), mode="append", max_rows_per_file=50)
+    old_uuid = lance.dataset(str(src)).list_indices()[0]["uuid"]
+    ours_uri, theirs_uri = tmp_path / "ours", tmp_path / "theirs"
+    shutil.copytree(src, ours_uri)
+    shutil.copytree(src, theirs_uri)
+    metrics = compact_files(lance_ops.dataset(str(ours_uri)))
+    lance.dataset(str(theirs_uri)).optimize.compact_files()
+    ours, theirs = lance.dataset(str(ours_uri)), lance.dataset(str(theirs_uri))
+    ours.validate()
+    assert [(f.fragment_id, f.metadata.physical_rows) for f in ours.get_fragments()] == \
+        [(f.fragment_id, f.metadata.physical_rows) for f in theirs.get_fragments()]
+    assert indices_view(ours) == indices_view(theirs)
+    new_uuid = ours.list_indices()[0]["uuid"]
+    assert (new_uuid == old_uuid) == stable  # stable row ids: files kept; else a new segment
+    assert metrics["index_actions"] == {old_uuid: "keep" if stable else "remap"}
+    alive = set(ours.to_table(columns=["id"])["id"].to_pylist())
+    assert recall(ours, alive) >= recall(theirs, alive) - 0.05
+
+    # pylance's own maintenance keeps working on the result, as on its own compaction's
+    after = {uri: pylance_maintenance(uri) for uri in (ours_uri, theirs_uri)}
+    assert indices_view(after[ours_uri]) == indices_view(after[theirs_uri])
+    alive = set(after[ours_uri].to_table(columns=["id"])["id"].to_pylist())
+    assert recall(after[ours_uri], alive) >= recall(after[theirs_uri], alive) - 0.05
+
+
+def pylance_maintenance(uri: Path) -> lance.LanceDataset:
+    """Append, optimize_indices, delete, compact_files, cleanup_old_versions: all pylance."""
+    row = pa.table({"id": pa.array([N + 500], pa.int64()),
+                    "vec": pa.FixedSizeListArray.from_arrays(pa.array(np.ones(DIM, np.float32)), DIM)})
+    lance.write_dataset(row, str(uri), mode="append")
+    lance.dataset(str(uri)).optimize.optimize_indices()
+    lance.dataset(str(uri)).delete("id % 10 = 5")
+    lance.dataset(str(uri)).optimize.compact_files()
+    ds = lance.dataset(str(uri))
+    ds.cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
+    ds = lance.dataset(str(uri))
+    ds.validate()
+    return ds
