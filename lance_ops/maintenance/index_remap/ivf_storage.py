@@ -10,7 +10,7 @@ L rows and W code bytes per row is W runs of L bytes (index-facts §3), rebuilt 
 surviving L' rows. Centroids, codebook, quantizer metadata and every other buffer are kept as they
 are (pylance does not retrain on remap).
 
-Everything is vectorised over rows; only the W code-byte columns are looped over.
+Everything is vectorised over rows; PQ codes are re-transposed one partition at a time.
 """
 from __future__ import annotations
 
@@ -81,19 +81,18 @@ def _is_transposed(file: IndexFile) -> bool:
     return bool(isinstance(first, dict) and first.get("transposed"))
 
 
-def _transposed_codes(values: np.ndarray, width: int, keep: np.ndarray, partition: np.ndarray,
-                      offsets: np.ndarray, lengths: np.ndarray, new_offsets: np.ndarray,
-                      new_lengths: np.ndarray) -> np.ndarray:
-    """Code bytes of the kept rows, transposed per partition again (W runs of L' bytes each)."""
-    old_rows = np.flatnonzero(keep)
-    part = partition[old_rows]
-    old_local = old_rows - offsets[part]
-    new_local = np.arange(len(old_rows), dtype=np.int64) - new_offsets[part]
-    old_base = offsets[part] * width + old_local
-    new_base = new_offsets[part] * width + new_local
-    out = np.empty(len(old_rows) * width, dtype=values.dtype)
-    for j in range(width):
-        out[new_base + j * new_lengths[part]] = values[old_base + j * lengths[part]]
+def _transposed_codes(values: np.ndarray, width: int, keep: np.ndarray, offsets: np.ndarray,
+                      lengths: np.ndarray, new_offsets: np.ndarray) -> np.ndarray:
+    """Code bytes of the kept rows, transposed per partition again (W runs of L' bytes each).
+
+    One pass per partition (a few hundred at most), each a reshape and a column selection."""
+    out = np.empty(int(keep.sum()) * width, dtype=values.dtype)
+    for start, length, new_start in zip(offsets.tolist(), lengths.tolist(), new_offsets.tolist()):
+        if not length:
+            continue
+        block = values[start * width:(start + length) * width].reshape(width, length)
+        kept = block[:, keep[start:start + length]]
+        out[new_start * width:new_start * width + kept.size] = kept.ravel()
     return out
 
 
@@ -121,7 +120,7 @@ def remap_storage(file: IndexFile, mapped: np.ndarray, keep: np.ndarray, path: s
                 raise CorruptFileError(path, f"{PQ_CODE_COLUMN} is not a non-null fixed-size list of bytes")
             width = codes.type.list_size
             values = codes.flatten().to_numpy(zero_copy_only=False)
-            out = _transposed_codes(values, width, keep, partition, offsets, lengths, new_offsets, new_lengths)
+            out = _transposed_codes(values, width, keep, offsets, lengths, new_offsets)
             columns.append(pa.FixedSizeListArray.from_arrays(pa.array(out, type=codes.type.value_type), width))
         else:
             columns.append(column.filter(pa.array(keep)))
