@@ -128,6 +128,16 @@ def test_materialize_deletions_remaps_btree(tmp_path, stable):
     assert all(f.metadata.deletion_file is None for f in ds.get_fragments())
     check_queries(ds, expected)
 
+    # lance_ops cleanup keeps exactly the index dirs a retained version references
+    indices = tmp_path / "t.lance" / "_indices"
+    live = {i["uuid"] for i in ds.list_indices()}
+    assert live < {p.name for p in indices.iterdir()}
+    lance_ops.dataset(uri).cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
+    assert {p.name for p in indices.iterdir() if any(p.iterdir())} == live
+    final = lance.dataset(uri)
+    final.validate()
+    check_queries(final, expected)
+
 
 def test_failed_rewrite_after_reserve_then_rerun(tmp_path, monkeypatch):
     """A Rewrite that fails after the ReserveFragments version: nothing duplicated, index dirs of the
