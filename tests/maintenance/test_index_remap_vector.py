@@ -288,10 +288,16 @@ def test_lance_ops_compaction_keeps_vector_index(tmp_path, kind, version, stable
     ours_uri, theirs_uri = tmp_path / "ours", tmp_path / "theirs"
     shutil.copytree(src, ours_uri)
     shutil.copytree(src, theirs_uri)
+    dry = compact_files(lance_ops.dataset(str(ours_uri)), dry_run=True)
+    action = "keep" if stable else "remap"
+    assert [(t["fragment_ids"], t["index_action"]) for t in dry["plan"]] == [
+        (list(range(8)), "remap"), ([8, 9], "none")]
+    assert [(i["name"], i["kind"], i["action"]) for i in dry["plan"][0]["indices"]] == [("vec_idx", kind, action)]
     metrics = compact_files(lance_ops.dataset(str(ours_uri)))
     lance.dataset(str(theirs_uri)).optimize.compact_files()
     ours, theirs = lance.dataset(str(ours_uri)), lance.dataset(str(theirs_uri))
     ours.validate()
+    assert ours.version == theirs.version  # ReserveFragments + Rewrite, as pylance commits
     assert [(f.fragment_id, f.metadata.physical_rows) for f in ours.get_fragments()] == \
         [(f.fragment_id, f.metadata.physical_rows) for f in theirs.get_fragments()]
     assert indices_view(ours) == indices_view(theirs)

@@ -99,3 +99,11 @@ def remap_vector(request: RemapRequest) -> RemapOutcome:
         store.copy(old_index, new_index)
         index_size = store.size(new_index)
     return RemapOutcome("remap", [(AUXILIARY_FILE, aux_size), (INDEX_FILE, index_size)])
+
+
+def plan_action(stable_row_ids: bool) -> str:
+    """What :func:`remap_vector` does, for dry runs: keep with stable row ids (the files hold row ids), else remap."""
+    return "keep" if stable_row_ids else "remap"
+
+
+setattr(remap_vector, "plan_action", plan_action)
