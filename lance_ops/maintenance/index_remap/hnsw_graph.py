@@ -97,7 +97,7 @@ def remap_graph(index: IndexFile, storage: StorageRemap, path: str) -> IndexFile
 
     node = table.column(VECTOR_ID_COLUMN).to_numpy().astype(np.int64)
     node_global = old_off[row_part] + node
-    if len(node_global) and (node_global.max() >= len(keep) or node.min() < 0):
+    if ((node < 0) | (node >= storage.old_lengths[row_part])).any():
         raise CorruptFileError(path, "an HNSW node id is outside its partition's storage")
     row_keep = keep[node_global]
     new_node = new_position[node_global] - new_off[row_part]
@@ -108,7 +108,7 @@ def remap_graph(index: IndexFile, storage: StorageRemap, path: str) -> IndexFile
         raise CorruptFileError(path, f"{NEIGHBORS_COLUMN} and {DISTANCE_COLUMN} lists differ in length")
     edge_row = np.repeat(np.arange(len(nb_counts), dtype=np.int64), nb_counts)
     edge_global = old_off[row_part[edge_row]] + nb.astype(np.int64)
-    if len(edge_global) and edge_global.max() >= len(keep):
+    if (nb.astype(np.int64) >= storage.old_lengths[row_part[edge_row]]).any():
         raise CorruptFileError(path, "an HNSW neighbour id is outside its partition's storage")
     edge_keep = keep[edge_global] & row_keep[edge_row]
     new_edge = new_position[edge_global] - new_off[row_part[edge_row]]
@@ -138,8 +138,8 @@ def remap_graph(index: IndexFile, storage: StorageRemap, path: str) -> IndexFile
     per_level = np.zeros((partitions, max(levels, 1)), dtype=np.int64)
     np.add.at(per_level, (kept_parts, kept_levels), 1)
     graph_lengths = per_level.sum(axis=1)
-    new_entries = _new_metadata(entries, per_level, levels, kept_parts, kept_levels, new_node[row_keep],
-                                storage, old_off, keep, new_position)
+    new_entries = _new_metadata(entries, per_level, kept_parts, kept_levels, new_node[row_keep],
+                                storage, keep, new_position)
     metadata = dict(table.schema.metadata or {})
     metadata[HNSW_METADATA_KEY.encode()] = json.dumps(
         [json.dumps(e, separators=(",", ":")) for e in new_entries], separators=(",", ":")).encode()
@@ -149,9 +149,9 @@ def remap_graph(index: IndexFile, storage: StorageRemap, path: str) -> IndexFile
     return IndexFile(new_table, buffers, index.version)
 
 
-def _new_metadata(entries: list[dict[str, Any]], per_level: np.ndarray, levels: int, kept_parts: np.ndarray,
+def _new_metadata(entries: list[dict[str, Any]], per_level: np.ndarray, kept_parts: np.ndarray,
                   kept_levels: np.ndarray, kept_nodes: np.ndarray, storage: StorageRemap,
-                  old_off: np.ndarray, keep: np.ndarray, new_position: np.ndarray) -> list[dict[str, Any]]:
+                  keep: np.ndarray, new_position: np.ndarray) -> list[dict[str, Any]]:
     """Per-partition metadata with recounted level offsets and a surviving entry point."""
     out = []
     for p, entry in enumerate(entries):
@@ -161,7 +161,7 @@ def _new_metadata(entries: list[dict[str, Any]], per_level: np.ndarray, levels: 
         entry["level_offsets"] = [0, *np.cumsum(counts).tolist()] if width else entry["level_offsets"]
         old_ep = int(entry.get("entry_point", 0))
         old_length = int(storage.old_lengths[p])
-        ep_global = int(old_off[p]) + old_ep
+        ep_global = int(storage.old_offsets[p]) + old_ep
         if int(storage.new_lengths[p]) == 0:
             entry["entry_point"] = 0
         elif 0 <= old_ep < old_length and keep[ep_global]:
