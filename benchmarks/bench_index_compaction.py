@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_index_compaction.py [--rows 1000000] [--fragments 100] [--dim 32]
         [--partitions 256] [--deleted 0.1] [--indices btree,ivf_pq] [--repeat 3] [--max-ratio 1.5]
-        [--version 2.2] [--threads 1] [--dir /tmp]
+        [--version 2.2] [--threads 1] [--dir /tmp] [--source /tmp/idx_1m.lance]
 
 Builds one dataset with pylance (``rows`` rows in ``fragments`` fragments, storage ``version``, a
 BTREE on ``id`` and an IVF_PQ index on ``vec`` built over every fragment, then ``deleted`` of the
@@ -17,7 +17,8 @@ Prints a ratio table (ours / pylance; lower is better) and exits 1 when the comp
 above ``--max-ratio`` (the issue's target, 1.5), 2 when a lance_ops result is wrong. BTREE is
 benchmarked only when lance_ops has a BTREE remapper (``REMAPPERS``); otherwise IVF_PQ alone, and
 the output says so. The building is not timed (pylance's IVF_PQ training is most of it: ~1.5 min
-at the default shape); ``--rows 100000`` gives a quick run.
+at the default shape); ``--rows 100000`` gives a quick run, ``--source PATH`` keeps the built dataset
+for the next run (the other shape options are then ignored).
 """
 from __future__ import annotations
 
@@ -110,6 +111,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="lance_ops tasks executed at once")
     ap.add_argument("--max-ratio", type=float, default=1.5)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--source", default=None,
+                    help="dataset built by an earlier run (kept there; built there when missing): skips the build")
     args = ap.parse_args()
     indices = [i.strip().lower() for i in args.indices.split(",") if i.strip()]
     if "btree" in indices and "BTREE" not in REMAPPERS:
@@ -119,9 +122,11 @@ def main() -> int:
     originals = dict(REMAPPERS)
     work = tempfile.mkdtemp(prefix="bench_idx_compact_", dir=args.dir)
     try:
-        src = os.path.join(work, "src.lance")
-        t, _ = timed(lambda: build(src, args.rows, args.fragments, args.dim, args.partitions, args.deleted,
-                                   indices, args.version))
+        src = args.source or os.path.join(work, "src.lance")
+        t = 0.0
+        if not os.path.exists(src):
+            t, _ = timed(lambda: build(src, args.rows, args.fragments, args.dim, args.partitions, args.deleted,
+                                       indices, args.version))
         ds = lance.dataset(src)
         print(f"dataset: {len(ds.get_fragments())} fragments, {ds.count_rows()} live of {args.rows} rows, "
               f"dim {args.dim}, storage {args.version}, indices {indices} (built in {t:.1f}s)")

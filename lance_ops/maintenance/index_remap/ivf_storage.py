@@ -107,6 +107,8 @@ def remap_storage(file: IndexFile, mapped: np.ndarray, keep: np.ndarray, path: s
     if ROW_ID_COLUMN not in table.column_names:
         raise CorruptFileError(path, f"vector index storage has no {ROW_ID_COLUMN} column")
     keep = np.asarray(keep, dtype=bool)
+    if len(keep) != table.num_rows or len(mapped) != table.num_rows:
+        raise ValueError(f"{len(mapped)} mapped addresses / {len(keep)} flags for {table.num_rows} rows")
     partition = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     new_lengths = np.bincount(partition[keep], minlength=len(lengths)).astype(np.int64)
     new_offsets = exclusive_cumsum(new_lengths)
@@ -121,7 +123,8 @@ def remap_storage(file: IndexFile, mapped: np.ndarray, keep: np.ndarray, path: s
             width = codes.type.list_size
             values = codes.flatten().to_numpy(zero_copy_only=False)
             out = _transposed_codes(values, width, keep, offsets, lengths, new_offsets)
-            columns.append(pa.FixedSizeListArray.from_arrays(pa.array(out, type=codes.type.value_type), width))
+            columns.append(pa.FixedSizeListArray.from_arrays(pa.array(out, type=codes.type.value_type),
+                                                             type=codes.type))
         else:
             columns.append(column.filter(pa.array(keep)))
     new_table = pa.Table.from_arrays(columns, schema=table.schema)
