@@ -40,16 +40,28 @@ N, DIM, PARTS = 2000, 16, 4
 QUERIES = np.random.default_rng(7).standard_normal((30, DIM)).astype(np.float32)
 
 
-def build(uri: Path, kind: str, version: str, stable: bool = False, delete: str = "id % 10 = 3") -> None:
-    """8 fragments of 250 rows, the vector index over all of them, then deletions."""
-    vec = np.random.default_rng(0).standard_normal((N, DIM)).astype(np.float32)
-    table = pa.table({"id": pa.array(np.arange(N), pa.int64()),
-                      "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.ravel()), DIM)})
+def build(uri: Path, kind: str, version: str, stable: bool = False, delete: str = "id % 10 = 3",
+          variant: str = "") -> None:
+    """8 fragments of 250 rows, the vector index over all of them, then deletions.
+
+    ``variant``: "" (l2), "cosine", "pq4" (4-bit PQ codes, two per byte), "multivector" (three
+    vectors per row: storage rows repeat the row id)."""
+    rng = np.random.default_rng(0)
+    per_row = 3 if variant == "multivector" else 1
+    vec = pa.FixedSizeListArray.from_arrays(
+        pa.array(rng.standard_normal(N * per_row * DIM).astype(np.float32)), DIM)
+    if per_row > 1:
+        vec = pa.ListArray.from_arrays(pa.array(np.arange(0, N * per_row + 1, per_row, dtype=np.int32)), vec)
+    table = pa.table({"id": pa.array(np.arange(N), pa.int64()), "vec": vec})
     ds = lance.write_dataset(table, str(uri), max_rows_per_file=250, data_storage_version=version,
                              enable_stable_row_ids=stable)
-    params = {"num_partitions": PARTS}
+    params: dict = {"num_partitions": PARTS}
     if "PQ" in kind:
         params["num_sub_vectors"] = 4
+    if variant == "pq4":
+        params["num_bits"] = 4
+    if variant in ("cosine", "multivector"):
+        params["metric"] = "cosine"
     ds.create_index("vec", index_type=kind, **params)
     ds.delete(delete)
 
@@ -133,14 +145,16 @@ def check_graph(uri: Path, uid: str) -> None:
             assert entry["entry_point"] in part["__vector_id"].to_pylist()[lo:hi]
 
 
-CASES = [(k, "2.2") for k in VECTOR_KINDS] + [("IVF_PQ", "2.0"), ("IVF_PQ", "2.1"), ("IVF_HNSW_SQ", "2.0"),
-                                              ("IVF_SQ", "2.1"), ("IVF_FLAT", "2.0")]
+CASES = ([(k, "2.2", "") for k in VECTOR_KINDS]
+         + [("IVF_PQ", "2.0", ""), ("IVF_PQ", "2.1", ""), ("IVF_HNSW_SQ", "2.0", ""), ("IVF_SQ", "2.1", ""),
+            ("IVF_FLAT", "2.0", ""), ("IVF_PQ", "2.2", "pq4"), ("IVF_HNSW_SQ", "2.2", "cosine"),
+            ("IVF_PQ", "2.2", "multivector")])
 
 
-@pytest.mark.parametrize("kind,version", CASES)
-def test_remap_matches_pylance_compaction(tmp_path, kind, version):
+@pytest.mark.parametrize("kind,version,variant", CASES)
+def test_remap_matches_pylance_compaction(tmp_path, kind, version, variant):
     src = tmp_path / "src"
-    build(src, kind, version)
+    build(src, kind, version, variant=variant)
     amap = pylance_compacted(src, tmp_path / "A")
     new_uid = lance.dataset(str(tmp_path / "A")).list_indices()[0]["uuid"]
     old_uid = lance.dataset(str(src)).list_indices()[0]["uuid"]
@@ -152,7 +166,7 @@ def test_remap_matches_pylance_compaction(tmp_path, kind, version):
 
     ours, theirs = read(src, new_uid, "auxiliary.idx"), read(tmp_path / "A", new_uid, "auxiliary.idx")
     assert ours.version == theirs.version == read(src, old_uid, "auxiliary.idx").version
-    assert ours.table.num_rows == theirs.table.num_rows == N - N // 10
+    assert ours.table.num_rows == theirs.table.num_rows == (N - N // 10) * (3 if variant == "multivector" else 1)
     assert ours.table.equals(theirs.table)  # row ids, codes (PQ transposed per partition), order
     assert ours.metadata == theirs.metadata  # storage_metadata JSON, distance type, lance:ivf
     assert ours.buffers == theirs.buffers  # IVF offsets/lengths byte for byte, PQ codebook
@@ -164,6 +178,8 @@ def test_remap_matches_pylance_compaction(tmp_path, kind, version):
         assert index.table.equals(expected.table) and index.metadata == expected.metadata
         assert index.buffers == expected.buffers
 
+    if variant == "multivector":
+        return  # storage equal to pylance's is the check; single-vector queries do not apply
     alive = set(lance.dataset(str(tmp_path / "A")).to_table(columns=["id"])["id"].to_pylist())
     baseline = recall(lance.dataset(str(tmp_path / "A")), alive)
     shutil.copytree(tmp_path / "A", tmp_path / "C")
