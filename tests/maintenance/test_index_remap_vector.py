@@ -343,3 +343,26 @@ def pylance_maintenance(uri: Path) -> lance.LanceDataset:
     ds = lance.dataset(str(uri))
     ds.validate()
     return ds
+
+
+@pytest.mark.parametrize("kind", ["IVF_PQ", "IVF_HNSW_SQ"])
+def test_vector_remap_on_s3(s3_bucket, moto_server, kind):
+    import lance_ops
+    from lance_ops.maintenance.compaction import compact_files
+
+    uri = f"{s3_bucket}/vec-{kind.lower()}.lance"
+    opts = moto_server.storage_options
+    vec = np.random.default_rng(0).standard_normal((600, DIM)).astype(np.float32)
+    table = pa.table({"id": pa.array(np.arange(600), pa.int64()),
+                      "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.ravel()), DIM)})
+    ds = lance.write_dataset(table, uri, max_rows_per_file=200, storage_options=opts)
+    ds.create_index("vec", index_type=kind, num_partitions=2, **({"num_sub_vectors": 4} if "PQ" in kind else {}))
+    lance.dataset(uri, storage_options=opts).delete("id % 4 = 1")
+    metrics = compact_files(lance_ops.dataset(uri, storage_options=opts))
+    assert metrics["indices_remapped"] == 1
+    after = lance.dataset(uri, storage_options=opts)
+    after.validate()
+    assert [sorted(i["fragment_ids"]) for i in after.list_indices()] == [[3]]
+    assert after.stats.index_stats("vec_idx")["num_indexed_rows"] == 450
+    got = after.to_table(columns=["id"], nearest={"column": "vec", "q": vec[5], "k": 3, "nprobes": 2})
+    assert got["id"].to_pylist()[0] == 5 and all(i % 4 != 1 for i in got["id"].to_pylist())
