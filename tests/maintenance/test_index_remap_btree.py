@@ -265,3 +265,23 @@ def test_keep_and_drop_outcomes(tmp_path, monkeypatch, stable):
     assert [sorted(i["fragment_ids"]) for i in kept.list_indices()] == [[4]]
     assert sorted(kept.to_table(filter="c = 'k1'", use_scalar_index=True)["id"].to_pylist()) == \
         [i for i in expected if i % 5 == 1]
+
+
+def test_btree_remap_on_s3(s3_bucket, moto_server):
+    uri = f"{s3_bucket}/remap.lance"
+    opts = moto_server.storage_options
+    n = 1000
+    table = pa.table({"id": pa.array(np.arange(n, dtype=np.int64))})
+    lance.write_dataset(table, uri, max_rows_per_file=250, storage_options=opts)
+    ds = lance.dataset(uri, storage_options=opts)
+    ds.create_scalar_index("id", "BTREE")
+    ds.delete("id % 3 = 0")
+    m = compact_files(lance_ops.dataset(uri, storage_options=opts))
+    assert m["indices_remapped"] == 1
+    after = lance.dataset(uri, storage_options=opts)
+    after.validate()
+    assert [sorted(i["fragment_ids"]) for i in after.list_indices()] == [[4]]
+    assert sorted(after.to_table(filter="id < 40", use_scalar_index=True)["id"].to_pylist()) == \
+        [i for i in range(40) if i % 3]
+    assert after.to_table(filter="id = 501", use_scalar_index=True)["id"].to_pylist() == []
+    assert after.to_table(filter="id = 500", use_scalar_index=True)["id"].to_pylist() == [500]
