@@ -285,3 +285,24 @@ def test_btree_remap_on_s3(s3_bucket, moto_server):
         [i for i in range(40) if i % 3]
     assert after.to_table(filter="id = 501", use_scalar_index=True)["id"].to_pylist() == []
     assert after.to_table(filter="id = 500", use_scalar_index=True)["id"].to_pylist() == [500]
+
+
+def test_index_created_since_the_plan_is_a_retryable_conflict(tmp_path):
+    from lance_ops.errors import RetryableCommitConflictError
+    from lance_ops.maintenance.compaction.plan import plan_compaction
+
+    uri = str(tmp_path / "t.lance")
+    expected = build(uri, "2.2", False)
+    plan = plan_compaction(lance_ops.dataset(uri), target_rows_per_fragment=10_000)
+    results = [t.execute(uri) for t in plan.tasks]
+    lance.dataset(uri).create_scalar_index("x", "BTREE")
+    version = lance.dataset(uri).version
+    with pytest.raises(RetryableCommitConflictError, match="x_idx"):
+        commit_mod.commit_compaction(uri, results)
+    assert lance.dataset(uri).version == version
+    # compact_files re-plans and remaps all three
+    assert compact_files(lance_ops.dataset(uri), target_rows_per_fragment=10_000)["indices_remapped"] == 3
+    ds = lance.dataset(uri)
+    ds.validate()
+    check_queries(ds, expected)
+    assert ds.to_table(filter="x = 10.5", use_scalar_index=True)["id"].to_pylist() == [21]
