@@ -364,5 +364,5 @@ def test_vector_remap_on_s3(s3_bucket, moto_server, kind):
     after.validate()
     assert [sorted(i["fragment_ids"]) for i in after.list_indices()] == [[3]]
     assert after.stats.index_stats("vec_idx")["num_indexed_rows"] == 450
-    got = after.to_table(columns=["id"], nearest={"column": "vec", "q": vec[5], "k": 3, "nprobes": 2})
-    assert got["id"].to_pylist()[0] == 5 and all(i % 4 != 1 for i in got["id"].to_pylist())
+    got = after.to_table(columns=["id"], nearest={"column": "vec", "q": vec[6], "k": 3, "nprobes": 2, "refine_factor": 10})
+    assert got["id"].to_pylist()[0] == 6 and all(i % 4 != 1 for i in got["id"].to_pylist())
