@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, UnsupportedError
+from lance_ops.format.version import FileVersion
 from lance_ops.format.registry import LanceFileWriter, open_file_reader
 from lance_ops.io.base import ObjectStore
 from lance_ops.maintenance.index_remap import fts_fst
@@ -118,11 +119,16 @@ def _read(store: ObjectStore, path: str) -> pa.Table:
     return open_file_reader(path, store=store).read_all()
 
 
-def _write(request: RemapRequest, name: str, table: pa.Table) -> tuple[str, int]:
-    """Write one index file under the new uuid as a Lance 2.2 file; (name, size)."""
+def _file_version(store: ObjectStore, path: str) -> FileVersion:
+    """The format version of an index file (pylance writes a 2.0 dataset's index files as 2.0)."""
+    return open_file_reader(path, store=store).version
+
+
+def _write(request: RemapRequest, name: str, table: pa.Table, version: FileVersion) -> tuple[str, int]:
+    """Write one index file under the new uuid in ``version``; (name, size)."""
     path = request.store.join(request.new_dir, name)
     storage_options = getattr(request.dataset, "storage_options", None)
-    with LanceFileWriter(request.store.uri(path), table.schema, version="2.2",
+    with LanceFileWriter(request.store.uri(path), table.schema, version=version,
                          storage_options=storage_options) as writer:
         writer.write_batch(table)
     return name, int(request.store.size(path))
@@ -186,7 +192,8 @@ def _remap_tokens(tokens: pa.Table, alive: np.ndarray) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=tokens.schema)
 
 
-def _remap_partition(request: RemapRequest, pid: int, positions: bool) -> list[tuple[str, int]]:
+def _remap_partition(request: RemapRequest, pid: int, positions: bool,
+                     version: FileVersion) -> list[tuple[str, int]]:
     """Remap one partition's docs, invert and tokens files into the new directory."""
     names = {k: f"part_{pid}_{k}.lance" for k in ("docs", "invert", "tokens")}
     part = _Partition(*(_read(request.store, request.store.join(request.old_dir, names[k]))
@@ -203,8 +210,8 @@ def _remap_partition(request: RemapRequest, pid: int, positions: bool) -> list[t
     cols, alive = _token_rows(part, new_ids, keep_doc, doc_lengths, positions)
     invert = pa.Table.from_pydict(cols, schema=part.invert.schema)
     tokens = _remap_tokens(part.tokens, alive)
-    return [_write(request, names["docs"], docs), _write(request, names["invert"], invert),
-            _write(request, names["tokens"], tokens)]
+    return [_write(request, names["docs"], docs, version), _write(request, names["invert"], invert, version),
+            _write(request, names["tokens"], tokens, version)]
 
 
 def remap_inverted(request: RemapRequest) -> RemapOutcome:
@@ -218,11 +225,12 @@ def remap_inverted(request: RemapRequest) -> RemapOutcome:
         raise UnsupportedError(f"index {request.index.name!r} (INVERTED): {reason}")
     meta_path = request.store.join(request.old_dir, METADATA_FILE)
     metadata = _read(request.store, meta_path)
+    version = _file_version(request.store, meta_path)
     meta = _meta(metadata.schema)
     partitions = [int(p) for p in json.loads(meta["partitions"])]
     positions = bool(json.loads(meta.get("params") or "{}").get("with_position"))
     files: list[tuple[str, int]] = []
     for pid in partitions:
-        files.extend(_remap_partition(request, pid, positions))
-    files.append(_write(request, METADATA_FILE, metadata))
+        files.extend(_remap_partition(request, pid, positions, version))
+    files.append(_write(request, METADATA_FILE, metadata, version))
     return RemapOutcome("remap", files=sorted(files))
