@@ -5,5 +5,8 @@ One import and one entry per kind module; each module's owner adds its own lines
 from __future__ import annotations
 
 from lance_ops.maintenance.index_remap.base import Remapper
+from lance_ops.maintenance.index_remap.btree import remap_btree
 
-REMAPPERS: dict[str, Remapper] = {}
+REMAPPERS: dict[str, Remapper] = {
+    "BTREE": remap_btree,
+}
