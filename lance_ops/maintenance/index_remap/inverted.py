@@ -234,3 +234,12 @@ def remap_inverted(request: RemapRequest) -> RemapOutcome:
         files.extend(_remap_partition(request, pid, positions, version))
     files.append(_write(request, METADATA_FILE, metadata, version))
     return RemapOutcome("remap", files=sorted(files))
+
+
+def plan_action(stable_row_ids: bool) -> str:
+    """What :func:`remap_inverted` does, for dry runs ("keep" on stable row ids: the index stores
+    row ids, which compaction does not change)."""
+    return "keep" if stable_row_ids else "remap"
+
+
+setattr(remap_inverted, "plan_action", plan_action)
