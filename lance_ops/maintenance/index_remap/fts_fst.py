@@ -29,6 +29,8 @@ from lance_ops.errors import CorruptFileError
 
 #: the fst crate's common input bytes, in index order 1..63 (derived from pylance-written files)
 COMMON_INPUTS = b"te/oasripcnw.hlm-du012g=:bf3y5&_4v9678k%?xCDASFIBEjPTzRNM+LOqHG"
+#: the path named by errors raised here (the remapper re-raises them with the file's path)
+WHERE = "INVERTED index token FST"
 _COMMON_INDEX = {byte: i + 1 for i, byte in enumerate(COMMON_INPUTS)}
 VERSION = 3
 EMPTY_ADDRESS = 0
@@ -128,10 +130,10 @@ def _read_node(data: bytes, addr: int) -> _Node:
 def read_map(data: bytes) -> dict[bytes, int]:
     """Every (key, value) of an fst Map."""
     if len(data) < 36:
-        raise CorruptFileError("INVERTED token FST is too short")
+        raise CorruptFileError(WHERE, "INVERTED token FST is too short")
     version, = struct.unpack_from("<Q", data, 0)
     if version not in (2, 3):
-        raise CorruptFileError(f"INVERTED token FST version {version} is not supported")
+        raise CorruptFileError(WHERE, f"INVERTED token FST version {version} is not supported")
     end = len(data) - (4 if version >= 3 else 0)
     count, root = struct.unpack_from("<QQ", data, end - 16)
     out: dict[bytes, int] = {}
@@ -144,7 +146,7 @@ def read_map(data: bytes) -> dict[bytes, int]:
         for inp, output, target in node.trans:
             stack.append((target, prefix + bytes([inp]), acc + output))
     if len(out) != count:
-        raise CorruptFileError(f"INVERTED token FST lists {len(out)} keys, its footer says {count}")
+        raise CorruptFileError(WHERE, f"INVERTED token FST lists {len(out)} keys, its footer says {count}")
     return out
 
 

@@ -37,6 +37,8 @@ import numpy as np
 
 from lance_ops.errors import CorruptFileError, UnsupportedError
 
+#: the path named by errors raised here (the remapper re-raises them with the file's path)
+WHERE = "INVERTED index posting list"
 #: documents per posting block (``posting_block_size``); pylance 14.0.2 writes 128
 BLOCK_SIZE = 128
 #: impact entries: one per block, then one per this many blocks
@@ -71,7 +73,7 @@ def decode_varints(data: bytes | memoryview) -> np.ndarray:
         return np.zeros(0, dtype=np.uint64)
     ends = np.flatnonzero(raw < 0x80)
     if ends.size == 0 or ends[-1] != raw.size - 1:
-        raise CorruptFileError("truncated varint in an INVERTED posting block")
+        raise CorruptFileError(WHERE, "truncated varint in an INVERTED posting block")
     starts = np.concatenate(([0], ends[:-1] + 1))
     pos_in_value = np.arange(raw.size) - np.repeat(starts, ends - starts + 1)
     parts = (raw & 0x7F).astype(np.uint64) << (pos_in_value.astype(np.uint64) * _U64(7))
@@ -134,7 +136,7 @@ def decode_posting(blocks: Sequence[bytes], length: int) -> tuple[np.ndarray, np
             fbits = view[pos]
             freq = unpack4x(view[pos + 1:pos + 1 + 16 * fbits], fbits)
             if pos + 1 + 16 * fbits != len(view):
-                raise CorruptFileError("INVERTED posting block has trailing bytes")
+                raise CorruptFileError(WHERE, "INVERTED posting block has trailing bytes")
             docs.append(_U64(first) + np.cumsum(deltas, dtype=np.uint64))
             freqs.append(freq)
         else:
@@ -145,7 +147,7 @@ def decode_posting(blocks: Sequence[bytes], length: int) -> tuple[np.ndarray, np
     out_docs = np.concatenate(docs) if docs else np.zeros(0, dtype=np.uint64)
     out_freqs = np.concatenate(freqs) if freqs else np.zeros(0, dtype=np.uint64)
     if out_docs.size != length or out_freqs.size != length:
-        raise CorruptFileError(f"INVERTED posting list holds {out_docs.size} documents, _length says {length}")
+        raise CorruptFileError(WHERE, f"INVERTED posting list holds {out_docs.size} documents, _length says {length}")
     return out_docs, out_freqs
 
 
@@ -183,7 +185,7 @@ def _libm_logf() -> Callable[[float], float]:
     logf = lib.logf
     logf.argtypes = [ctypes.c_float]
     logf.restype = ctypes.c_float
-    return logf  # type: ignore[no-any-return]
+    return logf
 
 
 _LOGF = _libm_logf()
@@ -246,7 +248,7 @@ def impact_entry(freqs: np.ndarray, lengths: np.ndarray, last_doc: int) -> bytes
     tag_arr = np.frombuffer(tags, dtype=np.uint8)
     tag_ends = np.flatnonzero(tag_arr < 0x80)
     start = 0
-    for i, end in enumerate(tag_ends):
+    for i, end in enumerate(tag_ends.tolist()):
         body += tag_arr[start:end + 1].tobytes()
         if explicit[i]:
             body.append(int(dc[i]))
@@ -277,7 +279,7 @@ def decode_block_positions(stream: bytes | memoryview, count: int) -> np.ndarray
         pos += 1 + 16 * bits
     tail = decode_varints(view[pos:])
     if tail.size != count % BLOCK_SIZE:
-        raise CorruptFileError("INVERTED position block holds the wrong number of positions")
+        raise CorruptFileError(WHERE, "INVERTED position block holds the wrong number of positions")
     out.append(tail)
     return np.concatenate(out)
 
@@ -285,7 +287,7 @@ def decode_block_positions(stream: bytes | memoryview, count: int) -> np.ndarray
 def encode_block_positions(values: np.ndarray) -> bytes:
     """One block's position stream: groups of 128 bit-packed, the rest as varints."""
     vals = np.asarray(values, dtype=np.uint64)
-    full = len(vals) // BLOCK_SIZE * BLOCK_SIZE
+    full = int(len(vals) // BLOCK_SIZE * BLOCK_SIZE)
     parts = []
     for start in range(0, full, BLOCK_SIZE):
         group = vals[start:start + BLOCK_SIZE]

@@ -113,6 +113,8 @@ class _Partition:
     docs: pa.Table
     invert: pa.Table
     tokens: pa.Table
+    invert_path: str
+    tokens_path: str
 
 
 def _read(store: ObjectStore, path: str) -> pa.Table:
@@ -152,7 +154,8 @@ def _token_rows(part: _Partition, new_ids: np.ndarray, keep_doc: np.ndarray,
     for t in range(inv.num_rows):
         docs, freqs = fp.decode_posting(postings[t], int(lengths[t]))
         if len(docs) and int(docs[-1]) >= len(keep_doc):
-            raise CorruptFileError(f"INVERTED posting names doc id {int(docs[-1])} of {len(keep_doc)} documents")
+            raise CorruptFileError(part.invert_path,
+                                   f"INVERTED posting names doc id {int(docs[-1])} of {len(keep_doc)} documents")
         kept = keep_doc[docs.astype(np.int64)]
         if not kept.any():
             continue
@@ -173,12 +176,13 @@ def _token_rows(part: _Partition, new_ids: np.ndarray, keep_doc: np.ndarray,
     return cols, alive
 
 
-def _remap_tokens(tokens: pa.Table, alive: np.ndarray) -> pa.Table:
+def _remap_tokens(tokens: pa.Table, alive: np.ndarray, tokens_path: str) -> pa.Table:
     """The token table with dead tokens dropped and later ids shifted down (FST rebuilt)."""
     fst_bytes = tokens.column("_token_fst_bytes")[0].as_py()
     mapping = fts_fst.read_map(fst_bytes)
     if len(mapping) != len(alive):
-        raise CorruptFileError(f"INVERTED token FST has {len(mapping)} tokens, the posting file {len(alive)}")
+        raise CorruptFileError(tokens_path,
+                               f"INVERTED token FST has {len(mapping)} tokens, the posting file {len(alive)}")
     if alive.all():
         new_bytes = fst_bytes
         total = int(tokens.column("_token_total_length")[0].as_py())
@@ -196,8 +200,10 @@ def _remap_partition(request: RemapRequest, pid: int, positions: bool,
                      version: FileVersion) -> list[tuple[str, int]]:
     """Remap one partition's docs, invert and tokens files into the new directory."""
     names = {k: f"part_{pid}_{k}.lance" for k in ("docs", "invert", "tokens")}
-    part = _Partition(*(_read(request.store, request.store.join(request.old_dir, names[k]))
-                        for k in ("docs", "invert", "tokens")))
+    paths = {k: request.store.join(request.old_dir, name) for k, name in names.items()}
+    part = _Partition(docs=_read(request.store, paths["docs"]), invert=_read(request.store, paths["invert"]),
+                      tokens=_read(request.store, paths["tokens"]), invert_path=paths["invert"],
+                      tokens_path=paths["tokens"])
     amap: AddressMap = request.addresses
     rowids = part.docs.column("_rowid").to_numpy().astype(np.uint64)
     mapped, keep_doc = amap.apply(rowids)
@@ -207,9 +213,15 @@ def _remap_partition(request: RemapRequest, pid: int, positions: bool,
         {**(part.docs.schema.metadata or {}), b"total_tokens": str(int(doc_lengths.sum(dtype=np.uint64))).encode()})
     docs = pa.Table.from_arrays([pa.array(mapped[keep_doc], pa.uint64()), pa.array(doc_lengths, pa.uint32())],
                                 schema=docs_schema)
-    cols, alive = _token_rows(part, new_ids, keep_doc, doc_lengths, positions)
+    try:
+        cols, alive = _token_rows(part, new_ids, keep_doc, doc_lengths, positions)
+    except CorruptFileError as e:  # the codecs do not know the file they decode
+        raise CorruptFileError(part.invert_path, e.problem) from e
     invert = pa.Table.from_pydict(cols, schema=part.invert.schema)
-    tokens = _remap_tokens(part.tokens, alive)
+    try:
+        tokens = _remap_tokens(part.tokens, alive, part.tokens_path)
+    except CorruptFileError as e:
+        raise CorruptFileError(part.tokens_path, e.problem) from e
     return [_write(request, names["docs"], docs, version), _write(request, names["invert"], invert, version),
             _write(request, names["tokens"], tokens, version)]
 
