@@ -1,4 +1,4 @@
-"""INVERTED (full-text) indices carried through lance_ops compaction (issue 19, ADR 0012).
+"""INVERTED (full-text) indices carried through lance_ops compaction (issue 19, ADR 0014).
 
 pylance 14.0.2 is the oracle: the same dataset compacted by pylance gives the expected index files
 (every column decoded equal: docs, posting blocks, scores, impacts, positions, token FST), the

@@ -1,6 +1,6 @@
 """Codecs of an INVERTED (full-text) index's posting lists, as pylance 14.0.2 writes them.
 
-Facts (checked bit for bit against pylance 14.0.2 output; docs/adr/0012-fts-index-remap.md):
+Facts (checked bit for bit against pylance 14.0.2 output; docs/adr/0014-fts-index-remap.md):
 
 * ``part_<p>_invert.lance`` holds one row per token id: ``_posting`` (one binary per block of
   128 documents), ``_max_score`` f32 (best block score), ``_length`` u32 (document count),
@@ -57,13 +57,7 @@ def encode_varints(values: np.ndarray) -> bytes:
     vals = np.asarray(values, dtype=np.uint64)
     if vals.size == 0:
         return b""
-    nbytes = np.maximum(1, (_bit_length(vals) + 6) // 7)
-    width = int(nbytes.max())
-    groups = (vals[:, None] >> (_SHIFTS[:width] * _U64(7))) & _U64(0x7F)
-    idx = np.arange(width)[None, :]
-    cont = (idx < (nbytes[:, None] - 1)).astype(np.uint64) << _U64(7)
-    out = (groups | cont).astype(np.uint8)
-    return out[idx < nbytes[:, None]].tobytes()
+    return _encode_items(vals, np.zeros(vals.size, dtype=bool))[0]
 
 
 def decode_varints(data: bytes | memoryview) -> np.ndarray:
@@ -81,16 +75,25 @@ def decode_varints(data: bytes | memoryview) -> np.ndarray:
 
 
 def _bit_length(values: np.ndarray) -> np.ndarray:
-    """Bits needed per value (0 for 0)."""
+    """Bits needed per value (0 for 0); exact below 2**53 (through the float exponent)."""
     vals = np.asarray(values, dtype=np.uint64)
-    out = np.zeros(vals.shape, dtype=np.int64)
-    v = vals.copy()
-    for shift in (32, 16, 8, 4, 2, 1):
-        big = v >= (_U64(1) << _U64(shift))
-        out[big] += shift
-        v[big] >>= _U64(shift)
-    out[v > 0] += 1
-    return out
+    if vals.size and int(vals.max()) >= 1 << 53:
+        return np.array([int(v).bit_length() for v in vals.tolist()], dtype=np.int64)
+    return np.frexp(vals.astype(np.float64))[1].astype(np.int64)
+
+
+def _encode_items(values: np.ndarray, raw: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """Varints of ``values``, except items flagged ``raw`` (single bytes, < 256); also each item's
+    byte length."""
+    vals = np.asarray(values, dtype=np.uint64)
+    nbytes = np.where(raw, 1, np.maximum(1, (_bit_length(vals) + 6) // 7))
+    width = int(nbytes.max()) if vals.size else 1
+    groups = (vals[:, None] >> (_SHIFTS[:width] * _U64(7))) & _U64(0x7F)
+    groups[raw, 0] = vals[raw]
+    idx = np.arange(width)[None, :]
+    cont = (idx < (nbytes[:, None] - 1)).astype(np.uint64) << _U64(7)
+    out = (groups | cont).astype(np.uint8)
+    return out[idx < nbytes[:, None]].tobytes(), nbytes
 
 
 # --- BitPacker4x ----------------------------------------------------------------------------
@@ -224,47 +227,84 @@ def length_code(lengths: np.ndarray) -> np.ndarray:
     return np.where(nbits < 4, vals, normal).astype(np.int64)
 
 
-def impact_entry(freqs: np.ndarray, lengths: np.ndarray, last_doc: int) -> bytes:
-    """One encoded impact entry of the documents (freqs, lengths) ending at ``last_doc``."""
-    f = np.asarray(freqs, dtype=np.int64)
-    code = length_code(lengths)
-    # frontier: for growing frequency, a pair survives when its code beats every higher frequency's
-    order = np.lexsort((code, -f))            # frequency descending, then code ascending
-    f_sorted, c_sorted = f[order], code[order]
-    first_of_freq = np.concatenate(([True], f_sorted[1:] != f_sorted[:-1]))
-    f_u, c_u = f_sorted[first_of_freq], c_sorted[first_of_freq]   # min code per frequency, desc freq
-    best_higher = np.minimum.accumulate(np.concatenate(([np.iinfo(np.int64).max], c_u[:-1])))
-    keep = c_u < best_higher                  # strictly shorter than every higher frequency
-    f_k, c_k = f_u[keep][::-1], c_u[keep][::-1]   # ascending frequency, ascending code
-    df = np.diff(f_k, prepend=0)
-    dc = np.diff(c_k, prepend=0)
+def encode_impacts(docs: np.ndarray, freqs: np.ndarray, doc_lengths: np.ndarray) -> list[bytes]:
+    """The impact entries of one posting list: one per block, then one per 32 blocks.
+
+    Vectorised over the entries: every (entry, frequency, code) is sorted once; the frontier is a
+    segmented running minimum (entries offset so earlier ones never reach into later ones)."""
+    n = len(docs)
+    if n == 0:
+        return []
+    f_all = np.asarray(freqs, dtype=np.int64)
+    c_all = length_code(doc_lengths)
+    pos = np.arange(n)
+    group_parts, f_parts, c_parts, last_docs = [], [], [], []
+    base = 0
+    for size in (BLOCK_SIZE, BLOCK_SIZE * IMPACT_GROUP_BLOCKS):
+        gid = pos // size
+        count = int(gid[-1]) + 1
+        group_parts.append(gid + base)
+        f_parts.append(f_all)
+        c_parts.append(c_all)
+        ends = np.minimum((np.arange(count) + 1) * size, n) - 1
+        last_docs.append(np.asarray(docs, dtype=np.uint64)[ends])
+        base += count
+    g = np.concatenate(group_parts)
+    f = np.concatenate(f_parts)
+    c = np.concatenate(c_parts)
+    order = np.lexsort((c, -f, g))        # per entry: frequency descending, code ascending
+    g, f, c = g[order], f[order], c[order]
+    first = np.ones(len(g), dtype=bool)
+    first[1:] = (g[1:] != g[:-1]) | (f[1:] != f[:-1])
+    g, f, c = g[first], f[first], c[first]  # smallest code per (entry, frequency)
+    big = np.int64(int(c.max()) + 2)
+    key = (np.int64(base) - g) * big + c  # earlier entries carry larger keys
+    best_higher = np.empty_like(key)
+    best_higher[0] = np.iinfo(np.int64).max
+    best_higher[1:] = np.minimum.accumulate(key)[:-1]
+    keep = key < best_higher
+    g, f, c = g[keep][::-1], f[keep][::-1], c[keep][::-1]  # entries descending, frequency ascending
+    start = np.ones(len(g), dtype=bool)
+    start[1:] = g[1:] != g[:-1]
+    df = f.copy()
+    df[1:] -= f[:-1]
+    dc = c.copy()
+    dc[1:] -= c[:-1]
+    df[start], dc[start] = f[start], c[start]
     if np.any(dc > 255) or np.any(df < 1):
         raise UnsupportedError("INVERTED impact entry out of range")
     explicit = dc != 1
-    head = encode_varints(np.array([last_doc, len(f_k)], dtype=np.uint64))
-    body = bytearray()
-    tags = encode_varints(((df - 1) << 1 | explicit).astype(np.uint64))
-    # tags are varints; interleave each with its optional length byte
-    tag_arr = np.frombuffer(tags, dtype=np.uint8)
-    tag_ends = np.flatnonzero(tag_arr < 0x80)
-    start = 0
-    for i, end in enumerate(tag_ends.tolist()):
-        body += tag_arr[start:end + 1].tobytes()
-        if explicit[i]:
-            body.append(int(dc[i]))
-        start = end + 1
-    return head + bytes(body)
-
-
-def encode_impacts(docs: np.ndarray, freqs: np.ndarray, doc_lengths: np.ndarray) -> list[bytes]:
-    """The impact entries of one posting list: one per block, then one per 32 blocks."""
-    out = []
-    n = len(docs)
-    for size in (BLOCK_SIZE, BLOCK_SIZE * IMPACT_GROUP_BLOCKS):
-        for start in range(0, n, size):
-            stop = min(start + size, n)
-            out.append(impact_entry(freqs[start:stop], doc_lengths[start:stop], int(docs[stop - 1])))
-    return out
+    tags = ((df - 1) << 1) | explicit
+    entries = base
+    counts = np.bincount(g, minlength=entries)
+    # item stream per entry: last doc, pair count, then per pair its tag and (explicit) code delta
+    pair_items = 1 + explicit.astype(np.int64)
+    per_entry_items = 2 + np.bincount(g, weights=pair_items, minlength=entries).astype(np.int64)
+    entry_start = np.concatenate(([0], np.cumsum(per_entry_items)[:-1]))
+    total = int(per_entry_items.sum())
+    values = np.zeros(total, dtype=np.uint64)
+    raw = np.zeros(total, dtype=bool)
+    lasts = np.concatenate(last_docs)
+    values[entry_start] = lasts
+    values[entry_start + 1] = counts.astype(np.uint64)
+    # pairs are in descending entry order; lay them out ascending within each entry's slot
+    g_asc = g[::-1]
+    tags_asc, dc_asc, ex_asc, items_asc = tags[::-1], dc[::-1], explicit[::-1], pair_items[::-1]
+    # g_asc is ascending by entry but pairs inside an entry are now in descending frequency
+    within = np.lexsort((np.arange(len(g_asc))[::-1], g_asc))
+    g_asc, tags_asc, dc_asc, ex_asc, items_asc = (a[within] for a in (g_asc, tags_asc, dc_asc, ex_asc, items_asc))
+    seg_first = np.ones(len(g_asc), dtype=bool)
+    seg_first[1:] = g_asc[1:] != g_asc[:-1]
+    cum = np.cumsum(items_asc)
+    seg_base = np.maximum.accumulate(np.where(seg_first, cum - items_asc, 0))
+    tag_slot = entry_start[g_asc] + 2 + (cum - items_asc - seg_base)
+    values[tag_slot] = tags_asc.astype(np.uint64)
+    values[tag_slot[ex_asc] + 1] = dc_asc[ex_asc].astype(np.uint64)
+    raw[tag_slot[ex_asc] + 1] = True
+    data, nbytes = _encode_items(values, raw)
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(np.repeat(np.arange(entries), per_entry_items),
+                                                         weights=nbytes, minlength=entries).astype(np.int64))))
+    return [data[int(bounds[i]):int(bounds[i + 1])] for i in range(entries)]
 
 
 # --- positions (positions_layout shared_stream_v2, positions_codec packed_delta_v1) ---------------

@@ -1,6 +1,6 @@
 """Remap an INVERTED (full-text) index segment through a compaction, as pylance 14.0.2 does.
 
-pylance's own remap (verified on 14.0.2 output, docs/adr/0012-fts-index-remap.md) is a true
+pylance's own remap (verified on 14.0.2 output, docs/adr/0014-fts-index-remap.md) is a true
 remap, not a filter: per partition it maps ``part_<p>_docs.lance`` ``_rowid`` through the
 compaction's address map and drops deleted documents, keeping the survivors in their old order;
 doc ids are the row positions in that file, so the posting lists are renumbered, and every block
