@@ -207,3 +207,30 @@ lance.dataset({ours!r}).delete("id % 3 = 0 or (id >= 5000 and id < 7000)")
     a.validate()
     for q in ["w1", "w42 w4999", "w777"]:
         assert fts(a, q).keys() == fts(b, q).keys()
+
+
+def test_unknown_layout_is_refused_before_writing(tmp_path):
+    """A segment whose layout this module does not know (here: no metadata.lance, as in legacy
+    single-partition indices) is named by segment_refusal and refused by the remapper before any
+    file is written."""
+    from lance_ops.errors import UnsupportedError
+    from lance_ops.maintenance.index_remap import AddressMap
+    from lance_ops.maintenance.index_remap.base import RemapRequest
+    from lance_ops.maintenance.index_remap.inverted import remap_inverted, segment_refusal
+
+    uri = str(tmp_path / "t.lance")
+    build(uri, "2.2", False, False, n=600)
+    ds = lance_ops.dataset(uri)
+    (index,) = ds.manifest_file.index_section.indices
+    assert segment_refusal(ds.store, ds.base, index, False) is None
+    (old,) = lance.dataset(uri).list_indices()
+    os.remove(f"{uri}/_indices/{old['uuid']}/metadata.lance")
+    reason = segment_refusal(ds.store, ds.base, index, False)
+    assert reason is not None and "legacy" in reason
+    assert segment_refusal(ds.store, ds.base, index, True) is None  # stable ids: kept as is
+    request = RemapRequest(store=ds.store, base=ds.base, index=index, kind="INVERTED", new_uuid="new-dir",
+                           addresses=AddressMap.from_groups([]), stable_row_ids=False, dataset=ds,
+                           new_fragments=[])
+    with pytest.raises(UnsupportedError, match="text_idx.*legacy"):
+        remap_inverted(request)
+    assert not (tmp_path / "t.lance" / "_indices" / "new-dir").exists()

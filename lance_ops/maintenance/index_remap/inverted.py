@@ -255,3 +255,4 @@ def plan_action(stable_row_ids: bool) -> str:
 
 
 setattr(remap_inverted, "plan_action", plan_action)
+setattr(remap_inverted, "segment_refusal", segment_refusal)
