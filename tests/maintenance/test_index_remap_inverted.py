@@ -99,7 +99,7 @@ def coverage(ds) -> list[int]:
 
 
 @pytest.mark.parametrize("stable", [False, True], ids=["addr", "stable"])
-@pytest.mark.parametrize("version,with_position", [("2.0", False), ("2.2", True), ("2.2", False)])
+@pytest.mark.parametrize("version,with_position", [("2.0", False), ("2.1", False), ("2.2", True), ("2.2", False)])
 def test_inverted_remap_matches_pylance(tmp_path, version, with_position, stable):
     ours, theirs = str(tmp_path / "ours.lance"), str(tmp_path / "theirs.lance")
     expected = build(ours, version, stable, with_position)
