@@ -234,3 +234,21 @@ def test_unknown_layout_is_refused_before_writing(tmp_path):
     with pytest.raises(UnsupportedError, match="text_idx.*legacy"):
         remap_inverted(request)
     assert not (tmp_path / "t.lance" / "_indices" / "new-dir").exists()
+
+
+def test_merge_without_deletions_matches_pylance(tmp_path):
+    """Small indexed fragments merged with nothing deleted: only _rowid changes (postings, scores
+    and tokens are carried as they are), as in pylance's output."""
+    ours, theirs = str(tmp_path / "ours.lance"), str(tmp_path / "theirs.lance")
+    table = pa.table({"id": pa.array(np.arange(900, dtype=np.int64)), "text": texts(900, 4, rare=False)})
+    lance.write_dataset(table, ours, max_rows_per_file=150).create_scalar_index("text", "INVERTED", with_position=True)
+    shutil.copytree(ours, theirs)
+    lance.dataset(theirs).optimize.compact_files()
+    compact_files(lance_ops.dataset(ours))
+    mine, pylance_made = index_files(ours), index_files(theirs)
+    for name in mine:
+        assert mine[name].equals(pylance_made[name]), name
+    a = lance.dataset(ours)
+    a.validate()
+    assert coverage(a) == [6]
+    check_queries(a, list(range(900)), reference=lance.dataset(theirs))

@@ -213,6 +213,10 @@ def _remap_partition(request: RemapRequest, pid: int, positions: bool,
         {**(part.docs.schema.metadata or {}), b"total_tokens": str(int(doc_lengths.sum(dtype=np.uint64))).encode()})
     docs = pa.Table.from_arrays([pa.array(mapped[keep_doc], pa.uint64()), pa.array(doc_lengths, pa.uint32())],
                                 schema=docs_schema)
+    if keep_doc.all():  # nothing deleted: doc ids, statistics and so every posting stay as they are
+        return [_write(request, names["docs"], docs, version),
+                _write(request, names["invert"], part.invert, version),
+                _write(request, names["tokens"], part.tokens, version)]
     try:
         cols, alive = _token_rows(part, new_ids, keep_doc, doc_lengths, positions)
     except CorruptFileError as e:  # the codecs do not know the file they decode
