@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -79,6 +79,13 @@ class Tags:
     def list(self) -> dict[str, dict]:
         """Every tag with its version, by name."""
         return tags_mod.list_tags(self._ds.store, self._ds.base)
+
+    def list_ordered(self, order: str | None = None) -> List[Tuple[str, dict]]:
+        """``(name, tag)`` pairs by version: newest first (``order=None`` or ``"desc"``) or ``"asc"``."""
+        if order not in (None, "asc", "desc"):
+            raise InvalidArgumentError(f"tags.list_ordered(order={order!r}): order must be 'asc', 'desc' or None")
+        items = sorted(self.list().items(), key=lambda kv: (kv[1]["version"], kv[0]))
+        return items if order == "asc" else items[::-1]
 
 
 class LanceDataset:
@@ -237,7 +244,7 @@ class LanceDataset:
     def to_batches(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                    filter: str | pc.Expression | None = None, *, with_row_id: bool = False,
                    with_row_address: bool = False, batch_size: int | None = None,
-                   blob_handling: str | None = None) -> Iterator[pa.RecordBatch]:
+                   blob_handling: str | None = None, fragments: FragmentSelection = None) -> Iterator[pa.RecordBatch]:
         """Stream the matching rows fragment by fragment (memory bounded by one fragment's columns).
 
         Blob columns come as their descriptions, or as bytes with ``blob_handling="all_binary"``
@@ -245,7 +252,8 @@ class LanceDataset:
         blobs = blobs_mod.check_blob_handling(blob_handling)
         plan = _ColumnPlan(self, columns)
         metadata = self.schema.metadata
-        for table in self._fragment_tables(plan.read, filter, with_row_id, with_row_address, blobs=blobs):
+        for table in self._fragment_tables(plan.read, filter, with_row_id, with_row_address, _ids(fragments),
+                                           blobs=blobs):
             table = plan.apply(table, with_row_id, with_row_address)
             if table.num_columns and not plan.computed:
                 table = table.replace_schema_metadata(metadata)
@@ -254,7 +262,7 @@ class LanceDataset:
     def to_table(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                  filter: str | pc.Expression | None = None, limit: int | None = None,
                  offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False,
-                 blob_handling: str | None = None) -> pa.Table:
+                 blob_handling: str | None = None, fragments: FragmentSelection = None) -> pa.Table:
         """The matching rows; blob columns as descriptions, or bytes with ``blob_handling="all_binary"``.
 
         ``columns`` may map output names to SQL expressions (``{"a": "b * 100"}``), as pylance's
@@ -264,7 +272,8 @@ class LanceDataset:
         plan = _ColumnPlan(self, columns)
         schema = plan.schema(with_row_id, with_row_address, blobs)
         tables = [plan.apply(t, with_row_id, with_row_address)
-                  for t in self._fragment_tables(plan.read, filter, with_row_id, with_row_address, blobs=blobs)]
+                  for t in self._fragment_tables(plan.read, filter, with_row_id, with_row_address, _ids(fragments),
+                                                 blobs=blobs)]
         if len(schema) == 0:
             # no columns: only the row count matters (concat_tables and replace_schema_metadata
             # would both reset it to 0 on column-less tables)
@@ -295,11 +304,14 @@ class LanceDataset:
     def scanner(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                 filter: str | pc.Expression | None = None, limit: int | None = None,
                 offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False,
-                batch_size: int | None = None, blob_handling: str | None = None) -> "Scanner":
-        """A scan to run later (``to_table`` / ``to_batches`` / ``count_rows``), as pylance's."""
+                batch_size: int | None = None, blob_handling: str | None = None,
+                fragments: FragmentSelection = None) -> "Scanner":
+        """A scan to run later (``to_table`` / ``to_batches`` / ``count_rows``), as pylance's;
+        ``fragments`` (fragments or ids) restricts it to those fragments."""
         blobs_mod.check_blob_handling(blob_handling)
         _check_offset_limit(offset, limit)
-        return Scanner(self, columns, filter, limit, offset, with_row_id, with_row_address, batch_size, blob_handling)
+        return Scanner(self, columns, filter, limit, offset, with_row_id, with_row_address, batch_size, blob_handling,
+                       fragments)
 
     # --- takes -----------------------------------------------------------------------------------
     def take(self, indices: Sequence[int] | np.ndarray | pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
@@ -346,6 +358,27 @@ class LanceDataset:
         inverse = np.empty(positions.size, dtype=np.int64)
         inverse[np.concatenate(placed)] = np.arange(positions.size)
         return table.take(pa.array(inverse)).combine_chunks()
+
+    def take_fragment_rows(self, fragment: LanceFragment, indices: Sequence[int] | np.ndarray | pa.Array,
+                           columns: Sequence[str] | Mapping[str, str] | None = None) -> pa.Table:
+        """Rows at positions ``indices`` among ``fragment``'s live rows (``LanceFragment.take``)."""
+        idx = np.asarray(indices.to_numpy() if isinstance(indices, pa.Array) else indices, dtype=np.int64)
+        live = fragment.count_rows()
+        if idx.size and (idx.min() < 0 or idx.max() >= live):
+            bad = int(idx[(idx < 0) | (idx >= live)][0])
+            raise OutOfRangeError(f"{self.uri}: fragment {fragment.fragment_id}: take index {bad} out of range "
+                                  f"for {live} rows")
+        which = np.zeros(idx.size, dtype=np.int64)
+        return self._take_physical([fragment], which, lambda f, pos: f.live_offsets()[pos] if f.num_deletions
+                                   else pos.astype(np.uint64), idx, columns if columns is None else list(columns))
+
+    def __len__(self) -> int:
+        """Live rows of this version (pylance's ``len(ds)``)."""
+        return self.count_rows()
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as (uri, version, storage options): reopened where it is unpickled (Spark, Ray workers)."""
+        return (type(self), (self.uri, self.version, dict(self.storage_options)))
 
     def take_blobs(self, blob_column: str, ids: BlobSelection | None = None, addresses: BlobSelection | None = None,
                    indices: BlobSelection | None = None, *,
@@ -495,10 +528,11 @@ class Scanner:
 
     def __init__(self, ds: LanceDataset, columns: Sequence[str] | Mapping[str, str] | None,
                  filter: str | pc.Expression | None, limit: int | None, offset: int | None, with_row_id: bool,
-                 with_row_address: bool, batch_size: int | None, blob_handling: str | None) -> None:
+                 with_row_address: bool, batch_size: int | None, blob_handling: str | None,
+                 fragments: FragmentSelection = None) -> None:
         self.dataset = ds
         self._args: dict[str, Any] = dict(columns=columns, filter=filter, with_row_id=with_row_id,
-                          with_row_address=with_row_address, blob_handling=blob_handling)
+                          with_row_address=with_row_address, blob_handling=blob_handling, fragments=fragments)
         self._limit, self._offset, self._batch_size = limit, offset, batch_size
 
     @property
@@ -524,8 +558,20 @@ class Scanner:
 
     def count_rows(self) -> int:
         """Rows the scan yields (without reading columns when there is no offset or limit)."""
+        ids = _ids(self._args["fragments"])
         return self.to_table().num_rows if (self._limit is not None or self._offset) else \
-            self.dataset.count_rows(self._args["filter"])
+            self.dataset.count_rows(self._args["filter"], fragment_ids=None if ids is None else sorted(ids))
+
+
+#: which fragments a scan reads: fragments or fragment ids; None for all
+FragmentSelection = Optional[Sequence[Union[LanceFragment, int]]]
+
+
+def _ids(fragments: Sequence[LanceFragment | int] | None) -> set[int] | None:
+    """The ids of a scan's ``fragments`` argument (None: every fragment)."""
+    if fragments is None:
+        return None
+    return {f.fragment_id if isinstance(f, LanceFragment) else int(f) for f in fragments}
 
 
 def _check_offset_limit(offset: object, limit: object) -> None:
