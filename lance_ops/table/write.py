@@ -52,9 +52,27 @@ MAX_BYTES_PER_FILE = 90 * 1024**3
 
 
 def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReader:
-    """A RecordBatchReader over any supported input (streams iterators, never materialises them)."""
+    """A RecordBatchReader over any supported input (streams iterators, never materialises them).
+
+    pylance's inputs: tables, batches, readers, pandas DataFrames, a dict of columns, a list of
+    dicts, a Lance dataset or scanner (scanned), pyarrow datasets and scanners; ``schema`` casts
+    the input to it. Iterables of batches may also come without ``schema`` (the first batch's is
+    used; pylance asks for one).
+    """
     if isinstance(data, pa.RecordBatchReader):
-        return data
+        return data if schema is None or data.schema.equals(schema) else _cast_reader(data, schema)
+    if isinstance(data, dict):
+        batch = pa.RecordBatch.from_pydict(data, schema=schema)
+        return pa.RecordBatchReader.from_batches(batch.schema, [batch])
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        batch = pa.RecordBatch.from_pylist(data, schema=schema)
+        return pa.RecordBatchReader.from_batches(batch.schema, [batch])
+    if isinstance(data, LanceDataset):
+        return to_reader(data.scanner().to_reader(), schema)
+    if hasattr(data, "to_reader") and callable(data.to_reader) and hasattr(data, "projected_schema"):
+        return to_reader(data.to_reader(), schema)  # a Lance or pyarrow scanner
+    if type(data).__module__.startswith("pyarrow._dataset") and hasattr(data, "scanner"):
+        return to_reader(data.scanner().to_reader(), schema)  # a pyarrow dataset
     if isinstance(data, pa.Table):
         table = data if schema is None else data.cast(schema)
         return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
@@ -81,6 +99,16 @@ def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReade
             return pa.RecordBatchReader.from_batches(schema, chain())
         return pa.RecordBatchReader.from_batches(schema, it)
     raise TypeError(f"write_dataset cannot take data of type {type(data).__name__}")
+
+
+def _cast_reader(reader: pa.RecordBatchReader, schema: pa.Schema) -> pa.RecordBatchReader:
+    """``reader``'s batches cast to ``schema`` as they stream."""
+    def cast() -> Iterator[pa.RecordBatch]:
+        for batch in reader:  # one cast per batch
+            yield pa.Table.from_batches([batch]).cast(schema).combine_chunks().to_batches()[0] if batch.num_rows \
+                else pa.RecordBatch.from_pylist([], schema=schema)
+
+    return pa.RecordBatchReader.from_batches(schema, cast())
 
 
 def check_append_schema(dataset_schema: pa.Schema, data_schema: pa.Schema, uri: str) -> None:
