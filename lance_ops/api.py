@@ -99,10 +99,20 @@ class LanceDataset(core.LanceDataset):
 
     @property
     def optimize(self) -> "DatasetOptimizer":
-        """Compaction entry points (``compact_files``, ``materialize_deletions``, ``plan``)."""
+        """Compaction entry points (``compact_files``, ``materialize_deletions``, ``plan``);
+        ``compact_files`` takes pylance's options and returns pylance's ``CompactionMetrics``."""
         from lance_ops.maintenance.compaction import DatasetOptimizer  # on use: opening stays light
+        from lance_ops.optimize import CompactionMetrics, compaction_arguments
 
-        return DatasetOptimizer(self)
+        class Optimizer(DatasetOptimizer):
+            """pylance's ``DatasetOptimizer`` surface over lance_ops' compaction."""
+
+            def compact_files(self, **kwargs: Any) -> CompactionMetrics:
+                """Compact (pylance's options, ``max_bytes_per_file`` included); pylance's metrics object."""
+                return CompactionMetrics(super().compact_files(**compaction_arguments(ds, kwargs)))
+
+        ds = self
+        return Optimizer(self)
 
     def cleanup_old_versions(self, older_than: timedelta | None = None, retain_versions: int | None = None, *,
                              delete_unverified: bool = False,

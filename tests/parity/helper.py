@@ -35,6 +35,11 @@ def call(fn: Callable[[types.ModuleType], Any], lib: types.ModuleType) -> Any:
         return Raised(exc)
 
 
+def _short(value: Any, limit: int = 1500) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
+
+
 def _norm(value: Any) -> Any:
     if isinstance(value, pa.RecordBatchReader):
         return pa.Table.from_batches(list(value), schema=value.schema)
@@ -54,7 +59,7 @@ def same(fn: Callable[[types.ModuleType], Any], *, normalize: Optional[Callable[
     """
     theirs, ours = (call(fn, lib) for lib in LIBS)
     if isinstance(theirs, Raised):
-        assert isinstance(ours, Raised), f"pylance raised {theirs!r}, lance-ops returned {ours!r}"
+        assert isinstance(ours, Raised), f"pylance raised {theirs!r}, lance-ops returned {_short(ours)}"
         assert isinstance(ours.exc, type(theirs.exc)), f"pylance raised {theirs!r}, lance-ops raised {ours!r}"
         if error_match is not None:
             import re
@@ -62,7 +67,7 @@ def same(fn: Callable[[types.ModuleType], Any], *, normalize: Optional[Callable[
             assert re.search(error_match, str(ours.exc)), ours
         return ours
     if isinstance(ours, Raised):
-        raise AssertionError(f"lance-ops raised {ours!r}; pylance returned {theirs!r}") from ours.exc
+        raise AssertionError(f"lance-ops raised {ours!r}; pylance returned {_short(theirs)}") from ours.exc
     theirs, ours = _norm(theirs), _norm(ours)
     if normalize is not None:
         theirs, ours = normalize(theirs), normalize(ours)
@@ -71,5 +76,5 @@ def same(fn: Callable[[types.ModuleType], Any], *, normalize: Optional[Callable[
         assert ours.schema.equals(theirs.schema, check_metadata=False), (ours.schema, theirs.schema)
         assert ours.equals(theirs), (ours.slice(0, 5), theirs.slice(0, 5))
     else:
-        assert ours == theirs, (ours, theirs)
+        assert ours == theirs, f"lance-ops: {_short(ours)}\npylance: {_short(theirs)}"
     return ours
