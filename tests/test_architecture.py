@@ -401,6 +401,7 @@ g = np.argsort(x, kind="stable")
 #: private attributes of third-party objects with no public equivalent (reason beside each)
 THIRD_PARTY_PRIVATE = {
     "_jsc",  # PySpark's SparkContext -> JavaSparkContext (Hadoop configuration); no public handle
+    "_call",  # pyarrow's Expression._call: the only way to call a registered UDF inside an expression
 }
 
 
