@@ -8,6 +8,7 @@ get adds the maintenance verbs (``optimize``, ``cleanup_old_versions``) by impor
 from __future__ import annotations
 
 import functools
+import io
 import os
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
@@ -20,6 +21,7 @@ from lance_ops.maintenance import rowid_index
 from lance_ops.table import dataset as core
 from lance_ops.table import write as core_write
 from lance_ops.table.commit import hooks
+from lance_ops.table.transaction_view import Transaction
 
 # the face composes the layers: take_by_row_id asks the persisted row-id index first (ADR 0006)
 hooks.register_row_id_index(rowid_index.lookup)
@@ -93,6 +95,16 @@ class LanceDataset(core.LanceDataset):
         """Rows by row id (stable ids, else row addresses), as pylance's ``_take_rows``."""
         return self.take_by_row_id(row_ids, columns)
 
+    def read_transaction(self, version: int) -> Transaction | None:
+        """The transaction that made ``version`` (pylance's shape), None if it was not recorded."""
+        proto = self.checkout_version(version).transaction
+        return None if proto is None else Transaction.from_proto(proto)
+
+    def get_transactions(self, recent_transactions: int = 10) -> list[Transaction | None]:
+        """The transactions of this version and the ``recent_transactions - 1`` before it, newest first."""
+        first = max(1, self.version - int(recent_transactions) + 1)
+        return [self.read_transaction(v) for v in range(self.version, first - 1, -1)]
+
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled as (uri, version, storage options, default scan options)."""
         return (_reopen, (self.uri, self.version, dict(self.storage_options), self.default_scan_options))
@@ -136,6 +148,21 @@ def _face(ds: core.LanceDataset) -> LanceDataset:
         return ds
     return LanceDataset(ds.uri, ds.version, ds.storage_options, _manifest_file=ds.manifest_file,
                         _store=(ds.store, ds.base))
+
+
+class BlobColumn:
+    """A binary column read as file-like objects, one per row (pylance's ``lance.BlobColumn``)."""
+
+    def __init__(self, blob_column: pa.Array | pa.ChunkedArray) -> None:
+        if not isinstance(blob_column, (pa.Array, pa.ChunkedArray)):
+            raise ValueError(f"Expected a pyarrow.Array or pyarrow.ChunkedArray, got {type(blob_column)}")
+        if not (pa.types.is_large_binary(blob_column.type) or pa.types.is_binary(blob_column.type)):
+            raise ValueError(f"Expected a binary array, got {blob_column.type}")
+        self.blob_column = blob_column
+
+    def __iter__(self) -> Iterator[io.BytesIO]:
+        for value in self.blob_column:  # one file object per row is what the caller asks for
+            yield io.BytesIO(value.as_py())  # a null reads as b"", as pylance's
 
 
 def _reopen(uri: str, version: int, storage_options: dict[str, Any],
@@ -192,4 +219,4 @@ def write_dataset(*args: Any, **kwargs: Any) -> LanceDataset:
     return _face(core_write.write_dataset(*args, **kwargs))
 
 
-__all__ = ["LanceDataset", "dataset", "write_dataset"]
+__all__ = ["BlobColumn", "LanceDataset", "Transaction", "dataset", "write_dataset"]

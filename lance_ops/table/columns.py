@@ -19,6 +19,28 @@ from lance_ops.table.filters import Projection, compile_expression
 from lance_ops.table.scan import ROW_ADDR, ROW_ID
 
 ROW_OFFSET = "_rowoffset"
+_EXTENSION_KEY = b"ARROW:extension:name"
+
+
+def with_extension_types(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with each field whose metadata names an extension type pyarrow knows
+    (``arrow.fixed_shape_tensor``, ``arrow.uuid``, ... and any the process registered) as that
+    type, as pylance returns them; ``schema`` itself when no field names one."""
+    if not any(f.metadata and _EXTENSION_KEY in f.metadata for f in schema):
+        return schema
+    return pa.ipc.read_schema(schema.serialize())
+
+
+def restore_extension_types(table: pa.Table, want: pa.Schema) -> pa.Table:
+    """``table``'s storage columns wrapped as the extension types of ``want`` (same names)."""
+    if want is table.schema or not any(isinstance(f.type, pa.BaseExtensionType) for f in want):
+        return table
+    columns = []
+    for f, col in zip(want, table.columns):
+        if isinstance(f.type, pa.BaseExtensionType) and not isinstance(col.type, pa.BaseExtensionType):
+            col = pa.chunked_array([pa.ExtensionArray.from_storage(f.type, c) for c in col.chunks], f.type)
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=want)
 
 
 class ColumnPlan:
@@ -31,6 +53,7 @@ class ColumnPlan:
         self.extended: Optional[list[tuple[str, str, list[str]]]] = None
         self.needs_address = False
         self._fragments: Optional[dict[int, tuple[int, Any]]] = None
+        self._schemas: dict[tuple[bool, bool, str], pa.Schema] = {}
         if isinstance(columns, Mapping) and not columns:
             columns = []  # pylance: an empty projection
         if isinstance(columns, Mapping):
@@ -91,7 +114,13 @@ class ColumnPlan:
         return f.with_name(name)
 
     def schema(self, with_row_id: bool, with_row_address: bool, blobs: str) -> pa.Schema:
-        """The scan's output schema."""
+        """The scan's output schema (extension types restored, as pylance's)."""
+        key = (with_row_id, with_row_address, blobs)
+        if key not in self._schemas:
+            self._schemas[key] = with_extension_types(self._schema(with_row_id, with_row_address, blobs))
+        return self._schemas[key]
+
+    def _schema(self, with_row_id: bool, with_row_address: bool, blobs: str) -> pa.Schema:
         if self.extended is not None:
             fields = [self._field(n, t, p, blobs) for n, t, p in self.extended]
             names = {n for n, _, _ in self.extended}
@@ -109,7 +138,8 @@ class ColumnPlan:
         if self.extended is not None:
             return self._apply_extended(table, with_row_id, with_row_address)
         if self.computed is None:
-            return table
+            want = with_extension_types(table.schema)
+            return table if want is table.schema else restore_extension_types(table, want)
         import pyarrow.dataset as pds
 
         source = table if table.num_columns else pa.table({"__rows": pa.nulls(table.num_rows)})
@@ -136,7 +166,9 @@ class ColumnPlan:
             if c not in names:
                 names.append(c)
                 arrays.append(table.column(c))
-        return pa.Table.from_arrays(arrays, schema=self.schema(with_row_id, with_row_address, "blobs_descriptions"))
+        return restore_extension_types(pa.Table.from_arrays(arrays, schema=self._schema(
+            with_row_id, with_row_address, "blobs_descriptions")), self.schema(with_row_id, with_row_address,
+                                                                               "blobs_descriptions"))
 
     def _row_offsets(self, addresses: pa.ChunkedArray | pa.Array) -> np.ndarray:
         """Each row's position among the version's live rows, from its row address."""

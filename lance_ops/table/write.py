@@ -29,6 +29,7 @@ from lance_ops.errors import (
     RetryableCommitConflictError,
     SchemaMismatchError,
     UnsupportedError,
+    UnsupportedTypeError,
 )
 from lance_ops.format import blob_v2
 from lance_ops.format.version import FileVersion
@@ -99,6 +100,58 @@ def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReade
             return pa.RecordBatchReader.from_batches(schema, chain())
         return pa.RecordBatchReader.from_batches(schema, it)
     raise TypeError(f"write_dataset cannot take data of type {type(data).__name__}")
+
+
+#: extension types lance_ops writes as storage + field metadata, checked readable by pylance 14
+STORABLE_EXTENSIONS = frozenset({"arrow.fixed_shape_tensor", "arrow.uuid", "lance.bfloat16"})
+
+
+def _extension_metadata(t: pa.BaseExtensionType) -> bytes:
+    """The serialized parameters of an extension type (Python-defined ones say it themselves;
+    of pyarrow's canonical ones, only the tensor types have parameters)."""
+    if hasattr(t, "__arrow_ext_serialize__"):
+        return bytes(t.__arrow_ext_serialize__())
+    if t.extension_name == "arrow.fixed_shape_tensor":
+        import json
+
+        doc: dict[str, Any] = {"shape": list(t.shape)}
+        if t.dim_names:
+            doc["dim_names"] = list(t.dim_names)
+        if t.permutation:
+            doc["permutation"] = list(t.permutation)
+        return json.dumps(doc, separators=(",", ":")).encode()
+    return b""
+
+
+def _storage_field(f: pa.Field) -> pa.Field:
+    """An extension-typed field as its storage type, the type named in its metadata (as pylance stores it)."""
+    if not isinstance(f.type, pa.BaseExtensionType):
+        return f
+    meta = dict(f.metadata or {})
+    meta[b"ARROW:extension:name"] = f.type.extension_name.encode()
+    meta[b"ARROW:extension:metadata"] = _extension_metadata(f.type)
+    return pa.field(f.name, f.type.storage_type, f.nullable, meta)
+
+
+def as_storage_types(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """``reader`` with top-level extension columns (tensors, uuids, bfloat16...) as their storage
+    arrays and the extension named in the field metadata; readers restore the type from it."""
+    if not any(isinstance(f.type, pa.BaseExtensionType) for f in reader.schema):
+        return reader
+    for f in reader.schema:
+        if isinstance(f.type, pa.BaseExtensionType) and f.type.extension_name not in STORABLE_EXTENSIONS:
+            raise UnsupportedTypeError(
+                f"column {f.name!r}: extension type {f.type.extension_name} cannot be written by lance_ops "
+                f"(it writes {sorted(STORABLE_EXTENSIONS)}; pylance stores arrow.json in its own binary "
+                "JSON encoding, which lance_ops does not produce); nothing was written")
+    schema = pa.schema([_storage_field(f) for f in reader.schema], metadata=reader.schema.metadata)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for batch in reader:  # one rebuild per batch: the storage arrays are shared, not copied
+            arrays = [c.storage if isinstance(c.type, pa.BaseExtensionType) else c for c in batch.columns]
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
 
 
 def _cast_reader(reader: pa.RecordBatchReader, schema: pa.Schema) -> pa.RecordBatchReader:
@@ -515,7 +568,7 @@ def write_dataset(
     if current is None and mode != "create":
         log.warning("dataset %s does not exist; mode=%r creates it", uri, mode)
 
-    reader = to_reader(data, schema)
+    reader = as_storage_types(to_reader(data, schema))
     appending = current is not None and mode == "append"
     if current is not None and appending:  # (spelled out for the type checker)
         manifest = current.manifest
