@@ -104,6 +104,8 @@ def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReade
 
 #: extension types lance_ops writes as storage + field metadata, checked readable by pylance 14
 STORABLE_EXTENSIONS = frozenset({"arrow.fixed_shape_tensor", "arrow.uuid", "lance.bfloat16"})
+#: extension types refused before anything is written (pylance could not read what lance_ops would write)
+REFUSED_EXTENSIONS = frozenset({"arrow.json"})
 
 
 def _extension_metadata(t: pa.BaseExtensionType) -> bytes:
@@ -136,19 +138,22 @@ def _storage_field(f: pa.Field) -> pa.Field:
 def as_storage_types(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
     """``reader`` with top-level extension columns (tensors, uuids, bfloat16...) as their storage
     arrays and the extension named in the field metadata; readers restore the type from it."""
-    if not any(isinstance(f.type, pa.BaseExtensionType) for f in reader.schema):
-        return reader
     for f in reader.schema:
-        if isinstance(f.type, pa.BaseExtensionType) and f.type.extension_name not in STORABLE_EXTENSIONS:
+        if isinstance(f.type, pa.BaseExtensionType) and f.type.extension_name in REFUSED_EXTENSIONS:
             raise UnsupportedTypeError(
                 f"column {f.name!r}: extension type {f.type.extension_name} cannot be written by lance_ops "
-                f"(it writes {sorted(STORABLE_EXTENSIONS)}; pylance stores arrow.json in its own binary "
-                "JSON encoding, which lance_ops does not produce); nothing was written")
-    schema = pa.schema([_storage_field(f) for f in reader.schema], metadata=reader.schema.metadata)
+                "(pylance stores it in its own binary JSON encoding, which lance_ops does not produce, and "
+                "would not read a plain text column back); nothing was written")
+    convert = [isinstance(f.type, pa.BaseExtensionType) and f.type.extension_name in STORABLE_EXTENSIONS
+               for f in reader.schema]
+    if not any(convert):
+        return reader  # other extension types (blob v2) are the writers' own business
+    schema = pa.schema([_storage_field(f) if c else f for f, c in zip(reader.schema, convert)],
+                       metadata=reader.schema.metadata)
 
     def batches() -> Iterator[pa.RecordBatch]:
         for batch in reader:  # one rebuild per batch: the storage arrays are shared, not copied
-            arrays = [c.storage if isinstance(c.type, pa.BaseExtensionType) else c for c in batch.columns]
+            arrays = [col.storage if c else col for col, c in zip(batch.columns, convert)]
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     return pa.RecordBatchReader.from_batches(schema, batches())
