@@ -3,12 +3,14 @@
 A row address is ``fragment_id << 32 | physical_offset``. Within one rewrite group the surviving old
 rows, taken in (fragment id, offset) order, land one-to-one on the new fragments' rows enumerated in
 order (new fragment 0 offsets 0..physical_rows, then the next). Rows of a rewritten fragment that
-did not survive (deleted) map to nothing. Everything is vectorised (``np.searchsorted``), so
-remapping millions of addresses costs a few array passes.
+did not survive (deleted) map to nothing. Everything is vectorised: :meth:`AddressMap.apply` looks
+addresses up in a dense per-fragment table (offset -> new address, built once per map), so
+remapping millions of addresses costs a few gathers, not a binary search each.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -16,6 +18,9 @@ import numpy as np
 from lance_ops.errors import InvalidArgumentError
 
 _SHIFT = np.uint64(32)
+_LOW = np.uint64(0xFFFFFFFF)
+#: dense-table entry of an old row that did not survive
+_GONE = np.uint64(np.iinfo(np.uint64).max)
 
 
 def _addresses(fragment_id: int, offsets: np.ndarray) -> np.ndarray:
@@ -31,6 +36,24 @@ class AddressMap:
     old: np.ndarray  # uint64, sorted: surviving (not deleted) old addresses
     new: np.ndarray  # uint64, same length: the new address of each old[i]
 
+    @cached_property
+    def _dense(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(sorted rewritten fragment ids, per-fragment table start, per-fragment table size, table
+        of new addresses at (start + old offset), ``_GONE`` for rows that did not survive)."""
+        fids = np.array(sorted(self.rewritten), dtype=np.int64)
+        frag_of_old = (self.old >> _SHIFT).astype(np.int64)
+        offset_of_old = (self.old & _LOW).astype(np.int64)
+        sizes = np.zeros(len(fids), dtype=np.int64)
+        if len(self.old):
+            old_slot = np.searchsorted(fids, frag_of_old)
+            np.maximum.at(sizes, old_slot, offset_of_old + 1)
+        starts = np.zeros(len(fids), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        table = np.full(int(sizes.sum()), _GONE, dtype=np.uint64)
+        if len(self.old):
+            table[starts[old_slot] + offset_of_old] = self.new
+        return fids, starts, sizes, table
+
     def apply(self, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(mapped uint64 array, keep bool mask), same length as ``addresses``.
 
@@ -43,19 +66,19 @@ class AddressMap:
         keep = np.ones(len(addrs), dtype=bool)
         if not len(addrs) or not self.rewritten:
             return out, keep
+        fids, starts, sizes, table = self._dense
         frags = (addrs >> _SHIFT).astype(np.int64)
-        moved = np.isin(frags, np.fromiter(self.rewritten, dtype=np.int64, count=len(self.rewritten)))
+        where = np.minimum(np.searchsorted(fids, frags), len(fids) - 1)  # fids: the few rewritten ids
+        moved = fids[where] == frags
         if not moved.any():
             return out, keep
-        sub = addrs[moved]
-        if len(self.old):
-            pos = np.searchsorted(self.old, sub)
-            clipped = np.minimum(pos, len(self.old) - 1)
-            found = (pos < len(self.old)) & (self.old[clipped] == sub)
-            out[moved] = np.where(found, self.new[clipped], np.uint64(0))
-        else:
-            found = np.zeros(len(sub), dtype=bool)
-            out[moved] = 0
+        sub_slot = where[moved]
+        offsets = (addrs[moved] & _LOW).astype(np.int64)
+        in_table = offsets < sizes[sub_slot]
+        mapped = np.full(len(sub_slot), _GONE, dtype=np.uint64)
+        mapped[in_table] = table[starts[sub_slot[in_table]] + offsets[in_table]]
+        found = mapped != _GONE
+        out[moved] = np.where(found, mapped, np.uint64(0))
         keep[moved] = found
         return out, keep
 

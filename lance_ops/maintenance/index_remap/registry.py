@@ -7,8 +7,15 @@ from __future__ import annotations
 from lance_ops.maintenance.index_remap.base import Remapper
 from lance_ops.maintenance.index_remap.btree import remap_btree
 from lance_ops.maintenance.index_remap.inverted import remap_inverted
+from lance_ops.maintenance.index_remap.vector import remap_vector
 
 REMAPPERS: dict[str, Remapper] = {
     "BTREE": remap_btree,
     "INVERTED": remap_inverted,
+    "IVF_FLAT": remap_vector,
+    "IVF_PQ": remap_vector,
+    "IVF_SQ": remap_vector,
+    "IVF_HNSW_FLAT": remap_vector,
+    "IVF_HNSW_PQ": remap_vector,
+    "IVF_HNSW_SQ": remap_vector,
 }
