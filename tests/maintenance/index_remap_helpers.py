@@ -65,6 +65,9 @@ def compact_copy(path: str, tmp: Path, **options: Any) -> Compacted:
         new = [(f.id, int(f.physical_rows)) for f in group.new_fragments]
         groups.append((olds, new))
         news.extend(group.new_fragments)
+    for frag in news:  # the rewritten data, where lance-ops' execute step would have written it
+        for df in frag.files:
+            shutil.copyfile(f"{copy}/data/{df.path}", f"{path}/data/{df.path}")
     stable = orig.has_stable_row_ids
     return Compacted(path, copy, AddressMap.from_groups(groups), news, stable)
 
