@@ -78,7 +78,7 @@ def segment(path: str, name: str) -> table_pb2.IndexMetadata:
     return next(i for i in ds.manifest_file.index_section.indices if i.name == name)
 
 
-def request(c: Compacted, name: str) -> RemapRequest:
+def remap_request(c: Compacted, name: str) -> RemapRequest:
     """The RemapRequest remap-core's commit path would build for index ``name``."""
     ds = LanceDataset(c.path)
     index = segment(c.path, name)

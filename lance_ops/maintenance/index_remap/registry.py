@@ -5,5 +5,15 @@ One import and one entry per kind module; each module's owner adds its own lines
 from __future__ import annotations
 
 from lance_ops.maintenance.index_remap.base import Remapper
+from lance_ops.maintenance.index_remap.bitmap import remap_bitmap
+from lance_ops.maintenance.index_remap.bloomfilter import rebuild_bloomfilter
+from lance_ops.maintenance.index_remap.ngram import remap_ngram
+from lance_ops.maintenance.index_remap.zonemap import rebuild_zonemap
 
-REMAPPERS: dict[str, Remapper] = {}
+REMAPPERS: dict[str, Remapper] = {
+    "BITMAP": remap_bitmap,
+    "LABEL_LIST": remap_bitmap,
+    "NGRAM": remap_ngram,
+    "ZONEMAP": rebuild_zonemap,
+    "BLOOMFILTER": rebuild_bloomfilter,
+}

@@ -1,0 +1,167 @@
+"""BITMAP, LABEL_LIST, NGRAM, ZONEMAP and BLOOMFILTER remappers against pylance 14.0.2 (the oracle).
+
+For a pylance-made dataset with deletions, a copy is compacted by pylance; the remappers run on
+the original with the AddressMap of the same rewrite groups. BITMAP / LABEL_LIST / NGRAM files
+must decode to what pylance's own remap wrote (same keys, same row sets, same bytes); ZONEMAP must
+equal a zone map pylance trains afresh over the compacted data; BLOOMFILTER zones must equal a
+fresh one's and their filters hold every bit of it (superset: OR-merged). Storage 2.0/2.1/2.2 x
+stable row ids on/off, plus a partial rewrite with an unindexed tail appended after the index.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from lance_ops.format.version import FileVersion
+from lance_ops.maintenance.index_remap import codecs
+from lance_ops.maintenance.index_remap.registry import REMAPPERS
+from tests.maintenance.index_remap_helpers import (
+    Compacted, compact_copy, make_table, pylance_files, remap_request, segment)
+
+lance = pytest.importorskip("lance")
+from lance.indices import IndexConfig  # noqa: E402
+
+ZONE_CFG = IndexConfig(index_type="zonemap", parameters={"rows_per_zone": 256})
+BLOOM_CFG = IndexConfig(index_type="bloomfilter", parameters={"number_of_items": 256, "probability": 0.01})
+COMBOS = [(v, s) for v in ("2.0", "2.1", "2.2") for s in (False, True)]
+
+
+def _build(path: str, storage: str, stable: bool) -> None:
+    ds = lance.write_dataset(make_table(), path, max_rows_per_file=500, data_storage_version=storage,
+                             enable_stable_row_ids=stable)
+    ds.create_scalar_index("cat", "BITMAP")
+    ds.create_scalar_index("labels", "LABEL_LIST")
+    ds.create_scalar_index("text", "NGRAM")
+    ds.create_scalar_index("x", ZONE_CFG)
+    ds.create_scalar_index("s", BLOOM_CFG)
+
+
+@pytest.fixture(scope="module", params=COMBOS, ids=[f"v{v}-{'stable' if s else 'addr'}" for v, s in COMBOS])
+def compacted(request, tmp_path_factory) -> Compacted:  # type: ignore[no-untyped-def]
+    storage, stable = request.param
+    tmp = tmp_path_factory.mktemp(f"kinds_{storage}_{stable}")
+    path = str(tmp / "ds")
+    _build(path, storage, stable)
+    lance.dataset(path).delete("id % 10 = 3 or id < 100 or (id >= 1500 and id < 1600)")
+    return compact_copy(path, tmp)
+
+
+def _file(path: str) -> tuple[pa.Table, dict[bytes, bytes], list[bytes], tuple[int, int]]:
+    from lance.file import LanceFileReader
+
+    reader = LanceFileReader(path)
+    meta = reader.metadata()
+    buffers = [bytes(reader.read_global_buffer(i)) for i in range(1, len(meta.global_buffers))]
+    return reader.read_all().to_table(), dict(meta.schema.metadata or {}), buffers, (
+        meta.major_version, meta.minor_version)
+
+
+def _ours(c: Compacted, new_uuid: str, name: str) -> tuple[pa.Table, dict[bytes, bytes], list[bytes], tuple[int, int]]:
+    return _file(f"{c.path}/_indices/{new_uuid}/{name}")
+
+
+def _expected_footer(c: Compacted) -> tuple[int, int]:
+    return FileVersion.parse(lance.dataset(c.path).data_storage_version).footer
+
+
+@pytest.mark.parametrize("name,file,column,decode", [
+    ("cat_idx", "bitmap_page_lookup.lance", "bitmaps", lambda b: codecs.decode_row_addr_treemap(b).addresses),
+    ("labels_idx", "bitmap_page_lookup.lance", "bitmaps", lambda b: codecs.decode_row_addr_treemap(b).addresses),
+    ("text_idx", "ngram_postings.lance", "posting_list", codecs.decode_roaring_treemap),
+])
+def test_row_address_kinds_match_pylance_remap(compacted, name, file, column, decode):
+    req = remap_request(compacted, name)
+    outcome = REMAPPERS[req.kind](req)
+    if compacted.stable:
+        # row ids survive compaction: pylance kept the segment's uuid and files, so do we
+        assert outcome.action == "keep" and outcome.files == []
+        assert segment(compacted.copy, name).uuid.uuid == req.index.uuid.uuid
+        return
+    assert outcome.action == "remap"
+    ours, ours_meta, ours_buffers, footer = _ours(compacted, req.new_uuid, file)
+    theirs, theirs_meta, theirs_buffers, theirs_footer = _file(f"{pylance_files(compacted, name)}/{file}")
+    assert footer == theirs_footer == _expected_footer(compacted)
+    assert outcome.files == [(file, (compacted_path := __import__("pathlib").Path(
+        f"{compacted.path}/_indices/{req.new_uuid}/{file}")).stat().st_size)]
+    assert compacted_path.exists()
+    key = "keys" if "keys" in ours.column_names else "tokens"
+    assert ours.column(key).to_pylist() == theirs.column(key).to_pylist()
+    ours_sets = [decode(b).tolist() for b in ours.column(column).to_pylist()]
+    theirs_sets = [decode(b).tolist() for b in theirs.column(column).to_pylist()]
+    assert ours_sets == theirs_sets
+    assert ours.schema == theirs.schema and ours.equals(theirs)  # same bytes per bitmap too
+    assert ours_meta == theirs_meta and ours_buffers == theirs_buffers
+    # no deleted row and no old fragment is left in any set
+    live = set(int(a) for a in compacted.amap.new)
+    assert all(a in live for s in ours_sets for a in s)
+
+
+def _fresh(c: Compacted, column: str, cfg: IndexConfig, file: str) -> tuple[pa.Table, dict, list, tuple]:
+    """The index pylance trains afresh over the compacted copy (the oracle of a rebuild)."""
+    ds = lance.dataset(c.copy)
+    ds.create_scalar_index(column, cfg, name=f"fresh_{column}", replace=True)
+    fresh = next(i for i in lance.dataset(c.copy).describe_indices() if i.name == f"fresh_{column}")
+    return _file(f"{c.copy}/_indices/{fresh.segments[0].uuid}/{file}")
+
+
+def test_zonemap_rebuild_equals_a_fresh_pylance_zonemap(compacted):
+    req = remap_request(compacted, "x_idx")
+    outcome = REMAPPERS["ZONEMAP"](req)
+    assert outcome.action == "rebuild" and [f for f, _ in outcome.files] == ["zonemap.lance"]
+    ours, meta, buffers, footer = _ours(compacted, req.new_uuid, "zonemap.lance")
+    theirs, theirs_meta, theirs_buffers, theirs_footer = _fresh(compacted, "x", ZONE_CFG, "zonemap.lance")
+    assert footer == theirs_footer and ours.schema == theirs.schema
+    assert ours.to_pandas().equals(theirs.to_pandas())  # NaN maxima compare equal here
+    assert meta == theirs_meta and buffers == theirs_buffers  # rows_per_zone, exact null bitmap
+
+
+def test_bloomfilter_rebuild_zones_equal_and_filters_cover_a_fresh_one(compacted):
+    req = remap_request(compacted, "s_idx")
+    outcome = REMAPPERS["BLOOMFILTER"](req)
+    assert outcome.action == "rebuild" and [f for f, _ in outcome.files] == ["bloomfilter.lance"]
+    ours, meta, buffers, footer = _ours(compacted, req.new_uuid, "bloomfilter.lance")
+    theirs, theirs_meta, theirs_buffers, theirs_footer = _fresh(compacted, "s", BLOOM_CFG, "bloomfilter.lance")
+    assert footer == theirs_footer and ours.schema == theirs.schema
+    assert ours.drop_columns(["bloom_filter_data"]).equals(theirs.drop_columns(["bloom_filter_data"]))
+    for mine, fresh in zip(ours.column("bloom_filter_data").to_pylist(), theirs.column("bloom_filter_data").to_pylist()):
+        a, b = np.frombuffer(mine, np.uint8), np.frombuffer(fresh, np.uint8)
+        assert len(a) == len(b) and ((a & b) == b).all()
+    assert meta == theirs_meta and buffers == theirs_buffers
+
+
+def test_partial_rewrite_with_unindexed_tail(tmp_path):
+    """Only fragment 1 of the indexed ones is rewritten (its deletions pass the threshold); the
+    tail appended after the indices is compacted in its own group. Untouched fragments keep
+    their entries and zones; the tail appears in no remapped file."""
+    path = str(tmp_path / "ds")
+    _build(path, "2.2", False)
+    tail = make_table(300, seed=1).set_column(0, "id", pa.array(np.arange(2000, 2300), pa.int64()))
+    lance.write_dataset(tail, path, mode="append", max_rows_per_file=100)
+    lance.dataset(path).delete("(id >= 500 and id < 700) or id = 2050")
+    c = compact_copy(path, tmp_path, target_rows_per_fragment=500)
+    assert c.amap.rewritten == {1, 4, 5, 6}
+    indexed_new = {f.id for f in c.new_fragments if f.physical_rows == 300}
+    assert len(indexed_new) == 1
+    for name, file in [("cat_idx", "bitmap_page_lookup.lance"), ("labels_idx", "bitmap_page_lookup.lance"),
+                       ("text_idx", "ngram_postings.lance")]:
+        req = remap_request(c, name)
+        assert REMAPPERS[req.kind](req).action == "remap"
+        ours = _ours(c, req.new_uuid, file)
+        theirs = _file(f"{pylance_files(c, name)}/{file}")
+        assert ours[0].equals(theirs[0]) and ours[2] == theirs[2]
+    req = remap_request(c, "x_idx")
+    assert REMAPPERS["ZONEMAP"](req).action == "rebuild"
+    zones = _ours(c, req.new_uuid, "zonemap.lance")[0]
+    assert sorted(set(zones.column("fragment_id").to_pylist())) == sorted({0, 2, 3} | indexed_new)
+    fresh = _fresh(c, "x", ZONE_CFG, "zonemap.lance")[0]
+    fresh = fresh.filter(pa.compute.is_in(fresh.column("fragment_id"), pa.array(sorted({0, 2, 3} | indexed_new),
+                                                                                 pa.uint64())))
+    assert zones.to_pandas().equals(fresh.to_pandas())
+    req = remap_request(c, "s_idx")
+    assert REMAPPERS["BLOOMFILTER"](req).action == "rebuild"
+    blooms = _ours(c, req.new_uuid, "bloomfilter.lance")[0]
+    old = _file(f"{c.path}/_indices/{req.old_uuid}/bloomfilter.lance")[0]
+    kept = old.filter(pa.compute.is_in(old.column("fragment_id"), pa.array([0, 2, 3], pa.uint64())))
+    assert blooms.slice(0, kept.num_rows).equals(kept)
+    assert set(blooms.column("fragment_id").to_pylist()[kept.num_rows:]) == indexed_new
