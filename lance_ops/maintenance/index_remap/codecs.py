@@ -30,9 +30,11 @@ import numpy as np
 import pyarrow as pa
 import pyroaring
 
-from lance_ops.errors import CorruptFileError
-from lance_ops.format.registry import LanceFileWriter, open_file_reader
+from lance_ops.errors import CorruptFileError, UnsupportedError
+from lance_ops.format.legacy.reader import LegacyFileReader
+from lance_ops.format.registry import open_file_reader
 from lance_ops.format.version import FileVersion
+from lance_ops.format.writer import V2FileWriter
 from lance_ops.io.base import ObjectStore
 from lance_ops.maintenance.index_remap.address_map import AddressMap
 
@@ -213,7 +215,10 @@ def index_dir(store: ObjectStore, base: str, uuid: str) -> str:
 
 def read_index_file(store: ObjectStore, base: str, uuid: str, name: str) -> IndexFile:
     """Read ``_indices/<uuid>/<name>`` whole (any Lance file version)."""
-    reader = open_file_reader(store.join(index_dir(store, base, uuid), name), store=store)
+    path = store.join(index_dir(store, base, uuid), name)
+    reader = open_file_reader(path, store=store)
+    if isinstance(reader, LegacyFileReader):
+        raise UnsupportedError(f"{store.uri(path)}: a legacy (v0.1) Lance file; index files are 2.x files")
     table = reader.read_all()
     raw = reader.schema.metadata or {}
     metadata = {k.decode(): v.decode() for k, v in raw.items()}
@@ -248,8 +253,8 @@ def write_index_file(store: ObjectStore, base: str, uuid: str, name: str, table:
     ``buffers`` maps a schema-metadata key to bytes written as a global buffer before the data
     (as pylance's ``add_global_buffer``); the key's value is that buffer's index."""
     path = store.join(index_dir(store, base, uuid), name)
-    writer = LanceFileWriter(store.uri(path), table.schema.remove_metadata(), version=version,
-                             storage_options=storage_options)
+    writer = V2FileWriter(store.uri(path), table.schema.remove_metadata(), version=version,
+                          storage_options=storage_options)
     try:
         for key, data in (buffers or {}).items():
             writer.add_schema_metadata(key, str(writer.add_global_buffer(data)))
