@@ -168,7 +168,7 @@ def test_indexed_candidates_held_back(tmp_path):
     assert [(s["fragment_ids"], s["index_action"]) for s in dry["plan"]] == [
         ([0, 1], "remap (not supported yet)"), ([2, 3, 4, 5], "none")]
     assert {i["name"] for i in dry["plan"][0]["indices"]} == set(cov)
-    assert {i["kind"] for i in dry["plan"][0]["indices"]} == {"BTREE", "BITMAP", "LABEL_LIST", "INVERTED", "VECTOR"}
+    assert {i["kind"] for i in dry["plan"][0]["indices"]} == {"BTREE", "BITMAP", "LABEL_LIST", "INVERTED", "IVF_PQ"}
     assert dry["plan"][1]["indices"] == [] and dry["tasks"] == 1 and dry["held_back"] == 1
     assert "refusal" not in dry and dry["fragments_removed"] == 4
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 from lance_ops.maintenance.index_remap.base import Remapper
 from lance_ops.maintenance.index_remap.bitmap import remap_bitmap
 from lance_ops.maintenance.index_remap.bloomfilter import rebuild_bloomfilter
+from lance_ops.maintenance.index_remap.btree import remap_btree
 from lance_ops.maintenance.index_remap.ngram import remap_ngram
 from lance_ops.maintenance.index_remap.zonemap import rebuild_zonemap
 
 REMAPPERS: dict[str, Remapper] = {
+    "BTREE": remap_btree,
     "BITMAP": remap_bitmap,
     "LABEL_LIST": remap_bitmap,
     "NGRAM": remap_ngram,
