@@ -165,3 +165,73 @@ def test_partial_rewrite_with_unindexed_tail(tmp_path):
     kept = old.filter(pa.compute.is_in(old.column("fragment_id"), pa.array([0, 2, 3], pa.uint64())))
     assert blooms.slice(0, kept.num_rows).equals(kept)
     assert set(blooms.column("fragment_id").to_pylist()[kept.num_rows:]) == indexed_new
+
+
+# --- full lance-ops compaction, checked with pylance ------------------------------------------------
+
+QUERIES = {
+    "cat_idx": ["cat = 'c3'", "cat IN ('c1', 'c4')", "cat IS NULL"],
+    "labels_idx": ["array_has_any(labels, ['l1'])", "array_has_all(labels, ['l0', 'l2'])"],
+    "text_idx": ["contains(text, 'foo3')", "text LIKE '%bar12%'"],
+    "x_idx": ["x > 50", "x BETWEEN 10 AND 20", "x IS NULL"],
+    "s_idx": ["s = 's00555'", "s IN ('s00555', 's01234', 's02100')", "s IS NULL"],
+}
+DELETED = "id % 10 = 3 OR id < 100 OR id = 2050"
+
+
+def _assert_queries_exact(ds, deleted: set[int], stale: tuple[str, ...] = ()) -> None:
+    """Every query equals brute force, has no deleted row, and goes through its index (unless
+    the index is in ``stale``: pylance's own compaction leaves ZONEMAP / BLOOMFILTER stale)."""
+    for name, queries in QUERIES.items():
+        for q in queries:
+            plan = ds.scanner(filter=q, columns=["id"], use_scalar_index=True).explain_plan()
+            assert (f"@{name}(" in plan) == (name not in stale), (q, plan)
+            got = ds.to_table(filter=q, columns=["id"], use_scalar_index=True).column("id").to_pylist()
+            want = ds.to_table(filter=q, columns=["id"], use_scalar_index=False).column("id").to_pylist()
+            assert sorted(got) == sorted(want), q
+            assert not deleted & set(got), q
+
+
+@pytest.mark.parametrize("storage,stable", COMBOS, ids=[f"v{v}-{'stable' if s else 'addr'}" for v, s in COMBOS])
+def test_lance_ops_compaction_keeps_every_kind_exact(tmp_path, storage, stable):
+    """lance-ops compacts the indexed fragments (and the unindexed tail apart); pylance then
+    validates, lists every index covering the new fragment, and answers every query through
+    the index as a brute-force scan does; its own optimize_indices / compact_files keep working."""
+    import lance_ops
+    from lance_ops.maintenance.compaction import compact_files
+
+    path = str(tmp_path / "ds")
+    _build(path, storage, stable)
+    tail = make_table(300, seed=1).set_column(0, "id", pa.array(np.arange(2000, 2300), pa.int64()))
+    lance.write_dataset(tail, path, mode="append", max_rows_per_file=100)
+    before = {i.name: i.segments[0].uuid for i in lance.dataset(path).describe_indices()}
+    deleted = set(lance.dataset(path).to_table(filter=DELETED, columns=["id"]).column("id").to_pylist())
+    lance.dataset(path).delete(DELETED)
+
+    metrics = compact_files(lance_ops.dataset(path))
+    assert metrics["fragments_removed"] == 7 and metrics["fragments_added"] == 2
+
+    ds = lance.dataset(path)
+    ds.validate()
+    frags = {f.fragment_id: f.count_rows() for f in ds.get_fragments()}
+    indexed_frag = next(f for f, n in frags.items() if n == 1710)
+    indices = {i.name: i for i in ds.describe_indices()}
+    assert set(indices) == set(before)  # every index still listed
+    for name, info in indices.items():
+        assert [sorted(s.fragment_ids) for s in info.segments] == [[indexed_frag]], name
+        stats = ds.stats.index_stats(name)
+        assert (stats["num_indexed_rows"], stats["num_unindexed_rows"]) == (1710, 269), name
+        kept = info.segments[0].uuid == before[name]
+        # row-id kinds keep their files with stable row ids (as pylance); the rest get a new uuid
+        assert kept == (stable and name in ("cat_idx", "labels_idx", "text_idx")), name
+    _assert_queries_exact(ds, deleted)
+
+    # pylance's own maintenance keeps working on what lance-ops committed
+    lance.write_dataset(make_table(50, seed=2).set_column(0, "id", pa.array(np.arange(5000, 5050), pa.int64())),
+                        path, mode="append")
+    lance.dataset(path).optimize.optimize_indices()
+    _assert_queries_exact(lance.dataset(path), deleted)
+    lance.dataset(path).optimize.compact_files()
+    ds = lance.dataset(path)
+    ds.validate()
+    _assert_queries_exact(ds, deleted, stale=("x_idx", "s_idx"))
