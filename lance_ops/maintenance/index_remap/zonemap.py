@@ -46,28 +46,46 @@ def _float_stats(values: pa.Array) -> tuple[object, object, int]:
     return float(low), float(high), nans
 
 
-def _zone_stats(values: pa.Array, zones_: zones.NewZones, base_rows: np.ndarray,
-                value_type: pa.DataType) -> dict[str, pa.Array]:
-    """The statistics columns of the new zones; ``base_rows`` is each zone's first row in ``values``."""
-    mins, maxs, nulls, nans = [], [], [], []
+def _zone_stats(values: pa.Array, starts: np.ndarray, lengths: np.ndarray,
+                value_type: pa.DataType) -> dict[str, list]:
+    """min, max, null and NaN counts of the zones ``values[start:start + length]`` (one per zone)."""
+    out: dict[str, list] = {"min": [], "max": [], "null_count": [], "nan_count": []}
     floating = pa.types.is_floating(value_type)
-    for start, length in zip(base_rows.tolist(), zones_.zone_length.tolist()):
+    for start, length in zip(starts.tolist(), lengths.tolist()):
         chunk = values.slice(start, length)
-        nulls.append(chunk.null_count)
         if floating:
             low, high, nan_count = _float_stats(chunk)
         else:
             pair = pc.min_max(chunk)
             low, high, nan_count = pair["min"].as_py(), pair["max"].as_py(), 0
-        mins.append(low)
-        maxs.append(high)
-        nans.append(nan_count)
-    return {
-        "min": pa.array(mins, type=value_type),
-        "max": pa.array(maxs, type=value_type),
-        "null_count": pa.array(nulls, type=pa.uint32()),
-        "nan_count": pa.array(nans, type=pa.uint32()),
-    }
+        out["min"].append(low)
+        out["max"].append(high)
+        out["null_count"].append(chunk.null_count)
+        out["nan_count"].append(nan_count)
+    return out
+
+
+def _fresh_zones(request: RemapRequest, field: pa.Field, field_id: int, size: int,
+                 schema: pa.Schema) -> pa.Table:
+    """The zone rows of the new fragments the segment will cover, read one fragment at a time."""
+    value_type = schema.field("min").type
+    stats: dict[str, list] = {"min": [], "max": [], "null_count": [], "nan_count": []}
+    fragments = zones.covered_new_fragments(request.index, request.addresses, request.new_fragments)
+    for frag in fragments:
+        values = LanceFragment(request.dataset, frag).read([field], [field_id]).column(0).combine_chunks()
+        if values.type != value_type:
+            values = values.cast(value_type)
+        bounds = zones.zone_bounds([frag], size)
+        for key, items in _zone_stats(values, bounds.zone_start.astype(np.int64),
+                                      bounds.zone_length.astype(np.int64), value_type).items():
+            stats[key].extend(items)
+    new = zones.zone_bounds(fragments, size)
+    columns = {"min": pa.array(stats["min"], type=value_type), "max": pa.array(stats["max"], type=value_type),
+               "null_count": pa.array(stats["null_count"], pa.uint32()),
+               "nan_count": pa.array(stats["nan_count"], pa.uint32()),
+               "fragment_id": pa.array(new.fragment_id), "zone_start": pa.array(new.zone_start),
+               "zone_length": pa.array(new.zone_length)}
+    return pa.Table.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
 
 
 def rebuild_zonemap(request: RemapRequest) -> RemapOutcome:
@@ -78,21 +96,7 @@ def rebuild_zonemap(request: RemapRequest) -> RemapOutcome:
     field, field_id = located
     old = codecs.read_index_file(request.store, request.base, segment_uuid(request.index), ZONEMAP_FILE)
     size = int(old.metadata.get("rows_per_zone", DEFAULT_ROWS_PER_ZONE))
-    fragments = zones.covered_new_fragments(request.index, request.addresses, request.new_fragments)
-    new = zones.zone_bounds(fragments, size)
-    parts = [LanceFragment(request.dataset, frag).read([field], [field_id]).column(0) for frag in fragments]
-    schema = old.table.schema
-    value_type = schema.field("min").type
-    values = pa.chunked_array(parts, type=field.type).combine_chunks() if parts else pa.array([], value_type)
-    if values.type != value_type:
-        values = values.cast(value_type)
-    offsets = np.cumsum([0] + [int(f.physical_rows) for f in fragments])[:-1]
-    frag_base = dict(zip([f.id for f in fragments], offsets.tolist()))
-    base_rows = np.array([frag_base[int(f)] for f in new.fragment_id], dtype=np.int64) + new.zone_start.astype(np.int64)
-    stats = _zone_stats(values, new, base_rows, value_type)
-    columns = {**stats, "fragment_id": pa.array(new.fragment_id), "zone_start": pa.array(new.zone_start),
-               "zone_length": pa.array(new.zone_length)}
-    fresh = pa.Table.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
+    fresh = _fresh_zones(request, field, field_id, size, old.table.schema)
     table = zones.sort_zones(pa.concat_tables([zones.untouched_rows(old.table, request.addresses), fresh]))
     nulls = zones.remapped_null_bitmap(old, request.addresses)
     buffers = {} if nulls is None else {
