@@ -16,6 +16,7 @@ from lance_ops.format.version import FileVersion
 from lance_ops.io import open_store
 from lance_ops.maintenance.index_remap import AddressMap, codecs
 from tests.maintenance.index_remap_helpers import make_table
+from tests.maintenance.test_index_remap_core import groups_strategy
 
 lance = pytest.importorskip("lance")
 
@@ -147,3 +148,18 @@ def test_write_index_file_is_read_by_pylance(tmp_path, storage):
     assert meta.schema.metadata == {b"k": b"v", b"lance:label_list_nulls": b"1"}
     assert (meta.major_version, meta.minor_version) == FileVersion.parse(storage).footer
     assert bytes(reader.read_global_buffer(1)) == b"\x00\x00\x00\x00"
+
+
+@settings(max_examples=80, deadline=None)
+@given(groups_strategy(), st.lists(st.integers(0, 2**16), max_size=20))
+def test_dense_apply_equals_address_map_apply(data, extra):
+    """The lookup-table fast path maps every address as AddressMap.apply does (kept ones equal)."""
+    groups, survivors = data
+    amap = AddressMap.from_groups(groups)
+    probe = [(f << 32) | o for f, rows, _ in survivors for o in range(rows + 2)]
+    probe += [(int(f) % 7 << 32) | 5 for f in extra] + [(999 << 32) | 3]
+    addresses = np.array(probe, np.uint64)
+    want, want_keep = amap.apply(addresses)
+    got, got_keep = codecs.dense_apply(amap, addresses)
+    assert got_keep.tolist() == want_keep.tolist()
+    assert got[got_keep].tolist() == want[want_keep].tolist()

@@ -39,7 +39,6 @@ from lance_ops.io.base import ObjectStore
 from lance_ops.maintenance.index_remap.address_map import AddressMap
 
 _U32 = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
 #: an empty uint64 address array
 EMPTY = np.zeros(0, dtype=np.uint64)
 _LOW = np.uint64(0xFFFFFFFF)
@@ -126,66 +125,19 @@ def encode_row_addr_treemap(addresses: np.ndarray, whole_fragments: np.ndarray |
 
 
 def decode_roaring_treemap(data: bytes | memoryview) -> np.ndarray:
-    """Decode a roaring-rs RoaringTreemap to sorted uint64 values."""
-    view = memoryview(data).cast("B")
-    _check(len(view) >= 8, "RoaringTreemap header")
-    (count,) = _U64.unpack_from(view, 0)
-    pos = 8
-    parts: list[np.ndarray] = []
-    for _ in range(count):
-        _check(pos + 4 <= len(view), "RoaringTreemap key")
-        (key,) = _U32.unpack_from(view, pos)
-        pos += 4
-        rest = bytes(view[pos:])
-        size = _portable_size(rest)
-        bitmap = pyroaring.BitMap.deserialize(rest[:size])
-        pos += size
-        parts.append(_join(key, _values_of(bitmap)))
-    return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+    """Decode a roaring-rs RoaringTreemap to sorted uint64 values (CRoaring's 64-bit portable
+    format is the same layout)."""
+    try:
+        bitmap = pyroaring.BitMap64.deserialize(bytes(data))
+    except Exception as exc:  # noqa: BLE001 - CRoaring reports malformed input as ValueError / MemoryError
+        raise CorruptFileError("RoaringTreemap", f"malformed row-address bitmap ({exc})") from exc
+    return np.frombuffer(bitmap.to_array(), dtype=np.uint64)
 
 
 def encode_roaring_treemap(values: np.ndarray) -> bytes:
-    """Serialise sorted unique uint64 ``values`` as a roaring-rs RoaringTreemap."""
-    groups = _split_by_high(values)
-    out = [_U64.pack(len(groups))]
-    for key, low in groups:
-        out.append(_U32.pack(key))
-        out.append(_bitmap_of(low).serialize())
-    return b"".join(out)
-
-
-_COOKIE_NO_RUN = 12346
-_COOKIE_RUN = 12347
-
-
-def _portable_size(data: bytes) -> int:
-    """Byte size of the portable RoaringBitmap at the start of ``data`` (the format has no length)."""
-    _check(len(data) >= 4, "RoaringBitmap cookie")
-    (cookie,) = _U32.unpack_from(data, 0)
-    if cookie & 0xFFFF == _COOKIE_RUN:
-        n = (cookie >> 16) + 1
-        run_bits = data[4:4 + (n + 7) // 8]
-        runs = np.unpackbits(np.frombuffer(run_bits, np.uint8), bitorder="little")[:n].astype(bool)
-        pos = 4 + (n + 7) // 8
-    else:
-        _check(cookie == _COOKIE_NO_RUN, "RoaringBitmap cookie")
-        (n,) = _U32.unpack_from(data, 4)
-        runs = np.zeros(n, bool)
-        pos = 8
-    header = np.frombuffer(data, np.uint16, count=2 * n, offset=pos).reshape(n, 2) if n else np.zeros((0, 2), np.uint16)
-    pos += 4 * n
-    if cookie == _COOKIE_NO_RUN or n >= 4:  # offset section
-        pos += 4 * n
-    cards = header[:, 1].astype(np.int64) + 1
-    for i in range(n):
-        if runs[i]:
-            (num_runs,) = struct.unpack_from("<H", data, pos)
-            pos += 2 + 4 * num_runs
-        elif cards[i] > 4096:
-            pos += 8192
-        else:
-            pos += 2 * int(cards[i])
-    return pos
+    """Serialise sorted unique uint64 ``values`` as a roaring-rs RoaringTreemap (no run containers)."""
+    raw = array.array("Q", np.ascontiguousarray(values, dtype=np.uint64).tobytes())
+    return bytes(pyroaring.BitMap64(raw, optimize=False).serialize())
 
 
 # --- index files ----------------------------------------------------------------------------------
@@ -278,6 +230,37 @@ def _survivors_of(amap: AddressMap, fragment: int) -> np.ndarray:
     return amap.old[lo:hi]
 
 
+def dense_apply(amap: AddressMap, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`AddressMap.apply` by direct indexing: a lookup table over the rewritten fragments'
+    offsets (8 bytes per old row) makes each address one gather instead of a binary search, which
+    matters for index files holding an address many times (NGRAM postings, bitmaps)."""
+    addrs = np.asarray(addresses, dtype=np.uint64)
+    out = addrs.copy()
+    keep = np.ones(len(addrs), dtype=bool)
+    if not len(addrs) or not amap.rewritten:
+        return out, keep
+    frags = np.array(sorted(amap.rewritten), dtype=np.uint64)
+    starts = np.searchsorted(amap.old, frags << _SHIFT)
+    ends = np.searchsorted(amap.old, (frags + np.uint64(1)) << _SHIFT)
+    last = amap.old[np.maximum(ends - 1, 0)] if len(amap.old) else np.zeros(len(frags), np.uint64)
+    sizes = np.where(ends > starts, (last & _LOW).astype(np.int64) + 1, 0)
+    base = np.concatenate(([0], np.cumsum(sizes)))
+    table = np.full(int(base[-1]), np.iinfo(np.uint64).max, dtype=np.uint64)
+    old_slot = np.searchsorted(frags, amap.old >> _SHIFT)
+    table[base[old_slot] + (amap.old & _LOW).astype(np.int64)] = amap.new
+    high = addrs >> _SHIFT
+    slot = np.minimum(np.searchsorted(frags, high), len(frags) - 1)
+    moved = frags[slot] == high
+    offsets = (addrs & _LOW).astype(np.int64)
+    inside = moved & (offsets < sizes[slot])
+    mapped = table[(base[slot] + offsets)[inside]]
+    found = np.zeros(len(addrs), dtype=bool)
+    found[inside] = mapped != np.iinfo(np.uint64).max
+    out[inside] = mapped
+    keep[moved] = found[moved]
+    return out, keep
+
+
 def remap_address_sets(sets: Sequence[RowAddrSet], amap: AddressMap) -> list[RowAddrSet]:
     """Map every set through ``amap`` in one vectorised pass: deleted rows of rewritten fragments
     are dropped, their survivors take their new addresses (re-sorted), other fragments' addresses
@@ -297,9 +280,7 @@ def remap_address_sets(sets: Sequence[RowAddrSet], amap: AddressMap) -> list[Row
         return []
     flat = np.concatenate(parts).astype(np.uint64, copy=False)
     owner = np.concatenate(owners)
-    mapped, keep = amap.apply(flat)
-    mapped, owner = mapped[keep], owner[keep]
-    order = np.lexsort((mapped, owner))
-    mapped, owner = mapped[order], owner[order]
+    mapped, keep = dense_apply(amap, flat)
+    mapped, owner = mapped[keep], owner[keep]  # still grouped by set, in set order
     bounds = np.searchsorted(owner, np.arange(len(sets) + 1))
-    return [RowAddrSet(mapped[bounds[i]:bounds[i + 1]], wholes[i]) for i in range(len(sets))]
+    return [RowAddrSet(np.sort(mapped[bounds[i]:bounds[i + 1]]), wholes[i]) for i in range(len(sets))]
