@@ -100,3 +100,96 @@ def test_apply_matches_a_per_row_reference(data):
     # the mapping is injective and lands on every new row
     assert len(set(amap.new.tolist())) == len(amap.new)
     assert sorted(amap.new.tolist()) == sorted(reference.values())
+
+
+# --- the manifest build of a Rewrite (index section) and ReserveFragments ------------------------
+import uuid as uuid_mod  # noqa: E402
+
+from pyroaring import BitMap  # noqa: E402
+
+from lance_ops._proto import table_pb2, transaction_pb2  # noqa: E402
+from lance_ops.errors import CommitError  # noqa: E402
+from lance_ops.table.index_files import add_rewritten_files, listed_files, set_index_files  # noqa: E402
+from lance_ops.table.manifest.index_rewrite import apply_rewrite  # noqa: E402
+
+
+def _segment(name, frags, url="/lance.table.BTreeIndexDetails", files=(("a.lance", 10),)):
+    idx = table_pb2.IndexMetadata(name=name, fragment_bitmap=BitMap(frags).serialize(), dataset_version=3)
+    idx.uuid.uuid = uuid_mod.uuid4().bytes
+    idx.index_details.type_url = url
+    set_index_files(idx, list(files))
+    return idx
+
+
+def _rewrite(groups, rewritten=()):
+    txn = transaction_pb2.Transaction(read_version=3)
+    for old, new in groups:
+        g = txn.rewrite.groups.add()
+        g.old_fragments.extend(table_pb2.DataFragment(id=i) for i in old)
+        g.new_fragments.extend(table_pb2.DataFragment(id=i) for i in new)
+    for old_idx, new_uuid, files in rewritten:
+        e = txn.rewrite.rewritten_indices.add()
+        e.old_id.uuid = bytes(old_idx.uuid.uuid)
+        e.new_id.uuid = new_uuid
+        add_rewritten_files(e, files)
+    return txn
+
+
+def _ids(idx):
+    return sorted(BitMap.deserialize(bytes(idx.fragment_bitmap)))
+
+
+def test_apply_rewrite_follows_pylance_rule():
+    bt, other, zm = _segment("bt", [0, 1, 2]), _segment("other", [0, 1, 2]), _segment(
+        "zm", [0, 1, 2, 5], "/lance.table.ZoneMapIndexDetails")
+    section = table_pb2.IndexSection(indices=[bt, other, zm])
+    new_uuid = uuid_mod.uuid4().bytes
+    txn = _rewrite([([0, 1], [7]), ([4], [8])], [(bt, new_uuid, [("page_data.lance", 5), ("page_lookup.lance", 6)])])
+    out = apply_rewrite(section, txn, stable_row_ids=False)
+    got_bt, got_other, got_zm = out.indices
+    assert bytes(got_bt.uuid.uuid) == new_uuid and _ids(got_bt) == [2, 7]
+    assert listed_files(got_bt) == [("page_data.lance", 5), ("page_lookup.lance", 6)]
+    assert (got_bt.name, got_bt.dataset_version, got_bt.index_details) == ("bt", 3, bt.index_details)
+    assert got_other == other and got_zm == zm  # not rewritten, no stable ids: unchanged
+    assert section.indices[0] == bt  # the input is not modified
+    stable = apply_rewrite(section, txn, stable_row_ids=True)
+    assert _ids(stable.indices[1]) == [2, 7]  # row ids survive: follows its data
+    assert _ids(stable.indices[2]) == [2, 5]  # address-domain kind: rewritten fragments withdrawn
+
+
+def test_apply_rewrite_refuses_a_split_group_and_skips_gone_segments():
+    bt = _segment("bt", [0, 1])
+    section = table_pb2.IndexSection(indices=[bt])
+    with pytest.raises(CommitError, match="splits indexed"):
+        apply_rewrite(section, _rewrite([([1, 2], [7])], [(bt, uuid_mod.uuid4().bytes, [])]), stable_row_ids=False)
+    gone = _segment("gone", [0])
+    out = apply_rewrite(section, _rewrite([([0, 1], [7])], [(gone, uuid_mod.uuid4().bytes, [])]),
+                        stable_row_ids=False)
+    assert out.indices[0] == bt
+    with pytest.raises(CommitError, match="twice"):
+        apply_rewrite(section, _rewrite([([0, 1], [7])], [(bt, b"1" * 16, []), (bt, b"2" * 16, [])]),
+                      stable_row_ids=False)
+
+
+def test_reserve_fragments_commit_is_what_pylance_reads(tmp_path):
+    import lance
+    import pyarrow as pa
+
+    import lance_ops
+    from lance_ops.maintenance.compaction.remap import reserve_fragment_ids
+
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"a": list(range(10))}), uri, max_rows_per_file=5)
+    lance.dataset(uri).create_scalar_index("a", "BTREE")
+    ds = lance_ops.dataset(uri)
+    version, ids = reserve_fragment_ids(ds.store, ds.base, ds.manifest_file, 3, "2.0")
+    assert version == ds.version + 1 and ids == [2, 3, 4]
+    after = lance_ops.dataset(uri)
+    assert after.manifest.max_fragment_id == 4
+    assert after.manifest_file.transaction.reserve_fragments.num_fragments == 3
+    assert list(after.manifest.fragments) == list(ds.manifest.fragments)
+    assert after.manifest_file.index_section == ds.manifest_file.index_section
+    py = lance.dataset(uri)
+    py.validate()
+    lance.write_dataset(pa.table({"a": [99]}), uri, mode="append")
+    assert [f.fragment_id for f in lance.dataset(uri).get_fragments()] == [0, 1, 5]

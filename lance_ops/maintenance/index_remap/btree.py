@@ -4,7 +4,7 @@ A pylance 14.0.2 BTREE segment is two Lance files under ``_indices/<uuid>/``:
 
 * ``page_data.lance``: ``values`` (the indexed column's type) and ``ids`` (uint64 row addresses),
   sorted by value, read in pages of ``batch_size`` rows;
-* ``page_lookup.lance``: one row per page, ``min`` / ``max`` (non-null values of the page),
+* ``page_lookup.lance``: one row per page, ``min`` / ``max`` (the page's first and last value),
   ``null_count`` (uint32), ``page_idx`` (uint32); schema metadata ``batch_size`` and
   ``range_partitioned``.
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lance_ops.errors import UnsupportedError
 from lance_ops.format.registry import LanceFileWriter, open_file_reader
@@ -72,21 +71,20 @@ def _write(request: RemapRequest, name: str, table: pa.Table, schema: pa.Schema,
 
 
 def page_lookup(values: pa.Array, batch_size: int, schema: pa.Schema) -> pa.Table:
-    """The lookup of ``values`` cut into pages of ``batch_size`` rows (min, max, nulls, page)."""
-    pages = (len(values) + batch_size - 1) // batch_size
-    mins, maxs, nulls = [], [], []
-    for page in range(pages):  # one step per page of thousands of rows
-        chunk = values.slice(page * batch_size, batch_size)
-        bounds = pc.min_max(chunk)
-        mins.append(bounds["min"])
-        maxs.append(bounds["max"])
-        nulls.append(chunk.null_count)
+    """The lookup of ``values`` (sorted, nulls first as pylance sorts them) cut into pages of
+    ``batch_size`` rows: each page's first and last value (pylance's ``min`` / ``max``: null when
+    the page starts / ends with nulls), its null count and its index."""
+    n = len(values)
+    starts = np.arange(0, n, batch_size, dtype=np.int64)
+    ends = np.minimum(starts + batch_size, n)
     value_type = schema.field("min").type
+    valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool) if n else np.ones(0, bool)
+    nulls_before = np.concatenate([[0], np.cumsum(~valid)])
     return pa.table({
-        "min": pa.array([m.as_py() for m in mins], value_type),
-        "max": pa.array([m.as_py() for m in maxs], value_type),
-        "null_count": pa.array(nulls, pa.uint32()),
-        "page_idx": pa.array(np.arange(pages, dtype=np.uint32)),
+        "min": values.take(pa.array(starts)).cast(value_type),
+        "max": values.take(pa.array(ends - 1)).cast(value_type),
+        "null_count": pa.array((nulls_before[ends] - nulls_before[starts]).astype(np.uint32)),
+        "page_idx": pa.array(np.arange(len(starts), dtype=np.uint32)),
     })
 
 
