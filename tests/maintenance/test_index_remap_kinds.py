@@ -208,8 +208,14 @@ def test_lance_ops_compaction_keeps_every_kind_exact(tmp_path, storage, stable):
     deleted = set(lance.dataset(path).to_table(filter=DELETED, columns=["id"]).column("id").to_pylist())
     lance.dataset(path).delete(DELETED)
 
+    dry = compact_files(lance_ops.dataset(path), dry_run=True)
+    planned = {i["kind"]: i["action"] for task in dry["plan"] for i in task["indices"]}
+    row_ids = "keep" if stable else "remap"
+    assert planned == {"BITMAP": row_ids, "LABEL_LIST": row_ids, "NGRAM": row_ids, "ZONEMAP": "rebuild",
+                       "BLOOMFILTER": "rebuild"}
     metrics = compact_files(lance_ops.dataset(path))
     assert metrics["fragments_removed"] == 7 and metrics["fragments_added"] == 2
+    assert sorted(metrics["index_actions"].values()) == sorted(planned.values())
 
     ds = lance.dataset(path)
     ds.validate()

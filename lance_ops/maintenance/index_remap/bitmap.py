@@ -61,3 +61,11 @@ def remap_bitmap(request: RemapRequest) -> RemapOutcome:
                                       version=version, metadata=metadata, buffers=buffers,
                                       storage_options=codecs.storage_options_of(request.dataset))
     return RemapOutcome("remap", [written])
+
+
+def plan_action(stable_row_ids: bool) -> str:
+    """What :func:`remap_bitmap` does, for dry runs: keep with stable row ids, else remap."""
+    return "keep" if stable_row_ids else "remap"
+
+
+setattr(remap_bitmap, "plan_action", plan_action)

@@ -92,3 +92,11 @@ def rebuild_bloomfilter(request: RemapRequest) -> RemapOutcome:
                                       version=version, metadata=metadata, buffers=buffers,
                                       storage_options=codecs.storage_options_of(request.dataset))
     return RemapOutcome("rebuild", [written])
+
+
+def plan_action(stable_row_ids: bool) -> str:
+    """What :func:`rebuild_bloomfilter` does, for dry runs (it may still fall back to "drop")."""
+    return "rebuild"
+
+
+setattr(rebuild_bloomfilter, "plan_action", plan_action)

@@ -35,3 +35,11 @@ def remap_ngram(request: RemapRequest) -> RemapOutcome:
                                       version=version, metadata=old.metadata,
                                       storage_options=codecs.storage_options_of(request.dataset))
     return RemapOutcome("remap", [written])
+
+
+def plan_action(stable_row_ids: bool) -> str:
+    """What :func:`remap_ngram` does, for dry runs: keep with stable row ids, else remap."""
+    return "keep" if stable_row_ids else "remap"
+
+
+setattr(remap_ngram, "plan_action", plan_action)

@@ -107,3 +107,11 @@ def rebuild_zonemap(request: RemapRequest) -> RemapOutcome:
                                       version=version, metadata=metadata, buffers=buffers,
                                       storage_options=codecs.storage_options_of(request.dataset))
     return RemapOutcome("rebuild", [written])
+
+
+def plan_action(stable_row_ids: bool) -> str:
+    """What :func:`rebuild_zonemap` does, for dry runs (address-domain: always a rebuild)."""
+    return "rebuild"
+
+
+setattr(rebuild_zonemap, "plan_action", plan_action)
