@@ -128,6 +128,16 @@ def test_materialize_deletions_remaps_btree(tmp_path, stable):
     assert all(f.metadata.deletion_file is None for f in ds.get_fragments())
     check_queries(ds, expected)
 
+    # lance_ops cleanup keeps exactly the index dirs a retained version references
+    indices = tmp_path / "t.lance" / "_indices"
+    live = {i["uuid"] for i in ds.list_indices()}
+    assert live < {p.name for p in indices.iterdir()}
+    lance_ops.dataset(uri).cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
+    assert {p.name for p in indices.iterdir() if any(p.iterdir())} == live
+    final = lance.dataset(uri)
+    final.validate()
+    check_queries(final, expected)
+
 
 def test_failed_rewrite_after_reserve_then_rerun(tmp_path, monkeypatch):
     """A Rewrite that fails after the ReserveFragments version: nothing duplicated, index dirs of the
@@ -203,3 +213,55 @@ def test_multi_page_btree_matches_pylance(tmp_path):
     for f in ["v = 5", "v < 100", "v is null", "v between 300 and 310"]:
         assert sorted(a.to_table(filter=f, use_scalar_index=True)["id"].to_pylist()) == \
             sorted(a.to_table(filter=f, use_scalar_index=False)["id"].to_pylist()), f
+
+
+def _fake_remapper(action):
+    def remap(request):
+        from lance_ops.maintenance.index_remap import RemapOutcome
+
+        return RemapOutcome(action)
+
+    return remap
+
+
+@pytest.mark.parametrize("stable", [False, True], ids=["addr", "stable"])
+def test_keep_and_drop_outcomes(tmp_path, monkeypatch, stable):
+    """"drop" leaves the entry as it was (pylance's Drop); "keep" only makes sense with stable row
+    ids (bitmap recalculated, files kept) and is refused otherwise, before the Rewrite."""
+    from lance_ops.maintenance.index_remap.registry import REMAPPERS
+
+    uri = str(tmp_path / "t.lance")
+    table = pa.table({"id": pa.array(np.arange(1000)), "c": pa.array([f"k{i % 5}" for i in range(1000)])})
+    ds = lance.write_dataset(table, uri, max_rows_per_file=250, enable_stable_row_ids=stable)
+    ds.create_scalar_index("c", "BITMAP")
+    ds.delete("id % 4 = 0")
+    before = {i["uuid"]: sorted(i["fragment_ids"]) for i in lance.dataset(uri).list_indices()}
+    monkeypatch.setitem(REMAPPERS, "BITMAP", _fake_remapper("drop"))
+    compact_files(lance_ops.dataset(uri))
+    after = lance.dataset(uri)
+    after.validate()
+    if stable:  # row-id kind: the recalculation follows the data
+        assert {u: sorted(i) for u, i in ((i["uuid"], i["fragment_ids"]) for i in after.list_indices())} == \
+            {u: [4] for u in before}
+    else:
+        assert {i["uuid"]: sorted(i["fragment_ids"]) for i in after.list_indices()} == before
+    expected = sorted(i for i in range(1000) if i % 4)
+    assert sorted(after.to_table(filter="c = 'k1'")["id"].to_pylist()) == [i for i in expected if i % 5 == 1]
+
+    uri2 = str(tmp_path / "t2.lance")
+    ds = lance.write_dataset(table, uri2, max_rows_per_file=250, enable_stable_row_ids=stable)
+    ds.create_scalar_index("c", "BITMAP")
+    ds.delete("id % 4 = 0")
+    monkeypatch.setitem(REMAPPERS, "BITMAP", _fake_remapper("keep"))
+    if not stable:
+        version = lance.dataset(uri2).version
+        with pytest.raises(lance_ops.errors.UnsupportedError, match="without stable row ids"):
+            compact_files(lance_ops.dataset(uri2))
+        assert lance.dataset(uri2).version == version + 1  # the reserve only
+        return
+    compact_files(lance_ops.dataset(uri2))
+    kept = lance.dataset(uri2)
+    kept.validate()
+    assert [sorted(i["fragment_ids"]) for i in kept.list_indices()] == [[4]]
+    assert sorted(kept.to_table(filter="c = 'k1'", use_scalar_index=True)["id"].to_pylist()) == \
+        [i for i in expected if i % 5 == 1]

@@ -113,7 +113,9 @@ def apply_rewrite(section: table_pb2.IndexSection | None, txn: transaction_pb2.T
         elif stable_row_ids and index.fragment_bitmap:
             ids = _bitmap_ids(index)
             if _details_key(index) in ADDRESS_DOMAIN_DETAILS:
-                _set_bitmap(index, ids - {f.id for g in groups for f in g.old_fragments})
+                new_ids = ids - {f.id for g in groups for f in g.old_fragments}
             else:
-                _set_bitmap(index, recalculate_fragment_bitmap(ids, groups, index.name))
+                new_ids = recalculate_fragment_bitmap(ids, groups, index.name)
+            if new_ids != ids:  # an untouched bitmap keeps its bytes
+                _set_bitmap(index, new_ids)
     return out
