@@ -265,3 +265,44 @@ def test_keep_and_drop_outcomes(tmp_path, monkeypatch, stable):
     assert [sorted(i["fragment_ids"]) for i in kept.list_indices()] == [[4]]
     assert sorted(kept.to_table(filter="c = 'k1'", use_scalar_index=True)["id"].to_pylist()) == \
         [i for i in expected if i % 5 == 1]
+
+
+def test_btree_remap_on_s3(s3_bucket, moto_server):
+    uri = f"{s3_bucket}/remap.lance"
+    opts = moto_server.storage_options
+    n = 1000
+    table = pa.table({"id": pa.array(np.arange(n, dtype=np.int64))})
+    lance.write_dataset(table, uri, max_rows_per_file=250, storage_options=opts)
+    ds = lance.dataset(uri, storage_options=opts)
+    ds.create_scalar_index("id", "BTREE")
+    ds.delete("id % 3 = 0")
+    m = compact_files(lance_ops.dataset(uri, storage_options=opts))
+    assert m["indices_remapped"] == 1
+    after = lance.dataset(uri, storage_options=opts)
+    after.validate()
+    assert [sorted(i["fragment_ids"]) for i in after.list_indices()] == [[4]]
+    assert sorted(after.to_table(filter="id < 40", use_scalar_index=True)["id"].to_pylist()) == \
+        [i for i in range(40) if i % 3]
+    assert after.to_table(filter="id = 501", use_scalar_index=True)["id"].to_pylist() == []
+    assert after.to_table(filter="id = 500", use_scalar_index=True)["id"].to_pylist() == [500]
+
+
+def test_index_created_since_the_plan_is_a_retryable_conflict(tmp_path):
+    from lance_ops.errors import RetryableCommitConflictError
+    from lance_ops.maintenance.compaction.plan import plan_compaction
+
+    uri = str(tmp_path / "t.lance")
+    expected = build(uri, "2.2", False)
+    plan = plan_compaction(lance_ops.dataset(uri), target_rows_per_fragment=10_000)
+    results = [t.execute(uri) for t in plan.tasks]
+    lance.dataset(uri).create_scalar_index("x", "BTREE")
+    version = lance.dataset(uri).version
+    with pytest.raises(RetryableCommitConflictError, match="x_idx"):
+        commit_mod.commit_compaction(uri, results)
+    assert lance.dataset(uri).version == version
+    # compact_files re-plans and remaps all three
+    assert compact_files(lance_ops.dataset(uri), target_rows_per_fragment=10_000)["indices_remapped"] == 3
+    ds = lance.dataset(uri)
+    ds.validate()
+    check_queries(ds, expected)
+    assert ds.to_table(filter="x = 10.5", use_scalar_index=True)["id"].to_pylist() == [21]
