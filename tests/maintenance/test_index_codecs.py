@@ -163,3 +163,10 @@ def test_dense_apply_equals_address_map_apply(data, extra):
     got, got_keep = codecs.dense_apply(amap, addresses)
     assert got_keep.tolist() == want_keep.tolist()
     assert got[got_keep].tolist() == want[want_keep].tolist()
+
+
+def test_malformed_bitmap_body_is_refused():
+    data = bytearray(codecs.encode_row_addr_treemap(np.array([5, 6, 7], np.uint64)))
+    data[12:14] = b"\xff\xff"  # the portable cookie
+    with pytest.raises(CorruptFileError, match="malformed row-address bitmap"):
+        codecs.decode_row_addr_treemap(bytes(data))

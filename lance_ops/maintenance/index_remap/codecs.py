@@ -99,7 +99,10 @@ def decode_row_addr_treemap(data: bytes | memoryview) -> RowAddrSet:
             whole.append(fragment)
             continue
         _check(pos + length <= len(view), "RowAddrTreeMap bitmap")
-        bitmap = pyroaring.BitMap.deserialize(bytes(view[pos:pos + length]))
+        try:
+            bitmap = pyroaring.BitMap.deserialize(bytes(view[pos:pos + length]))
+        except Exception as exc:  # noqa: BLE001 - CRoaring reports malformed input as ValueError
+            raise CorruptFileError("RowAddrTreeMap", f"malformed row-address bitmap ({exc})") from exc
         pos += length
         parts.append(_join(fragment, _values_of(bitmap)))
     addresses = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
