@@ -3,8 +3,9 @@
 Both kinds keep one file, ``bitmap_page_lookup.lance`` (``keys`` of the column's (item) type,
 ``bitmaps`` binary RowAddrTreeMaps; index-facts.md §3). As pylance 14.0.2's ``remap``:
 
-* every key is kept, in its order (a key whose rows were all deleted keeps an empty bitmap), and
-  ``lance:index_stats`` is written again as ``{"num_bitmaps":<keys>}``;
+* keys whose rows were all deleted are left out, the others written in key order (NULL first;
+  files of older pylance versions hold them unordered), and ``lance:index_stats`` is written
+  again as ``{"num_bitmaps":<keys>}``;
 * deleted rows of rewritten fragments are dropped, survivors get their new addresses, rows of
   other fragments are unchanged;
 * LABEL_LIST's ``lance:label_list_nulls`` names a global buffer holding the RowAddrTreeMap of
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lance_ops.maintenance.index_remap import codecs
 from lance_ops.maintenance.index_remap.base import RemapOutcome, RemapRequest
@@ -54,6 +56,10 @@ def remap_bitmap(request: RemapRequest) -> RemapOutcome:
                        type=old.table.schema.field("bitmaps").type)
     table = old.table.set_column(old.table.schema.get_field_index("bitmaps"),
                                  old.table.schema.field("bitmaps"), encoded)
+    # as pylance's writer: keys whose rows are all gone are left out, the rest in key order, NULL first
+    table = table.filter(pa.array([len(s.addresses) > 0 or len(s.whole_fragments) > 0 for s in remapped],
+                                  type=pa.bool_()))
+    table = table.take(pc.sort_indices(table.column("keys"), null_placement="at_start"))
     metadata = {k: v for k, v in old.metadata.items() if k != LIST_NULLS_KEY}
     metadata[STATS_KEY] = json.dumps({"num_bitmaps": table.num_rows}, separators=(",", ":"))
     version = codecs.index_file_version(request.dataset, old.version)
