@@ -273,3 +273,39 @@ def test_materialize_deletions_then_cleanup_keep_every_kind_exact(tmp_path, stor
     assert {d for d in os.listdir(f"{path}/_indices") if os.listdir(f"{path}/_indices/{d}")} == live
     assert len(uuids_before - live) == actions.count("remap") + actions.count("rebuild")  # superseded, only
     _assert_queries_exact(lance.dataset(path), set(range(500, 700)))
+
+
+def test_emptied_keys_dropped_and_old_layouts_remapped_as_pylance(tmp_path):
+    """Keys (and the NULL key) whose rows were all deleted leave BITMAP / LABEL_LIST files, tokens
+    stay in NGRAM ones, as pylance's remap writes them; a pylance v0.20 dataset's BITMAP (keys
+    unordered) and BTREE (old layout) come out as pylance 14.0.2 remaps them."""
+    import shutil
+    from pathlib import Path
+
+    path = str(tmp_path / "ds")
+    n = 1000
+    table = pa.table({"id": pa.array(np.arange(n)),
+                      "cat": pa.array([f"k{i % 50}" if i % 7 else None for i in range(n)]),
+                      "labels": pa.array([[f"a{i % 40}"] if i % 9 else None for i in range(n)]),
+                      "text": pa.array([f"zz{i % 45:02d}qq" for i in range(n)])})
+    ds = lance.write_dataset(table, path, max_rows_per_file=250, data_storage_version="2.2")
+    ds.create_scalar_index("cat", "BITMAP")
+    ds.create_scalar_index("labels", "LABEL_LIST")
+    ds.create_scalar_index("text", "NGRAM")
+    lance.dataset(path).delete("id % 50 = 7 OR id % 40 = 3 OR id % 45 = 11 OR id % 7 = 0")
+    c = compact_copy(path, tmp_path)
+    old = Path(__file__).parents[1] / "data" / "historical" / "v0.20.0" / "old_btree_bitmap_indices.lance"
+    old_path = str(tmp_path / "old")
+    shutil.copytree(old, old_path)
+    lance.dataset(old_path).delete("btree < 3")
+    (tmp_path / "old_copy").mkdir()
+    c_old = compact_copy(old_path, tmp_path / "old_copy", materialize_deletions_threshold=0.01)
+    cases = [(c, "cat_idx", "bitmap_page_lookup.lance"), (c, "labels_idx", "bitmap_page_lookup.lance"),
+             (c, "text_idx", "ngram_postings.lance"), (c_old, "bitmap_idx", "bitmap_page_lookup.lance"),
+             (c_old, "btree_idx", "page_data.lance"), (c_old, "btree_idx", "page_lookup.lance")]
+    for comp, name, file in cases:
+        req = remap_request(comp, name)
+        assert REMAPPERS[req.kind](req).action == "remap"
+        ours, theirs = _ours(comp, req.new_uuid, file), _file(f"{pylance_files(comp, name)}/{file}")
+        assert ours[0].equals(theirs[0]) and ours[1:] == theirs[1:], (name, file)
+    assert _file(f"{pylance_files(c, 'cat_idx')}/bitmap_page_lookup.lance")[0].num_rows == 49  # 51 keys before
