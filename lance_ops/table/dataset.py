@@ -38,6 +38,18 @@ from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.manifest.codec import ManifestFile, check_fragments, manifest_schema, read_manifest
 
 _DELETED_ROWS = "lance_ops.num_deleted_rows"
+#: ``to_batches`` reads a fragment in pieces of about this many bytes of its data files (bounded memory)
+STREAM_READ_BYTES = 64 * 1024 * 1024
+_STREAM_MIN_ROWS = 8192
+
+
+def _stream_rows(fragment: table_pb2.DataFragment) -> int:
+    """Physical rows per streamed piece of ``fragment`` (from its data files' sizes; 0: do not split)."""
+    size = sum(int(df.file_size_bytes) for df in fragment.files)
+    rows = int(fragment.physical_rows)
+    if not size or not rows or size <= STREAM_READ_BYTES:
+        return 0
+    return max(_STREAM_MIN_ROWS, STREAM_READ_BYTES * rows // size)
 
 
 def open_manifest(store: ObjectStore, base: str, version: int | str | None, uri: str) -> ManifestFile:
@@ -228,11 +240,13 @@ class LanceDataset:
     # --- scanning ------------------------------------------------------------------------------
     def _fragment_tables(self, columns: Sequence[str] | None, filter: str | pc.Expression | Filter | None,
                          with_row_id: bool, with_row_address: bool, fragment_ids: set[int] | None = None,
-                         blobs: str = "blobs_descriptions") -> Iterator[pa.Table]:
-        """One table per planned fragment (the scan planner prunes by statistics), in order."""
+                         blobs: str = "blobs_descriptions", bounded: bool = False) -> Iterator[pa.Table]:
+        """One table per planned fragment (the scan planner prunes by statistics), in order;
+        ``bounded`` (streaming): large fragments in pieces of about ``STREAM_READ_BYTES`` each."""
         for task in scan.iter_plan(self, columns, filter, fragments=fragment_ids, with_row_id=with_row_id,
                                    with_row_address=with_row_address, blob_handling=blobs):
-            yield scan.execute(self, task)
+            for piece in task.split(_stream_rows(task.fragment)) if bounded else (task,):
+                yield scan.execute(self, piece)
 
     def to_batches(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                    filter: str | pc.Expression | None = None, *, with_row_id: bool = False,
@@ -245,7 +259,8 @@ class LanceDataset:
         blobs = blobs_mod.check_blob_handling(blob_handling)
         plan = _ColumnPlan(self, columns)
         metadata = self.schema.metadata
-        for table in self._fragment_tables(plan.read, filter, with_row_id, with_row_address, blobs=blobs):
+        for table in self._fragment_tables(plan.read, filter, with_row_id, with_row_address, blobs=blobs,
+                                           bounded=True):
             table = plan.apply(table, with_row_id, with_row_address)
             if table.num_columns and not plan.computed:
                 table = table.replace_schema_metadata(metadata)
