@@ -94,6 +94,14 @@ def remap_btree(request: RemapRequest) -> RemapOutcome:
         return RemapOutcome("keep")
     data, data_schema, old_version = _read(request, DATA_FILE)
     _, lookup_schema, _ = _read(request, LOOKUP_FILE)
+    if "ids" not in data.column_names and "row_ids" in data.column_names:
+        # the layout of older pylance versions (v0.1 files, ``row_ids``, no lookup metadata):
+        # pylance 14.0.2 remaps it into today's layout, so do we
+        data = data.rename_columns(["ids" if c == "row_ids" else c for c in data.column_names])
+        data_schema = pa.schema([data_schema.field("values"), pa.field("ids", pa.uint64(), nullable=False)])
+        lookup_schema = lookup_schema.with_metadata(
+            {b"range_partitioned": b"false", b"batch_size": str(DEFAULT_BATCH_SIZE).encode(),
+             **(lookup_schema.metadata or {})})
     meta = {k.decode(): v.decode() for k, v in (lookup_schema.metadata or {}).items()}
     if meta.get("range_partitioned", "false").lower() != "false":
         raise UnsupportedError(
