@@ -159,11 +159,19 @@ def test_unindexed_tail_compacted_indices_kept(tmp_path, version, stable):
     check_queries(final)
 
 
-def test_indexed_candidates_held_back(tmp_path):
-    """Indexed fragments small enough to merge are left alone (pylance would remap); dry run shows it."""
+def test_indexed_candidates_held_back(tmp_path, monkeypatch):
+    """Indexed fragments whose index kinds have no remapper are left alone; dry run shows it."""
+    from lance_ops.maintenance.index_remap import registry
+
     uri = str(tmp_path / "t.lance")
     build(uri, "2.2", False)
     cov = coverage(lance.dataset(uri))
+    # with every kind remappable the same plan remaps the indexed run instead of holding it back
+    full = compact_files(lance_ops.dataset(uri), target_rows_per_fragment=5000, dry_run=True)
+    assert [(s["fragment_ids"], s["index_action"]) for s in full["plan"]] == [
+        ([0, 1], "remap"), ([2, 3, 4, 5], "none")]
+    assert full.get("held_back", 0) == 0 and full["tasks"] == 2
+    monkeypatch.setattr(registry, "REMAPPERS", {})  # no kind remappable: the indexed run is held back
     dry = compact_files(lance_ops.dataset(uri), target_rows_per_fragment=5000, dry_run=True)
     assert [(s["fragment_ids"], s["index_action"]) for s in dry["plan"]] == [
         ([0, 1], "remap (not supported yet)"), ([2, 3, 4, 5], "none")]
