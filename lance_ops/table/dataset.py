@@ -230,9 +230,9 @@ class LanceDataset:
                          with_row_id: bool, with_row_address: bool, fragment_ids: set[int] | None = None,
                          blobs: str = "blobs_descriptions") -> Iterator[pa.Table]:
         """One table per planned fragment (the scan planner prunes by statistics), in order."""
-        for task in scan.iter_plan(self, columns, filter, fragments=fragment_ids, with_row_id=with_row_id,
-                                   with_row_address=with_row_address, blob_handling=blobs):
-            yield scan.execute(self, task)
+        yield from scan.execute_many(self, scan.iter_plan(
+            self, columns, filter, fragments=fragment_ids, with_row_id=with_row_id,
+            with_row_address=with_row_address, blob_handling=blobs))
 
     def to_batches(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                    filter: str | pc.Expression | None = None, *, with_row_id: bool = False,
