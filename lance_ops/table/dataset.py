@@ -596,11 +596,17 @@ def _local_timestamp(m: table_pb2.Manifest) -> datetime:
 
 def summary(m: table_pb2.Manifest) -> dict[str, str]:
     """The per-version summary pylance reports in ``versions()[i]["metadata"]``."""
-    files = sum(len(f.files) for f in m.fragments)
-    del_files = sum(1 for f in m.fragments if f.HasField("deletion_file"))
-    phys = sum(f.physical_rows for f in m.fragments)
-    deleted = sum(f.deletion_file.num_deleted_rows for f in m.fragments if f.HasField("deletion_file"))
-    size = sum(df.file_size_bytes for f in m.fragments for df in f.files)
+    # one pass over the fragments (versions() sums this for every version of the dataset)
+    files = del_files = phys = deleted = size = 0
+    for f in m.fragments:
+        data_files = f.files
+        files += len(data_files)
+        for df in data_files:
+            size += df.file_size_bytes
+        phys += f.physical_rows
+        if f.HasField("deletion_file"):
+            del_files += 1
+            deleted += f.deletion_file.num_deleted_rows
     return {
         "total_data_file_rows": str(phys),
         "total_data_files": str(files),

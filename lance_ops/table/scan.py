@@ -14,6 +14,10 @@ Spark data source, compaction and the statistics rebuild all read fragments thro
 """
 from __future__ import annotations
 
+import itertools
+import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -289,33 +293,73 @@ def execute(ds: DatasetSnapshot, task: FragmentScanTask) -> pa.Table:
 #: a filtered scan evaluates its filter once per group of fragments holding about this many rows
 _FILTER_GROUP_ROWS = 1 << 16
 _TASK = "__lance_ops_task"
+#: fragments read side by side by :func:`execute_many` (file reads, numpy and Arrow release the GIL)
+_WORKERS = max(2, min(4, os.cpu_count() or 1))
+#: at most this many tasks, of at most about this many planned rows together, are read ahead
+_WINDOW_TASKS = 32
+_WINDOW_ROWS = 1 << 18
 
 
 def execute_many(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask]) -> Iterator[pa.Table]:
     """:func:`execute` of each of ``tasks``, in order, yielding the same tables.
 
-    Filtered tasks are probed one by one, then their filter is evaluated once over a group of
-    them (about ``_FILTER_GROUP_ROWS`` rows): evaluating a pyarrow expression has a fixed cost
-    of milliseconds, which dominated scans of many small fragments.
+    Tasks are read a few at a time on a small thread pool (a window of at most ``_WINDOW_TASKS``
+    tasks and about ``_WINDOW_ROWS`` rows ahead of the consumer: one large fragment at a time, many
+    small ones; two pieces of one fragment never at once). Filtered tasks are probed, then their
+    filter is evaluated once over a group of them (about ``_FILTER_GROUP_ROWS`` rows): evaluating
+    a pyarrow expression has a fixed cost of milliseconds, which dominated scans of many small
+    fragments.
     """
-    pending: list[_Probe | pa.Table] = []
+    it = iter(tasks)
+    head = list(itertools.islice(it, 2))
+    if len(head) < 2:
+        yield from _grouped(ds, (_start(ds, t) for t in head), None)
+        return
+    pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="lance-ops-scan")
+    try:
+        yield from _grouped(ds, _started(ds, itertools.chain(head, it), pool), pool)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _started(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask],
+             pool: ThreadPoolExecutor) -> Iterator["pa.Table | _Probe"]:
+    """:func:`_start` of each task, in order, computed on ``pool`` a window ahead."""
+    window: deque[tuple[FragmentScanTask, Future]] = deque()
     rows = 0
     for task in tasks:
-        if pending and (task.filter is None or rows >= _FILTER_GROUP_ROWS
-                        or not _same_filter(task.filter, _group_filter(pending))):
-            yield from _flush(ds, pending)
-            pending, rows = [], 0
-        started = _start(ds, task)
-        if isinstance(started, pa.Table):
+        size = task.planned_rows
+        while window and (rows + size > _WINDOW_ROWS or len(window) >= _WINDOW_TASKS
+                          or any(t.fragment_id == task.fragment_id for t, _ in window)):
+            done, fut = window.popleft()
+            rows -= done.planned_rows
+            yield fut.result()
+        window.append((task, pool.submit(_start, ds, task)))
+        rows += size
+    while window:
+        yield window.popleft()[1].result()
+
+
+def _grouped(ds: DatasetSnapshot, started: Iterable["pa.Table | _Probe"],
+             pool: ThreadPoolExecutor | None) -> Iterator[pa.Table]:
+    """The tables of the started tasks, in order: probes are filtered in groups, then finished."""
+    pending: list[_Probe | pa.Table] = []
+    rows = 0
+    for item in started:
+        if isinstance(item, pa.Table):
             if pending:
-                pending.append(started)
+                pending.append(item)
             else:
-                yield started
+                yield item
             continue
-        pending.append(started)
-        rows += started.probe.num_rows
+        assert item.task.filter is not None
+        if pending and (rows >= _FILTER_GROUP_ROWS or not _same_filter(item.task.filter, _group_filter(pending))):
+            yield from _flush(ds, pending, pool)
+            pending, rows = [], 0
+        pending.append(item)
+        rows += item.probe.num_rows
     if pending:
-        yield from _flush(ds, pending)
+        yield from _flush(ds, pending, pool)
 
 
 def _group_filter(pending: list["_Probe | pa.Table"]) -> Filter | None:
@@ -329,20 +373,36 @@ def _same_filter(a: Filter, b: Filter | None) -> bool:
     return b is not None and (a is b or a.expression.equals(b.expression))
 
 
-def _flush(ds: DatasetSnapshot, pending: list["_Probe | pa.Table"]) -> Iterator[pa.Table]:
-    """Evaluate the group's filter once over the probes of ``pending``, then finish each task."""
+def _flush(ds: DatasetSnapshot, pending: list["_Probe | pa.Table"],
+           pool: ThreadPoolExecutor | None = None) -> Iterator[pa.Table]:
+    """Evaluate the group's filter once over the probes of ``pending``, then finish each task
+    (on ``pool`` when given: late materialisation reads the other columns)."""
     probes = [p for p in pending if isinstance(p, _Probe)]
     filt = _group_filter(pending)
     filtered: list[pa.Table] | None = None
     if len(probes) > 1 and filt is not None:
         filtered = _filter_together([p.probe for p in probes], filt.expression)
-    it = iter(filtered) if filtered is not None else None
+    if filtered is None:
+        filtered = [p.probe.filter(p.task.filter.expression) for p in probes]  # type: ignore[union-attr]
+    finished: Iterator[Any]
+    if pool is not None and len(probes) > 1:
+        finished = iter([pool.submit(_finish, ds, p, f) for p, f in zip(probes, filtered)])
+    else:
+        finished = iter([_Done(_finish(ds, p, f)) for p, f in zip(probes, filtered)])
     for p in pending:
-        if isinstance(p, pa.Table):
-            yield p
-            continue
-        assert p.task.filter is not None
-        yield _finish(ds, p, next(it) if it is not None else p.probe.filter(p.task.filter.expression))
+        yield p if isinstance(p, pa.Table) else next(finished).result()
+
+
+class _Done:
+    """A finished result with a future's ``result()``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: pa.Table) -> None:
+        self.value = value
+
+    def result(self) -> pa.Table:
+        return self.value
 
 
 def _filter_together(probes: list[pa.Table], expression: pc.Expression) -> list[pa.Table] | None:
