@@ -6,6 +6,7 @@ as pylance does).
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -38,6 +39,8 @@ from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.manifest.codec import ManifestFile, check_fragments, manifest_schema, read_manifest
 
 _DELETED_ROWS = "lance_ops.num_deleted_rows"
+#: fragments whose deletion vectors a take reads at once
+_TAKE_WORKERS = 4
 
 
 def open_manifest(store: ObjectStore, base: str, version: int | str | None, uri: str) -> ManifestFile:
@@ -334,14 +337,21 @@ class LanceDataset:
         if len(schema) == 0:  # nothing to read; concat_tables would lose the row count
             return pa.table({"_": pa.nulls(int(positions.size))}).drop_columns(["_"])
         order = np.argsort(which, kind="stable")
-        pieces, placed = [], []
-        for frag_pos in np.unique(which):
-            sel = order[which[order] == frag_pos]
-            frag = frags[int(frag_pos)]
+        placed = [order[which[order] == frag_pos] for frag_pos in np.unique(which)]
+        chosen = [frags[int(which[sel[0]])] for sel in placed]
+
+        def task_of(frag: LanceFragment, sel: np.ndarray) -> scan.FragmentScanTask:
             offs = np.asarray(to_offsets(frag, positions[sel]), dtype=np.uint64)
-            task = scan.fragment_task(self, frag, out_columns, offsets=offs)
-            pieces.append(scan.execute(self, task).replace_schema_metadata(schema.metadata))
-            placed.append(sel)
+            return scan.fragment_task(self, frag, out_columns, offsets=offs)
+
+        # the fragments' deletion vectors (to_offsets) and rows are read side by side
+        if len(chosen) > 1:
+            with ThreadPoolExecutor(max_workers=min(_TAKE_WORKERS, len(chosen)),
+                                    thread_name_prefix="lance-ops-take") as pool:
+                tasks = list(pool.map(task_of, chosen, placed))
+        else:
+            tasks = [task_of(f, sel) for f, sel in zip(chosen, placed)]
+        pieces = [t.replace_schema_metadata(schema.metadata) for t in scan.execute_many(self, tasks)]
         table = pa.concat_tables(pieces)
         inverse = np.empty(positions.size, dtype=np.int64)
         inverse[np.concatenate(placed)] = np.arange(positions.size)
