@@ -197,12 +197,13 @@ class LanceDataset:
     def versions(self) -> list[dict]:
         """Every version with its timestamp and summary metadata (as pylance)."""
         out = []
+        memo: dict[bytes, tuple[int, int, int, int, int]] = {}
         for loc in naming.list_versions(self._store, self._base):
             m = read_manifest(self._store, loc.path).manifest
             out.append({
                 "version": m.version,
                 "timestamp": _local_timestamp(m),
-                "metadata": summary(m),
+                "metadata": summary(m, memo),
             })
         return out
 
@@ -604,19 +605,29 @@ def _local_timestamp(m: table_pb2.Manifest) -> datetime:
     return datetime.fromtimestamp(ns // 1e9) + timedelta(microseconds=(ns % 1e9) // 1e3)
 
 
-def summary(m: table_pb2.Manifest) -> dict[str, str]:
-    """The per-version summary pylance reports in ``versions()[i]["metadata"]``."""
-    # one pass over the fragments (versions() sums this for every version of the dataset)
+def summary(m: table_pb2.Manifest, memo: dict[bytes, tuple[int, int, int, int, int]] | None = None) -> dict[str, str]:
+    """The per-version summary pylance reports in ``versions()[i]["metadata"]``.
+
+    ``memo`` (shared over the versions of one listing) maps an encoded fragment to its counts:
+    consecutive versions share most of their fragments, and encoding one is much cheaper than
+    walking its fields from Python.
+    """
     files = del_files = phys = deleted = size = 0
     for f in m.fragments:
-        data_files = f.files
-        files += len(data_files)
-        for df in data_files:
-            size += df.file_size_bytes
-        phys += f.physical_rows
-        if f.HasField("deletion_file"):
-            del_files += 1
-            deleted += f.deletion_file.num_deleted_rows
+        key = f.SerializeToString() if memo is not None else b""
+        counts = memo.get(key) if memo is not None else None
+        if counts is None:
+            data_files = f.files
+            has_del = f.HasField("deletion_file")
+            counts = (len(data_files), sum(df.file_size_bytes for df in data_files), f.physical_rows,
+                      int(has_del), f.deletion_file.num_deleted_rows if has_del else 0)
+            if memo is not None:
+                memo[key] = counts
+        files += counts[0]
+        size += counts[1]
+        phys += counts[2]
+        del_files += counts[3]
+        deleted += counts[4]
     return {
         "total_data_file_rows": str(phys),
         "total_data_files": str(files),
