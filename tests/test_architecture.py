@@ -26,6 +26,7 @@ FLOORS = {
     "spark": 5, "cli": 5, "cli_output": 5, "demo": 5,
     "api": 9,  # the package face (ADR 0003): composes maintenance verbs onto the core dataset
     "file": 9,  # the public face mirroring pylance's ``lance.file`` (ADR 0002): re-exports lance_ops.format
+    "optimize": 9,  # the public face mirroring pylance's ``lance.optimize`` (ADR 0015)
 }
 
 #: upward edges that exist today (importer -> imported); the redesign removes them
@@ -400,6 +401,7 @@ g = np.argsort(x, kind="stable")
 #: private attributes of third-party objects with no public equivalent (reason beside each)
 THIRD_PARTY_PRIVATE = {
     "_jsc",  # PySpark's SparkContext -> JavaSparkContext (Hadoop configuration); no public handle
+    "_call",  # pyarrow's Expression._call: the only way to call a registered UDF inside an expression
 }
 
 

@@ -18,11 +18,15 @@ soon as a page is encoded.
 """
 from __future__ import annotations
 
+import functools
 import os
 import struct
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence
 
 import pyarrow as pa
 from google.protobuf import any_pb2
@@ -58,6 +62,23 @@ DEFAULT_MAX_PAGE_BYTES = 32 * 1024 * 1024
 MAX_PAGE_BYTES_ENV = "LANCE_FILE_WRITER_MAX_PAGE_BYTES"
 _PADDING = PAD_BYTE * PAGE_ALIGNMENT
 SUPPORTED_VERSIONS = V2_WRITABLE  # 2.1/2.2 via lance_ops.format.v2_1.encode
+#: columns of a 2.1+ batch encoded at once (``LANCE_OPS_ENCODE_THREADS``; 0 or 1: one at a time)
+ENCODE_THREADS = int(os.environ.get("LANCE_OPS_ENCODE_THREADS", min(4, os.cpu_count() or 1)))
+_POOL: tuple[Optional[int], Optional[ThreadPoolExecutor]] = (None, None)  # (pid, executor)
+_POOL_LOCK = threading.Lock()
+
+
+def _encode_pool() -> Optional[ThreadPoolExecutor]:
+    """The shared column-encoding pool (re-created in a forked child), or None when threads are off."""
+    global _POOL
+    if ENCODE_THREADS <= 1:
+        return None
+    pid = os.getpid()
+    if _POOL[0] != pid:
+        with _POOL_LOCK:
+            if _POOL[0] != pid:
+                _POOL = (pid, ThreadPoolExecutor(ENCODE_THREADS, thread_name_prefix="lance-ops-encode"))
+    return _POOL[1]
 
 
 @dataclass(frozen=True)
@@ -344,8 +365,7 @@ class V2FileWriter:
                 "the schema is unknown and the file cannot be created (pass schema= or write a batch); "
                 "nothing was written")
         try:
-            for encoder in self._encoders:
-                self._write_pages(encoder.flush())
+            self._encode_in_order([encoder.flush for encoder in self._encoders])
             for encoder in self._encoders:
                 self._write_pages(encoder.finish())
             self._write_tail()
@@ -402,8 +422,8 @@ class V2FileWriter:
         if n > 2**32:
             raise ValueError("cannot write Lance files with more than 2^32 rows in one batch")
         if not self._has_blobs:
-            for encoder, array in zip(self._encoders, batch.columns):
-                self._write_pages(encoder.maybe_encode(array))
+            self._encode_in_order([functools.partial(encoder.maybe_encode, array)
+                                   for encoder, array in zip(self._encoders, batch.columns)])
         else:
             # blob values go out of line, at the current end of the file, before every page this
             # batch completes (pylance's order); positions are absolute file offsets
@@ -416,6 +436,38 @@ class V2FileWriter:
                 sink.write(chunk)  # type: ignore[arg-type]  # any buffer is fine; numpy's stubs give ndarray none before 3.12
             self._write_pages(pages)
         self._rows += n
+
+    def _encode_in_order(self, jobs: Sequence[Callable[[], Sequence[EncodedPage]]]) -> None:
+        """Run each field's encode job and write its pages, in field order (the bytes do not depend
+        on the threads). 2.1+ fields without blobs (blob v2 side files are written in order) encode on the pool, a few ahead of the writing
+        (numpy and pyarrow release the GIL); the window bounds the pages held in memory."""
+        parallel = self.version is not FileVersion.V2_0 and not self._has_blobs and not self._blob_v2_names
+        pool = _encode_pool() if parallel else None
+        if pool is None or len(jobs) < 2:
+            for job in jobs:
+                self._write_pages(job())
+            return
+        window = ENCODE_THREADS + 1
+        pending: deque[Future] = deque()
+        todo = iter(jobs)
+        try:
+            for job in todo:
+                pending.append(pool.submit(job))
+                if len(pending) >= window:
+                    break
+            while pending:
+                pages = pending.popleft().result()
+                nxt = next(todo, None)
+                if nxt is not None:
+                    pending.append(pool.submit(nxt))
+                self._write_pages(pages)
+                del pages
+        finally:
+            for fut in pending:
+                fut.cancel()
+            for fut in pending:  # a field's encoder must not still run when the writer is aborted
+                if not fut.cancelled():
+                    fut.exception()
 
     def _write_pages(self, pages: Sequence[EncodedPage]) -> None:
         if not pages:

@@ -147,7 +147,7 @@ def plan_delete(dataset: DeleteTarget,
             continue
         count += int(new.size)
         ctx.deleted_offsets[frag.fragment_id] = new
-        old_file = frag.metadata.deletion_file if frag.metadata.HasField("deletion_file") else None
+        old_file = frag.proto.deletion_file if frag.proto.HasField("deletion_file") else None
         merged = deletion.merge_deletions(frag.deleted_offsets, new)
         if merged.size >= frag.physical_rows:
             txn.delete.deleted_fragment_ids.append(frag.fragment_id)
@@ -170,7 +170,7 @@ def plan_delete(dataset: DeleteTarget,
         written = [write(item) for item in to_write]
     for (frag, _, _), proto in zip(to_write, written):
         updated = table_pb2.DataFragment()
-        updated.CopyFrom(frag.metadata)
+        updated.CopyFrom(frag.proto)
         updated.deletion_file.CopyFrom(proto)
         txn.delete.updated_fragments.append(updated)
     txn.delete.SetInParent()

@@ -213,7 +213,7 @@ def fragment_task(ds: DatasetSnapshot, fragment: LanceFragment | table_pb2.DataF
     """The task reading ``fragment`` of ``ds`` as given, with no statistics pruning (takes and
     deletes, which choose their rows themselves). ``columns`` must exist (see
     :func:`resolve_columns`)."""
-    proto = fragment.metadata if isinstance(fragment, LanceFragment) else fragment
+    proto = fragment.proto if isinstance(fragment, LanceFragment) else fragment
     ids = ds.top_field_ids
     filt = _compile(ds, filter)
     if filt is not None and filt.constant is True:

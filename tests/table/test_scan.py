@@ -81,7 +81,7 @@ def test_fragments_subset_keeps_manifest_order(uri):
     tasks = scan.plan(ds, ["id"], fragments=[2, 0])
     assert [t.fragment_id for t in tasks] == [0, 2]
     assert [t.fragment_id for t in scan.plan(ds, ["id"], fragments=[frags[1]])] == [1]
-    assert [t.fragment_id for t in scan.plan(ds, ["id"], fragments=[frags[1].metadata])] == [1]
+    assert [t.fragment_id for t in scan.plan(ds, ["id"], fragments=[frags[1].proto])] == [1]
     assert [t.fragment_id for t in scan.plan(ds, ["id"], fragments=np.array([1]))] == [1]
     got = run(ds, tasks).column("id").to_pylist()
     assert got == [i for i in list(range(2000)) + list(range(4000, 6000)) if i % 10 != 3]

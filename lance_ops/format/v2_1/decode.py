@@ -126,10 +126,10 @@ def select_rows(levels: rd.Levels, values: Vals, canon: rd.Canonical, ra: np.nda
 
 
 def _join(datas: Sequence) -> np.ndarray:
-    """The requested byte ranges back to back as one uint8 array (no copy for a single range)."""
+    """The requested byte ranges back to back as one uint8 array (no copy for a single range; one copy else)."""
     if len(datas) == 1:
         return np.frombuffer(datas[0], dtype=np.uint8)
-    return np.concatenate([np.frombuffer(d, dtype=np.uint8) for d in datas]) if datas else np.zeros(0, np.uint8)
+    return np.frombuffer(b"".join(datas), dtype=np.uint8)  # bytes and memoryviews alike: no array per range
 
 
 def empty_decoded(ctx: "PageCtx") -> Decoded:

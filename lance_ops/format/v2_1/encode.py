@@ -295,13 +295,13 @@ def _dict_var(offs: np.ndarray, data: np.ndarray, obits: int, params: Params) ->
     # the budget is all distinct, the full count (the expensive part) is not needed
     per = avg + obits // 8
     need = max(0, int((params.dict_size_ratio * data_size - n * (obits // 8)) / per) + 2) if per else n
-    if need < n // 2:
+    if need < n:
         if too_many(len(pc.unique(_var_array(offs[:need + 1], data)))):
             return None
-    arr = _var_array(offs, data)
-    if too_many(len(pc.unique(arr))):
+    # the dictionary's length is the distinct count: one hash pass decides and encodes
+    enc = pc.dictionary_encode(_var_array(offs, data))  # dictionary in first-seen order, as upstream
+    if too_many(len(enc.dictionary)):
         return None
-    enc = pc.dictionary_encode(arr)  # dictionary in first-seen order, as upstream
     idx = np.asarray(enc.indices.to_numpy(zero_copy_only=False)).astype(np.uint32)
     d = enc.dictionary
     d_offs = np.frombuffer(d.buffers()[1], dtype=np.int64, count=len(d) + 1, offset=d.offset * 8)
@@ -412,7 +412,7 @@ def _constant_value(values: pa.Array, valid: Optional[np.ndarray]) -> Optional[t
         w = bits // 8
         m = _fixed_bytes(values, bits).reshape(n, w)
         sel = m if idx is None else m[idx]
-        if not (sel == sel[0]).all():
+        if not (sel[:64] == sel[0]).all() or not (sel == sel[0]).all():  # a prefix rejects most columns cheaply
             return None
         return sel[0].tobytes(), None
     if _is_var(t):
@@ -420,7 +420,7 @@ def _constant_value(values: pa.Array, valid: Optional[np.ndarray]) -> Optional[t
         lens = np.diff(offs)
         sel_i = np.arange(n) if idx is None else idx
         l0 = int(lens[sel_i[0]])
-        if not (lens[sel_i] == l0).all():
+        if not (lens[sel_i[:64]] == l0).all() or not (lens[sel_i] == l0).all():
             return None
         starts = offs[:-1][sel_i]
         if l0:

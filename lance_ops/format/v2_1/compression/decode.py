@@ -181,9 +181,42 @@ class Vals:
             if len(widths) > 1:
                 raise EncodingCorrupt(f"cannot combine values of widths {sorted(widths)}")
             w = widths.pop() if widths else parts[0].width
-            data = np.concatenate([p.data.reshape(p.n, w) for p in parts]) if n else np.zeros((0, w), np.uint8)
+            if not n:
+                return Vals("fixed", n, np.zeros((0, w), np.uint8), None, iv, ipv)
+            joined = adjacent_view([p.data for p in parts])
+            data = joined.reshape(n, w) if joined is not None else np.concatenate([p.data.reshape(p.n, w) for p in parts])
             return Vals("fixed", n, data, None, iv, ipv)
-        return Vals(kind, n, np.concatenate([p.data for p in parts]), None, iv, ipv)
+        joined = adjacent_view([p.data for p in parts])
+        return Vals(kind, n, joined if joined is not None else np.concatenate([p.data for p in parts]), None, iv, ipv)
+
+
+def adjacent_view(arrays: Sequence[np.ndarray]) -> Optional[np.ndarray]:
+    """One uint8 view over ``arrays`` when they lie back to back in one buffer (pages read as one
+    range and decoded without a copy), else None: concatenating them would copy for nothing."""
+    if len(arrays) < 2 or any(a.dtype != np.uint8 or not a.flags.c_contiguous for a in arrays):
+        return None
+    root = arrays[0]
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root.base is not None:  # a view of bytes, a bytearray, an mmap (or a memoryview of one): view all of it
+        base = root.base.obj if isinstance(root.base, memoryview) and root.base.obj is not None else root.base
+        try:
+            root = np.frombuffer(base, dtype=np.uint8)
+        except (TypeError, ValueError):
+            return None
+    if not root.flags.c_contiguous:
+        return None
+    root_at = root.__array_interface__["data"][0]
+    at = arrays[0].__array_interface__["data"][0]
+    end = at
+    for a in arrays:
+        if a.__array_interface__["data"][0] != end:
+            return None
+        end += a.nbytes
+    if at < root_at or end > root_at + root.nbytes:
+        return None
+    flat = root.reshape(-1).view(np.uint8)
+    return flat[at - root_at:end - root_at].reshape((-1,) + arrays[0].shape[1:])
 
 
 # --------------------------------------------------------------------------------------------
