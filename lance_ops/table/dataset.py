@@ -6,6 +6,7 @@ as pylance does).
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -39,6 +40,8 @@ from lance_ops.table.columns import ColumnPlan
 from lance_ops.table.manifest.codec import ManifestFile, check_fragments, manifest_schema, read_manifest
 
 _DELETED_ROWS = "lance_ops.num_deleted_rows"
+#: fragments whose deletion vectors a take reads at once
+_TAKE_WORKERS = 4
 #: ``to_batches`` reads a fragment in pieces of about this many bytes of its data files (bounded memory)
 STREAM_READ_BYTES = 64 * 1024 * 1024
 _STREAM_MIN_ROWS = 8192
@@ -214,12 +217,13 @@ class LanceDataset:
     def versions(self) -> list[dict]:
         """Every version with its timestamp and summary metadata (as pylance)."""
         out = []
+        memo: dict[bytes, tuple[int, int, int, int, int]] = {}
         for loc in naming.list_versions(self._store, self._base):
             m = read_manifest(self._store, loc.path).manifest
             out.append({
                 "version": m.version,
                 "timestamp": _local_timestamp(m),
-                "metadata": summary(m),
+                "metadata": summary(m, memo),
             })
         return out
 
@@ -250,11 +254,14 @@ class LanceDataset:
                          with_row_id: bool, with_row_address: bool, fragment_ids: set[int] | None = None,
                          blobs: str = "blobs_descriptions", bounded: bool = False) -> Iterator[pa.Table]:
         """One table per planned fragment (the scan planner prunes by statistics), in order;
-        ``bounded`` (streaming): large fragments in pieces of about ``STREAM_READ_BYTES`` each."""
-        for task in scan.iter_plan(self, columns, filter, fragments=fragment_ids, with_row_id=with_row_id,
-                                   with_row_address=with_row_address, blob_handling=blobs):
-            for piece in task.split(_stream_rows(task.fragment)) if bounded else (task,):
-                yield scan.execute(self, piece)
+        ``bounded`` (streaming): large fragments in pieces of about ``STREAM_READ_BYTES`` each.
+        Fragments are read side by side and filters evaluated per group (``scan.execute_many``)."""
+        tasks: Iterator[scan.FragmentScanTask] = scan.iter_plan(
+            self, columns, filter, fragments=fragment_ids, with_row_id=with_row_id,
+            with_row_address=with_row_address, blob_handling=blobs)
+        if bounded:
+            tasks = (piece for task in tasks for piece in task.split(_stream_rows(task.fragment)))
+        yield from scan.execute_many(self, tasks)
 
     def to_batches(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                    filter: str | pc.Expression | None = None, *, with_row_id: bool = False,
@@ -376,14 +383,21 @@ class LanceDataset:
         if len(schema) == 0:  # nothing to read; concat_tables would lose the row count
             return pa.table({"_": pa.nulls(int(positions.size))}).drop_columns(["_"])
         order = np.argsort(which, kind="stable")
-        pieces, placed = [], []
-        for frag_pos in np.unique(which):
-            sel = order[which[order] == frag_pos]
-            frag = frags[int(frag_pos)]
+        placed = [order[which[order] == frag_pos] for frag_pos in np.unique(which)]
+        chosen = [frags[int(which[sel[0]])] for sel in placed]
+
+        def task_of(frag: LanceFragment, sel: np.ndarray) -> scan.FragmentScanTask:
             offs = np.asarray(to_offsets(frag, positions[sel]), dtype=np.uint64)
-            task = scan.fragment_task(self, frag, out_columns, offsets=offs)
-            pieces.append(scan.execute(self, task).replace_schema_metadata(schema.metadata))
-            placed.append(sel)
+            return scan.fragment_task(self, frag, out_columns, offsets=offs)
+
+        # the fragments' deletion vectors (to_offsets) and rows are read side by side
+        if len(chosen) > 1:
+            with ThreadPoolExecutor(max_workers=min(_TAKE_WORKERS, len(chosen)),
+                                    thread_name_prefix="lance-ops-take") as pool:
+                tasks = list(pool.map(task_of, chosen, placed))
+        else:
+            tasks = [task_of(f, sel) for f, sel in zip(chosen, placed)]
+        pieces = [t.replace_schema_metadata(schema.metadata) for t in scan.execute_many(self, tasks)]
         table = pa.concat_tables(pieces)
         inverse = np.empty(positions.size, dtype=np.int64)
         inverse[np.concatenate(placed)] = np.arange(positions.size)
@@ -665,13 +679,29 @@ def _local_timestamp(m: table_pb2.Manifest) -> datetime:
     return datetime.fromtimestamp(ns // 1e9) + timedelta(microseconds=(ns % 1e9) // 1e3)
 
 
-def summary(m: table_pb2.Manifest) -> dict[str, str]:
-    """The per-version summary pylance reports in ``versions()[i]["metadata"]``."""
-    files = sum(len(f.files) for f in m.fragments)
-    del_files = sum(1 for f in m.fragments if f.HasField("deletion_file"))
-    phys = sum(f.physical_rows for f in m.fragments)
-    deleted = sum(f.deletion_file.num_deleted_rows for f in m.fragments if f.HasField("deletion_file"))
-    size = sum(df.file_size_bytes for f in m.fragments for df in f.files)
+def summary(m: table_pb2.Manifest, memo: dict[bytes, tuple[int, int, int, int, int]] | None = None) -> dict[str, str]:
+    """The per-version summary pylance reports in ``versions()[i]["metadata"]``.
+
+    ``memo`` (shared over the versions of one listing) maps an encoded fragment to its counts:
+    consecutive versions share most of their fragments, and encoding one is much cheaper than
+    walking its fields from Python.
+    """
+    files = del_files = phys = deleted = size = 0
+    for f in m.fragments:
+        key = f.SerializeToString() if memo is not None else b""
+        counts = memo.get(key) if memo is not None else None
+        if counts is None:
+            data_files = f.files
+            has_del = f.HasField("deletion_file")
+            counts = (len(data_files), sum(df.file_size_bytes for df in data_files), f.physical_rows,
+                      int(has_del), f.deletion_file.num_deleted_rows if has_del else 0)
+            if memo is not None:
+                memo[key] = counts
+        files += counts[0]
+        size += counts[1]
+        phys += counts[2]
+        del_files += counts[3]
+        deleted += counts[4]
     return {
         "total_data_file_rows": str(phys),
         "total_data_files": str(files),

@@ -121,9 +121,8 @@ def _live_tables(task: RewriteTask, view: Any, schema: pa.Schema, stats: dict[st
     scans = {t.fragment_id: t for t in scan.plan(view, schema.names, fragments=task.fragments,
                                                  blob_handling="logical")}
 
-    def load(proto: table_pb2.DataFragment, expected_live: int | None) -> tuple[pa.Table, bool, int]:
+    def check(proto: table_pb2.DataFragment, expected_live: int | None, table: pa.Table) -> tuple[pa.Table, bool, int]:
         """The fragment's live rows, whether it had deleted rows, its live count."""
-        table = scan.execute(view, scans[proto.id])
         live = table.num_rows
         if expected_live is not None and live != expected_live:
             raise LanceOpsError(
@@ -133,7 +132,9 @@ def _live_tables(task: RewriteTask, view: Any, schema: pa.Schema, stats: dict[st
         return table, live != proto.physical_rows, live
 
     def load_group(group: Any) -> list[tuple[pa.Table, bool, int]]:
-        return [load(proto, n) for proto, n in group]
+        # the group's fragments are read side by side (scan.execute_many), then checked in order
+        tables = scan.execute_many(view, [scans[proto.id] for proto, _ in group])
+        return [check(proto, n, table) for (proto, n), table in zip(group, tables)]
 
     def live_rows(group: Any, loaded: Any) -> pa.Table:
         # (counted here, in the consuming thread, in group order)
