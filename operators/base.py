@@ -28,11 +28,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
+from datetime import timedelta
 from typing import Any, Iterable, Mapping, NoReturn
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
-from operators.hooks import LanceHook, is_absolute_uri, normalize_conn_id
+from lance_ops_airflow.operators.hooks import LanceHook, is_absolute_uri, normalize_conn_id
+from lance_ops_airflow.operators.summary import summary_lines
 
 #: the alias through which operators with templated dataset URIs emit their asset events
 LANCE_ASSET_ALIAS = "lance_ops_datasets"
@@ -72,6 +76,45 @@ def as_int(value: Any, name: str) -> int:
     if out is None:
         raise ValueError(f"{name} is required")
     return out
+
+
+#: seconds per duration unit (``14d``, ``12h``, ``30m``, ``45s``, ``2w``; ``1d12h`` combines them)
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
+#: JSON-schema pattern of a duration string, for DAG Params (the trigger form checks it)
+DURATION_PATTERN = r"^\s*(\d+(\.\d+)?\s*[smhdwSMHDW]\s*)+$"
+
+
+def parse_duration(value: Any, name: str = "duration") -> float | None:
+    """Seconds of a duration: ``"14d"``, ``"12h"``, ``"1d12h"``, a number of seconds or a timedelta.
+
+    ``None``/``""`` -> None. Anything else (a negative number, ``"14 days"``, ``"2x"``) raises a
+    ValueError naming ``name``, the value and the accepted form.
+    """
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
+        return None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", value):
+        seconds = float(value)
+    elif isinstance(value, str) and re.fullmatch(DURATION_PATTERN, value):
+        seconds = sum(float(n) * DURATION_UNITS[u.lower()] for n, u in _DURATION_PART.findall(value))
+    else:
+        raise ValueError(f"{name}: {value!r} is not a duration; use a number with a unit "
+                         "(s, m, h, d, w), e.g. 14d, 12h, 30m, 1d12h")
+    if seconds < 0:
+        raise ValueError(f"{name}: {value!r} is negative; a duration is 0 or more (e.g. 0s, 14d)")
+    return seconds
+
+
+def skip(log: Any, reason: str) -> NoReturn:
+    """Log why the task is skipped (an INFO line ``skipped: <reason>``), then skip it."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    log.info("skipped: %s", reason)
+    raise AirflowSkipException(reason)
 
 
 def jsonable(value: Any) -> Any:
@@ -248,6 +291,7 @@ class LanceBaseOperator(BaseOperator):
 
     # -- the template method ----------------------------------------------------------------------
     def execute(self, context: Any) -> dict[str, Any]:
+        started = time.monotonic()
         try:
             uri, options = self.resolve()
             key = self.key(context)
@@ -266,7 +310,8 @@ class LanceBaseOperator(BaseOperator):
         }
         result = trim_lists(jsonable(result))
         self.emit_asset_events(context, uri, result)
-        self.log.info("result: %s", json.dumps(result, sort_keys=True))
+        for line in summary_lines(result, seconds=time.monotonic() - started):
+            self.log.info("%s", line)
         return result
 
     def emit_asset_events(self, context: Any, uri: str, result: Mapping[str, Any]) -> None:

@@ -56,7 +56,7 @@ def test_maintenance_dag_compacts_materializes_and_cleans(airflow_runner, tmp_pa
 
     res = airflow_runner.run("lance_maintenance", {
         "dataset_uri": uri, "target_rows_per_fragment": 500, "small_fragments_threshold": 5,
-        "materialize_deletions_threshold": 0.2, "cleanup_older_than_seconds": 0,
+        "materialize_deletions_threshold": 0.2, "cleanup_older_than": "0s",
     })
     res.assert_success(skipped=("compaction.spark_rewrite",))
     x = res.xcoms
@@ -82,7 +82,7 @@ def test_maintenance_dag_healthy_dataset_skips(airflow_runner, tmp_path):
     uri = str(tmp_path / "healthy.lance")
     write_fragments(uri, [100])
     t0 = time.monotonic()
-    res = airflow_runner.run("lance_maintenance", {"dataset_uri": uri, "sensor_timeout_seconds": 1})
+    res = airflow_runner.run("lance_maintenance", {"dataset_uri": uri, "sensor_timeout": "1s"})
     assert res.state == "success"
     assert set(res.task_states.values()) == {"skipped"}, res.task_states
     assert time.monotonic() - t0 < 60
@@ -104,7 +104,7 @@ def test_maintenance_dag_on_s3(airflow_runner, moto_server, s3_bucket, monkeypat
     ds.delete("id >= 200")
     res = airflow_runner.run("lance_maintenance", {
         "dataset_uri": "events.lance", "lance_conn_id": "lance_s3", "target_rows_per_fragment": 1000,
-        "small_fragments_threshold": 3, "cleanup_older_than_seconds": 0,
+        "small_fragments_threshold": 3, "cleanup_older_than": "0s",
     })
     res.assert_success(skipped=("compaction.spark_rewrite",))
     assert res.xcoms["compaction.commit"]["uri"] == uri
