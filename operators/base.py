@@ -36,6 +36,7 @@ from typing import Any, Iterable, Mapping, NoReturn
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
 from lance_ops_airflow.operators.hooks import LanceHook, is_absolute_uri, normalize_conn_id
+from lance_ops_airflow.operators.lineage import openlineage_names, operator_lineage
 from lance_ops_airflow.operators.summary import summary_lines
 
 #: the alias through which operators with templated dataset URIs emit their asset events
@@ -201,18 +202,6 @@ def dataset_asset_uri(uri: str) -> str:
     return "file://" + os.path.abspath(text)
 
 
-def openlineage_names(uri: str) -> tuple[str, str]:
-    """OpenLineage (namespace, name) per the naming spec: ``file`` + path, ``s3://bucket`` + key."""
-    text = str(uri)
-    if "://" in text and not text.lower().startswith("file:"):
-        scheme, rest = text.split("://", 1)
-        scheme = "s3" if scheme.lower() in ("s3", "s3a", "s3+ddb") else scheme.lower()
-        bucket, _, key = rest.partition("/")
-        return f"{scheme}://{bucket}", key.split("?", 1)[0].strip("/")
-    path = text[len("file://"):] if text.lower().startswith("file://") else text
-    return "file", os.path.abspath(path)
-
-
 def _static_uri(dataset_uri: Any, lance_conn_id: Any) -> str | None:
     """The dataset URI when it is known at parse time (no template, absolute), else None."""
     if not isinstance(dataset_uri, str) or "{{" in dataset_uri or "{%" in dataset_uri:
@@ -268,6 +257,7 @@ class LanceBaseOperator(BaseOperator):
         self.emit_asset_event = emit_asset_event
         self.idempotency_scope = idempotency_scope
         self._resolved_uri: str | None = None
+        self._last_result: dict[str, Any] | None = None
         self._cancelled = False
 
     # -- helpers for subclasses -----------------------------------------------------------------
@@ -309,6 +299,7 @@ class LanceBaseOperator(BaseOperator):
             **outcome,
         }
         result = trim_lists(jsonable(result))
+        self._last_result = result
         self.emit_asset_events(context, uri, result)
         for line in summary_lines(result, seconds=time.monotonic() - started):
             self.log.info("%s", line)
@@ -356,24 +347,19 @@ class LanceBaseOperator(BaseOperator):
         """URIs of inputs other than the dataset itself (e.g. an ingested Parquet path)."""
         return []
 
-    def get_openlineage_facets_on_complete(self, task_instance: Any = None):
-        """Inputs/outputs for OpenLineage; None when the OpenLineage provider is not installed."""
-        try:
-            from airflow.providers.common.compat.openlineage.facet import Dataset
-            from airflow.providers.openlineage.extractors import OperatorLineage
-        except ImportError:
-            return None
+    def get_openlineage_facets_on_complete(self, task_instance: Any = None) -> Any:
+        """Inputs/outputs for OpenLineage; None when the OpenLineage provider is not installed.
+
+        Datasets are named per the OpenLineage naming spec (:func:`openlineage_names`). The output
+        carries the committed version's ``schema`` facet and, when the task wrote rows,
+        ``outputStatistics`` (rows and bytes it wrote, from its metrics); the dataset as an input
+        carries the schema too. See :mod:`lance_ops_airflow.operators.lineage`.
+        """
         uri = self._resolved_uri or _static_uri(self.dataset_uri, self.lance_conn_id)
         if not uri:
             return None
-        ns, name = openlineage_names(uri)
-        output = Dataset(namespace=ns, name=name)
-        if output is None:  # compat placeholder when the openlineage client is missing
-            return None
-        inputs = [Dataset(namespace=n, name=m) for n, m in map(openlineage_names, self.lineage_inputs())]
-        if self.reads_dataset:
-            inputs.append(Dataset(namespace=ns, name=name))
-        return OperatorLineage(inputs=inputs, outputs=[output])
+        inputs = list(self.lineage_inputs()) + ([uri] if self.reads_dataset else [])
+        return operator_lineage(self.log, uri, inputs, self._last_result, normalize_conn_id(self.lance_conn_id))
 
 
 def merge_outlets(outlets: Iterable[Any] | None, *extra: Any) -> list[Any]:

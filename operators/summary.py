@@ -3,7 +3,7 @@
 A result dict is long and nested (plans, per-file lists); the Airflow log view cuts a long line.
 :func:`summary_lines` turns it into a few aligned lines, the same shape for every operation::
 
-    Lance compaction: committed version 7
+    Lance compaction: changed the dataset, now at version 7
       dataset  /data/events.lance
       rows     rows_rewritten=120000
       files    fragments_added=2  fragments_removed=12
@@ -38,14 +38,14 @@ def human_bytes(value: float) -> str:
 
 
 def outcome(result: Mapping[str, Any]) -> str:
-    """What changed, in words: committed version N / already committed / dry run / no change."""
+    """What changed, in words: changed (now at version N) / already committed / dry run / no change."""
     version = result.get("version")
     if result.get("already_committed"):
         return f"already committed by an earlier try as version {version}: nothing new"
     if result.get("dry_run"):
         return "dry run: nothing changed"
     if result.get("changed"):
-        return f"committed version {version}"
+        return f"changed the dataset, now at version {version}"
     reason = result.get("reason") or (result.get("metrics") or {}).get("reason")
     return f"no change (version {version})" + (f": {reason}" if reason else "")
 
