@@ -1,13 +1,15 @@
-"""Airflow operators for Lance datasets (the lance-ops deployment tree).
+"""Airflow operators for Lance datasets (the provider's operators; ADR 0012).
 
-Import with the repository root on ``sys.path`` (as Airflow does for DAG/plugin folders)::
+Installed with the distribution (``pip install lance-ops[airflow]``) as
+``lance_ops_airflow.operators``; the repository keeps them in ``operators/``::
 
     from lance_ops_airflow.operators import LanceDeleteOperator, lance_ingest_group
 
 Submodules: :mod:`lance_ops_airflow.operators.hooks` (LanceHook), :mod:`lance_ops_airflow.operators.base` (shared behaviour:
 idempotency keys, asset events, lineage), :mod:`lance_ops_airflow.operators.lance` (in-process operators),
 :mod:`lance_ops_airflow.operators.spark` (Spark job + commit task groups), :mod:`lance_ops_airflow.operators.report` (the run report
-that fails a maintenance run naming its failed steps).
+that fails a maintenance run naming its failed steps), :mod:`lance_ops_airflow.operators.summary`
+(the task log summary), :mod:`lance_ops_airflow.operators.lineage` (OpenLineage datasets and facets).
 """
 from __future__ import annotations
 
