@@ -101,7 +101,7 @@ def test_indexed_dataset_cleanup_and_health_run_whatever_compaction_does(airflow
     names = sorted(i["name"] for i in before.list_indices())
     res = airflow_runner.run("lance_maintenance", {
         "dataset_uri": uri, "target_rows_per_fragment": 1000, "small_fragments_threshold": 3,
-        "materialize_deletions_threshold": 0.05, "cleanup_older_than_seconds": 0,
+        "materialize_deletions_threshold": 0.05, "cleanup_older_than": "0s",
     })
     states = res.task_states
     assert states["verify"] == "success", states
@@ -144,7 +144,7 @@ def test_failed_verify_keeps_cleanup_from_running(airflow_runner, tmp_path: Path
     with open(Path(uri) / "data" / data, "ab") as f:  # verify: recorded size != actual size
         f.write(b"garbage")
     res = airflow_runner.run("lance_maintenance", {
-        "dataset_uri": uri, "versions_to_clean_threshold": 1, "cleanup_older_than_seconds": 0,
+        "dataset_uri": uri, "versions_to_clean_threshold": 1, "cleanup_older_than": "0s",
     })
     states = res.task_states
     assert states["verify"] == "failed", states
