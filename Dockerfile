@@ -77,7 +77,7 @@ USER airflow
 # up- or downgrades Airflow itself. The git provider supplies GitDagBundle (chart: dags.gitBundle);
 # the cncf.kubernetes provider (already in the full base image) is required by SparkSubmitHook as
 # soon as the master is k8s://... (it refuses to start without it).
-# The Airflow code is the provider inside this distribution (ADR 0012): operators/, sensors/ and
+# The Airflow code is the provider inside this distribution (ADR 0018): operators/, sensors/ and
 # dags/ install as lance_ops_airflow.{operators,sensors,example_dags}; pip builds a wheel from the
 # source and installs it (not editable), registering the apache_airflow_provider entry point.
 COPY --chown=airflow:0 pyproject.toml setup.py README.md /opt/lance-ops/src/

@@ -1,7 +1,7 @@
 """Package list for lance-ops (metadata lives in pyproject.toml).
 
 The Airflow tree keeps its repository folders (``operators/``, ``sensors/``, ``dags/``) but installs
-under one namespaced import path, ``lance_ops_airflow`` (ADR 0012): setuptools maps each folder to
+under one namespaced import path, ``lance_ops_airflow`` (ADR 0018): setuptools maps each folder to
 its subpackage, so site-packages holds no generic top-level ``operators`` or ``sensors`` package.
 """
 from setuptools import find_packages, setup

@@ -1,4 +1,4 @@
-"""Airflow operators for Lance datasets (the provider's operators; ADR 0012).
+"""Airflow operators for Lance datasets (the provider's operators; ADR 0018).
 
 Installed with the distribution (``pip install lance-ops[airflow]``) as
 ``lance_ops_airflow.operators``; the repository keeps them in ``operators/``::

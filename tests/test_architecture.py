@@ -482,7 +482,7 @@ def test_no_module_over_800_lines():
     assert long == {}, f"split these along their seams (docs/architecture.md rule 6): {long}"
 
 
-# --- the Airflow provider (docs/adr/0012-airflow-provider-package.md) ------------------------------
+# --- the Airflow provider (docs/adr/0018-airflow-provider-package.md) ------------------------------
 AIRFLOW_TREE = ("lance_ops_airflow", "operators", "sensors", "dags")
 
 
