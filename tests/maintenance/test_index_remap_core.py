@@ -193,3 +193,39 @@ def test_reserve_fragments_commit_is_what_pylance_reads(tmp_path):
     py.validate()
     lance.write_dataset(pa.table({"a": [99]}), uri, mode="append")
     assert [f.fragment_id for f in lance.dataset(uri).get_fragments()] == [0, 1, 5]
+
+
+def test_segment_refusal_holds_fragments_back_at_planning(tmp_path, monkeypatch):
+    """A remapper's ``segment_refusal`` is asked at planning: such a segment's fragments are held
+    back (dry run names the reason) and a threshold that needs them refuses before any version,
+    ReserveFragments included, is written."""
+    import lance
+    import pyarrow as pa
+
+    import lance_ops
+    from lance_ops.errors import UnsupportedError
+    from lance_ops.maintenance.compaction import materialize_deletions
+    from lance_ops.maintenance.compaction.plan import plan_compaction
+    from lance_ops.maintenance.index_remap import registry
+
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"id": pa.array(range(400), pa.int64())}), uri, max_rows_per_file=100)
+    lance.dataset(uri).create_scalar_index("id", "BTREE")
+    lance.dataset(uri).delete("id % 4 = 0")
+    btree = REMAPPERS["BTREE"]
+
+    def refusing(request):  # pragma: no cover - must never be called
+        raise AssertionError("remap called for a refused segment")
+
+    setattr(refusing, "segment_refusal", lambda store, base, index, stable: "a layout this test refuses")
+    monkeypatch.setattr(registry, "REMAPPERS", {**REMAPPERS, "BTREE": refusing})
+    plan = plan_compaction(lance_ops.dataset(uri), target_rows_per_fragment=1000, explain=True)
+    assert plan.tasks == [] and [t.fragment_ids for t in plan.held_back] == [[0, 1, 2, 3]]
+    assert plan.held_back[0].indices[0]["refusal"] == "a layout this test refuses"
+    assert "a layout this test refuses" in plan.refusal
+    versions = [v["version"] for v in lance.dataset(uri).versions()]
+    with pytest.raises(UnsupportedError, match="id_idx.*a layout this test refuses"):
+        materialize_deletions(lance_ops.dataset(uri), threshold=0.1)
+    assert [v["version"] for v in lance.dataset(uri).versions()] == versions
+    monkeypatch.setattr(registry, "REMAPPERS", {**REMAPPERS, "BTREE": btree})
+    assert len(plan_compaction(lance_ops.dataset(uri), target_rows_per_fragment=1000).tasks) == 1

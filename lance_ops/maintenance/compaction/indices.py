@@ -15,7 +15,7 @@ naming the index and its type, before anything is written.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from lance_ops._proto import table_pb2
@@ -58,10 +58,16 @@ class IndexSegment:
     remap_kind: str = ""
     #: whether the segment stores its fragment bitmap (a rewrite needs one)
     has_bitmap: bool = True
+    #: why this segment's remapper cannot carry it through a rewrite (a layout it does not handle,
+    #: found at planning by the remapper's optional ``segment_refusal``); "" when it can
+    refusal: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form a task and a dry run carry: name, uuid and kind."""
-        return {"name": self.name, "uuid": self.uuid, "kind": self.remap_kind or self.kind}
+        out = {"name": self.name, "uuid": self.uuid, "kind": self.remap_kind or self.kind}
+        if self.refusal:
+            out["refusal"] = self.refusal
+        return out
 
     def label(self) -> str:
         """``name (KIND)`` for messages."""
@@ -150,7 +156,11 @@ class IndexCoverage:
                 return [f.id for f in ds.manifest.fragments]
             return range(int(old.manifest.max_fragment_id) + 1)
 
-        return cls(index_segments(ds.manifest_file, ds.uri, fallback, kind_of=lambda idx: index_kind(ds, idx)))
+        segments = index_segments(ds.manifest_file, ds.uri, fallback, kind_of=lambda idx: index_kind(ds, idx))
+        section = getattr(ds.manifest_file, "index_section", None)
+        protos = list(section.indices) if section is not None else []
+        stable = bool(ds.has_stable_row_ids)
+        return cls([_with_refusal(seg, proto, ds, stable) for seg, proto in zip(segments, protos)])
 
     def covering(self, fragment_id: int) -> tuple[IndexSegment, ...]:
         """The segments covering ``fragment_id`` (in index-section order)."""
@@ -160,6 +170,16 @@ class IndexCoverage:
         """The uuids of the segments covering ``fragment_id``: fragments with different keys are
         never binned together (pylance's rule)."""
         return tuple(s.uuid for s in self.covering(fragment_id))
+
+
+def _with_refusal(segment: IndexSegment, index: table_pb2.IndexMetadata, ds: Any, stable: bool) -> IndexSegment:
+    """``segment`` with :attr:`IndexSegment.refusal` set when its remapper names a reason (checked
+    at planning, so an unsupported layout is held back before a ReserveFragments version exists)."""
+    check = getattr(remappers().get(segment.remap_kind), "segment_refusal", None)
+    if not callable(check):
+        return segment
+    reason = check(ds.store, ds.base, index, stable)
+    return replace(segment, refusal=str(reason)) if reason else segment
 
 
 def describe(segments: Iterable[IndexSegment]) -> str:
@@ -180,7 +200,8 @@ def remappers() -> dict[str, Any]:
 def remappable(segment: IndexSegment) -> bool:
     """True iff compaction can carry ``segment`` through a rewrite of its fragments (its kind has
     a remapper and it stores a fragment bitmap)."""
-    return segment.has_bitmap and bool(segment.remap_kind) and segment.remap_kind in remappers()
+    return (segment.has_bitmap and bool(segment.remap_kind) and segment.remap_kind in remappers()
+            and not segment.refusal)
 
 
 def planned_action(segment: IndexSegment, stable_row_ids: bool) -> str:
@@ -203,8 +224,9 @@ def refuse_indexed_rewrite(where: str, fragment_ids: Iterable[int], segments: It
     ids = sorted(set(fragment_ids))
     segments = list(segments)
     blocked = [s for s in segments if not remappable(s)] or segments
+    reasons = "".join(f" ({s.name}: {s.refusal})" for s in blocked if s.refusal)
     return UnsupportedError(
-        f"{where}: {why} would rewrite fragment(s) {ids}, covered by index(es) {describe(blocked)}; "
+        f"{where}: {why} would rewrite fragment(s) {ids}, covered by index(es) {describe(blocked)}{reasons}; "
         "rewriting an indexed fragment needs the index remapped to the new rows, and lance_ops cannot remap "
         "indices of this kind yet (or the segment stores no fragment bitmap; see docs/adr/0011-index-aware-compaction.md), "
         "so it refuses: nothing was written. Unindexed fragments can still be compacted (e.g. with "

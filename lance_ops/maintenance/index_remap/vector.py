@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import json
 
+from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, UnsupportedError
+from lance_ops.io.base import ObjectStore
 from lance_ops.maintenance.index_remap.base import RemapOutcome, RemapRequest
 from lance_ops.maintenance.index_remap.hnsw_graph import remap_graph
 from lance_ops.maintenance.index_remap.ivf_files import IndexFile, read_index_file, write_index_file
 from lance_ops.maintenance.index_remap.ivf_storage import ROW_ID_COLUMN, remap_storage
+from lance_ops.table.indices import segment_uuid
 
 #: the vector kinds :func:`remap_vector` handles (the registry's keys)
 VECTOR_KINDS = ("IVF_FLAT", "IVF_PQ", "IVF_SQ", "IVF_HNSW_FLAT", "IVF_HNSW_PQ", "IVF_HNSW_SQ")
@@ -106,4 +109,18 @@ def plan_action(stable_row_ids: bool) -> str:
     return "keep" if stable_row_ids else "remap"
 
 
+def segment_refusal(store: ObjectStore, base: str, index: table_pb2.IndexMetadata,
+                    stable_row_ids: bool) -> str | None:
+    """Why :func:`remap_vector` would refuse this segment (None when it can carry it), checked by
+    the planner so such fragments are held back before anything is committed."""
+    if stable_row_ids:
+        return None
+    if index.HasField("base_id"):
+        return f"the index lives in another base (base_id {index.base_id})"
+    if not store.exists(store.join(base, "_indices", segment_uuid(index), AUXILIARY_FILE)):
+        return f"no {AUXILIARY_FILE}: the legacy (v1) vector index layout"
+    return None
+
+
 setattr(remap_vector, "plan_action", plan_action)
+setattr(remap_vector, "segment_refusal", segment_refusal)
