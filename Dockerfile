@@ -77,8 +77,15 @@ USER airflow
 # up- or downgrades Airflow itself. The git provider supplies GitDagBundle (chart: dags.gitBundle);
 # the cncf.kubernetes provider (already in the full base image) is required by SparkSubmitHook as
 # soon as the master is k8s://... (it refuses to start without it).
-COPY --chown=airflow:0 pyproject.toml README.md /opt/lance-ops/src/
+# The Airflow code is the provider inside this distribution (ADR 0018): operators/, sensors/ and
+# dags/ install as lance_ops_airflow.{operators,sensors,example_dags}; pip builds a wheel from the
+# source and installs it (not editable), registering the apache_airflow_provider entry point.
+COPY --chown=airflow:0 pyproject.toml setup.py README.md /opt/lance-ops/src/
 COPY --chown=airflow:0 lance_ops /opt/lance-ops/src/lance_ops
+COPY --chown=airflow:0 lance_ops_airflow /opt/lance-ops/src/lance_ops_airflow
+COPY --chown=airflow:0 operators /opt/lance-ops/src/operators
+COPY --chown=airflow:0 sensors /opt/lance-ops/src/sensors
+COPY --chown=airflow:0 dags /opt/lance-ops/src/dags
 RUN set -eux; \
     pip install --no-cache-dir \
         "apache-airflow==${AIRFLOW_VERSION}" \
@@ -92,14 +99,11 @@ RUN set -eux; \
     test -x "${spark_home}/bin/spark-submit"; \
     ln -s "${spark_home}" /opt/lance-ops/spark; \
     ln -s "$(python -c 'import os, lance_ops; print(os.path.join(os.path.dirname(lance_ops.__file__), "spark"))')" /opt/lance-ops/spark-jobs; \
-    rm -rf /opt/lance-ops/src/build
-
-# Airflow deployment tree: DAGs in the dags folder (the default dags-folder bundle); operators and
-# sensors next to it. /opt/airflow on PYTHONPATH makes `dags`, `operators` and `sensors` importable
-# as packages, as the repository root is in development.
-COPY --chown=airflow:0 dags /opt/airflow/dags
-COPY --chown=airflow:0 operators /opt/airflow/operators
-COPY --chown=airflow:0 sensors /opt/airflow/sensors
+    # the DAG folder (default dags-folder bundle) is the installed package's example DAGs
+    rm -rf /opt/airflow/dags; \
+    ln -s "$(python -c 'import os, lance_ops_airflow.example_dags as d; print(os.path.dirname(d.__file__))')" /opt/airflow/dags; \
+    airflow providers get lance-ops > /dev/null; \
+    rm -rf /opt/lance-ops/src
 
 # SPARK_HOME: find-spark-home is not needed; SPARK_CONF_DIR: where the chart's ConfigMap is
 # mounted (spark-defaults.conf + pod templates). SPARK_LOCAL_IP is deliberately left unset: it is
@@ -108,7 +112,6 @@ ENV SPARK_HOME=/opt/lance-ops/spark \
     SPARK_CONF_DIR=/opt/lance-ops/spark-conf \
     LANCE_OPS_SPARK_JOBS=/opt/lance-ops/spark-jobs \
     PYSPARK_PYTHON=python \
-    PYTHONPATH=/opt/airflow \
     AIRFLOW__CORE__DAGS_FOLDER=/opt/airflow/dags \
     AIRFLOW__CORE__LOAD_EXAMPLES=False
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lance_ops.file import LanceFileWriter  # noqa: E402
+from lance_ops.format.registry import LanceFileWriter  # noqa: E402
 
 try:
     from lance_ops.file import LanceFileReader
@@ -108,11 +108,11 @@ def main() -> None:
     else:
         # both implementations read the file pylance wrote, so only the reader differs
         checks = [
-            ("full read", lambda: LanceFileReader(theirs_path).read_all(),
+            ("full read", lambda: LanceFileReader(theirs_path).read_all().to_table(),
              lambda: PyReader(theirs_path).read_all().to_table()),
-            ("projected read (3 cols)", lambda: LanceFileReader(theirs_path).read_all(columns=projection),
+            ("projected read (3 cols)", lambda: LanceFileReader(theirs_path, columns=projection).read_all().to_table(),
              lambda: PyReader(theirs_path, columns=projection).read_all().to_table()),
-            ("take_rows (1000 random)", lambda: LanceFileReader(theirs_path).take_rows(indices),
+            ("take_rows (1000 random)", lambda: LanceFileReader(theirs_path).take_rows(indices).to_table(),
              lambda: PyReader(theirs_path).take_rows(indices).to_table()),
         ]
         for label, ours_fn, theirs_fn in checks:

@@ -10,18 +10,13 @@ whose XCom is the compaction's metrics either way. `dry_run` reports the plan an
 """
 from __future__ import annotations
 
-import sys
 from datetime import datetime, timedelta
-from pathlib import Path
-
-try:  # the deployment tree (operators/, sensors/) lives next to dags/
-    import operators  # noqa: F401
-except ImportError:  # pragma: no cover - when only dags/ is on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow.sdk import DAG, Param
 
-from operators import lance_compaction_group
+from lance_ops_airflow.params import conn_id_param, dataset_uri_param
+
+from lance_ops_airflow.operators import lance_compaction_group
 
 with DAG(
     dag_id="lance_compaction",
@@ -34,16 +29,24 @@ with DAG(
     tags=["lance", "maintenance", "spark"],
     doc_md=__doc__,
     params={
-        "dataset_uri": Param(type="string", minLength=1, description="dataset path or URI"),
-        "lance_conn_id": Param(None, type=["null", "string"]),
-        "target_rows": Param(1024 * 1024, type="integer", minimum=1, description="target rows per fragment"),
-        "dry_run": Param(False, type="boolean", description="report the plan only"),
-        "max_rows_per_file": Param(None, type=["null", "integer"], minimum=1),
-        "materialize_deletions": Param(True, type="boolean"),
-        "materialize_deletions_threshold": Param(0.1, type="number", minimum=0, maximum=1),
-        "max_source_fragments": Param(None, type=["null", "integer"], minimum=1),
-        "spark_threshold_rows": Param(5_000_000, type=["null", "integer"], minimum=0,
-                                      description="plans rewriting more rows run on Spark"),
+        "dataset_uri": dataset_uri_param(),
+        "lance_conn_id": conn_id_param(),
+        "target_rows": Param(1024 * 1024, type="integer", minimum=1, maximum=1 << 31, title="Target rows per fragment",
+                             description="compaction writes fragments of about this many rows"),
+        "dry_run": Param(False, type="boolean", title="Dry run", description="report the plan only; change nothing"),
+        "max_rows_per_file": Param(None, type=["null", "integer"], minimum=1, maximum=1 << 31, title="Max rows per file",
+                                   description="cap on rows per written data file (empty: target rows)"),
+        "materialize_deletions": Param(True, type="boolean", title="Materialize deletions",
+                                       description="also rewrite fragments with many deleted rows"),
+        "materialize_deletions_threshold": Param(
+            0.1, type="number", minimum=0, maximum=1, title="Materialize deletions threshold",
+            description="fragments with a larger share of deleted rows are rewritten without them (0-1)"),
+        "max_source_fragments": Param(None, type=["null", "integer"], minimum=1, maximum=1_000_000,
+                                      title="Max source fragments",
+                                      description="compact at most this many fragments in one run (empty: all)"),
+        "spark_threshold_rows": Param(5_000_000, type=["null", "integer"], minimum=0, maximum=1 << 40,
+                                      title="Spark threshold (rows)",
+                                      description="plans rewriting more rows run on Spark (empty: never Spark)"),
     },
 ) as dag:
     lance_compaction_group(

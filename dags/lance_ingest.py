@@ -26,20 +26,16 @@ the event's version and reports its rows and fragments.
 from __future__ import annotations
 
 import os
-import sys
 from datetime import datetime, timedelta
-from pathlib import Path
-
-try:  # the deployment tree (operators/, sensors/) lives next to dags/
-    import operators  # noqa: F401
-except ImportError:  # pragma: no cover - when only dags/ is on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow.sdk import DAG, Asset, Param, task
 
-from operators import lance_ingest_group
-from sensors import LanceNewVersionSensor
+from lance_ops_airflow.params import conn_id_param, dataset_uri_param
 
+from lance_ops_airflow.operators import lance_ingest_group
+from lance_ops_airflow.sensors import LanceNewVersionSensor
+
+SOURCE = os.environ.get("LANCE_OPS_SOURCE_PATH", "").strip()
 INGEST_ASSET = Asset(name="lance_ingest", uri=os.environ.get("LANCE_OPS_INGEST_ASSET_URI", "lance://ingest"))
 
 with DAG(
@@ -53,16 +49,19 @@ with DAG(
     tags=["lance", "ingest", "spark"],
     doc_md=__doc__,
     params={
-        "dataset_uri": Param(os.environ.get("LANCE_OPS_DATASET_URI", ""), type="string", minLength=1,
-                             description="target dataset path or URI"),
-        "lance_conn_id": Param(os.environ.get("LANCE_OPS_CONN_ID") or None, type=["null", "string"]),
-        "source_path": Param(os.environ.get("LANCE_OPS_SOURCE_PATH", ""), type="string", minLength=1,
-                             description="input files (a file or directory Spark can read)"),
-        "source_format": Param("parquet", enum=["parquet", "csv", "json", "orc"]),
-        "mode": Param("append", enum=["append", "overwrite", "create"]),
-        "partitions": Param(None, type=["null", "integer"], minimum=1,
-                            description="repartition the input into this many Spark tasks"),
-        "max_rows_per_file": Param(None, type=["null", "integer"], minimum=1),
+        "dataset_uri": dataset_uri_param(os.environ.get("LANCE_OPS_DATASET_URI", "").strip(),
+                                         description="target dataset path or URI (created by mode=create)"),
+        "lance_conn_id": conn_id_param(os.environ.get("LANCE_OPS_CONN_ID") or None),
+        "source_path": Param(**({"default": SOURCE} if SOURCE else {}), type="string", minLength=1, maxLength=2048,
+                             title="Source path", description="input files (a file or directory Spark can read)"),
+        "source_format": Param("parquet", type="string", enum=["parquet", "csv", "json", "orc"], title="Source format",
+                               description="format of the input files"),
+        "mode": Param("append", type="string", enum=["append", "overwrite", "create"], title="Write mode",
+                      description="append to the dataset, overwrite it, or create it (fails if it exists)"),
+        "partitions": Param(None, type=["null", "integer"], minimum=1, maximum=100_000, title="Spark partitions",
+                            description="repartition the input into this many Spark tasks (empty: as read)"),
+        "max_rows_per_file": Param(None, type=["null", "integer"], minimum=1, maximum=1 << 31,
+                                   title="Max rows per file", description="cap on rows per written data file"),
     },
 ) as ingest_dag:
     lance_ingest_group(
@@ -89,8 +88,9 @@ with DAG(
     tags=["lance", "ingest"],
     doc_md=__doc__,
     params={
-        "dataset_uri": Param("", type="string", description="override the dataset named by the asset event"),
-        "lance_conn_id": Param(None, type=["null", "string"]),
+        "dataset_uri": Param("", type="string", maxLength=2048, title="Dataset URI override",
+                             description="check this dataset instead of the one the asset event names (empty: the event's)"),
+        "lance_conn_id": conn_id_param(),
     },
 ) as downstream_dag:
 
@@ -119,7 +119,7 @@ with DAG(
     @task
     def check_version(info: dict, observed: dict) -> dict:
         """Read the dataset as of the event's version and summarise it."""
-        from operators.hooks import LanceHook
+        from lance_ops_airflow.operators.hooks import LanceHook
 
         hook = LanceHook(info.get("lance_conn_id"))
         version = info.get("version") or observed["version"]

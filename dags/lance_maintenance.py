@@ -28,7 +28,7 @@ so the run ends failed and names the failed steps; otherwise it succeeds (XCom `
 same report). Failed steps keep their own error line and `retries`.
 
 A healthy dataset skips the whole run: the sensor checks once and, if no threshold is reached
-within `sensor_timeout_seconds` (default 0: check once), skips, and everything after it is
+within `sensor_timeout` (default `0s`: check once), skips, and everything after it is
 skipped too. Every step is idempotent per run (commits carry the run's idempotency key), so
 retries and re-runs never commit twice.
 
@@ -37,24 +37,23 @@ Run it on any dataset:
     airflow dags test lance_maintenance -c '{"dataset_uri": "/data/events.lance"}'
     airflow dags test lance_maintenance -c '{"dataset_uri": "s3://lake/events.lance", "lance_conn_id": "lance_s3"}'
 
-The scheduled run uses the `dataset_uri` default, taken from `$LANCE_OPS_DATASET_URI` (and
-`$LANCE_OPS_CONN_ID`) when the DAG file is parsed.
+**Scheduling.** The daily run maintains `$LANCE_OPS_DATASET_URI` (with `$LANCE_OPS_CONN_ID`),
+read when the file is parsed. Without it the DAG has no schedule at all (unpausing it creates no
+runs, so no failed ones) and `dataset_uri` is a required field of the trigger form.
+
+Durations (`cleanup_older_than`, `sensor_timeout`) are entered as `14d`, `12h`, `30m`, `45s`,
+`1d12h`.
 """
 from __future__ import annotations
 
 import os
-import sys
 from datetime import datetime, timedelta
-from pathlib import Path
-
-try:  # the deployment tree (operators/, sensors/) lives next to dags/
-    import operators  # noqa: F401
-except ImportError:  # pragma: no cover - when only dags/ is on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow.sdk import DAG, Param
 
-from operators import (
+from lance_ops_airflow.params import conn_id_param, dataset_uri_param, duration_param
+
+from lance_ops_airflow.operators import (
     LanceCleanupOperator,
     LanceHealthOperator,
     LanceMaterializeDeletionsOperator,
@@ -64,7 +63,7 @@ from operators import (
     LanceVerifyOperator,
     lance_compaction_group,
 )
-from sensors import LanceMaintenanceNeededSensor
+from lance_ops_airflow.sensors import LanceMaintenanceNeededSensor
 
 URI = "{{ params.dataset_uri }}"
 CONN = "{{ params.lance_conn_id }}"
@@ -72,10 +71,14 @@ CONN = "{{ params.lance_conn_id }}"
 #: when it was skipped (the sensor skipped the run)
 AFTER_ANY_OUTCOME = "none_skipped"
 
+#: the dataset the scheduled run maintains, fixed when the file is parsed (empty: manual runs only)
+SCHEDULED_URI = os.environ.get("LANCE_OPS_DATASET_URI", "").strip()
+
 with DAG(
     dag_id="lance_maintenance",
     description="Compaction, deletion materialization, statistics, row-id index and cleanup of a Lance dataset",
-    schedule="@daily",
+    # no dataset configured: not scheduled at all (a daily run could only fail); trigger it by hand
+    schedule="@daily" if SCHEDULED_URI else None,
     start_date=datetime(2024, 1, 1),
     catchup=False,
     max_active_runs=1,
@@ -84,29 +87,44 @@ with DAG(
     tags=["lance", "maintenance"],
     doc_md=__doc__,
     params={
-        "dataset_uri": Param(os.environ.get("LANCE_OPS_DATASET_URI", ""), type="string",
-                             description="dataset path or URI (relative: under the connection's base_uri)"),
-        "lance_conn_id": Param(os.environ.get("LANCE_OPS_CONN_ID") or None, type=["null", "string"],
-                               description="Airflow connection with S3 credentials; empty for local paths"),
-        "target_rows_per_fragment": Param(1024 * 1024, type="integer", minimum=1),
-        "small_fragments_threshold": Param(10, type=["null", "integer"], minimum=1,
-                                           description="this many small fragments need compaction"),
-        "deleted_ratio_threshold": Param(0.1, type=["null", "number"], minimum=0, maximum=1,
-                                         description="this deleted-row ratio needs maintenance"),
-        "versions_to_clean_threshold": Param(20, type=["null", "integer"], minimum=1,
-                                             description="this many old versions need cleanup"),
-        "materialize_deletions_threshold": Param(0.1, type="number", minimum=0, maximum=1),
-        "spark_threshold_rows": Param(5_000_000, type=["null", "integer"], minimum=0,
-                                      description="compactions rewriting more rows run on Spark"),
-        "verify_deep": Param(False, type="boolean",
-                             description="verify: also decode every page of every data file (reads all data)"),
-        "cleanup_older_than_seconds": Param(14 * 24 * 3600, type="number", minimum=0),
-        "retain_versions": Param(None, type=["null", "integer"], minimum=1),
-        "delete_unverified": Param(False, type="boolean",
-                                   description="also delete young unreferenced files (no concurrent writers!)"),
-        "dry_run": Param(False, type="boolean", description="report what would be rewritten/deleted only"),
-        "sensor_timeout_seconds": Param(0, type="number", minimum=0,
-                                        description="how long to wait (deferred) for maintenance to be needed"),
+        "dataset_uri": dataset_uri_param(SCHEDULED_URI),
+        "lance_conn_id": conn_id_param(os.environ.get("LANCE_OPS_CONN_ID") or None),
+        "target_rows_per_fragment": Param(
+            1024 * 1024, type="integer", minimum=1, maximum=1 << 31, title="Target rows per fragment",
+            description="fragments with fewer rows count as small; compaction writes fragments of about this size"),
+        "small_fragments_threshold": Param(
+            10, type=["null", "integer"], minimum=1, maximum=1_000_000, title="Small fragments threshold",
+            description="this many small fragments make maintenance needed (empty: never for this reason)"),
+        "deleted_ratio_threshold": Param(
+            0.1, type=["null", "number"], minimum=0, maximum=1, title="Deleted-row ratio threshold",
+            description="this share of deleted rows in the dataset makes maintenance needed (0-1; empty: never)"),
+        "versions_to_clean_threshold": Param(
+            20, type=["null", "integer"], minimum=1, maximum=1_000_000, title="Old versions threshold",
+            description="this many versions older than the cleanup age make maintenance needed (empty: never)"),
+        "materialize_deletions_threshold": Param(
+            0.1, type="number", minimum=0, maximum=1, title="Materialize deletions threshold",
+            description="fragments with a larger share of deleted rows are rewritten without them (0-1)"),
+        "spark_threshold_rows": Param(
+            5_000_000, type=["null", "integer"], minimum=0, maximum=1 << 40, title="Spark threshold (rows)",
+            description="compactions rewriting more rows run on Spark; smaller ones in the task (empty: never Spark)"),
+        "verify_deep": Param(
+            False, type="boolean", title="Deep verify",
+            description="verify: also decode every page of every data file (reads all data)"),
+        "cleanup_older_than": duration_param(
+            "14d", title="Cleanup age",
+            description="versions older than this are removed by cleanup, e.g. 14d, 12h, 1d12h (0s: all but the latest)"),
+        "retain_versions": Param(
+            None, type=["null", "integer"], minimum=1, maximum=1_000_000, title="Versions to keep",
+            description="always keep this many newest versions, whatever their age (empty: age only)"),
+        "delete_unverified": Param(
+            False, type="boolean", title="Delete unverified files",
+            description="also delete young unreferenced files (only safe with no concurrent writers)"),
+        "dry_run": Param(
+            False, type="boolean", title="Dry run",
+            description="report what would be rewritten or deleted; change nothing"),
+        "sensor_timeout": duration_param(
+            "0s", title="Wait for maintenance",
+            description="how long the sensor waits (deferred) for maintenance to be needed, e.g. 0s (check once), 2h"),
     },
 ) as dag:
     needed = LanceMaintenanceNeededSensor(
@@ -118,8 +136,8 @@ with DAG(
         deleted_ratio_threshold="{{ params.deleted_ratio_threshold }}",
         versions_to_clean_threshold="{{ params.versions_to_clean_threshold }}",
         materialize_deletions_threshold="{{ params.materialize_deletions_threshold }}",
-        cleanup_older_than_seconds="{{ params.cleanup_older_than_seconds }}",
-        wait_timeout="{{ params.sensor_timeout_seconds }}",
+        cleanup_older_than="{{ params.cleanup_older_than }}",
+        wait_timeout="{{ params.sensor_timeout }}",
         deferrable=True,
         soft_fail=True,
         poke_interval=60,
@@ -155,7 +173,7 @@ with DAG(
         task_id="cleanup",
         dataset_uri=URI,
         lance_conn_id=CONN,
-        older_than_seconds="{{ params.cleanup_older_than_seconds }}",
+        older_than="{{ params.cleanup_older_than }}",
         retain_versions="{{ params.retain_versions }}",
         delete_unverified="{{ params.delete_unverified }}",
         dry_run="{{ params.dry_run }}",

@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING
 from lance_ops._version import __version__
 
 if TYPE_CHECKING:  # what __getattr__ below hands out, for type checkers
-    from lance_ops.api import LanceDataset, dataset, write_dataset
+    from lance_ops.api import BlobColumn, LanceDataset, dataset, write_dataset
 
-__all__ = ["__version__", "dataset", "write_dataset", "LanceDataset"]
+__all__ = ["__version__", "dataset", "write_dataset", "LanceDataset", "BlobColumn"]
 
 
 def __getattr__(name: str) -> object:
-    """Load ``dataset``, ``write_dataset`` and ``LanceDataset`` from :mod:`lance_ops.api` on first use.
+    """Load ``dataset``, ``write_dataset``, ``LanceDataset`` and ``BlobColumn`` from :mod:`lance_ops.api` on first use.
 
     PEP 562 hook: keeps ``import lance_ops`` from importing pyarrow and the table layer.
     """
-    if name in ("dataset", "write_dataset", "LanceDataset"):
+    if name in ("dataset", "write_dataset", "LanceDataset", "BlobColumn"):
         from lance_ops import api
 
         return getattr(api, name)

@@ -12,7 +12,7 @@ On an embedded default (everything under ``--dir``, default ``./.demo``):
 4. a delete of 20 % of the rows (deletion files, no rewrite);
 5. ``lance_maintenance`` end to end with demo thresholds: compaction of the small fragments,
    materialization of the deletions in the big ones, statistics, row-id index, verify, and
-   cleanup with ``cleanup_older_than_seconds=0`` (fine for a demo, not for production) — versions
+   cleanup with ``cleanup_older_than="0s"`` (fine for a demo, not for production) — versions
    superseded in the last 5 minutes stay anyway, as concurrent writers may still build on them
    (``LANCE_OPS_CLEANUP_MIN_SUPERSEDED_SECONDS``);
 6. a before/after table (versions, fragments, rows, deleted ratio, bytes) and a pylance read-back.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -36,6 +37,17 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def example_dags_folder() -> Path:
+    """The folder of the provider's example DAGs (``lance_ops_airflow.example_dags``), installed or not.
+
+    Found by name, not imported: the demo runs them through Airflow, which parses the folder.
+    """
+    spec = importlib.util.find_spec("lance_ops_airflow.example_dags")
+    if spec is None or not spec.submodule_search_locations:
+        return ROOT / "dags"
+    return Path(list(spec.submodule_search_locations)[0])
 OK_STATES = ("success", "skipped")
 
 
@@ -79,7 +91,7 @@ def airflow_environment(home: Path) -> dict[str, str]:
     return {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(example_dags_folder()),
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
         "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
@@ -136,7 +148,7 @@ def run_dag(dag_id: str, conf: dict[str, Any], log: Path) -> tuple[bool, list[tu
 
     t0 = time.monotonic()
     with _logs_to(log):
-        dag = DagBag(dag_folder=str(ROOT / "dags")).get_dag(dag_id)
+        dag = DagBag(dag_folder=str(example_dags_folder())).get_dag(dag_id)
         dr = dag.test(run_conf=conf)
         with create_session() as session:
             tis = sorted(dr.get_task_instances(session=session),
@@ -218,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=60_000, help="rows ingested in total (default: 60000)")
     args = parser.parse_args(argv)
 
-    if not (ROOT / "dags" / "lance_ingest.py").exists():
-        _say(f"the demo needs the lance-ops source tree (dags/, operators/, sensors/) next to {ROOT / 'lance_ops'}")
+    if not (example_dags_folder() / "lance_ingest.py").exists():
+        _say("the demo needs the Lance provider's example DAGs: pip install 'lance-ops[airflow,spark]'")
         return 2
     work = Path(args.dir).resolve()
     home, data = work / "airflow", work / "data"
@@ -229,8 +241,6 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     log.write_text("")
     os.environ.update(airflow_environment(home))
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))  # operators/, sensors/ for the in-process DAG runs
     t_start = time.monotonic()
 
     _say(f"lance-ops demo in {work}  (logs: {log})")
@@ -271,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     conf = {
         "dataset_uri": uri, "target_rows_per_fragment": target, "small_fragments_threshold": 4,
         "deleted_ratio_threshold": 0.05, "materialize_deletions_threshold": 0.1,
-        "cleanup_older_than_seconds": 0, "spark_threshold_rows": 1_000_000,
+        "cleanup_older_than": "0s", "spark_threshold_rows": 1_000_000,
     }
     ok, states, xcoms, secs = run_dag("lance_maintenance", conf, log)
     _print_run("lance_maintenance", ok, states, xcoms, secs)

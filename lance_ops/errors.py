@@ -89,6 +89,15 @@ class InputNotFoundError(LanceOpsError, FileNotFoundError):
     """An input given to a job (a source path or table) does not exist; the message names it."""
 
 
+class ColumnNotFoundError(LanceOpsError, KeyError, ValueError, OSError):
+    """A column named in a projection does not exist; the message names it and the columns there are."""
+
+    pylance_raises = "LanceFileReader(path, columns=['missing']): OSError ('Error creating projection')"
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 # --- files -------------------------------------------------------------------------------------
 class CorruptFileError(LanceOpsError, ValueError, OSError):
     """A file is truncated, has the wrong magic, or its metadata does not decode.

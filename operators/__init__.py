@@ -1,19 +1,21 @@
-"""Airflow operators for Lance datasets (the lance-ops deployment tree).
+"""Airflow operators for Lance datasets (the provider's operators; ADR 0018).
 
-Import with the repository root on ``sys.path`` (as Airflow does for DAG/plugin folders)::
+Installed with the distribution (``pip install lance-ops[airflow]``) as
+``lance_ops_airflow.operators``; the repository keeps them in ``operators/``::
 
-    from operators import LanceDeleteOperator, lance_ingest_group
+    from lance_ops_airflow.operators import LanceDeleteOperator, lance_ingest_group
 
-Submodules: :mod:`operators.hooks` (LanceHook), :mod:`operators.base` (shared behaviour:
-idempotency keys, asset events, lineage), :mod:`operators.lance` (in-process operators),
-:mod:`operators.spark` (Spark job + commit task groups), :mod:`operators.report` (the run report
-that fails a maintenance run naming its failed steps).
+Submodules: :mod:`lance_ops_airflow.operators.hooks` (LanceHook), :mod:`lance_ops_airflow.operators.base` (shared behaviour:
+idempotency keys, asset events, lineage), :mod:`lance_ops_airflow.operators.lance` (in-process operators),
+:mod:`lance_ops_airflow.operators.spark` (Spark job + commit task groups), :mod:`lance_ops_airflow.operators.report` (the run report
+that fails a maintenance run naming its failed steps), :mod:`lance_ops_airflow.operators.summary`
+(the task log summary), :mod:`lance_ops_airflow.operators.lineage` (OpenLineage datasets and facets).
 """
 from __future__ import annotations
 
-from operators.base import LANCE_ASSET_ALIAS, LanceBaseOperator, dataset_asset_uri, idempotency_key
-from operators.hooks import LanceHook
-from operators.lance import (
+from lance_ops_airflow.operators.base import LANCE_ASSET_ALIAS, LanceBaseOperator, dataset_asset_uri, idempotency_key
+from lance_ops_airflow.operators.hooks import LanceHook
+from lance_ops_airflow.operators.lance import (
     LanceAppendOperator,
     LanceCleanupOperator,
     LanceCommitStagedOperator,
@@ -25,8 +27,8 @@ from operators.lance import (
     LanceRefreshRowIdIndexOperator,
     LanceVerifyOperator,
 )
-from operators.report import LanceRunReportOperator
-from operators.spark import (
+from lance_ops_airflow.operators.report import LanceRunReportOperator
+from lance_ops_airflow.operators.spark import (
     LanceCompactionCommitOperator,
     LanceSparkSubmitOperator,
     lance_compaction_group,

@@ -28,11 +28,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
+from datetime import timedelta
 from typing import Any, Iterable, Mapping, NoReturn
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
-from operators.hooks import LanceHook, is_absolute_uri, normalize_conn_id
+from lance_ops_airflow.operators.hooks import LanceHook, is_absolute_uri, normalize_conn_id
+from lance_ops_airflow.operators.lineage import openlineage_names, operator_lineage
+from lance_ops_airflow.operators.summary import summary_lines
 
 #: the alias through which operators with templated dataset URIs emit their asset events
 LANCE_ASSET_ALIAS = "lance_ops_datasets"
@@ -72,6 +77,45 @@ def as_int(value: Any, name: str) -> int:
     if out is None:
         raise ValueError(f"{name} is required")
     return out
+
+
+#: seconds per duration unit (``14d``, ``12h``, ``30m``, ``45s``, ``2w``; ``1d12h`` combines them)
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
+#: JSON-schema pattern of a duration string, for DAG Params (the trigger form checks it)
+DURATION_PATTERN = r"^\s*(\d+(\.\d+)?\s*[smhdwSMHDW]\s*)+$"
+
+
+def parse_duration(value: Any, name: str = "duration") -> float | None:
+    """Seconds of a duration: ``"14d"``, ``"12h"``, ``"1d12h"``, a number of seconds or a timedelta.
+
+    ``None``/``""`` -> None. Anything else (a negative number, ``"14 days"``, ``"2x"``) raises a
+    ValueError naming ``name``, the value and the accepted form.
+    """
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
+        return None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", value):
+        seconds = float(value)
+    elif isinstance(value, str) and re.fullmatch(DURATION_PATTERN, value):
+        seconds = sum(float(n) * DURATION_UNITS[u.lower()] for n, u in _DURATION_PART.findall(value))
+    else:
+        raise ValueError(f"{name}: {value!r} is not a duration; use a number with a unit "
+                         "(s, m, h, d, w), e.g. 14d, 12h, 30m, 1d12h")
+    if seconds < 0:
+        raise ValueError(f"{name}: {value!r} is negative; a duration is 0 or more (e.g. 0s, 14d)")
+    return seconds
+
+
+def skip(log: Any, reason: str) -> NoReturn:
+    """Log why the task is skipped (an INFO line ``skipped: <reason>``), then skip it."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    log.info("skipped: %s", reason)
+    raise AirflowSkipException(reason)
 
 
 def jsonable(value: Any) -> Any:
@@ -158,18 +202,6 @@ def dataset_asset_uri(uri: str) -> str:
     return "file://" + os.path.abspath(text)
 
 
-def openlineage_names(uri: str) -> tuple[str, str]:
-    """OpenLineage (namespace, name) per the naming spec: ``file`` + path, ``s3://bucket`` + key."""
-    text = str(uri)
-    if "://" in text and not text.lower().startswith("file:"):
-        scheme, rest = text.split("://", 1)
-        scheme = "s3" if scheme.lower() in ("s3", "s3a", "s3+ddb") else scheme.lower()
-        bucket, _, key = rest.partition("/")
-        return f"{scheme}://{bucket}", key.split("?", 1)[0].strip("/")
-    path = text[len("file://"):] if text.lower().startswith("file://") else text
-    return "file", os.path.abspath(path)
-
-
 def _static_uri(dataset_uri: Any, lance_conn_id: Any) -> str | None:
     """The dataset URI when it is known at parse time (no template, absolute), else None."""
     if not isinstance(dataset_uri, str) or "{{" in dataset_uri or "{%" in dataset_uri:
@@ -225,6 +257,7 @@ class LanceBaseOperator(BaseOperator):
         self.emit_asset_event = emit_asset_event
         self.idempotency_scope = idempotency_scope
         self._resolved_uri: str | None = None
+        self._last_result: dict[str, Any] | None = None
         self._cancelled = False
 
     # -- helpers for subclasses -----------------------------------------------------------------
@@ -248,6 +281,7 @@ class LanceBaseOperator(BaseOperator):
 
     # -- the template method ----------------------------------------------------------------------
     def execute(self, context: Any) -> dict[str, Any]:
+        started = time.monotonic()
         try:
             uri, options = self.resolve()
             key = self.key(context)
@@ -265,8 +299,10 @@ class LanceBaseOperator(BaseOperator):
             **outcome,
         }
         result = trim_lists(jsonable(result))
+        self._last_result = result
         self.emit_asset_events(context, uri, result)
-        self.log.info("result: %s", json.dumps(result, sort_keys=True))
+        for line in summary_lines(result, seconds=time.monotonic() - started):
+            self.log.info("%s", line)
         return result
 
     def emit_asset_events(self, context: Any, uri: str, result: Mapping[str, Any]) -> None:
@@ -311,24 +347,19 @@ class LanceBaseOperator(BaseOperator):
         """URIs of inputs other than the dataset itself (e.g. an ingested Parquet path)."""
         return []
 
-    def get_openlineage_facets_on_complete(self, task_instance: Any = None):
-        """Inputs/outputs for OpenLineage; None when the OpenLineage provider is not installed."""
-        try:
-            from airflow.providers.common.compat.openlineage.facet import Dataset
-            from airflow.providers.openlineage.extractors import OperatorLineage
-        except ImportError:
-            return None
+    def get_openlineage_facets_on_complete(self, task_instance: Any = None) -> Any:
+        """Inputs/outputs for OpenLineage; None when the OpenLineage provider is not installed.
+
+        Datasets are named per the OpenLineage naming spec (:func:`openlineage_names`). The output
+        carries the committed version's ``schema`` facet and, when the task wrote rows,
+        ``outputStatistics`` (rows and bytes it wrote, from its metrics); the dataset as an input
+        carries the schema too. See :mod:`lance_ops_airflow.operators.lineage`.
+        """
         uri = self._resolved_uri or _static_uri(self.dataset_uri, self.lance_conn_id)
         if not uri:
             return None
-        ns, name = openlineage_names(uri)
-        output = Dataset(namespace=ns, name=name)
-        if output is None:  # compat placeholder when the openlineage client is missing
-            return None
-        inputs = [Dataset(namespace=n, name=m) for n, m in map(openlineage_names, self.lineage_inputs())]
-        if self.reads_dataset:
-            inputs.append(Dataset(namespace=ns, name=name))
-        return OperatorLineage(inputs=inputs, outputs=[output])
+        inputs = list(self.lineage_inputs()) + ([uri] if self.reads_dataset else [])
+        return operator_lineage(self.log, uri, inputs, self._last_result, normalize_conn_id(self.lance_conn_id))
 
 
 def merge_outlets(outlets: Iterable[Any] | None, *extra: Any) -> list[Any]:

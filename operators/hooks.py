@@ -3,23 +3,27 @@
 Credentials and endpoints come from the connection, never from DAG code:
 
 * ``lance_conn_id=None`` -> a local dataset; relative paths are made absolute, no options.
-* ``conn_type="aws"`` (or any other type) -> S3 storage options:
+* ``conn_type="lance"`` (the type this provider registers, with its own Connections form; an
+  ``aws`` connection works the same) -> S3 storage options:
 
-  ============================  =========================================
-  connection field              storage option (pylance names)
-  ============================  =========================================
-  login                         ``aws_access_key_id``
-  password                      ``aws_secret_access_key``
-  extra ``aws_session_token``   ``aws_session_token``
-  extra ``endpoint_url``        ``endpoint``   (also ``host`` of the conn)
-  extra ``region_name``         ``region``
-  extra ``allow_http``          ``allow_http`` ("true"/"false")
-  extra ``storage_options``     merged verbatim (any other lance_ops option)
-  extra ``base_uri``            prefix for dataset URIs that are not absolute
-  ============================  =========================================
+  ==========================================  =========================================
+  connection field                            storage option (pylance names)
+  ==========================================  =========================================
+  login                                       ``aws_access_key_id``
+  password                                    ``aws_secret_access_key``
+  extra ``session_token``/``aws_session_token``  ``aws_session_token``
+  extra ``endpoint``/``endpoint_url``         ``endpoint``   (also ``host`` of the conn)
+  extra ``region``/``region_name``            ``region``
+  extra ``allow_http``                        ``allow_http`` ("true"/"false")
+  extra ``storage_options``                   merged verbatim (any other lance_ops option; JSON)
+  extra ``base_uri``                          prefix for dataset URIs that are not absolute
+  ==========================================  =========================================
 
-For example ``AIRFLOW_CONN_LANCE_S3='{"conn_type": "aws", "login": "AKIA..", "password": "..",
-"extra": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "us-east-1", "allow_http": true,
+  Each extra may also carry the form's prefixed name (``extra__lance__region`` ...). The form
+  itself is declared in :mod:`lance_ops_airflow.get_provider_info`.
+
+For example ``AIRFLOW_CONN_LANCE_S3='{"conn_type": "lance", "login": "AKIA..", "password": "..",
+"extra": {"endpoint": "http://127.0.0.1:9000", "region": "us-east-1", "allow_http": true,
 "base_uri": "s3://bucket/lance"}}'`` lets a DAG say ``dataset_uri="events.lance"``.
 
 Secrets never go into task arguments, trigger kwargs, XComs or asset extras: operators resolve the
@@ -36,6 +40,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from lance_ops_airflow.get_provider_info import CONN_TYPE, UI_FIELD_BEHAVIOUR
 
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
@@ -77,6 +82,16 @@ def _redacted(options: dict) -> dict:
     return RedactedOptions(options)
 
 
+def _extra_value(extra: dict, *names: str) -> Any:
+    """The first non-empty extra among ``names`` (each also under the form's ``extra__lance__`` prefix)."""
+    for name in names:
+        for key in (name, f"extra__{CONN_TYPE}__{name}"):
+            value = extra.get(key)
+            if value not in (None, ""):
+                return value
+    return None
+
+
 def _truthy(value: Any) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
@@ -98,7 +113,7 @@ class LanceHook(BaseHook):
 
     conn_name_attr = "lance_conn_id"
     default_conn_name = "lance_default"
-    conn_type = "aws"
+    conn_type = CONN_TYPE
     hook_name = "Lance dataset storage"
 
     def __init__(self, lance_conn_id: str | None = None, **kwargs: Any) -> None:
@@ -120,26 +135,33 @@ class LanceHook(BaseHook):
             options["aws_access_key_id"] = conn.login
         if conn.password:
             options["aws_secret_access_key"] = conn.password
-        if extra.get("aws_session_token"):
-            options["aws_session_token"] = str(extra["aws_session_token"])
-        endpoint = extra.get("endpoint_url") or extra.get("endpoint") or (
+        token = _extra_value(extra, "session_token", "aws_session_token")
+        if token:
+            options["aws_session_token"] = str(token)
+        endpoint = _extra_value(extra, "endpoint", "endpoint_url") or (
             conn.host if conn.host and _SCHEME_RE.match(conn.host) else None
         )
         if endpoint:
             options["endpoint"] = str(endpoint)
-        region = extra.get("region_name") or extra.get("region")
+        region = _extra_value(extra, "region", "region_name")
         if region:
             options["region"] = str(region)
-        if "allow_http" in extra:
-            options["allow_http"] = "true" if _truthy(extra["allow_http"]) else "false"
+        allow_http = _extra_value(extra, "allow_http")
+        if allow_http is not None:
+            options["allow_http"] = "true" if _truthy(allow_http) else "false"
         elif endpoint and str(endpoint).startswith("http://"):
             options["allow_http"] = "true"
-        more = extra.get("storage_options") or {}
+        more = _extra_value(extra, "storage_options") or {}
         if isinstance(more, str):
-            more = json.loads(more)
+            try:
+                more = json.loads(more)
+            except ValueError as exc:
+                raise ValueError(f"connection {self.lance_conn_id!r}: extra storage_options is not JSON: {exc}") from None
+        if not isinstance(more, dict):
+            raise ValueError(f"connection {self.lance_conn_id!r}: extra storage_options must be a JSON object")
         options.update({str(k): str(v) for k, v in more.items()})
         _mask_secrets(options)
-        base_uri = extra.get("base_uri") or extra.get("root")
+        base_uri = _extra_value(extra, "base_uri", "root")
         self._resolved = (_redacted(options), str(base_uri) if base_uri else None)
         return self._resolved
 
@@ -193,11 +215,9 @@ class LanceHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["schema", "port"],
-            "relabeling": {"login": "AWS access key id", "password": "AWS secret access key"},
-            "placeholders": {
-                "extra": json.dumps({"endpoint_url": "http://minio:9000", "region_name": "us-east-1",
-                                     "allow_http": True, "base_uri": "s3://bucket/prefix"}),
-            },
-        }
+        """The Connections form's standard fields (hidden, relabelled), for Airflow before 3.2.
+
+        Airflow 3.2+ reads the same data from the provider info (``ui-field-behaviour``) without
+        importing the hook.
+        """
+        return {key.replace("-", "_"): value for key, value in UI_FIELD_BEHAVIOUR.items()}

@@ -5,7 +5,7 @@ Every operator returns a metrics dict (its XCom ``return_value``)::
     {"operation": "delete", "uri": "...", "version": 7, "changed": true, "dry_run": false,
      "already_committed": false, "idempotency_key": "airflow_...", "metrics": {...}}
 
-and emits an asset event for the dataset (see :mod:`operators.base`). Operators that commit record
+and emits an asset event for the dataset (see :mod:`lance_ops_airflow.operators.base`). Operators that commit record
 the task's idempotency key in the transaction and look for it first, so a retry whose first try's
 commit landed returns that version with ``already_committed: true`` and writes nothing.
 """
@@ -16,13 +16,14 @@ import os
 from datetime import timedelta
 from typing import Any, Mapping
 
-from operators.base import (
+from lance_ops_airflow.operators.base import (
     LanceBaseOperator,
     as_bool,
     as_int,
     as_optional_float,
     as_optional_int,
     find_committed,
+    parse_duration,
 )
 
 
@@ -217,7 +218,7 @@ class LanceCommitStagedOperator(_CommittingOperator):
     """Commit what a Spark job staged under this task's (group's) idempotency key, exactly once.
 
     The Spark task and this task share ``idempotency_scope`` (the task-group id when built by
-    :func:`operators.spark.lance_ingest_group`), so both derive the same key from the run.
+    :func:`lance_ops_airflow.operators.spark.lance_ingest_group`), so both derive the same key from the run.
 
     :param staged_key: an explicit key instead of the derived one. (templated)
     """
@@ -315,7 +316,7 @@ class LanceCompactionOperator(_CommittingOperator):
     ``in_process`` (the plan rewrites at most ``spark_threshold_rows`` rows, or no threshold is
     set: compact here, committed with the task's idempotency key), ``spark`` (bigger: the plan is
     stored under the dataset's ``_staging/`` and a downstream Spark task of the same group
-    executes it, see :func:`operators.spark.lance_compaction_group`; the plan file's URI is in
+    executes it, see :func:`lance_ops_airflow.operators.spark.lance_compaction_group`; the plan file's URI is in
     ``result["plan_file"]``). Standalone (no ``spark_task_id``) every plan runs in-process.
 
     :param target_rows_per_fragment: the fragment size to aim for. (templated)
@@ -492,8 +493,9 @@ class LanceRefreshRowIdIndexOperator(LanceBaseOperator):
 class LanceCleanupOperator(LanceBaseOperator):
     """Remove old versions and the files only they reference.
 
-    :param older_than_seconds: versions older than this are removed (default 14 days; with
-        ``retain_versions`` both must hold). (templated)
+    :param older_than: versions older than this are removed: a duration (``"14d"``, ``"12h"``,
+        ``"1d12h"``) or seconds (default 14 days; with ``retain_versions`` both must hold).
+        (templated) ``older_than_seconds`` is the same in seconds (the earlier name).
     :param retain_versions: always keep this many newest versions. (templated)
     :param delete_unverified: also delete unreferenced files younger than 7 days (only safe
         without concurrent writers). (templated)
@@ -502,16 +504,16 @@ class LanceCleanupOperator(LanceBaseOperator):
     """
 
     template_fields = LanceBaseOperator.template_fields + (
-        "older_than_seconds", "retain_versions", "delete_unverified", "error_if_tagged_old_versions", "dry_run",
+        "older_than", "retain_versions", "delete_unverified", "error_if_tagged_old_versions", "dry_run",
     )
     operation = "cleanup"
 
-    def __init__(self, *, older_than_seconds: float | str | None = 14 * 24 * 3600,
+    def __init__(self, *, older_than: str | float | None = "14d", older_than_seconds: float | str | None = None,
                  retain_versions: int | str | None = None, delete_unverified: bool | str = False,
                  error_if_tagged_old_versions: bool | str = True, dry_run: bool | str = False,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.older_than_seconds = older_than_seconds
+        self.older_than = older_than if older_than_seconds is None else older_than_seconds
         self.retain_versions = retain_versions
         self.delete_unverified = delete_unverified
         self.error_if_tagged_old_versions = error_if_tagged_old_versions
@@ -521,7 +523,7 @@ class LanceCleanupOperator(LanceBaseOperator):
         from lance_ops.maintenance.cleanup import cleanup_old_versions
 
         ds = self.open_dataset(uri, storage_options)
-        seconds = as_optional_float(self.older_than_seconds)
+        seconds = parse_duration(self.older_than, "older_than")
         dry = as_bool(self.dry_run)
         self.check_cancelled()
         stats = _as_dict(cleanup_old_versions(

@@ -18,6 +18,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from lance_ops_airflow.operators.base import skip
+
 #: the trigger rule of the report task: it runs whatever happened before it
 ALL_DONE = "all_done"
 
@@ -34,7 +36,7 @@ class LanceRunReportOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         """Read the run's task states; skip, succeed or fail as the module docs say."""
-        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+        from airflow.sdk.exceptions import AirflowFailException
 
         ti = context["ti"]
         by_run = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id])
@@ -42,7 +44,7 @@ class LanceRunReportOperator(BaseOperator):
                   if task_id != ti.task_id}
         report = report_from_states(states)
         if not report["ran"]:
-            raise AirflowSkipException("no maintenance step ran (the run was skipped)")
+            skip(self.log, "no maintenance step ran (the sensor found nothing to do and skipped the run)")
         if report["failed"] or report["not_run"]:
             ti.xcom_push(key="run_report", value=report)
             for task_id in report["failed"]:

@@ -33,9 +33,9 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import TaskGroup
 
-from operators.base import idempotency_key
-from operators.hooks import LanceHook, normalize_conn_id
-from operators.lance import LanceCommitStagedOperator, LanceCompactionOperator
+from lance_ops_airflow.operators.base import idempotency_key, skip
+from lance_ops_airflow.operators.hooks import LanceHook, normalize_conn_id
+from lance_ops_airflow.operators.lance import LanceCommitStagedOperator, LanceCompactionOperator
 
 NONE_FAILED_MIN_ONE_SUCCESS = "none_failed_min_one_success"
 
@@ -145,10 +145,9 @@ class LanceSparkSubmitOperator(SparkSubmitOperator):
             plan = context["ti"].xcom_pull(task_ids=self.plan_task_id) if self.plan_task_id else None
             if self.plan_task_id:
                 if not plan or plan.get("route") != "spark":
-                    from airflow.sdk.exceptions import AirflowSkipException
-
                     route = plan.get("route") if plan else None
-                    raise AirflowSkipException(f"compaction plan route is {route!r}: no Spark rewrite needed")
+                    skip(self.log, f"compaction plan route is {route!r}: no Spark rewrite needed "
+                                   "(the plan task compacted in-process or found nothing to compact)")
                 args += ["--plan-file", plan["plan_file"]]
         if not self.application:
             self.application = _job_path(self.job)

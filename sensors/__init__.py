@@ -1,8 +1,8 @@
-"""Airflow sensors (and their triggers) for Lance datasets; see :mod:`sensors.lance`."""
+"""Airflow sensors (and their triggers) for Lance datasets; see :mod:`lance_ops_airflow.sensors.lance`."""
 from __future__ import annotations
 
-from sensors.lance import LanceMaintenanceNeededSensor, LanceNewVersionSensor
-from sensors.triggers import LanceMaintenanceNeededTrigger, LanceNewVersionTrigger
+from lance_ops_airflow.sensors.lance import LanceMaintenanceNeededSensor, LanceNewVersionSensor
+from lance_ops_airflow.sensors.triggers import LanceMaintenanceNeededTrigger, LanceNewVersionTrigger
 
 __all__ = [
     "LanceMaintenanceNeededSensor",

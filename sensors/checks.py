@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from operators.base import jsonable
-from operators.hooks import LanceHook, normalize_conn_id
+from lance_ops_airflow.operators.base import jsonable
+from lance_ops_airflow.operators.hooks import LanceHook, normalize_conn_id
 
 
 def _open(dataset_uri: str, lance_conn_id: str | None):

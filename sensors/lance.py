@@ -1,16 +1,16 @@
 """Sensors: a new dataset version (or tag) and "maintenance needed", in poke or deferrable mode.
 
 ``deferrable=True``: the sensor checks once in the worker; if the condition does not hold yet it
-defers to a trigger (:mod:`sensors.triggers`) that polls from the triggerer until the condition
+defers to a trigger (:mod:`lance_ops_airflow.sensors.triggers`) that polls from the triggerer until the condition
 holds or the timeout passes, then resumes in ``execute_complete``. Otherwise the usual
 BaseSensorOperator poke / reschedule loop runs. Either way the XCom is the check's result dict,
 and a timeout with ``soft_fail=True`` skips the task (and, through trigger rules, what follows).
 
-Errors are classified like the operators' (:func:`operators.base.classify_failure`): a check that
+Errors are classified like the operators' (:func:`lance_ops_airflow.operators.base.classify_failure`): a check that
 cannot succeed on a retry (corrupt manifest, bad argument) fails the task at once with its cause
 as the first error line; retryable ones keep the task's retries.
 
-``wait_timeout`` (templated, seconds) overrides ``timeout`` at run time, so a DAG can take it
+``wait_timeout`` (templated; a duration such as ``"10m"`` or seconds) overrides ``timeout`` at run time, so a DAG can take it
 from a Param.
 """
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue
 
-from operators.base import as_optional_float, as_optional_int, classify_failure
-from sensors.checks import check_maintenance, check_new_version
-from sensors.triggers import LanceMaintenanceNeededTrigger, LanceNewVersionTrigger
+from lance_ops_airflow.operators.base import as_optional_float, as_optional_int, classify_failure, parse_duration, skip
+from lance_ops_airflow.sensors.checks import check_maintenance, check_new_version
+from lance_ops_airflow.sensors.triggers import LanceMaintenanceNeededTrigger, LanceNewVersionTrigger
 
 
 class _LanceSensor(BaseSensorOperator):
@@ -49,10 +49,8 @@ class _LanceSensor(BaseSensorOperator):
         return payload
 
     def _apply_wait_timeout(self) -> None:
-        override = as_optional_float(self.wait_timeout)
+        override = parse_duration(self.wait_timeout, "wait_timeout")
         if override is not None:
-            if override < 0:
-                raise ValueError("wait_timeout must be >= 0")
             self.timeout = override
 
     def poke(self, context: Any) -> bool | PokeReturnValue:
@@ -99,10 +97,10 @@ class _LanceSensor(BaseSensorOperator):
         raise AirflowException(f"{self.task_id}: trigger failed: {message}")
 
     def _timed_out(self, message: str) -> None:
-        from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
+        from airflow.sdk.exceptions import AirflowSensorTimeout
 
         if self.soft_fail:
-            raise AirflowSkipException(f"{self.task_id}: {message} (soft_fail: skipping)")
+            skip(self.log, f"{message} (soft_fail: the run's later steps are skipped too)")
         raise AirflowSensorTimeout(f"{self.task_id}: {message}")
 
 
@@ -159,12 +157,13 @@ class LanceMaintenanceNeededSensor(_LanceSensor):
     :param deleted_ratio_threshold: this deleted-row ratio needs materialization. (templated)
     :param versions_to_clean_threshold: this many versions awaiting cleanup. (templated)
     :param materialize_deletions_threshold: per-fragment ratio reported in the health. (templated)
-    :param cleanup_older_than_seconds: versions older than this await cleanup. (templated)
+    :param cleanup_older_than: versions older than this await cleanup: a duration (``"14d"``) or
+        seconds. (templated) ``cleanup_older_than_seconds`` is the earlier name, in seconds.
     """
 
     template_fields = _LanceSensor.template_fields + (
         "target_rows_per_fragment", "small_fragments_threshold", "deleted_ratio_threshold",
-        "versions_to_clean_threshold", "materialize_deletions_threshold", "cleanup_older_than_seconds",
+        "versions_to_clean_threshold", "materialize_deletions_threshold", "cleanup_older_than",
     )
 
     def __init__(self, *, target_rows_per_fragment: int | str = 1024 * 1024,
@@ -172,14 +171,15 @@ class LanceMaintenanceNeededSensor(_LanceSensor):
                  deleted_ratio_threshold: float | str | None = 0.1,
                  versions_to_clean_threshold: int | str | None = 20,
                  materialize_deletions_threshold: float | str = 0.1,
-                 cleanup_older_than_seconds: float | str = 14 * 24 * 3600, **kwargs: Any) -> None:
+                 cleanup_older_than: str | float = "14d", cleanup_older_than_seconds: float | str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.target_rows_per_fragment = target_rows_per_fragment
         self.small_fragments_threshold = small_fragments_threshold
         self.deleted_ratio_threshold = deleted_ratio_threshold
         self.versions_to_clean_threshold = versions_to_clean_threshold
         self.materialize_deletions_threshold = materialize_deletions_threshold
-        self.cleanup_older_than_seconds = cleanup_older_than_seconds
+        self.cleanup_older_than = cleanup_older_than if cleanup_older_than_seconds is None else cleanup_older_than_seconds
 
     def thresholds(self) -> dict[str, Any]:
         def default(value, fallback):
@@ -191,7 +191,8 @@ class LanceMaintenanceNeededSensor(_LanceSensor):
             "deleted_ratio_threshold": as_optional_float(self.deleted_ratio_threshold),
             "versions_to_clean_threshold": as_optional_int(self.versions_to_clean_threshold),
             "materialize_deletions_threshold": default(as_optional_float(self.materialize_deletions_threshold), 0.1),
-            "cleanup_older_than_seconds": default(as_optional_float(self.cleanup_older_than_seconds), 14 * 24 * 3600.0),
+            "cleanup_older_than_seconds": default(parse_duration(self.cleanup_older_than, "cleanup_older_than"),
+                                                  14 * 24 * 3600.0),
         }
 
     def check(self) -> tuple[bool, Any]:

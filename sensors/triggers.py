@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from sensors.checks import check_maintenance, check_new_version
+from lance_ops_airflow.sensors.checks import check_maintenance, check_new_version
 
 
 class _PollingTrigger(BaseTrigger):
@@ -80,7 +80,7 @@ class LanceNewVersionTrigger(_PollingTrigger):
         self.tag = tag
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("sensors.triggers.LanceNewVersionTrigger",
+        return ("lance_ops_airflow.sensors.triggers.LanceNewVersionTrigger",
                 {**self._base_kwargs(), "baseline_version": self.baseline_version, "tag": self.tag})
 
     def _check(self) -> tuple[bool, Any]:
@@ -96,7 +96,7 @@ class LanceMaintenanceNeededTrigger(_PollingTrigger):
         self.thresholds = dict(thresholds or {})
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("sensors.triggers.LanceMaintenanceNeededTrigger",
+        return ("lance_ops_airflow.sensors.triggers.LanceMaintenanceNeededTrigger",
                 {**self._base_kwargs(), "thresholds": self.thresholds})
 
     def _check(self) -> tuple[bool, Any]:

@@ -26,6 +26,7 @@ FLOORS = {
     "spark": 5, "cli": 5, "cli_output": 5, "demo": 5,
     "api": 9,  # the package face (ADR 0003): composes maintenance verbs onto the core dataset
     "file": 9,  # the public face mirroring pylance's ``lance.file`` (ADR 0002): re-exports lance_ops.format
+    "optimize": 9,  # the public face mirroring pylance's ``lance.optimize`` (ADR 0015)
 }
 
 #: upward edges that exist today (importer -> imported); the redesign removes them
@@ -179,7 +180,7 @@ def test_the_checker_sees_cycles_and_upward_edges():
 #: the modules that own LanceDataset and LanceFragment (they may use each other's internals)
 ACCESSOR_OWNERS = {"lance_ops/table/dataset.py": "LanceDataset", "lance_ops/table/fragment.py": "LanceFragment"}
 #: the trees whose modules must use the public accessors
-ACCESSOR_USERS = ("lance_ops", "operators", "sensors", "dags")
+ACCESSOR_USERS = ("lance_ops", "lance_ops_airflow", "operators", "sensors", "dags")
 
 
 def private_members(source: str, class_name: str) -> set[str]:
@@ -245,7 +246,7 @@ def test_the_private_use_checker_sees_uses():
 #: words between underscores or dots, so LATEST_VERSION is not one)
 TEST_SWITCH_WORDS = re.compile(r"(^|[_.])(TESTS?|TESTING|FAIL_FIRST|INJECT[A-Z]*|CRASH[A-Z]*)([_.]|$)")
 #: production code: the package plus the Airflow parts shipped in the image
-PRODUCTION_DIRS = ("lance_ops", "operators", "sensors", "dags")
+PRODUCTION_DIRS = ("lance_ops", "lance_ops_airflow", "operators", "sensors", "dags")
 
 
 def _string_constants(tree: ast.Module) -> dict[str, str]:
@@ -400,6 +401,7 @@ g = np.argsort(x, kind="stable")
 #: private attributes of third-party objects with no public equivalent (reason beside each)
 THIRD_PARTY_PRIVATE = {
     "_jsc",  # PySpark's SparkContext -> JavaSparkContext (Hadoop configuration); no public handle
+    "_call",  # pyarrow's Expression._call: the only way to call a registered UDF inside an expression
 }
 
 
@@ -478,3 +480,23 @@ def test_no_module_over_800_lines():
     long = {p.relative_to(ROOT).as_posix(): n for p in PACKAGE.rglob("*.py") if "_proto" not in p.parts
             and (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert long == {}, f"split these along their seams (docs/architecture.md rule 6): {long}"
+
+
+# --- the Airflow provider (docs/adr/0018-airflow-provider-package.md) ------------------------------
+AIRFLOW_TREE = ("lance_ops_airflow", "operators", "sensors", "dags")
+
+
+def test_lance_ops_never_imports_the_provider_and_the_provider_never_edits_sys_path():
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            upward += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "lance_ops_airflow"]
+    assert not upward, upward
+    edits = [str(p.relative_to(ROOT)) for top in AIRFLOW_TREE for p in sorted((ROOT / top).rglob("*.py"))
+             if "sys.path" in p.read_text()]
+    assert not edits, f"import from lance_ops_airflow instead of editing sys.path: {edits}"
+    generic = [f"{p.relative_to(ROOT)}" for top in AIRFLOW_TREE for p in sorted((ROOT / top).rglob("*.py"))
+               if re.search(r"^\s*(from|import)\s+(operators|sensors|dags)\b", p.read_text(), re.M)]
+    assert not generic, f"import the namespaced lance_ops_airflow.* path: {generic}"

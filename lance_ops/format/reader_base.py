@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from lance_ops._proto import file_pb2
+from lance_ops._proto import file2_pb2, file_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, OutOfRangeError
 from lance_ops.format.container import Footer
 from lance_ops.format.version import FileVersion
@@ -143,3 +143,39 @@ class V2ReaderBase(FileReaderBase):
     def num_global_buffers(self) -> int:
         """Global buffers in the file (buffer 0 is the FileDescriptor)."""
         return self._footer.num_global_buffers
+
+    @property
+    def footer(self) -> Footer:
+        """The parsed 40-byte footer (where the metadata sections lie, the version numbers)."""
+        return self._footer
+
+    def global_buffer_locations(self) -> list[tuple[int, int]]:
+        """``(position, size)`` of every global buffer, from the GBO table (one ranged read)."""
+        f = self._footer
+        raw = bytes(self._guard(lambda: self._store.read_range(self._path, f.gbo_table_start,
+                                                                16 * f.num_global_buffers)))
+        table = np.frombuffer(raw, dtype="<u8").reshape(-1, 2).astype(np.int64)
+        return [(int(p), int(s)) for p, s in table]
+
+    def column_metadata(self) -> list[file2_pb2.ColumnMetadata]:
+        """Every column's ``ColumnMetadata`` proto (pages, buffers, encodings), in column order.
+
+        One ranged read of the column metadata region and its offset table; the file-level views
+        (``lance_ops.file``'s ``metadata()`` and ``file_statistics()``) are built from these.
+        """
+        f = self._footer
+
+        def parse() -> list[file2_pb2.ColumnMetadata]:
+            start, end = f.column_meta_start, f.cmo_table_start + 16 * f.num_columns
+            region = bytes(self._store.read_range(self._path, start, end - start))
+            cmo = np.frombuffer(region[f.cmo_table_start - start:], dtype="<u8").reshape(-1, 2).astype(np.int64)
+            metas = []
+            for pos, length in cmo.tolist():  # one proto per column, not per row
+                if pos < start or pos + length > end:
+                    raise self._corrupt(f"column metadata range {pos}..{pos + length} is outside its section")
+                meta = file2_pb2.ColumnMetadata()
+                meta.ParseFromString(region[pos - start:pos - start + length])
+                metas.append(meta)
+            return metas
+
+        return self._guard(parse)

@@ -28,7 +28,7 @@ SECRET_OPTION_NAMES = frozenset({
 })
 
 #: loggers whose records are redacted (and their children)
-LOGGER_PREFIXES = ("botocore", "boto3", "urllib3", "s3transfer", "lance_ops", "operators", "sensors")
+LOGGER_PREFIXES = ("botocore", "boto3", "urllib3", "s3transfer", "lance_ops", "lance_ops_airflow")
 
 _NAME = (r"(?:aws_)?(?:access_key_id|secret_access_key|session_token|token)|(?:aws)?accesskeyid|secretaccesskey"
          r"|sessiontoken|secretkey|password")

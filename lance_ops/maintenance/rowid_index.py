@@ -245,7 +245,7 @@ def refresh_row_id_index(ds: Any, *, idempotency_key: str | None = None,
         return {"skipped": "no stable row ids", "version": latest.version}
     store, base = latest.store, latest.base
     frags = latest.get_fragments()
-    coverage = _coverage_of(f.metadata for f in frags)
+    coverage = _coverage_of(f.proto for f in frags)
     listing = list_indices(store, base)
     result = {"version": latest.version, "fragments": len(frags), "reused": 0, "rebuilt": 0,
               "rows": 0, "up_to_date": False, "path": None, "idempotency_key": idempotency_key}
@@ -351,7 +351,7 @@ def lookup(dataset: Any, fragments: Any, row_ids: Any) -> tuple[np.ndarray, np.n
     """The row-id index hook (lance_ops.table.commit.hooks): (positions in ``fragments``, offsets), or None to fall back."""
     if not dataset.has_stable_row_ids:
         return None
-    protos = [f.metadata for f in fragments]
+    protos = [f.proto for f in fragments]
     index = find_index(dataset, protos)
     if index is None:
         return None

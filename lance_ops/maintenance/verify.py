@@ -229,7 +229,7 @@ class _Verifier:
 
     # -- data files -------------------------------------------------------------------------------
     def _check_data_files(self, v: int, frag: Any) -> None:
-        proto = frag.metadata
+        proto = frag.proto
         if not proto.files:
             self._add(v, frag.fragment_id, None, "fragment has no data files")
         for i, df in enumerate(proto.files):
@@ -321,7 +321,7 @@ class _Verifier:
 
     # -- deletions --------------------------------------------------------------------------------
     def _check_deletions(self, v: int, frag: Any) -> None:
-        proto = frag.metadata
+        proto = frag.proto
         if not proto.HasField("deletion_file"):
             return
         df = proto.deletion_file
@@ -361,7 +361,7 @@ class _Verifier:
 
     # -- row ids ----------------------------------------------------------------------------------
     def _check_row_ids(self, v: int, frag: Any, stable: bool, next_row_id: int) -> np.ndarray | None:
-        proto = frag.metadata
+        proto = frag.proto
         fid = frag.fragment_id
         for name in _EXTERNAL_SEQUENCES:
             if proto.HasField(name):

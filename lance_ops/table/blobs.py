@@ -428,7 +428,7 @@ def take_blobs(ds: "DatasetSnapshot", blob_column: str, ids: BlobSelection | Non
             continue
         file_index, _ = located[fid]
         table = frag.read([read_field], [fid], offsets[rows].astype(np.uint64), blob_handling="blobs_descriptions")
-        data_file = frag.metadata.files[file_index]
+        data_file = frag.proto.files[file_index]
         col = _with_parent_nulls(table.column(0), below)
         loc = v2_locations(ds, data_file, col) if v2 else legacy_locations(ds, data_file, col)
         for r, h in zip(rows.tolist(), handles(loc, buffer_size)):

@@ -6,9 +6,10 @@ as pylance does).
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -31,13 +32,16 @@ from lance_ops.table.manifest import naming
 from lance_ops.table.commit import locate
 from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.commit.properties import CommitProperties
-from lance_ops.table.filters import Filter, Projection, compile_expression, compile_filter
+from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.scan import ROW_ADDR, ROW_ID
 from lance_ops.table.snapshot import BlobSelection
 from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.columns import ColumnPlan
 from lance_ops.table.manifest.codec import ManifestFile, check_fragments, manifest_schema, read_manifest
 
 _DELETED_ROWS = "lance_ops.num_deleted_rows"
+#: fragments whose deletion vectors a take reads at once
+_TAKE_WORKERS = 4
 #: ``to_batches`` reads a fragment in pieces of about this many bytes of its data files (bounded memory)
 STREAM_READ_BYTES = 64 * 1024 * 1024
 _STREAM_MIN_ROWS = 8192
@@ -91,6 +95,13 @@ class Tags:
     def list(self) -> dict[str, dict]:
         """Every tag with its version, by name."""
         return tags_mod.list_tags(self._ds.store, self._ds.base)
+
+    def list_ordered(self, order: str | None = None) -> List[Tuple[str, dict]]:
+        """``(name, tag)`` pairs by version: newest first (``order=None`` or ``"desc"``) or ``"asc"``."""
+        if order not in (None, "asc", "desc"):
+            raise InvalidArgumentError(f"tags.list_ordered(order={order!r}): order must be 'asc', 'desc' or None")
+        items = sorted(self.list().items(), key=lambda kv: (kv[1]["version"], kv[0]))
+        return items if order == "asc" else items[::-1]
 
 
 class LanceDataset:
@@ -206,12 +217,13 @@ class LanceDataset:
     def versions(self) -> list[dict]:
         """Every version with its timestamp and summary metadata (as pylance)."""
         out = []
+        memo: dict[bytes, tuple[int, int, int, int, int]] = {}
         for loc in naming.list_versions(self._store, self._base):
             m = read_manifest(self._store, loc.path).manifest
             out.append({
                 "version": m.version,
                 "timestamp": _local_timestamp(m),
-                "metadata": summary(m),
+                "metadata": summary(m, memo),
             })
         return out
 
@@ -242,44 +254,61 @@ class LanceDataset:
                          with_row_id: bool, with_row_address: bool, fragment_ids: set[int] | None = None,
                          blobs: str = "blobs_descriptions", bounded: bool = False) -> Iterator[pa.Table]:
         """One table per planned fragment (the scan planner prunes by statistics), in order;
-        ``bounded`` (streaming): large fragments in pieces of about ``STREAM_READ_BYTES`` each."""
-        for task in scan.iter_plan(self, columns, filter, fragments=fragment_ids, with_row_id=with_row_id,
-                                   with_row_address=with_row_address, blob_handling=blobs):
-            for piece in task.split(_stream_rows(task.fragment)) if bounded else (task,):
-                yield scan.execute(self, piece)
+        ``bounded`` (streaming): large fragments in pieces of about ``STREAM_READ_BYTES`` each.
+        Fragments are read side by side and filters evaluated per group (``scan.execute_many``)."""
+        tasks: Iterator[scan.FragmentScanTask] = scan.iter_plan(
+            self, columns, filter, fragments=fragment_ids, with_row_id=with_row_id,
+            with_row_address=with_row_address, blob_handling=blobs)
+        if bounded:
+            tasks = (piece for task in tasks for piece in task.split(_stream_rows(task.fragment)))
+        yield from scan.execute_many(self, tasks)
 
     def to_batches(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                    filter: str | pc.Expression | None = None, *, with_row_id: bool = False,
                    with_row_address: bool = False, batch_size: int | None = None,
-                   blob_handling: str | None = None) -> Iterator[pa.RecordBatch]:
+                   blob_handling: str | None = None, fragments: FragmentSelection = None,
+                   strict_batch_size: bool = False, **tuning: Any) -> Iterator[pa.RecordBatch]:
         """Stream the matching rows fragment by fragment (memory bounded by one fragment's columns).
 
         Blob columns come as their descriptions, or as bytes with ``blob_handling="all_binary"``
-        (as pylance)."""
+        (as pylance). ``strict_batch_size``: every batch but the last has ``batch_size`` rows
+        (batches otherwise end at fragment boundaries). pylance's executor knobs
+        (:data:`TUNING_OPTIONS`) are accepted and change nothing."""
+        check_tuning(tuning)
         blobs = blobs_mod.check_blob_handling(blob_handling)
-        plan = _ColumnPlan(self, columns)
+        plan = ColumnPlan(self, columns)
         metadata = self.schema.metadata
-        for table in self._fragment_tables(plan.read, filter, with_row_id, with_row_address, blobs=blobs,
-                                           bounded=True):
-            table = plan.apply(table, with_row_id, with_row_address)
-            if table.num_columns and not plan.computed:
-                table = table.replace_schema_metadata(metadata)
+
+        def tables() -> Iterator[pa.Table]:
+            for table in self._fragment_tables(plan.read, filter, with_row_id, with_row_address or plan.needs_address,
+                                               _ids(fragments), blobs=blobs, bounded=True):
+                table = plan.apply(table, with_row_id, with_row_address)
+                if table.num_columns and not plan.computed:
+                    table = table.replace_schema_metadata(metadata)
+                yield table
+
+        if strict_batch_size and batch_size:
+            yield from _strict_batches(tables(), batch_size)
+            return
+        for table in tables():
             yield from table.to_batches(max_chunksize=batch_size)
 
     def to_table(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                  filter: str | pc.Expression | None = None, limit: int | None = None,
                  offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False,
-                 blob_handling: str | None = None) -> pa.Table:
+                 blob_handling: str | None = None, fragments: FragmentSelection = None, **tuning: Any) -> pa.Table:
         """The matching rows; blob columns as descriptions, or bytes with ``blob_handling="all_binary"``.
 
         ``columns`` may map output names to SQL expressions (``{"a": "b * 100"}``), as pylance's
         computed projections; ``offset`` and ``limit`` must not be negative."""
         _check_offset_limit(offset, limit)
+        check_tuning(tuning)
         blobs = blobs_mod.check_blob_handling(blob_handling)
-        plan = _ColumnPlan(self, columns)
+        plan = ColumnPlan(self, columns)
         schema = plan.schema(with_row_id, with_row_address, blobs)
         tables = [plan.apply(t, with_row_id, with_row_address)
-                  for t in self._fragment_tables(plan.read, filter, with_row_id, with_row_address, blobs=blobs)]
+                  for t in self._fragment_tables(plan.read, filter, with_row_id, with_row_address or plan.needs_address,
+                                                 _ids(fragments), blobs=blobs)]
         if len(schema) == 0:
             # no columns: only the row count matters (concat_tables and replace_schema_metadata
             # would both reset it to 0 on column-less tables)
@@ -310,11 +339,16 @@ class LanceDataset:
     def scanner(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                 filter: str | pc.Expression | None = None, limit: int | None = None,
                 offset: int | None = None, *, with_row_id: bool = False, with_row_address: bool = False,
-                batch_size: int | None = None, blob_handling: str | None = None) -> "Scanner":
-        """A scan to run later (``to_table`` / ``to_batches`` / ``count_rows``), as pylance's."""
+                batch_size: int | None = None, blob_handling: str | None = None,
+                fragments: FragmentSelection = None, strict_batch_size: bool = False, **tuning: Any) -> "Scanner":
+        """A scan to run later (``to_table`` / ``to_batches`` / ``count_rows``), as pylance's;
+        ``fragments`` (fragments or ids) restricts it to those fragments (in manifest order:
+        ``scan_in_order`` is one of the accepted :data:`TUNING_OPTIONS`)."""
         blobs_mod.check_blob_handling(blob_handling)
         _check_offset_limit(offset, limit)
-        return Scanner(self, columns, filter, limit, offset, with_row_id, with_row_address, batch_size, blob_handling)
+        check_tuning(tuning)
+        return Scanner(self, columns, filter, limit, offset, with_row_id, with_row_address, batch_size, blob_handling,
+                       fragments, strict_batch_size)
 
     # --- takes -----------------------------------------------------------------------------------
     def take(self, indices: Sequence[int] | np.ndarray | pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
@@ -349,18 +383,46 @@ class LanceDataset:
         if len(schema) == 0:  # nothing to read; concat_tables would lose the row count
             return pa.table({"_": pa.nulls(int(positions.size))}).drop_columns(["_"])
         order = np.argsort(which, kind="stable")
-        pieces, placed = [], []
-        for frag_pos in np.unique(which):
-            sel = order[which[order] == frag_pos]
-            frag = frags[int(frag_pos)]
+        placed = [order[which[order] == frag_pos] for frag_pos in np.unique(which)]
+        chosen = [frags[int(which[sel[0]])] for sel in placed]
+
+        def task_of(frag: LanceFragment, sel: np.ndarray) -> scan.FragmentScanTask:
             offs = np.asarray(to_offsets(frag, positions[sel]), dtype=np.uint64)
-            task = scan.fragment_task(self, frag, out_columns, offsets=offs)
-            pieces.append(scan.execute(self, task).replace_schema_metadata(schema.metadata))
-            placed.append(sel)
+            return scan.fragment_task(self, frag, out_columns, offsets=offs)
+
+        # the fragments' deletion vectors (to_offsets) and rows are read side by side
+        if len(chosen) > 1:
+            with ThreadPoolExecutor(max_workers=min(_TAKE_WORKERS, len(chosen)),
+                                    thread_name_prefix="lance-ops-take") as pool:
+                tasks = list(pool.map(task_of, chosen, placed))
+        else:
+            tasks = [task_of(f, sel) for f, sel in zip(chosen, placed)]
+        pieces = [t.replace_schema_metadata(schema.metadata) for t in scan.execute_many(self, tasks)]
         table = pa.concat_tables(pieces)
         inverse = np.empty(positions.size, dtype=np.int64)
         inverse[np.concatenate(placed)] = np.arange(positions.size)
         return table.take(pa.array(inverse)).combine_chunks()
+
+    def take_fragment_rows(self, fragment: LanceFragment, indices: Sequence[int] | np.ndarray | pa.Array,
+                           columns: Sequence[str] | Mapping[str, str] | None = None) -> pa.Table:
+        """Rows at positions ``indices`` among ``fragment``'s live rows (``LanceFragment.take``)."""
+        idx = np.asarray(indices.to_numpy() if isinstance(indices, pa.Array) else indices, dtype=np.int64)
+        live = fragment.count_rows()
+        if idx.size and (idx.min() < 0 or idx.max() >= live):
+            bad = int(idx[(idx < 0) | (idx >= live)][0])
+            raise OutOfRangeError(f"{self.uri}: fragment {fragment.fragment_id}: take index {bad} out of range "
+                                  f"for {live} rows")
+        which = np.zeros(idx.size, dtype=np.int64)
+        return self._take_physical([fragment], which, lambda f, pos: f.live_offsets()[pos] if f.num_deletions
+                                   else pos.astype(np.uint64), idx, columns if columns is None else list(columns))
+
+    def __len__(self) -> int:
+        """Live rows of this version (pylance's ``len(ds)``)."""
+        return self.count_rows()
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as (uri, version, storage options): reopened where it is unpickled (Spark, Ray workers)."""
+        return (type(self), (self.uri, self.version, dict(self.storage_options)))
 
     def take_blobs(self, blob_column: str, ids: BlobSelection | None = None, addresses: BlobSelection | None = None,
                    indices: BlobSelection | None = None, *,
@@ -510,18 +572,25 @@ class Scanner:
 
     def __init__(self, ds: LanceDataset, columns: Sequence[str] | Mapping[str, str] | None,
                  filter: str | pc.Expression | None, limit: int | None, offset: int | None, with_row_id: bool,
-                 with_row_address: bool, batch_size: int | None, blob_handling: str | None) -> None:
+                 with_row_address: bool, batch_size: int | None, blob_handling: str | None,
+                 fragments: FragmentSelection = None, strict_batch_size: bool = False) -> None:
         self.dataset = ds
+        self._strict = strict_batch_size
         self._args: dict[str, Any] = dict(columns=columns, filter=filter, with_row_id=with_row_id,
-                          with_row_address=with_row_address, blob_handling=blob_handling)
+                          with_row_address=with_row_address, blob_handling=blob_handling, fragments=fragments)
         self._limit, self._offset, self._batch_size = limit, offset, batch_size
 
     @property
     def projected_schema(self) -> pa.Schema:
         """The schema of the scan's output (projection, computed columns, row id/address columns)."""
         ds, a = self.dataset, self._args
-        return _ColumnPlan(ds, a["columns"]).schema(a["with_row_id"], a["with_row_address"],
+        return ColumnPlan(ds, a["columns"]).schema(a["with_row_id"], a["with_row_address"],
                                                     blobs_mod.check_blob_handling(a["blob_handling"]))
+
+    @property
+    def dataset_schema(self) -> pa.Schema:
+        """The schema of the scanned dataset (pylance's ``Scanner.dataset_schema``)."""
+        return self.dataset.schema
 
     def to_table(self) -> pa.Table:
         """Run the scan: every matching row (after offset and limit) as one table."""
@@ -530,7 +599,7 @@ class Scanner:
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         """Run the scan as a stream of batches (streamed per fragment unless offset/limit need the whole table)."""
         if self._limit is None and not self._offset:
-            return self.dataset.to_batches(batch_size=self._batch_size, **self._args)
+            return self.dataset.to_batches(batch_size=self._batch_size, strict_batch_size=self._strict, **self._args)
         return iter(self.to_table().to_batches(max_chunksize=self._batch_size))
 
     def to_reader(self) -> pa.RecordBatchReader:
@@ -539,8 +608,53 @@ class Scanner:
 
     def count_rows(self) -> int:
         """Rows the scan yields (without reading columns when there is no offset or limit)."""
-        return self.to_table().num_rows if (self._limit is not None or self._offset) else \
-            self.dataset.count_rows(self._args["filter"])
+        if self._limit is not None or self._offset is not None:
+            raise InvalidArgumentError("Invalid user input: Cannot use limit/offset with aggregate. "
+                                       "Apply limit to the result instead.")
+        ids = _ids(self._args["fragments"])
+        return self.dataset.count_rows(self._args["filter"], fragment_ids=None if ids is None else sorted(ids))
+
+
+#: which fragments a scan reads: fragments or fragment ids; None for all
+FragmentSelection = Optional[Sequence[Union[LanceFragment, int]]]
+
+
+def _ids(fragments: Sequence[LanceFragment | int] | None) -> set[int] | None:
+    """The ids of a scan's ``fragments`` argument (None: every fragment)."""
+    if fragments is None:
+        return None
+    return {f.fragment_id if isinstance(f, LanceFragment) else int(f) for f in fragments}
+
+
+#: pylance scan arguments that tune its executor (read-ahead, late materialisation, ordering of a
+#: parallel scan, I/O buffers, index use); lance_ops scans fragments in order with no such knobs,
+#: so these are accepted and change nothing
+TUNING_OPTIONS = frozenset({"batch_readahead", "fragment_readahead", "late_materialization", "scan_in_order",
+                            "io_buffer_size", "use_scalar_index", "batch_size_bytes", "use_stats", "fast_search",
+                            "prefilter"})
+
+
+def check_tuning(tuning: Mapping[str, Any]) -> None:
+    """TypeError for a keyword that is not one of :data:`TUNING_OPTIONS` (as Python's own)."""
+    unknown = sorted(set(tuning) - TUNING_OPTIONS)
+    if unknown:
+        raise TypeError(f"scan got an unexpected keyword argument {unknown[0]!r}")
+
+
+def _strict_batches(tables: Iterator[pa.Table], size: int) -> Iterator[pa.RecordBatch]:
+    """Batches of exactly ``size`` rows (the last may be shorter) across table boundaries."""
+    pending: list[pa.Table] = []
+    held = 0
+    for table in tables:
+        pending.append(table)
+        held += table.num_rows
+        if held >= size:
+            merged = pa.concat_tables(pending)
+            full = (held // size) * size
+            yield from merged.slice(0, full).combine_chunks().to_batches(max_chunksize=size)
+            pending, held = [merged.slice(full)], held - full
+    if held:
+        yield from pa.concat_tables(pending).combine_chunks().to_batches(max_chunksize=size)
 
 
 def _check_offset_limit(offset: object, limit: object) -> None:
@@ -554,50 +668,6 @@ def _check_offset_limit(offset: object, limit: object) -> None:
             raise InvalidArgumentError(f"{name} must be non-negative (got {value})")
 
 
-class _ColumnPlan:
-    """What a scan reads and how it shapes the output: a list of column names, or (pylance's
-    computed projections) a mapping of output names to SQL expressions over the columns."""
-
-    def __init__(self, ds: LanceDataset, columns: Sequence[str] | Mapping[str, str] | None) -> None:
-        self._ds = ds
-        self.computed: list[tuple[str, Projection]] | None = None
-        if isinstance(columns, Mapping) and not columns:
-            columns = []  # pylance: an empty projection
-        if isinstance(columns, Mapping):
-            computed: list[tuple[str, Projection]] = []
-            for name, sql in columns.items():
-                if not isinstance(name, str):
-                    raise InvalidArgumentError(f"{ds.uri}: computed column names must be strings, got {name!r}")
-                computed.append((name, compile_expression(sql, ds.schema)))
-            needed = set().union(*(p.columns for _, p in computed))
-            order = [f.name for f in ds.schema] + [ROW_ID, ROW_ADDR]
-            self.read = [c for c in order if c in needed]
-            self.computed = computed
-        else:
-            self.read = scan.resolve_columns(ds, columns)
-
-    def schema(self, with_row_id: bool, with_row_address: bool, blobs: str) -> pa.Schema:
-        if self.computed is None:
-            return scan.output_schema(self._ds, self.read, with_row_id, with_row_address, blobs)
-        fields = [pa.field(name, p.type, nullable=p.nullable) for name, p in self.computed]
-        fields += [pa.field(c, pa.uint64()) for c in scan.output_names([], with_row_id, with_row_address)]
-        return pa.schema(fields)
-
-    def apply(self, table: pa.Table, with_row_id: bool, with_row_address: bool) -> pa.Table:
-        """``table`` (holding ``self.read`` plus the row id/address columns) in the output shape."""
-        if self.computed is None:
-            return table
-        import pyarrow.dataset as pds
-
-        source = table if table.num_columns else pa.table({"__rows": pa.nulls(table.num_rows)})
-        projection = {name: p.expression for name, p in self.computed}
-        for c in scan.output_names([], with_row_id, with_row_address):
-            projection[c] = pds.field(c)
-        out = pds.dataset(source).to_table(columns=projection)
-        want = self.schema(with_row_id, with_row_address, "blobs_descriptions")
-        return out if out.schema.equals(want) else out.cast(want)
-
-
 def _local_timestamp(m: table_pb2.Manifest) -> datetime:
     """The commit time as pylance reports it: a naive local datetime.
 
@@ -609,13 +679,29 @@ def _local_timestamp(m: table_pb2.Manifest) -> datetime:
     return datetime.fromtimestamp(ns // 1e9) + timedelta(microseconds=(ns % 1e9) // 1e3)
 
 
-def summary(m: table_pb2.Manifest) -> dict[str, str]:
-    """The per-version summary pylance reports in ``versions()[i]["metadata"]``."""
-    files = sum(len(f.files) for f in m.fragments)
-    del_files = sum(1 for f in m.fragments if f.HasField("deletion_file"))
-    phys = sum(f.physical_rows for f in m.fragments)
-    deleted = sum(f.deletion_file.num_deleted_rows for f in m.fragments if f.HasField("deletion_file"))
-    size = sum(df.file_size_bytes for f in m.fragments for df in f.files)
+def summary(m: table_pb2.Manifest, memo: dict[bytes, tuple[int, int, int, int, int]] | None = None) -> dict[str, str]:
+    """The per-version summary pylance reports in ``versions()[i]["metadata"]``.
+
+    ``memo`` (shared over the versions of one listing) maps an encoded fragment to its counts:
+    consecutive versions share most of their fragments, and encoding one is much cheaper than
+    walking its fields from Python.
+    """
+    files = del_files = phys = deleted = size = 0
+    for f in m.fragments:
+        key = f.SerializeToString() if memo is not None else b""
+        counts = memo.get(key) if memo is not None else None
+        if counts is None:
+            data_files = f.files
+            has_del = f.HasField("deletion_file")
+            counts = (len(data_files), sum(df.file_size_bytes for df in data_files), f.physical_rows,
+                      int(has_del), f.deletion_file.num_deleted_rows if has_del else 0)
+            if memo is not None:
+                memo[key] = counts
+        files += counts[0]
+        size += counts[1]
+        phys += counts[2]
+        del_files += counts[3]
+        deleted += counts[4]
     return {
         "total_data_file_rows": str(phys),
         "total_data_files": str(files),

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, Sequence
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_ops._proto import table_pb2, transaction_pb2
@@ -41,13 +42,21 @@ class DeleteTarget(DatasetSnapshot, Protocol):
         ...
 
 
-def _matching_offsets(dataset: DatasetSnapshot, frag: LanceFragment, filt: Filter) -> np.ndarray:
+#: fragments whose predicate is evaluated in one pass hold about this many rows (evaluating an
+#: expression has a fixed cost of milliseconds: per fragment it dominated deletes of small fragments)
+_GROUP_ROWS = 1 << 16
+
+
+def _live_table(dataset: DatasetSnapshot, frag: LanceFragment, filt: Filter) -> pa.Table:
+    """The live rows of ``frag``, the columns ``filt`` reads."""
     cols = [c for c in filt.columns if c in dataset.top_field_ids]
     task = scan.fragment_task(dataset, frag, cols, with_row_id="_rowid" in filt.columns,
                               with_row_address="_rowaddr" in filt.columns)
-    table = scan.execute(dataset, task)
-    # the predicate as a mask over the live rows (null counts as false, as in a filter), then
-    # the physical offsets of the hits: no offsets column is built and dragged through a filter
+    return scan.execute(dataset, task)
+
+
+def _mask(table: pa.Table, filt: Filter) -> np.ndarray:
+    """The predicate as a boolean mask over the rows of ``table`` (null counts as false, as in a filter)."""
     from pyarrow import acero
 
     plan = acero.Declaration.from_sequence([
@@ -55,21 +64,49 @@ def _matching_offsets(dataset: DatasetSnapshot, frag: LanceFragment, filt: Filte
         acero.Declaration("project", acero.ProjectNodeOptions([filt.expression], ["m"])),
     ])
     mask = pc.fill_null(plan.to_table(use_threads=False).column(0), False)  # in row order
-    hit = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
-    live = frag.live_mask()
-    if live is not None:
-        hit = np.flatnonzero(live)[hit]
-    return hit.astype(np.uint32)
+    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _group_matching_offsets(dataset: DatasetSnapshot, frags: Sequence[LanceFragment], filt: Filter) -> list[np.ndarray]:
+    """Physical offsets (uint32) of the live rows matching ``filt`` in each of ``frags``: their
+    rows are read one fragment at a time and the predicate evaluated once over all of them."""
+    tables = [_live_table(dataset, frag, filt) for frag in frags]
+    try:
+        masks_all = _mask(pa.concat_tables(tables), filt) if len(tables) > 1 else None
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        masks_all = None
+    if masks_all is None:
+        masks = [_mask(t, filt) for t in tables]
+    else:
+        masks = np.split(masks_all, np.cumsum([t.num_rows for t in tables])[:-1])
+    out = []
+    for frag, mask in zip(frags, masks):
+        hit = np.flatnonzero(mask)
+        live = frag.live_mask()
+        if live is not None:
+            hit = np.flatnonzero(live)[hit]
+        out.append(hit.astype(np.uint32))
+    return out
 
 
 def _all_matching_offsets(dataset: DatasetSnapshot, frags: Sequence[LanceFragment],
                           filt: Filter) -> list[np.ndarray]:
-    """:func:`_matching_offsets` of every fragment, in order; fragments are scanned side by side
-    (reading and filter evaluation run without the GIL), each thread holding one fragment."""
-    if len(frags) <= 1:
-        return [_matching_offsets(dataset, frag, filt) for frag in frags]
-    with ThreadPoolExecutor(max_workers=min(_SCANNERS, len(frags)), thread_name_prefix="lance-ops-delete-scan") as pool:
-        return list(pool.map(lambda frag: _matching_offsets(dataset, frag, filt), frags))
+    """The matching physical offsets of every fragment, in order; groups of fragments (about
+    ``_GROUP_ROWS`` rows) are scanned side by side (reading and filter evaluation run without the
+    GIL)."""
+    groups: list[list[LanceFragment]] = [[]]
+    rows = 0
+    for frag in frags:
+        if groups[-1] and rows >= _GROUP_ROWS:
+            groups.append([])
+            rows = 0
+        groups[-1].append(frag)
+        rows += frag.count_rows()
+    if len(groups) <= 1:
+        return _group_matching_offsets(dataset, groups[0], filt) if groups[0] else []
+    with ThreadPoolExecutor(max_workers=min(_SCANNERS, len(groups)), thread_name_prefix="lance-ops-delete-scan") as pool:
+        results = list(pool.map(lambda group: _group_matching_offsets(dataset, group, filt), groups))
+    return [offsets for group in results for offsets in group]
 
 
 def _scan_or_retry(dataset: DatasetSnapshot, frags: Sequence[LanceFragment], filt: Filter) -> list[np.ndarray]:
@@ -110,7 +147,7 @@ def plan_delete(dataset: DeleteTarget,
             continue
         count += int(new.size)
         ctx.deleted_offsets[frag.fragment_id] = new
-        old_file = frag.metadata.deletion_file if frag.metadata.HasField("deletion_file") else None
+        old_file = frag.proto.deletion_file if frag.proto.HasField("deletion_file") else None
         merged = deletion.merge_deletions(frag.deleted_offsets, new)
         if merged.size >= frag.physical_rows:
             txn.delete.deleted_fragment_ids.append(frag.fragment_id)
@@ -133,7 +170,7 @@ def plan_delete(dataset: DeleteTarget,
         written = [write(item) for item in to_write]
     for (frag, _, _), proto in zip(to_write, written):
         updated = table_pb2.DataFragment()
-        updated.CopyFrom(frag.metadata)
+        updated.CopyFrom(frag.proto)
         updated.deletion_file.CopyFrom(proto)
         txn.delete.updated_fragments.append(updated)
     txn.delete.SetInParent()

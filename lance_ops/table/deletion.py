@@ -175,7 +175,11 @@ def read_deletion_file(store: ObjectStore, base: str, fragment_id: int,
     """
     if deletion_file is None:
         return np.empty(0, dtype=np.uint32)
-    path = deletion_file_path(store, base, fragment_id, deletion_file)
+    return _read_at(store, deletion_file_path(store, base, fragment_id, deletion_file), deletion_file)
+
+
+def _read_at(store: ObjectStore, path: str, deletion_file: table_pb2.DeletionFile) -> Offsets:
+    """The offsets of the deletion file at the (checked) store ``path``."""
     data = store.read(path)
     if deletion_file.file_type == BITMAP:
         return decode_bitmap_deletions(data, path)
@@ -198,8 +202,10 @@ def read_deletion_offsets(store: ObjectStore, base: str, fragment_id: int, delet
     if deletion_file is not None and deletion_file.file_type not in (ARROW_ARRAY, BITMAP):
         raise CorruptFileError(manifest_path or "<manifest>",
                                f"fragment {fragment_id} has a deletion file of unknown type {deletion_file.file_type}")
+    # the path is resolved (and checked for symlinks) once, for the read and the error messages
+    path = None if deletion_file is None else deletion_file_path(store, base, fragment_id, deletion_file)
     try:
-        got = read_deletion_file(store, base, fragment_id, deletion_file)
+        got = np.empty(0, dtype=np.uint32) if path is None or deletion_file is None else _read_at(store, path, deletion_file)
     except ObjectNotFoundError as exc:
         if manifest_path is None:
             raise
@@ -208,8 +214,8 @@ def read_deletion_offsets(store: ObjectStore, base: str, fragment_id: int, delet
     # decode_arrow_deletions already returns sorted unique uint32 offsets
     offsets = got if isinstance(got, np.ndarray) else to_offsets(got)
     if deletion_file is not None and check:
-        check_deletion_offsets(offsets, deletion_file, fragment_id, physical_rows,
-                               store.uri(deletion_file_path(store, base, fragment_id, deletion_file)), manifest_path)
+        assert path is not None
+        check_deletion_offsets(offsets, deletion_file, fragment_id, physical_rows, store.uri(path), manifest_path)
     return offsets
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import weakref
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Hashable, Sequence, Union
+from typing import TYPE_CHECKING, Any, Hashable, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +22,7 @@ from lance_ops.format import blob_v2
 from lance_ops.format.registry import open_file_reader
 from lance_ops.format.v2_0.reader import LanceFileReader
 from lance_ops.table import addresses, blobs, deletion, rowids
+from lance_ops.table.fragment_meta import DataFile, FragmentMetadata
 from lance_ops.table.manifest import naming
 from lance_ops.table.paths import dataset_where, resolve_inside
 
@@ -56,24 +57,25 @@ class LanceFragment:
 
     def __init__(self, dataset: "DatasetSnapshot", proto: table_pb2.DataFragment) -> None:
         self._dataset = dataset
-        self.metadata = proto
+        #: the manifest's ``DataFragment`` record (what lance_ops' own layers read and copy)
+        self.proto = proto
         self._readers: dict[int, DataFileReader] = {}
 
     # --- identity and counts ---------------------------------------------------------------
     @property
     def fragment_id(self) -> int:
         """The fragment's id (the high 32 bits of its rows' addresses)."""
-        return self.metadata.id
+        return self.proto.id
 
     @property
     def physical_rows(self) -> int:
         """Rows stored in the fragment's data files, deleted ones included."""
-        return self.metadata.physical_rows
+        return self.proto.physical_rows
 
     @property
     def num_deletions(self) -> int:
         """Rows of the fragment marked deleted by its deletion file."""
-        return self.metadata.deletion_file.num_deleted_rows if self.metadata.HasField("deletion_file") else 0
+        return self.proto.deletion_file.num_deleted_rows if self.proto.HasField("deletion_file") else 0
 
     def count_rows(self, filter: str | pc.Expression | None = None) -> int:
         """Live rows of the fragment (matching ``filter`` when given)."""
@@ -81,9 +83,51 @@ class LanceFragment:
             return self.physical_rows - self.num_deletions
         return self._dataset.count_rows(filter, fragment_ids=[self.fragment_id])
 
-    def data_files(self) -> list[table_pb2.DataFile]:
-        """The manifest's records of the fragment's data files (a copy of the list)."""
-        return list(self.metadata.files)
+    @property
+    def metadata(self) -> FragmentMetadata:
+        """The manifest record in pylance's shape (``files``, ``deletion_file``, ``physical_rows``,
+        ``num_deletions``, ``row_id_meta``); the proto itself is :attr:`proto`."""
+        return FragmentMetadata.from_proto(self.proto)
+
+    def data_files(self) -> list[DataFile]:
+        """The fragment's data files, as pylance's ``DataFile`` records."""
+        return [DataFile.from_proto(f) for f in self.proto.files]
+
+    def deletion_file(self) -> str | None:
+        """The deletion file's path relative to the dataset (``_deletions/...``), None without deletions."""
+        if not self.proto.HasField("deletion_file"):
+            return None
+        return naming.deletion_file_path(self.fragment_id, self.proto.deletion_file)
+
+    # --- pylance's reads of one fragment (the dataset's scan, restricted to this fragment) ------------
+    def to_table(self, columns: Sequence[str] | Mapping[str, str] | None = None,
+                 filter: str | pc.Expression | None = None, limit: int | None = None,
+                 offset: int | None = None, **kwargs: Any) -> pa.Table:
+        """The fragment's live rows (matching ``filter``), as ``LanceDataset.to_table`` with ``fragments=[self]``."""
+        return self._dataset.to_table(columns, filter, limit, offset, fragments=[self], **kwargs)
+
+    def to_batches(self, *, columns: Sequence[str] | Mapping[str, str] | None = None,
+                   filter: str | pc.Expression | None = None, **kwargs: Any) -> Iterator[pa.RecordBatch]:
+        """The fragment's live rows as batches (``LanceDataset.to_batches`` with ``fragments=[self]``)."""
+        return self._dataset.scanner(columns, filter, fragments=[self], **kwargs).to_batches()
+
+    def scanner(self, *, columns: Sequence[str] | Mapping[str, str] | None = None,
+                filter: str | pc.Expression | None = None, **kwargs: Any) -> Any:
+        """A scan of this fragment only (``LanceDataset.scanner`` with ``fragments=[self]``)."""
+        return self._dataset.scanner(columns, filter, fragments=[self], **kwargs)
+
+    def head(self, num_rows: int) -> pa.Table:
+        """The first ``num_rows`` live rows."""
+        return self.to_table(limit=num_rows)
+
+    def take(self, indices: Sequence[int] | np.ndarray | pa.Array,
+             columns: Sequence[str] | Mapping[str, str] | None = None) -> pa.Table:
+        """Rows at positions ``indices`` among the fragment's live rows, in the order given."""
+        return self._dataset.take_fragment_rows(self, indices, columns)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, int]]:
+        """Pickled as (dataset, fragment id): Spark and Ray ship fragments to workers."""
+        return (fragment_of, (self._dataset, self.fragment_id))
 
     def __repr__(self) -> str:
         return f"LanceFragment(id={self.fragment_id}, physical_rows={self.physical_rows}, deleted={self.num_deletions})"
@@ -92,9 +136,9 @@ class LanceFragment:
     @cached_property
     def deleted_offsets(self) -> np.ndarray:
         """Sorted uint32 physical offsets of deleted rows (read-only; shared per dataset)."""
-        if not self.metadata.HasField("deletion_file"):
+        if not self.proto.HasField("deletion_file"):
             return deletion.read_deletion_offsets(self._dataset.store, self._dataset.base, self.fragment_id, None)
-        df = self.metadata.deletion_file
+        df = self.proto.deletion_file
         # deletion files are immutable (a new one is written for every change): cache by name
         key = (self.fragment_id, int(df.file_type), int(df.read_version), int(df.id))
         cache = self._dataset.cache(_DELETIONS_CACHE)
@@ -143,7 +187,7 @@ class LanceFragment:
     @cached_property
     def stable_row_ids(self) -> np.ndarray | None:
         """Per physical row stable ids, None when the dataset has none."""
-        return rowids.read_fragment_row_ids(self._dataset.store, self._dataset.base, self.metadata,
+        return rowids.read_fragment_row_ids(self._dataset.store, self._dataset.base, self.proto,
                                             manifest_path=dataset_where(self._dataset))
 
     def row_ids(self, offsets: np.ndarray | None = None) -> np.ndarray:
@@ -164,7 +208,7 @@ class LanceFragment:
     def _reader(self, file_index: int, check: bool = True) -> DataFileReader:
         reader = self._readers.get(file_index)
         if reader is None:
-            df = self.metadata.files[file_index]
+            df = self.proto.files[file_index]
             ds = self._dataset
             legacy = _is_legacy_file(df, ds.manifest)
             # data files never change: every fragment object of this dataset shares one reader per
@@ -176,7 +220,7 @@ class LanceFragment:
                 self._readers[file_index] = cached
                 return cached
             path = resolve_inside(ds.store, ds.base, df.path, under=(naming.DATA_DIR,),
-                                  what=f"data file path of fragment {self.metadata.id}", where=dataset_where(ds))
+                                  what=f"data file path of fragment {self.proto.id}", where=dataset_where(ds))
             try:
                 # --- legacy v0.1 dispatch (owner: legacy reader, lance_ops/format/legacy/reader.py) ---
                 if legacy:
@@ -198,7 +242,7 @@ class LanceFragment:
                     f"{exc} (data file {df.path!r} of fragment {self.fragment_id} in manifest "
                     f"{dataset_where(ds)})") from exc
             if check:
-                _check_data_file(reader, df, self.metadata, ds, legacy)
+                _check_data_file(reader, df, self.proto, ds, legacy)
             self._readers[file_index] = reader
             _remember(cache, key, reader, _READER_CACHE_LIMIT)
         return reader
@@ -209,7 +253,7 @@ class LanceFragment:
         wanted = set(field_ids)
         descendants = self._dataset.descendant_field_ids
         found: dict[int, tuple[int, str]] = {}
-        for i, df in enumerate(self.metadata.files):
+        for i, df in enumerate(self.proto.files):
             stored = set(df.fields)
             hits = [fid for fid in wanted if fid not in found and descendants.get(fid, {fid}) & stored]
             if not hits:
@@ -280,7 +324,7 @@ class LanceFragment:
             col = pa.chunked_array([blobs.descriptors_from_legacy(col)], blob_v2.DESCRIPTOR_TYPE)
         if pa.types.is_large_binary(col.type):
             return blob_v2.to_logical(col, field)
-        return blobs.v2_logical(self._dataset, self.metadata.files[file_index], col, field)
+        return blobs.v2_logical(self._dataset, self.proto.files[file_index], col, field)
 
     def _v2_column(self, col: pa.ChunkedArray, file_index: int, describe: bool) -> pa.ChunkedArray:
         """A blob v2 column as read from a data file, made what the read asked for: descriptors
@@ -293,8 +337,16 @@ class LanceFragment:
             return pa.chunked_array([blobs.descriptors_from_legacy(col)], blob_v2.DESCRIPTOR_TYPE)
         if describe:
             return col
-        return pa.chunked_array([blobs.v2_bytes(self._dataset, self.metadata.files[file_index], col)],
+        return pa.chunked_array([blobs.v2_bytes(self._dataset, self.proto.files[file_index], col)],
                                 pa.large_binary())
+
+
+def fragment_of(dataset: Any, fragment_id: int) -> "LanceFragment":
+    """Fragment ``fragment_id`` of ``dataset`` (how a pickled fragment is rebuilt)."""
+    frag = dataset.get_fragment(fragment_id)
+    if frag is None:
+        raise ValueError(f"{dataset.uri}: version {dataset.version} has no fragment {fragment_id}")
+    return frag
 
 
 def _check_data_file(reader: DataFileReader, df: table_pb2.DataFile, frag: table_pb2.DataFragment,

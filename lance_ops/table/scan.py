@@ -14,6 +14,10 @@ Spark data source, compaction and the statistics rebuild all read fragments thro
 """
 from __future__ import annotations
 
+import itertools
+import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -31,7 +35,7 @@ from lance_ops.table.snapshot import DatasetSnapshot
 
 __all__ = [
     "ROW_ID", "ROW_ADDR", "FragmentScanTask", "plan", "iter_plan", "fragment_task", "execute",
-    "resolve_columns", "output_names", "output_field", "output_schema",
+    "execute_many", "resolve_columns", "output_names", "output_field", "output_schema",
 ]
 
 ROW_ID = "_rowid"
@@ -209,7 +213,7 @@ def fragment_task(ds: DatasetSnapshot, fragment: LanceFragment | table_pb2.DataF
     """The task reading ``fragment`` of ``ds`` as given, with no statistics pruning (takes and
     deletes, which choose their rows themselves). ``columns`` must exist (see
     :func:`resolve_columns`)."""
-    proto = fragment.metadata if isinstance(fragment, LanceFragment) else fragment
+    proto = fragment.proto if isinstance(fragment, LanceFragment) else fragment
     ids = ds.top_field_ids
     filt = _compile(ds, filter)
     if filt is not None and filt.constant is True:
@@ -279,6 +283,163 @@ def execute(ds: DatasetSnapshot, task: FragmentScanTask) -> pa.Table:
     only for the matching rows ("late materialisation") when few rows match, which is what
     makes selective scans cheap.
     """
+    started = _start(ds, task)
+    if isinstance(started, pa.Table):
+        return started
+    assert task.filter is not None
+    return _finish(ds, started, started.probe.filter(task.filter.expression))
+
+
+#: a filtered scan evaluates its filter once per group of fragments holding about this many rows
+_FILTER_GROUP_ROWS = 1 << 16
+_TASK = "__lance_ops_task"
+#: fragments read side by side by :func:`execute_many` (file reads, numpy and Arrow release the GIL)
+_WORKERS = max(2, min(4, os.cpu_count() or 1))
+#: at most this many tasks, of at most about this many planned rows together, are read ahead
+_WINDOW_TASKS = 32
+_WINDOW_ROWS = 1 << 18
+
+
+def execute_many(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask]) -> Iterator[pa.Table]:
+    """:func:`execute` of each of ``tasks``, in order, yielding the same tables.
+
+    Tasks are read a few at a time on a small thread pool (a window of at most ``_WINDOW_TASKS``
+    tasks and about ``_WINDOW_ROWS`` rows ahead of the consumer: one large fragment at a time, many
+    small ones; two pieces of one fragment never at once). Filtered tasks are probed, then their
+    filter is evaluated once over a group of them (about ``_FILTER_GROUP_ROWS`` rows): evaluating
+    a pyarrow expression has a fixed cost of milliseconds, which dominated scans of many small
+    fragments.
+    """
+    it = iter(tasks)
+    head = list(itertools.islice(it, 2))
+    if len(head) < 2:
+        yield from _grouped(ds, (_start(ds, t) for t in head), None)
+        return
+    pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="lance-ops-scan")
+    try:
+        yield from _grouped(ds, _started(ds, itertools.chain(head, it), pool), pool)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _started(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask],
+             pool: ThreadPoolExecutor) -> Iterator["pa.Table | _Probe"]:
+    """:func:`_start` of each task, in order, computed on ``pool`` a window ahead."""
+    window: deque[tuple[FragmentScanTask, Future]] = deque()
+    rows = 0
+    for task in tasks:
+        size = task.planned_rows
+        while window and (rows + size > _WINDOW_ROWS or len(window) >= _WINDOW_TASKS
+                          or any(t.fragment_id == task.fragment_id for t, _ in window)):
+            done, fut = window.popleft()
+            rows -= done.planned_rows
+            yield fut.result()
+        window.append((task, pool.submit(_start, ds, task)))
+        rows += size
+    while window:
+        yield window.popleft()[1].result()
+
+
+def _grouped(ds: DatasetSnapshot, started: Iterable["pa.Table | _Probe"],
+             pool: ThreadPoolExecutor | None) -> Iterator[pa.Table]:
+    """The tables of the started tasks, in order: probes are filtered in groups, then finished."""
+    pending: list[_Probe | pa.Table] = []
+    rows = 0
+    for item in started:
+        if isinstance(item, pa.Table):
+            if pending:
+                pending.append(item)
+            else:
+                yield item
+            continue
+        assert item.task.filter is not None
+        if pending and (rows >= _FILTER_GROUP_ROWS or not _same_filter(item.task.filter, _group_filter(pending))):
+            yield from _flush(ds, pending, pool)
+            pending, rows = [], 0
+        pending.append(item)
+        rows += item.probe.num_rows
+    if pending:
+        yield from _flush(ds, pending, pool)
+
+
+def _group_filter(pending: list["_Probe | pa.Table"]) -> Filter | None:
+    for p in pending:
+        if isinstance(p, _Probe):
+            return p.task.filter
+    return None
+
+
+def _same_filter(a: Filter, b: Filter | None) -> bool:
+    return b is not None and (a is b or a.expression.equals(b.expression))
+
+
+def _flush(ds: DatasetSnapshot, pending: list["_Probe | pa.Table"],
+           pool: ThreadPoolExecutor | None = None) -> Iterator[pa.Table]:
+    """Evaluate the group's filter once over the probes of ``pending``, then finish each task
+    (on ``pool`` when given: late materialisation reads the other columns)."""
+    probes = [p for p in pending if isinstance(p, _Probe)]
+    filt = _group_filter(pending)
+    filtered: list[pa.Table] | None = None
+    if len(probes) > 1 and filt is not None:
+        filtered = _filter_together([p.probe for p in probes], filt.expression)
+    if filtered is None:
+        filtered = [p.probe.filter(p.task.filter.expression) for p in probes]  # type: ignore[union-attr]
+    finished: Iterator[Any]
+    if pool is not None and len(probes) > 1:
+        finished = iter([pool.submit(_finish, ds, p, f) for p, f in zip(probes, filtered)])
+    else:
+        finished = iter([_Done(_finish(ds, p, f)) for p, f in zip(probes, filtered)])
+    for p in pending:
+        yield p if isinstance(p, pa.Table) else next(finished).result()
+
+
+class _Done:
+    """A finished result with a future's ``result()``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: pa.Table) -> None:
+        self.value = value
+
+    def result(self) -> pa.Table:
+        return self.value
+
+
+def _filter_together(probes: list[pa.Table], expression: pc.Expression) -> list[pa.Table] | None:
+    """``[t.filter(expression) for t in probes]`` computed in one evaluation (None when the
+    probes cannot be concatenated: the caller filters them one by one)."""
+    try:
+        combined = pa.concat_tables(probes)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    lengths = np.array([t.num_rows for t in probes], dtype=np.int64)
+    owner = np.repeat(np.arange(len(probes), dtype=np.int32), lengths)
+    combined = combined.append_column(_TASK, pa.array(owner))
+    out = combined.filter(expression)
+    which = out.column(_TASK).to_numpy()
+    if which.size > 1 and bool((np.diff(which) < 0).any()):  # keep each probe's own order
+        order = np.lexsort((out.column(_POSITION).to_numpy(), which))
+        out, which = out.take(pa.array(order)), which[order]
+    bounds = np.searchsorted(which, np.arange(len(probes) + 1), side="left")
+    out = out.drop_columns([_TASK])
+    return [out.slice(int(lo), int(hi - lo)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+@dataclass(eq=False)
+class _Probe:
+    """A filtered task half done: its filter columns read (with each row's position)."""
+
+    task: FragmentScanTask
+    frag: LanceFragment
+    offsets: np.ndarray | None
+    names: list[str]
+    rest: list[str]
+    probe: pa.Table
+    phys: "np.ndarray | _LiveOffsets"
+
+
+def _start(ds: DatasetSnapshot, task: FragmentScanTask) -> "pa.Table | _Probe":
+    """The task's result when it needs no filter, else its probe (filter columns read)."""
     if task.version != ds.version:
         raise InvalidArgumentError(f"{ds.uri}: a scan task of version {task.version} cannot run on version {ds.version}")
     frag = LanceFragment(ds, task.fragment)
@@ -295,25 +456,34 @@ def execute(ds: DatasetSnapshot, task: FragmentScanTask) -> pa.Table:
     filt = task.filter
     if filt is None:
         table, _ = _read_rows(ds, frag, data_cols, offsets, want_id, want_addr, blobs)
-    else:
-        filter_cols = [c for c in filt.columns if c in top_ids]
-        rest = [c for c in data_cols if c not in filter_cols]
-        probe, phys = _read_rows(ds, frag, filter_cols, offsets, want_id or ROW_ID in filt.columns,
-                                 want_addr or ROW_ADDR in filt.columns, blobs)
-        scanned = probe.num_rows
-        probe = probe.append_column(_POSITION, pa.array(np.arange(scanned, dtype=np.int64)))
-        probe = probe.filter(filt.expression)
-        if rest:
-            positions = probe.column(_POSITION).to_numpy()
-            if positions.size <= _LATE_MATERIALIZE_FRACTION * scanned:
-                extra = frag.read([ds.schema.field(c) for c in rest], [top_ids[c] for c in rest],
-                                  _take_offsets(phys, positions), blob_handling=blobs)
-            else:
-                full, _ = _read_rows(ds, frag, rest, offsets, False, False, blobs)
-                extra = full.take(pa.array(positions))
-            for c in rest:
-                probe = probe.append_column(output_field(ds, c, blobs), extra.column(c))
-        table = probe
+        return _select(table, names)
+    filter_cols = [c for c in filt.columns if c in top_ids]
+    rest = [c for c in data_cols if c not in filter_cols]
+    probe, phys = _read_rows(ds, frag, filter_cols, offsets, want_id or ROW_ID in filt.columns,
+                             want_addr or ROW_ADDR in filt.columns, blobs)
+    probe = probe.append_column(_POSITION, pa.array(np.arange(probe.num_rows, dtype=np.int64)))
+    return _Probe(task, frag, offsets, names, rest, probe, phys)
+
+
+def _finish(ds: DatasetSnapshot, p: _Probe, probe: pa.Table) -> pa.Table:
+    """The task's result from its filtered probe: the other columns read for the matching rows."""
+    blobs = p.task.blob_handling
+    top_ids = ds.top_field_ids
+    if p.rest:
+        scanned = p.probe.num_rows
+        positions = probe.column(_POSITION).to_numpy()
+        if positions.size <= _LATE_MATERIALIZE_FRACTION * scanned:
+            extra = p.frag.read([ds.schema.field(c) for c in p.rest], [top_ids[c] for c in p.rest],
+                                _take_offsets(p.phys, positions), blob_handling=blobs)
+        else:
+            full, _ = _read_rows(ds, p.frag, p.rest, p.offsets, False, False, blobs)
+            extra = full.take(pa.array(positions))
+        for c in p.rest:
+            probe = probe.append_column(output_field(ds, c, blobs), extra.column(c))
+    return _select(probe, p.names)
+
+
+def _select(table: pa.Table, names: list[str]) -> pa.Table:
     if not names:  # Table.select([]) would drop the row count
         return table.drop_columns(table.column_names)
     return table.select(names)

@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Protocol, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -82,6 +82,21 @@ class DatasetSnapshot(Protocol):
     def count_rows(self, filter: str | pc.Expression | None = None, *,
                    fragment_ids: Sequence[int] | None = None) -> int:
         """Live rows (matching ``filter``), of the given fragments only when ``fragment_ids`` is set."""
+        ...
+
+    @property
+    def to_table(self) -> Callable[..., pa.Table]:
+        """The dataset's ``to_table`` (``fragments=`` restricts the scan; a fragment's ``to_table`` uses it)."""
+        ...
+
+    @property
+    def scanner(self) -> Callable[..., Any]:
+        """The dataset's ``scanner`` (``fragments=`` restricts it)."""
+        ...
+
+    @property
+    def take_fragment_rows(self) -> Callable[..., pa.Table]:
+        """Rows at positions among one fragment's live rows (``LanceFragment.take``)."""
         ...
 
     def select_rows(self, kind: str, values: np.ndarray) -> tuple[list[Any], np.ndarray, np.ndarray]:

@@ -29,6 +29,7 @@ from lance_ops.errors import (
     RetryableCommitConflictError,
     SchemaMismatchError,
     UnsupportedError,
+    UnsupportedTypeError,
 )
 from lance_ops.format import blob_v2
 from lance_ops.format.version import FileVersion
@@ -52,9 +53,27 @@ MAX_BYTES_PER_FILE = 90 * 1024**3
 
 
 def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReader:
-    """A RecordBatchReader over any supported input (streams iterators, never materialises them)."""
+    """A RecordBatchReader over any supported input (streams iterators, never materialises them).
+
+    pylance's inputs: tables, batches, readers, pandas DataFrames, a dict of columns, a list of
+    dicts, a Lance dataset or scanner (scanned), pyarrow datasets and scanners; ``schema`` casts
+    the input to it. Iterables of batches may also come without ``schema`` (the first batch's is
+    used; pylance asks for one).
+    """
     if isinstance(data, pa.RecordBatchReader):
-        return data
+        return data if schema is None or data.schema.equals(schema) else _cast_reader(data, schema)
+    if isinstance(data, dict):
+        batch = pa.RecordBatch.from_pydict(data, schema=schema)
+        return pa.RecordBatchReader.from_batches(batch.schema, [batch])
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        batch = pa.RecordBatch.from_pylist(data, schema=schema)
+        return pa.RecordBatchReader.from_batches(batch.schema, [batch])
+    if isinstance(data, LanceDataset):
+        return to_reader(data.scanner().to_reader(), schema)
+    if hasattr(data, "to_reader") and callable(data.to_reader) and hasattr(data, "projected_schema"):
+        return to_reader(data.to_reader(), schema)  # a Lance or pyarrow scanner
+    if type(data).__module__.startswith("pyarrow._dataset") and hasattr(data, "scanner"):
+        return to_reader(data.scanner().to_reader(), schema)  # a pyarrow dataset
     if isinstance(data, pa.Table):
         table = data if schema is None else data.cast(schema)
         return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
@@ -81,6 +100,73 @@ def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReade
             return pa.RecordBatchReader.from_batches(schema, chain())
         return pa.RecordBatchReader.from_batches(schema, it)
     raise TypeError(f"write_dataset cannot take data of type {type(data).__name__}")
+
+
+#: extension types lance_ops writes as storage + field metadata, checked readable by pylance 14
+STORABLE_EXTENSIONS = frozenset({"arrow.fixed_shape_tensor", "arrow.uuid", "lance.bfloat16"})
+#: extension types refused before anything is written (pylance could not read what lance_ops would write)
+REFUSED_EXTENSIONS = frozenset({"arrow.json"})
+
+
+def _extension_metadata(t: pa.BaseExtensionType) -> bytes:
+    """The serialized parameters of an extension type (Python-defined ones say it themselves;
+    of pyarrow's canonical ones, only the tensor types have parameters)."""
+    if hasattr(t, "__arrow_ext_serialize__"):
+        return bytes(t.__arrow_ext_serialize__())
+    if t.extension_name == "arrow.fixed_shape_tensor":
+        import json
+
+        doc: dict[str, Any] = {"shape": list(t.shape)}
+        if t.dim_names:
+            doc["dim_names"] = list(t.dim_names)
+        if t.permutation:
+            doc["permutation"] = list(t.permutation)
+        return json.dumps(doc, separators=(",", ":")).encode()
+    return b""
+
+
+def _storage_field(f: pa.Field) -> pa.Field:
+    """An extension-typed field as its storage type, the type named in its metadata (as pylance stores it)."""
+    if not isinstance(f.type, pa.BaseExtensionType):
+        return f
+    meta = dict(f.metadata or {})
+    meta[b"ARROW:extension:name"] = f.type.extension_name.encode()
+    meta[b"ARROW:extension:metadata"] = _extension_metadata(f.type)
+    return pa.field(f.name, f.type.storage_type, f.nullable, meta)
+
+
+def as_storage_types(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """``reader`` with top-level extension columns (tensors, uuids, bfloat16...) as their storage
+    arrays and the extension named in the field metadata; readers restore the type from it."""
+    for f in reader.schema:
+        if isinstance(f.type, pa.BaseExtensionType) and f.type.extension_name in REFUSED_EXTENSIONS:
+            raise UnsupportedTypeError(
+                f"column {f.name!r}: extension type {f.type.extension_name} cannot be written by lance_ops "
+                "(pylance stores it in its own binary JSON encoding, which lance_ops does not produce, and "
+                "would not read a plain text column back); nothing was written")
+    convert = [isinstance(f.type, pa.BaseExtensionType) and f.type.extension_name in STORABLE_EXTENSIONS
+               for f in reader.schema]
+    if not any(convert):
+        return reader  # other extension types (blob v2) are the writers' own business
+    schema = pa.schema([_storage_field(f) if c else f for f, c in zip(reader.schema, convert)],
+                       metadata=reader.schema.metadata)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for batch in reader:  # one rebuild per batch: the storage arrays are shared, not copied
+            arrays = [col.storage if c else col for col, c in zip(batch.columns, convert)]
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def _cast_reader(reader: pa.RecordBatchReader, schema: pa.Schema) -> pa.RecordBatchReader:
+    """``reader``'s batches cast to ``schema`` as they stream."""
+    def cast() -> Iterator[pa.RecordBatch]:
+        for batch in reader:  # one cast per batch
+            yield pa.Table.from_batches([batch]).cast(schema).combine_chunks().to_batches()[0] if batch.num_rows \
+                else pa.RecordBatch.from_pylist([], schema=schema)
+
+    return pa.RecordBatchReader.from_batches(schema, cast())
 
 
 def check_append_schema(dataset_schema: pa.Schema, data_schema: pa.Schema, uri: str) -> None:
@@ -487,7 +573,7 @@ def write_dataset(
     if current is None and mode != "create":
         log.warning("dataset %s does not exist; mode=%r creates it", uri, mode)
 
-    reader = to_reader(data, schema)
+    reader = as_storage_types(to_reader(data, schema))
     appending = current is not None and mode == "append"
     if current is not None and appending:  # (spelled out for the type checker)
         manifest = current.manifest

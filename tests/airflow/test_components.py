@@ -10,7 +10,6 @@ import json
 import sys
 import threading
 import time
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,7 +70,7 @@ def make_dataset(uri, n_frags=3, rows=10, start=0):
 
 # -- hook -------------------------------------------------------------------------------------------
 def test_hook_local_and_connection(monkeypatch, tmp_path):
-    from operators.hooks import LanceHook
+    from lance_ops_airflow.operators.hooks import LanceHook
 
     uri, opts = LanceHook(None).resolve(str(tmp_path / "a.lance"))
     assert uri == str(tmp_path / "a.lance") and opts == {}
@@ -100,7 +99,7 @@ def test_hook_local_and_connection(monkeypatch, tmp_path):
 
 
 def test_idempotency_key_ignores_try_number():
-    from operators.base import idempotency_key
+    from lance_ops_airflow.operators.base import idempotency_key
 
     first = idempotency_key(context(try_number=1))
     assert first == idempotency_key(context(try_number=2))
@@ -114,7 +113,7 @@ def test_idempotency_key_ignores_try_number():
 
 
 def test_asset_uri_and_openlineage_names(tmp_path):
-    from operators.base import dataset_asset_uri, openlineage_names
+    from lance_ops_airflow.operators.base import dataset_asset_uri, openlineage_names
 
     assert dataset_asset_uri("/data/x.lance") == "file:///data/x.lance"
     assert dataset_asset_uri("s3://b/k/x.lance/") == "s3://b/k/x.lance"
@@ -124,41 +123,21 @@ def test_asset_uri_and_openlineage_names(tmp_path):
     assert openlineage_names("s3+ddb://bkt/a.lance?ddbTableName=t") == ("s3://bkt", "a.lance")
 
 
-def test_openlineage_facets(monkeypatch, tmp_path):
-    from operators import LanceDeleteOperator
+def test_openlineage_facets(tmp_path):
+    """With the OpenLineage provider (the test extra): the dataset is input and output, named per
+    the OL spec; a dataset that cannot be opened leaves the schema facet out, never failing."""
+    from airflow.providers.common.compat.openlineage.facet import InputDataset, OutputDataset
+
+    from lance_ops_airflow.operators import LanceDeleteOperator
 
     op = LanceDeleteOperator(task_id="d", dataset_uri=str(tmp_path / "x.lance"), predicate="id > 1")
-    # the OpenLineage provider is not installed here: no lineage, no error
-    import importlib.util
-
-    if importlib.util.find_spec("airflow.providers.openlineage") is None:
-        assert op.get_openlineage_facets_on_complete(None) is None
-
-    # with a (stand-in) provider: the dataset is input and output, named per the OL spec
-    @dataclass
-    class Dataset:
-        namespace: str
-        name: str
-
-    @dataclass
-    class OperatorLineage:
-        inputs: list
-        outputs: list
-
-    extractors = types.ModuleType("airflow.providers.openlineage.extractors")
-    extractors.OperatorLineage = OperatorLineage
-    facet = types.ModuleType("airflow.providers.common.compat.openlineage.facet")
-    facet.Dataset = Dataset
-    monkeypatch.setitem(sys.modules, "airflow.providers.openlineage", types.ModuleType("airflow.providers.openlineage"))
-    monkeypatch.setitem(sys.modules, "airflow.providers.openlineage.extractors", extractors)
-    monkeypatch.setitem(sys.modules, "airflow.providers.common.compat.openlineage.facet", facet)
     lineage = op.get_openlineage_facets_on_complete(None)
-    want = Dataset("file", str(tmp_path / "x.lance"))
-    assert lineage.outputs == [want] and lineage.inputs == [want]
+    assert lineage.outputs == [OutputDataset("file", str(tmp_path / "x.lance"), facets={}, outputFacets={})]
+    assert lineage.inputs == [InputDataset("file", str(tmp_path / "x.lance"), facets={}, inputFacets={})]
 
 
 def test_spark_arg_cleaning():
-    from operators.spark import _clean_args
+    from lance_ops_airflow.operators.spark import _clean_args
 
     assert _clean_args(["--format", "parquet", "--partitions", None, "--max-rows-per-file", "None",
                         "--path", "/x", "--mode", 3]) == ["--format", "parquet", "--path", "/x", "--mode", "3"]
@@ -170,7 +149,7 @@ def test_append_delete_retry_and_asset_events(tmp_path):
 
     import lance_ops
     from airflow.sdk import Asset
-    from operators import LanceAppendOperator, LanceDeleteOperator
+    from lance_ops_airflow.operators import LanceAppendOperator, LanceDeleteOperator
 
     uri = str(tmp_path / "ds.lance")
     make_dataset(uri)
@@ -216,7 +195,7 @@ def test_append_delete_retry_and_asset_events(tmp_path):
 
 def test_maintenance_operators_in_process(tmp_path):
     import lance_ops
-    from operators import (
+    from lance_ops_airflow.operators import (
         LanceCleanupOperator,
         LanceCompactionOperator,
         LanceMaterializeDeletionsOperator,
@@ -261,7 +240,7 @@ def test_maintenance_operators_in_process(tmp_path):
 
 def test_compaction_routes_big_plans_to_spark_task(tmp_path):
     import lance_ops
-    from operators import LanceCompactionOperator
+    from lance_ops_airflow.operators import LanceCompactionOperator
 
     uri = str(tmp_path / "b.lance")
     make_dataset(uri, n_frags=4, rows=10)
@@ -285,7 +264,7 @@ def test_compaction_routes_big_plans_to_spark_task(tmp_path):
 
 # -- sensors and triggers ---------------------------------------------------------------------------
 def test_sensor_pokes(tmp_path):
-    from sensors import LanceMaintenanceNeededSensor, LanceNewVersionSensor
+    from lance_ops_airflow.sensors import LanceMaintenanceNeededSensor, LanceNewVersionSensor
 
     uri = str(tmp_path / "s.lance")
     s = LanceNewVersionSensor(task_id="nv", dataset_uri=uri, baseline_version=2)
@@ -310,7 +289,7 @@ def test_sensor_pokes(tmp_path):
 def test_trigger_serialization_round_trip():
     from airflow.sdk._shared.module_loading import import_string
 
-    from sensors.triggers import LanceMaintenanceNeededTrigger, LanceNewVersionTrigger
+    from lance_ops_airflow.sensors.triggers import LanceMaintenanceNeededTrigger, LanceNewVersionTrigger
 
     for trig in (LanceNewVersionTrigger(dataset_uri="/x", lance_conn_id="c", baseline_version=3, tag="t",
                                         poll_interval=5, deadline=123.0),
@@ -332,7 +311,7 @@ def _first_event(trigger, timeout=30):
 
 def test_triggers_fire_time_out_and_report_errors(tmp_path):
     import lance_ops
-    from sensors.triggers import LanceMaintenanceNeededTrigger, LanceNewVersionTrigger
+    from lance_ops_airflow.sensors.triggers import LanceMaintenanceNeededTrigger, LanceNewVersionTrigger
 
     uri = str(tmp_path / "t.lance")
     make_dataset(uri, n_frags=1)
@@ -361,8 +340,8 @@ def test_triggers_fire_time_out_and_report_errors(tmp_path):
 def test_on_kill_and_result_trimming(tmp_path):
     from airflow.sdk.exceptions import AirflowException
 
-    from operators import LanceCompactionOperator, LanceDeleteOperator
-    from operators.base import trim_lists
+    from lance_ops_airflow.operators import LanceCompactionOperator, LanceDeleteOperator
+    from lance_ops_airflow.operators.base import trim_lists
 
     op = LanceCompactionOperator(task_id="c", dataset_uri=str(tmp_path / "x.lance"))
     op.on_kill()
@@ -390,7 +369,7 @@ def test_append_operator_on_s3(moto_server, s3_bucket, monkeypatch):
     import pyarrow.parquet as pq
 
     import lance_ops
-    from operators import LanceAppendOperator
+    from lance_ops_airflow.operators import LanceAppendOperator
 
     monkeypatch.setenv("AIRFLOW_CONN_LANCE_S3_UNIT", json.dumps({
         "conn_type": "aws", "login": "testing", "password": "testing",

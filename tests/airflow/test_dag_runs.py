@@ -5,6 +5,7 @@ deferrable sensors whose triggers run inline. Results are read back with lance_o
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -31,6 +32,17 @@ def write_fragments(uri: str, sizes: list[int], storage_options=None):
     return lance_ops.dataset(uri, storage_options=storage_options)
 
 
+def log_messages(output: str) -> list[str]:
+    """The messages of the task log lines in dag.test()'s output (structlog console format),
+    leading spaces kept (the summary's alignment)."""
+    out = []
+    for line in output.splitlines():
+        m = re.search(r"\[(?:info|warning|error)\s*\] (.*?)\s+\[[\w.]+\]\s+loc=\S+$", line)
+        if m:
+            out.append(m.group(1))
+    return out
+
+
 def pylance_ids(uri: str, storage_options=None) -> list[int]:
     import lance
 
@@ -44,7 +56,7 @@ def ops_ids(uri: str, storage_options=None) -> list[int]:
 
 
 # -- lance_maintenance ------------------------------------------------------------------------------
-def test_maintenance_dag_compacts_materializes_and_cleans(airflow_runner, tmp_path):
+def test_maintenance_dag_compacts_materializes_and_cleans(airflow_runner, tmp_path, capfd):
     import lance_ops
 
     uri = str(tmp_path / "events.lance")
@@ -56,9 +68,23 @@ def test_maintenance_dag_compacts_materializes_and_cleans(airflow_runner, tmp_pa
 
     res = airflow_runner.run("lance_maintenance", {
         "dataset_uri": uri, "target_rows_per_fragment": 500, "small_fragments_threshold": 5,
-        "materialize_deletions_threshold": 0.2, "cleanup_older_than_seconds": 0,
+        "materialize_deletions_threshold": 0.2, "cleanup_older_than": "0s",
     })
+    out = capfd.readouterr()
+    logs = log_messages(out.out + out.err)
     res.assert_success(skipped=("compaction.spark_rewrite",))
+    # task logs (issue 21, item 4): a short aligned summary per task, the JSON only in XCom; skips say why
+    assert "skipped: compaction plan route is 'in_process': no Spark rewrite needed (the plan task compacted " \
+           "in-process or found nothing to compact)" in logs
+    at = logs.index("Lance compaction: changed the dataset, now at version 13")
+    summary = logs[at:at + 7]
+    assert summary[1] == f"  dataset  {uri}"
+    labels = [line[2:11] for line in summary[1:]]
+    assert labels == ["dataset  ", "rows     ", "files    ", "bytes    ", "seconds  ", "XCom     "], summary
+    assert "rows_written=500" in summary[2] and "fragments_removed=10" in summary[3]
+    assert re.fullmatch(r"  seconds  task=\d+\.\d\d .*", summary[5])
+    assert "Lance cleanup: changed the dataset, now at version 14" in logs
+    assert not any(line.startswith("result: {") for line in logs)  # no long JSON line (it is the XCom)
     x = res.xcoms
     assert x["maintenance_needed"]["reasons"] and x["maintenance_needed"]["health"]["small_fragments"] == 10
     assert x["compaction.plan"]["route"] == "in_process"
@@ -75,16 +101,41 @@ def test_maintenance_dag_compacts_materializes_and_cleans(airflow_runner, tmp_pa
     assert pylance_ids(uri) == expected  # the oracle reads what the DAG left
 
 
-def test_maintenance_dag_healthy_dataset_skips(airflow_runner, tmp_path):
+def test_maintenance_dag_without_a_dataset_creates_no_run(airflow_runner):
+    """No LANCE_OPS_DATASET_URI (the tests' environment): the DAG has no schedule, so unpausing it
+    creates no runs, and a run without dataset_uri is refused before it exists (issue 21, item 3)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.sdk.exceptions import ParamValidationError
+    from airflow.utils.session import create_session
+
+    def runs() -> int:
+        with create_session() as session:
+            return session.query(DagRun).filter(DagRun.dag_id == "lance_maintenance").count()
+
+    dag = airflow_runner.dag("lance_maintenance")
+    assert dag.schedule is None and not dag.timetable.can_be_scheduled
+    before = runs()
+    with pytest.raises(ParamValidationError, match="Invalid input for param dataset_uri: No value passed"):
+        dag.test(run_conf={})
+    assert runs() == before
+
+
+def test_maintenance_dag_healthy_dataset_skips(airflow_runner, tmp_path, capfd):
     """The sensor defers, its trigger (run inline by dag.test) times out, soft_fail skips the run."""
     import lance_ops
 
     uri = str(tmp_path / "healthy.lance")
     write_fragments(uri, [100])
     t0 = time.monotonic()
-    res = airflow_runner.run("lance_maintenance", {"dataset_uri": uri, "sensor_timeout_seconds": 1})
+    res = airflow_runner.run("lance_maintenance", {"dataset_uri": uri, "sensor_timeout": "1s"})
+    out = capfd.readouterr()
+    logs = log_messages(out.out + out.err)
     assert res.state == "success"
     assert set(res.task_states.values()) == {"skipped"}, res.task_states
+    # every skip logs its reason: the sensor's (nothing reached a threshold) and the report's
+    assert any(line.startswith("skipped: ") and "(soft_fail: the run's later steps are skipped too)" in line
+               for line in logs), logs[-30:]
+    assert "skipped: no maintenance step ran (the sensor found nothing to do and skipped the run)" in logs
     assert time.monotonic() - t0 < 60
     assert lance_ops.dataset(uri).version == 1
 
@@ -104,7 +155,7 @@ def test_maintenance_dag_on_s3(airflow_runner, moto_server, s3_bucket, monkeypat
     ds.delete("id >= 200")
     res = airflow_runner.run("lance_maintenance", {
         "dataset_uri": "events.lance", "lance_conn_id": "lance_s3", "target_rows_per_fragment": 1000,
-        "small_fragments_threshold": 3, "cleanup_older_than_seconds": 0,
+        "small_fragments_threshold": 3, "cleanup_older_than": "0s",
     })
     res.assert_success(skipped=("compaction.spark_rewrite",))
     assert res.xcoms["compaction.commit"]["uri"] == uri

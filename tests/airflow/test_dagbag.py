@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -48,7 +49,7 @@ def test_parsing_is_light(airflow_home):
 def test_maintenance_dag_shape(dagbag):
     dag = dagbag.get_dag("lance_maintenance")
     assert dag.catchup is False
-    assert dag.schedule == "@daily"
+    assert dag.schedule is None  # no LANCE_OPS_DATASET_URI in the tests' environment: not scheduled
     order = ["maintenance_needed", "compaction.plan", "compaction.spark_rewrite", "compaction.commit",
              "materialize_deletions", "rebuild_statistics", "refresh_row_id_index", "verify", "cleanup", "health",
              "run_report"]
@@ -66,7 +67,7 @@ def test_maintenance_dag_shape(dagbag):
     sensor = dag.task_dict["maintenance_needed"]
     assert sensor.deferrable and sensor.soft_fail
     for name in ("dataset_uri", "lance_conn_id", "small_fragments_threshold", "deleted_ratio_threshold",
-                 "versions_to_clean_threshold", "cleanup_older_than_seconds", "dry_run"):
+                 "versions_to_clean_threshold", "cleanup_older_than", "sensor_timeout", "dry_run"):
         assert name in dag.params
 
 
@@ -102,6 +103,86 @@ def test_compaction_params_are_validated(dagbag):
             validated(bad)
 
 
+# -- Params (issue 21, acceptance item 3) --------------------------------------------------------------
+#: the bound keywords a Param of each JSON type must carry
+BOUNDS = {"integer": {"minimum", "maximum"}, "number": {"minimum", "maximum"}, "boolean": set()}
+
+
+def test_every_param_has_title_description_type_and_bounds(dagbag):
+    seen = 0
+    for dag in dagbag.dags.values():
+        for name in dag.params:
+            param = dag.params.get_param(name)
+            schema = param.schema
+            where = f"{dag.dag_id}.{name}"
+            assert schema.get("title") and param.description, f"{where}: no title/description"
+            kinds = schema.get("type")
+            assert kinds, f"{where}: no type"
+            kinds = [kinds] if isinstance(kinds, str) else kinds
+            for kind in set(kinds) - {"null"}:
+                if kind == "string":
+                    assert {"maxLength", "enum"} & set(schema), f"{where}: a string needs maxLength or enum"
+                else:
+                    assert BOUNDS[kind] <= set(schema), f"{where}: {kind} needs {BOUNDS[kind]}"
+            seen += 1
+    assert seen >= 30
+
+
+def _validated(dag, conf):
+    import copy
+
+    params = copy.deepcopy(dag.params)
+    params.update(conf)
+    return params.validate()
+
+
+def test_maintenance_params_reject_bad_values_and_take_durations(dagbag):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = dagbag.get_dag("lance_maintenance")
+    ok = _validated(dag, {"dataset_uri": "/x.lance", "cleanup_older_than": "1d12h", "sensor_timeout": "10m"})
+    assert ok["cleanup_older_than"] == "1d12h" and ok["sensor_timeout"] == "10m"
+    assert dag.params["cleanup_older_than"] == "14d" and dag.params["sensor_timeout"] == "0s"
+    for bad in ({}, {"dataset_uri": ""}, {"dataset_uri": "/x", "cleanup_older_than": "1209600"},
+                {"dataset_uri": "/x", "cleanup_older_than": "14 days"}, {"dataset_uri": "/x", "small_fragments_threshold": -3},
+                {"dataset_uri": "/x", "deleted_ratio_threshold": 1.5}, {"dataset_uri": "/x", "sensor_timeout": "-1h"}):
+        with pytest.raises(ParamValidationError):
+            _validated(dag, bad)
+
+
+def test_scheduled_only_with_a_configured_dataset(airflow_home, tmp_path):
+    """Without LANCE_OPS_DATASET_URI the maintenance DAG has no schedule (no runs, so no failed
+    ones) and dataset_uri has no default; with it, it runs daily on that dataset."""
+    code = textwrap.dedent(f"""
+        import json, runpy
+        ns = runpy.run_path({str(DAGS)!r} + "/lance_maintenance.py")
+        dag = ns["dag"]
+        print(json.dumps([dag.schedule, dag.params.get_param("dataset_uri").has_value and dag.params["dataset_uri"]]))
+    """)
+    results = []
+    for value in ("", str(tmp_path / "events.lance")):
+        env = {k: v for k, v in os.environ.items() if k != "LANCE_OPS_DATASET_URI"}
+        env["LANCE_OPS_DATASET_URI"] = value
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             cwd=str(REPO), env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert results == [[None, False], ["@daily", str(tmp_path / "events.lance")]]
+
+
+def test_durations_parse_with_a_clear_error():
+    from lance_ops_airflow.operators.base import parse_duration
+
+    assert parse_duration("14d") == 14 * 86400
+    assert parse_duration("12h") == 12 * 3600
+    assert parse_duration("1d12h") == 36 * 3600
+    assert parse_duration("0s") == 0 and parse_duration(90) == 90 and parse_duration("") is None
+    with pytest.raises(ValueError, match=r"older_than: '14 days' is not a duration; use a number with a unit"):
+        parse_duration("14 days", "older_than")
+    with pytest.raises(ValueError, match=r"older_than: -5 is negative"):
+        parse_duration(-5, "older_than")
+
+
 def test_every_dag_survives_serialization(dagbag):
     """Operators and their fields round-trip through Airflow's DAG serialization."""
     from airflow.serialization.serialized_objects import DagSerialization
@@ -113,7 +194,7 @@ def test_every_dag_survives_serialization(dagbag):
         back = DagSerialization.from_dict(data)
         assert set(back.task_dict) == set(dag.task_dict)
         for task_id, task in dag.task_dict.items():
-            if not type(task).__module__.startswith(("operators.", "sensors.")):
+            if not type(task).__module__.startswith("lance_ops_airflow."):
                 continue
             restored = back.task_dict[task_id]
             assert restored.task_type == type(task).__name__

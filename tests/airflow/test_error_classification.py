@@ -137,8 +137,8 @@ def test_sensor_corrupt_manifest_fails_at_once(tmp_path):
     import lance_ops
     from airflow.sdk.exceptions import AirflowFailException
 
-    from sensors import LanceNewVersionSensor
-    from sensors.triggers import LanceNewVersionTrigger
+    from lance_ops_airflow.sensors import LanceNewVersionSensor
+    from lance_ops_airflow.sensors.triggers import LanceNewVersionTrigger
 
     uri = str(tmp_path / "ds.lance")
     lance_ops.write_dataset(pa.table({"id": pa.array(range(10), pa.int64())}), uri)

@@ -1,9 +1,8 @@
 """The lance_maintenance DAG never stalls (issue 19, item 7), run for real with dag.test().
 
-On an indexed pylance dataset with deletions and small fragments, cleanup and the health report
-run whatever compaction does (it may refuse an indexed dataset, or compact only its unindexed
-fragments); the run's final state names the failed steps; pylance's index queries are exact
-afterwards. A failed verify keeps cleanup from running (old versions stay for recovery), while
+On an indexed pylance dataset with deletions and small fragments (BTREE, BITMAP, LABEL_LIST,
+INVERTED, IVF_PQ) the whole run ends green: compaction remaps every index, cleanup and the health
+report run, and pylance's index queries are exact afterwards. A failed verify keeps cleanup from running (old versions stay for recovery), while
 the health report still runs and the run ends failed naming verify.
 """
 from __future__ import annotations
@@ -93,28 +92,42 @@ def assert_index_queries_exact(uri: str) -> None:
         assert hits[0] == probe and not set(hits) - live
 
 
-def test_indexed_dataset_cleanup_and_health_run_whatever_compaction_does(airflow_runner, tmp_path: Path):
+def segment_uuids(ds: Any) -> dict[str, set[str]]:
+    """index name -> the uuids of its segments, as pylance lists them."""
+    out: dict[str, set[str]] = {}
+    for entry in ds.list_indices():
+        out.setdefault(entry["name"], set()).add(entry["uuid"])
+    return out
+
+
+def test_indexed_dataset_maintenance_ends_green_and_indices_stay_exact(airflow_runner, tmp_path: Path):
+    """Item 7: compaction (small fragments merged, deletions materialised) runs on the indexed
+    dataset: every index is remapped, the run ends green, pylance's index queries are exact."""
     import lance
 
     uri = str(tmp_path / "indexed.lance")
     before = indexed_dataset(uri)
     names = sorted(i["name"] for i in before.list_indices())
+    uuids = segment_uuids(before)
+    fragments_before = len(before.get_fragments())
     res = airflow_runner.run("lance_maintenance", {
         "dataset_uri": uri, "target_rows_per_fragment": 1000, "small_fragments_threshold": 3,
-        "materialize_deletions_threshold": 0.05, "cleanup_older_than_seconds": 0,
+        "materialize_deletions_threshold": 0.05, "cleanup_older_than": "0s",
     })
     states = res.task_states
-    assert states["verify"] == "success", states
-    assert states["cleanup"] == "success", states
-    assert states["health"] == "success", states
-    failed = sorted(t for t, s in states.items() if s == "failed" and t != "run_report")
-    report = run_report(res)
-    if failed:  # e.g. compaction refusing the indexed dataset: the run ends failed and says so
-        assert res.state == "failed" and states["run_report"] == "failed"
-        assert report is not None and report["failed"] == failed, (report, states)
-    else:
-        assert res.state == "success" and states["run_report"] == "success", states
-        assert res.xcoms["run_report"]["failed"] == []
+    failed = sorted(t for t, s in states.items() if s == "failed")
+    assert failed == [] and res.state == "success", (states, run_report(res))
+    for step in ("verify", "cleanup", "health", "run_report"):
+        assert states[step] == "success", states
+    assert res.xcoms["run_report"]["failed"] == []
+    ds = lance.dataset(uri)
+    ds.validate()
+    # compaction really rewrote the indexed fragments: fewer fragments, no deletion files left,
+    # and every index segment was remapped under a new uuid
+    assert len(ds.get_fragments()) < fragments_before
+    assert all(f.metadata.deletion_file is None for f in ds.get_fragments())
+    after = segment_uuids(ds)
+    assert all(not (after[n] & uuids[n]) for n in names), (uuids, after)
     # cleanup removed every old version; the indices are all still there
     ds = lance.dataset(uri)
     assert [v["version"] for v in ds.versions()] == [ds.version]
@@ -144,7 +157,7 @@ def test_failed_verify_keeps_cleanup_from_running(airflow_runner, tmp_path: Path
     with open(Path(uri) / "data" / data, "ab") as f:  # verify: recorded size != actual size
         f.write(b"garbage")
     res = airflow_runner.run("lance_maintenance", {
-        "dataset_uri": uri, "versions_to_clean_threshold": 1, "cleanup_older_than_seconds": 0,
+        "dataset_uri": uri, "versions_to_clean_threshold": 1, "cleanup_older_than": "0s",
     })
     states = res.task_states
     assert states["verify"] == "failed", states

@@ -20,7 +20,7 @@ def _dataset(uri: str) -> None:
 
 
 def test_operator_writes_statistics_of_default_version_files(tmp_path):
-    from operators import LanceRebuildStatisticsOperator
+    from lance_ops_airflow.operators import LanceRebuildStatisticsOperator
 
     uri = str(tmp_path / "ok.lance")
     _dataset(uri)  # pylance's default storage version (2.2)
@@ -32,7 +32,7 @@ def test_operator_writes_statistics_of_default_version_files(tmp_path):
 def test_operator_fails_the_task_naming_the_file(tmp_path):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from operators import LanceRebuildStatisticsOperator
+    from lance_ops_airflow.operators import LanceRebuildStatisticsOperator
 
     uri = str(tmp_path / "bad.lance")
     _dataset(uri)
@@ -53,7 +53,7 @@ def test_a_retryable_failure_keeps_the_retries(tmp_path, monkeypatch):
 
     from lance_ops.errors import StorageError
     from lance_ops.maintenance import statistics
-    from operators import LanceRebuildStatisticsOperator
+    from lance_ops_airflow.operators import LanceRebuildStatisticsOperator
 
     uri = str(tmp_path / "flaky.lance")
     _dataset(uri)

@@ -24,7 +24,7 @@ def write_fragments(uri: str, sizes: list[int]):
     return lance_ops.dataset(uri)
 
 
-CONF = {"target_rows_per_fragment": 500, "small_fragments_threshold": 5, "cleanup_older_than_seconds": 0}
+CONF = {"target_rows_per_fragment": 500, "small_fragments_threshold": 5, "cleanup_older_than": "0s"}
 
 
 def test_maintenance_runs_verify_after_compaction_before_cleanup(airflow_runner, tmp_path):

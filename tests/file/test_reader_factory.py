@@ -1,5 +1,5 @@
-"""``lance_ops.file.LanceFileReader`` is a factory over the registry (ADR 0002): it returns the
-reader of the file's version, reads a 2.0 file's tail once, and keeps pylance's call signature."""
+"""``lance_ops.file.LanceFileReader`` wraps the registry's reader of the file's version (ADR 0002),
+reads a 2.0 file's tail once, and keeps pylance's call signature and result shape (ADR 0015)."""
 from __future__ import annotations
 
 import inspect
@@ -26,15 +26,15 @@ def test_returns_the_reader_of_the_file_version(tmp_path, version, reader_type):
     with LanceFileWriter(path, TABLE.schema, version=version) as w:
         w.write_batch(TABLE)
     with LanceFileReader(path) as reader:
-        assert type(reader) is reader_type
-        assert reader.num_rows == 50
-        assert reader.read_all().equals(TABLE)
-        assert reader.take_rows([3, 1]).column("id").to_pylist() == [3, 1]
+        assert type(reader.format_reader) is reader_type
+        assert reader.num_rows() == 50
+        assert reader.read_all().to_table().equals(TABLE)
+        assert reader.take_rows([3, 1]).to_table().column("id").to_pylist() == [3, 1]
 
 
 def test_a_2_0_file_costs_one_tail_read(tmp_path):
     path = str(tmp_path / "f.lance")
-    with LanceFileWriter(path, TABLE.schema) as w:
+    with LanceFileWriter(path, TABLE.schema, version="2.0") as w:
         w.write_batch(TABLE)
     store, inner = open_store(path)
     tails: list[int] = []
@@ -47,11 +47,11 @@ def test_a_2_0_file_costs_one_tail_read(tmp_path):
     store.read_tail = read_tail  # type: ignore[method-assign]
     reader = LanceFileReader(inner, store=store)
     assert tails == [TAIL_READ_BYTES]
-    assert reader.read_range(10, 5).equals(TABLE.slice(10, 5))
+    assert reader.read_range(10, 5).to_table().equals(TABLE.slice(10, 5))
 
 
 def test_keeps_pylance_signature():
     params = inspect.signature(LanceFileReader).parameters
-    assert list(params)[:2] == ["path", "storage_options"]
+    assert list(params)[:3] == ["path", "storage_options", "columns"]
     assert params["storage_options"].default is None
     assert params["store"].kind is inspect.Parameter.KEYWORD_ONLY

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from lance_ops._proto import file_pb2
 from lance_ops.errors import SchemaMismatchError, UnsupportedError, UnsupportedTypeError
-from lance_ops.file import LanceFileWriter
+from lance_ops.format.registry import LanceFileWriter
 from lance_ops.schema import to_lance_fields
 from tests.file.type_matrix import assert_tables_equal
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from lance_ops._proto import file2_pb2, file_pb2
-from lance_ops.file import LanceFileWriter
+from lance_ops.format.registry import LanceFileWriter
 from lance_ops.format.container import FOOTER_SIZE, PAD_BYTE
 from tests.file.type_matrix import assert_tables_equal, make_table
 

@@ -167,16 +167,21 @@ def test_environment(instructions):
     assert env["SPARK_HOME"] == "/opt/lance-ops/spark"
     assert env["SPARK_CONF_DIR"] == "/opt/lance-ops/spark-conf"
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/opt/airflow/dags"
-    assert "/opt/airflow" in env["PYTHONPATH"].split(":")
+    assert "PYTHONPATH" not in env  # the provider is installed; nothing is imported from a folder
     assert "SPARK_LOCAL_IP" not in env  # only for local[*] runs, never in the cluster image
 
 
-def test_airflow_tree_layout(instructions):
+def test_airflow_tree_installs_as_the_provider_package(instructions):
+    """The Airflow tree is copied into the source the wheel is built from, never onto a path
+    Airflow imports from; the DAG folder is the installed package's example DAGs."""
     dest = {tuple(src): d for src, d, _ in _copies(instructions)}
-    assert dest[("dags",)] == "/opt/airflow/dags"
-    assert dest[("operators",)] == "/opt/airflow/operators"
-    assert dest[("sensors",)] == "/opt/airflow/sensors"
-    assert dest[("lance_ops",)] == "/opt/lance-ops/src/lance_ops"
+    for tree in ("lance_ops", "lance_ops_airflow", "operators", "sensors", "dags"):
+        assert dest[(tree,)] == f"/opt/lance-ops/src/{tree}"
+    assert "setup.py" in [s for src, _, _ in _copies(instructions) for s in src]
+    assert not any(d.startswith("/opt/airflow") for d in dest.values())
+    (run,) = [a for i, a, _ in instructions if i == "RUN" and "pip install" in a]
+    assert "import os, lance_ops_airflow.example_dags as d" in run and "/opt/airflow/dags" in run
+    assert "airflow providers get lance-ops" in run  # the build fails if the provider is not registered
 
 
 def test_chart_defaults_match_image(instructions):

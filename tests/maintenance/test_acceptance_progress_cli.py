@@ -115,7 +115,7 @@ def test_cli_not_a_terminal_no_progress(capsys, small):
     assert capsys.readouterr().err == ""
 
 
-def test_cli_errors_exit_non_zero_with_one_line(capsys, tmp_path, small):
+def test_cli_errors_exit_non_zero_with_one_line(capsys, tmp_path, small, monkeypatch):
     missing = str(tmp_path / "nope")
     for argv in (["compact", missing], ["materialize-deletions", missing], ["cleanup", missing],
                  ["rebuild-stats", missing], ["refresh-rowid-index", missing], ["inspect", missing]):
@@ -123,7 +123,10 @@ def test_cli_errors_exit_non_zero_with_one_line(capsys, tmp_path, small):
         err = capsys.readouterr().err
         assert code == cli.EXIT_NOT_FOUND, argv
         assert err.startswith("error: ") and err.count("\n") == 1, err
-    # a dataset with indices: compaction refuses, with the reason
+    # a dataset with an index kind lance_ops cannot remap: compaction refuses, with the reason
+    from lance_ops.maintenance.index_remap import registry
+
+    monkeypatch.setattr(registry, "REMAPPERS", {})
     idx = str(tmp_path / "idx")
     lance.write_dataset(rows(0, 10), idx, data_storage_version="2.0")
     lance.write_dataset(rows(10, 10), idx, mode="append")

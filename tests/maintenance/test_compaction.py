@@ -555,11 +555,17 @@ def test_idempotency_key(tmp_path):
 
 
 # --- refusals ---------------------------------------------------------------------------------------
-def test_indexed_fragments_are_held_back_or_refused(tmp_path):
-    """Indexed fragments are never rewritten (ADR 0011; more in test_compaction_indices.py)."""
+def test_indexed_fragments_are_held_back_or_refused(tmp_path, monkeypatch):
+    """Fragments covered by a kind without a remapper are never rewritten (ADR 0011; more in
+    test_compaction_indices.py); with its remapper the same run is a task remapping the index."""
+    from lance_ops.maintenance.index_remap import registry
+
     uri = str(tmp_path / "t.lance")
     build(uri, [20] * 4)
     lance.dataset(uri).create_scalar_index("id", "BTREE")
+    plan = plan_compaction(lance_ops.dataset(uri), target_rows_per_fragment=100)
+    assert [(t.fragment_ids, t.index_action) for t in plan.tasks] == [([0, 1, 2, 3], "remap")]
+    monkeypatch.setattr(registry, "REMAPPERS", {})
     files = all_files(uri)
     plan = plan_compaction(lance_ops.dataset(uri), target_rows_per_fragment=100)
     assert plan.tasks == [] and [t.fragment_ids for t in plan.held_back] == [[0, 1, 2, 3]]

@@ -159,16 +159,24 @@ def test_unindexed_tail_compacted_indices_kept(tmp_path, version, stable):
     check_queries(final)
 
 
-def test_indexed_candidates_held_back(tmp_path):
-    """Indexed fragments small enough to merge are left alone (pylance would remap); dry run shows it."""
+def test_indexed_candidates_held_back(tmp_path, monkeypatch):
+    """Indexed fragments whose index kinds have no remapper are left alone; dry run shows it."""
+    from lance_ops.maintenance.index_remap import registry
+
     uri = str(tmp_path / "t.lance")
     build(uri, "2.2", False)
     cov = coverage(lance.dataset(uri))
+    # with every kind remappable the same plan remaps the indexed run instead of holding it back
+    full = compact_files(lance_ops.dataset(uri), target_rows_per_fragment=5000, dry_run=True)
+    assert [(s["fragment_ids"], s["index_action"]) for s in full["plan"]] == [
+        ([0, 1], "remap"), ([2, 3, 4, 5], "none")]
+    assert full.get("held_back", 0) == 0 and full["tasks"] == 2
+    monkeypatch.setattr(registry, "REMAPPERS", {})  # no kind remappable: the indexed run is held back
     dry = compact_files(lance_ops.dataset(uri), target_rows_per_fragment=5000, dry_run=True)
     assert [(s["fragment_ids"], s["index_action"]) for s in dry["plan"]] == [
         ([0, 1], "remap (not supported yet)"), ([2, 3, 4, 5], "none")]
     assert {i["name"] for i in dry["plan"][0]["indices"]} == set(cov)
-    assert {i["kind"] for i in dry["plan"][0]["indices"]} == {"BTREE", "BITMAP", "LABEL_LIST", "INVERTED", "VECTOR"}
+    assert {i["kind"] for i in dry["plan"][0]["indices"]} == {"BTREE", "BITMAP", "LABEL_LIST", "INVERTED", "IVF_PQ"}
     assert dry["plan"][1]["indices"] == [] and dry["tasks"] == 1 and dry["held_back"] == 1
     assert "refusal" not in dry and dry["fragments_removed"] == 4
 
@@ -196,7 +204,10 @@ def test_indexed_candidates_held_back(tmp_path):
     check_queries(ds)
 
 
-def test_rewrite_of_indexed_fragment_refused_writes_nothing(tmp_path, capsys):
+def test_rewrite_of_indexed_fragment_refused_writes_nothing(tmp_path, capsys, monkeypatch):
+    from lance_ops.maintenance.index_remap import registry
+
+    monkeypatch.setattr(registry, "REMAPPERS", {})  # kinds without a remapper are refused
     uri = str(tmp_path / "t.lance")
     build(uri, "2.0", False, appends=2)
     lance.dataset(uri).delete("id >= 100 AND id < 250")  # 15% of indexed fragment 0
@@ -276,10 +287,14 @@ def test_delta_segments_never_binned_together(tmp_path):
     dry = compact_files(lance_ops.dataset(uri), target_rows_per_fragment=1000, dry_run=True)
     assert [s["fragment_ids"] for s in dry["plan"]] == [[f.id for f in t.fragments] for t in theirs.tasks]
     assert [(s["fragment_ids"], s["index_action"]) for s in dry["plan"]] == [
-        ([0, 1], "remap (not supported yet)"), ([2, 3], "remap (not supported yet)"), ([4, 5], "none")]
+        ([0, 1], "remap"), ([2, 3], "remap"), ([4, 5], "none")]
     assert dry["plan"][0]["indices"][0]["uuid"] != dry["plan"][1]["indices"][0]["uuid"]
     compact_files(lance_ops.dataset(uri), target_rows_per_fragment=1000)
     after = lance.dataset(uri)
     after.validate()
+    # each delta segment follows its own fragments (BTREE is remapped)
+    assert sorted(sorted(i["fragment_ids"]) for i in after.list_indices()) == [[6], [7]]
+    assert sorted(after.to_table(filter="id >= 40 AND id < 160", use_scalar_index=True)["id"].to_pylist()) == \
+        list(range(40, 160))
     assert sorted(after.to_table(filter="id >= 90 AND id < 260")["id"].to_pylist()) == list(range(90, 260))
     shutil.rmtree(uri)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import lance_ops
 from lance_ops.format.v2_0.reader import LanceFileReader
-from lance_ops.file import LanceFileWriter
+from lance_ops.format.registry import LanceFileWriter
 from lance_ops.maintenance import rowid_index as R
 from lance_ops.table.commit import hooks
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import lance_ops
 from lance_ops.format.v2_0.reader import LanceFileReader
-from lance_ops.file import LanceFileWriter
+from lance_ops.format.registry import LanceFileWriter
 from lance_ops.io import open_store
 from lance_ops.maintenance import statistics as S
 from lance_ops.table import stats as T

@@ -561,9 +561,9 @@ def run_case(judge: Judge, p: Pristine, target: str, seed: int, work: Path) -> N
 
 def _read_file(path: str) -> dict:
     r = LanceFileReader(path)
-    n = r.num_rows
-    return {"schema": r.schema, "num_rows": n, "read_all": r.read_all(),
-            "take": r.take_rows([0, n // 2, n - 1]) if n else None}
+    n = r.num_rows()
+    return {"schema": r.schema, "num_rows": n, "read_all": r.read_all().to_table(),
+            "take": r.take_rows([0, n // 2, n - 1]).to_table() if n else None}
 
 
 def judge_file_case(judge: Judge, p: Pristine, case: Case, original: bytes) -> None:

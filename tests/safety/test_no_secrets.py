@@ -169,7 +169,7 @@ def test_cli_debug_output_has_no_secrets(moto_server, s3_bucket, tmp_path):
 
 
 def test_hook_masks_credentials_and_keeps_them_off_the_command_line(airflow_home, monkeypatch):
-    from operators.hooks import LanceHook
+    from lance_ops_airflow.operators.hooks import LanceHook
 
     monkeypatch.setenv("AIRFLOW_CONN_LANCE_SECRET", json.dumps({
         "conn_type": "aws", "login": KEY_ID, "password": SECRET,
@@ -202,7 +202,7 @@ def test_airflow_task_logs_and_rendered_templates_have_no_secrets(airflow_home, 
         lance_ops.write_dataset(rows(i * 40, i * 40 + 40), uri, mode="append" if i else "create",
                                 storage_options=opts)
     conf = {"dataset_uri": "events.lance", "lance_conn_id": "lance_secret", "target_rows_per_fragment": 1000,
-            "small_fragments_threshold": 3, "cleanup_older_than_seconds": 0, "dry_run": False,
+            "small_fragments_threshold": 3, "cleanup_older_than": "0s", "dry_run": False,
             "retain_versions": None}
     env = dict(os.environ, AIRFLOW__LOGGING__LOGGING_LEVEL="DEBUG", AIRFLOW_CONN_LANCE_SECRET=conn)
     proc = subprocess.run([str(Path(sys.executable).parent / "airflow"), "dags", "test", "lance_maintenance",

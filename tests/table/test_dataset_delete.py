@@ -253,3 +253,22 @@ def test_delete_after_a_concurrent_overwrite_fails(tmp_path):
     assert stale.version == 1
     assert lance_ops.dataset(uri).version == 2
     assert lance.dataset(uri).to_table()["a"].to_pylist() == [100, 101, 102]
+
+
+@pytest.mark.parametrize("group_rows", [1, 250, 1 << 20])
+def test_delete_over_many_fragments_evaluates_groups_of_them_as_pylance(tmp_path, monkeypatch, group_rows):
+    """The predicate is evaluated once per group of fragments (one, some, all): same deletion
+    vectors as pylance's, fragment by fragment, including a fragment deleted whole."""
+    from lance_ops.table import delete as delete_mod
+
+    monkeypatch.setattr(delete_mod, "_GROUP_ROWS", group_rows)
+    predicate = "a % 7 = 2 OR (a >= 300 AND a < 400) OR _rowid = 12"
+    state = {}
+    for mod in (lance, lance_ops):
+        uri = str(tmp_path / mod.__name__)
+        create(mod, uri, numbers(1000), max_rows_per_file=100)
+        mod.dataset(uri).delete("a % 11 = 0")
+        mod.dataset(uri).delete(predicate)
+        state[mod.__name__] = deletion_state(mod, uri)
+    assert [s[:4] + s[5:] for s in state["lance_ops"]] == [s[:4] + s[5:] for s in state["lance"]]
+    assert len(state["lance"]) == 9  # fragment 3 (rows 300-399) went whole

@@ -296,13 +296,13 @@ def test_unknown_column_lists_available(data):
 
 @pytest.mark.parametrize("sql,fragment", [
     ("id IN (SELECT 1)", "IN (subquery)"),
-    ("array_has(lst, 1)", "ARRAYCONTAINS"),
+    ("array_has(lst, id)", "non-constant values"),
     ("lst[1] = 2", "BRACKET"),
     ("CASE WHEN b THEN 1 END = 1", "CASE"),
     ("foo(id) = 1", "FOO(id)"),
     ("s LIKE s", "non-literal pattern"),
     ("f IS NAN", "IS NAN"),
-    ("CAST(id AS DATETIME) > 1", "DATETIME"),
+    ("CAST(id AS INTERVAL) > 1", "INTERVAL"),
     ("id BETWEEN SYMMETRIC 1 AND 2", "SYMMETRIC"),
 ])
 def test_unsupported_constructs_are_named(data, sql, fragment):

@@ -89,8 +89,8 @@ CASES = [
     # older index metadata: carried unchanged; lance_ops does not compact indexed datasets
     Case("0.18-index-no-details", lambda p: _copy("v0.18.2/index_no_details.lance", p), "2.0",
          refused={"compact": (UnsupportedError, "indices", None)}),
-    Case("0.20-old-btree-bitmap", lambda p: _copy("v0.20.0/old_btree_bitmap_indices.lance", p), "2.0",
-         refused={"compact": (UnsupportedError, "indices", None)}),
+    # compaction remaps both indices (the BTREE from its old layout into today's, as pylance does)
+    Case("0.20-old-btree-bitmap", lambda p: _copy("v0.20.0/old_btree_bitmap_indices.lance", p), "2.0"),
     # written by pylance 14 now
     *[Case(f"pylance-{v}", _fresh(v), v) for v in ("0.1", "2.0", "2.1", "2.2")],
 ]

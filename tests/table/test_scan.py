@@ -81,7 +81,7 @@ def test_fragments_subset_keeps_manifest_order(uri):
     tasks = scan.plan(ds, ["id"], fragments=[2, 0])
     assert [t.fragment_id for t in tasks] == [0, 2]
     assert [t.fragment_id for t in scan.plan(ds, ["id"], fragments=[frags[1]])] == [1]
-    assert [t.fragment_id for t in scan.plan(ds, ["id"], fragments=[frags[1].metadata])] == [1]
+    assert [t.fragment_id for t in scan.plan(ds, ["id"], fragments=[frags[1].proto])] == [1]
     assert [t.fragment_id for t in scan.plan(ds, ["id"], fragments=np.array([1]))] == [1]
     got = run(ds, tasks).column("id").to_pylist()
     assert got == [i for i in list(range(2000)) + list(range(4000, 6000)) if i % 10 != 3]
@@ -143,3 +143,25 @@ def test_a_compiled_filter_is_taken_as_is(uri):
     (task,) = scan.plan(ds, ["id"], filt)
     assert task.filter is filt
     assert scan.execute(ds, task).column("id").to_pylist() == [0, 1, 2, 4]
+
+
+@pytest.mark.parametrize("columns, predicate, row_id", [
+    (None, "v > 100 AND id % 3 = 0", False),          # late materialisation of the other columns
+    (["s"], "id < 2500 OR id >= 5990", False),         # some tasks pruned to page ranges, one empty
+    (["id"], "_rowid % 7 = 1", True),                   # the filter reads row ids
+    (["s", "v"], "v < 0", False),                       # nothing matches anywhere
+])
+def test_execute_many_filters_groups_of_tasks_as_execute_does_one(uri, monkeypatch, columns, predicate, row_id):
+    ds = lance_ops.dataset(uri)
+    tasks = scan.plan(ds, columns, predicate, with_row_id=row_id)
+    one_by_one = [scan.execute(ds, t) for t in tasks]
+    for group_rows in (1, 2500, 1 << 20):  # groups of one task, of two, of all
+        monkeypatch.setattr(scan, "_FILTER_GROUP_ROWS", group_rows)
+        together = list(scan.execute_many(ds, tasks))
+        assert len(together) == len(one_by_one)
+        for a, b in zip(together, one_by_one):
+            assert a.schema == b.schema and a.combine_chunks().equals(b.combine_chunks())
+    import lance
+
+    assert ds.to_table(columns=columns, filter=predicate, with_row_id=row_id).equals(
+        lance.dataset(uri).to_table(columns=columns, filter=predicate, with_row_id=row_id))

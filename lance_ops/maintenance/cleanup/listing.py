@@ -50,6 +50,9 @@ class Refs:
     indices: set[str] = field(default_factory=set)  # canonical uuid strings
     versions: set[int] = field(default_factory=set)  # versions (for _rowid_index)
     paths: set[str] = field(default_factory=set)  # any other root-relative path
+    #: the encoded fragments already added: consecutive versions share most of their fragments,
+    #: and a fragment added once names nothing new (the sets only grow)
+    fragments_seen: set[bytes] = field(default_factory=set, repr=False, compare=False)
 
     def add(self, mf: ManifestFile, version: int | None = None) -> None:
         """Add what ``mf`` names (and ``version`` itself, for the row-id index area)."""
@@ -59,7 +62,12 @@ class Refs:
         # (runs over every fragment of every version: locals instead of attribute lookups)
         data_add, deletions_add, paths_add = self.data.add, self.deletions.add, self.paths.add
         deletion_path = naming.deletion_file_path
+        seen, seen_add = self.fragments_seen, self.fragments_seen.add
         for frag in m.fragments:
+            encoded = frag.SerializeToString()
+            if encoded in seen:
+                continue
+            seen_add(encoded)
             for df in frag.files:
                 data_add(df.path.lstrip("/"))
             has = frag.HasField

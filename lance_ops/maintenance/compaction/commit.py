@@ -18,7 +18,7 @@ import time
 from typing import Any, Sequence
 
 from lance_ops._proto import transaction_pb2
-from lance_ops.errors import LanceOpsError, RetryableCommitConflictError
+from lance_ops.errors import CommitOutcomeUnknownError, LanceOpsError, RetryableCommitConflictError
 from lance_ops.io.base import ObjectStore
 from lance_ops.table.commit import idempotency
 from lance_ops.table.commit import locate
@@ -31,7 +31,8 @@ from lance_ops.table.commit.loop import (
 from lance_ops.table.commit.properties import DEFAULT_MAX_RETRIES, CommitProperties
 from lance_ops.table.manifest.codec import read_manifest
 
-from lance_ops.maintenance.compaction.indices import check_fragments_unindexed, index_segments
+from lance_ops.maintenance.compaction.indices import index_segments
+from lance_ops.maintenance.compaction.remap import PreparedRemap, affected_segments, discard_index_dirs, prepare_remap
 from lance_ops.maintenance.compaction.model import (
     METRIC_KEYS,
     RewriteResult,
@@ -126,7 +127,7 @@ def commit_compaction(ds_or_uri: Any, results: Sequence[RewriteResult], *, stora
         metrics.update(version=None, seconds=time.perf_counter() - t0)
         return (metrics, None) if _return_manifest else metrics
 
-    from lance_ops.table.dataset import open_manifest
+    from lance_ops.table.dataset import LanceDataset, open_manifest
     from lance_ops.errors import DatasetNotFoundError
 
     read_version = min(r.read_version for r in results)
@@ -138,12 +139,14 @@ def commit_compaction(ds_or_uri: Any, results: Sequence[RewriteResult], *, stora
             "(cleaned up); re-plan the compaction"
         ) from exc
     rewritten = [f.id for r in results for f in r.original_fragments]
-    check_fragments_unindexed(read_mf, rewritten, ds.uri, "this compaction")
+    read_ds = ds if ds.version == read_version else LanceDataset(ds.uri, read_version, _store=(store, base))
+    hits = affected_segments(read_ds, set(rewritten))
     latest_loc = locate.latest_version(store, base)
     if latest_loc is not None and latest_loc.version != read_mf.version:
-        # an index built since the plan over a fragment we rewrote: re-plan (it will be held back)
+        # an index built since the plan over a fragment we rewrote: re-plan
+        known = {seg.uuid for _, seg in hits} | {s.uuid for s in index_segments(read_mf, ds.uri)}
         now = [s for s in index_segments(read_manifest(store, latest_loc.path), ds.uri)
-               if s.fragment_ids & set(rewritten)]
+               if s.fragment_ids & set(rewritten) and s.uuid not in known]
         if now:
             raise RetryableCommitConflictError(
                 f"{ds.uri}: index(es) {sorted({s.name for s in now})} built since version {read_version} cover "
@@ -166,17 +169,32 @@ def commit_compaction(ds_or_uri: Any, results: Sequence[RewriteResult], *, stora
             if new.id != 0:
                 raise LanceOpsError(f"{ds.uri}: new fragments must carry id 0 (got {new.id})")
 
+    prepared: PreparedRemap | None = prepare_remap(read_ds, results, hits) if hits else None
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=read_version)
-    for r in results:
+    for i, r in enumerate(results):
         group = txn.rewrite.groups.add()
         group.old_fragments.extend(r.original_fragments)
-        group.new_fragments.extend(r.new_fragments)
+        group.new_fragments.extend(prepared.new_fragments[i] if prepared is not None else r.new_fragments)
+    if prepared is not None:
+        txn.rewrite.rewritten_indices.extend(prepared.rewritten)
     properties = CommitProperties(
         "rewrite", idempotency_key or None,
         extra={OPERATION_PROPERTY: "compaction", METRICS_PROPERTY: json.dumps(sum_metrics(results), sort_keys=True)},
         max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries)
     options = CommitOptions(data_storage_version=read_mf.manifest.data_format.version or "2.0")
-    mf = commit_transaction(store, base, txn, CommitContext(read_mf), options, properties=properties)
+    try:
+        mf = commit_transaction(store, base, txn, CommitContext(read_mf), options, properties=properties)
+    except CommitOutcomeUnknownError:
+        raise  # the Rewrite may have landed: its index files must stay
+    except BaseException:
+        if prepared is not None:
+            discard_index_dirs(store, prepared.written_dirs)
+        raise
+    if prepared is not None and mf.transaction is not None and mf.transaction.uuid != txn.uuid:
+        discard_index_dirs(store, prepared.written_dirs)  # an earlier commit with our key won
+    if prepared is not None:
+        metrics["indices_remapped"] = len(prepared.rewritten)
+        metrics["index_actions"] = dict(prepared.outcomes)
     if idempotency_key:
         idempotency.remember(store, base, mf)
     if idempotency_key and mf.transaction is not None and mf.transaction.uuid != txn.uuid:

@@ -17,12 +17,10 @@ Row ids
     new sizes. The created-at / last-updated-at version sequences are carried over the same way
     (missing ones count as version 1, last-updated defaulting to created-at, as upstream), so
     ``take_by_row_id`` and ``_rowid`` give the same rows before and after.
-  * Without stable row ids a row id is the row address, which changes. Upstream reserves the
-    new fragment ids with a separate ReserveFragments commit so that it can remap indices from
-    old to new addresses. lance_ops only rewrites fragments no index covers (ADR 0011; a task
-    over indexed fragments is refused here too, before anything is written), so nothing needs
-    remapping: the new fragments get their ids when the Rewrite manifest is built (from
-    ``max_fragment_id + 1``) and no ReserveFragments version is written.
+  * Without stable row ids a row id is the row address, which changes. New fragments carry id 0
+    here; when an index covers the rewritten fragments the commit reserves their ids first
+    (ReserveFragments) and remaps the index (ADR 0011); a task over fragments an index kind
+    without a remapper covers is refused here too, before anything is written.
 """
 from __future__ import annotations
 
@@ -57,7 +55,7 @@ from lance_ops.table.manifest.codec import read_manifest
 from lance_ops.table.paths import resolve_inside
 from lance_ops.table.write import write_fragments
 
-from lance_ops.maintenance.compaction.indices import ACTION_NONE, check_fragments_unindexed
+from lance_ops.maintenance.compaction.indices import RUNNABLE_ACTIONS, check_fragments_remappable
 from lance_ops.maintenance.compaction.model import (
     RewriteResult,
     RewriteTask,
@@ -123,9 +121,8 @@ def _live_tables(task: RewriteTask, view: Any, schema: pa.Schema, stats: dict[st
     scans = {t.fragment_id: t for t in scan.plan(view, schema.names, fragments=task.fragments,
                                                  blob_handling="logical")}
 
-    def load(proto: table_pb2.DataFragment, expected_live: int | None) -> tuple[pa.Table, bool, int]:
+    def check(proto: table_pb2.DataFragment, expected_live: int | None, table: pa.Table) -> tuple[pa.Table, bool, int]:
         """The fragment's live rows, whether it had deleted rows, its live count."""
-        table = scan.execute(view, scans[proto.id])
         live = table.num_rows
         if expected_live is not None and live != expected_live:
             raise LanceOpsError(
@@ -135,7 +132,9 @@ def _live_tables(task: RewriteTask, view: Any, schema: pa.Schema, stats: dict[st
         return table, live != proto.physical_rows, live
 
     def load_group(group: Any) -> list[tuple[pa.Table, bool, int]]:
-        return [load(proto, n) for proto, n in group]
+        # the group's fragments are read side by side (scan.execute_many), then checked in order
+        tables = scan.execute_many(view, [scans[proto.id] for proto, _ in group])
+        return [check(proto, n, table) for (proto, n), table in zip(group, tables)]
 
     def live_rows(group: Any, loaded: Any) -> pa.Table:
         # (counted here, in the consuming thread, in group order)
@@ -301,7 +300,7 @@ def _open_read_version(task: RewriteTask, store: ObjectStore, base: str) -> Any:
             )
     if list(ds.manifest.fields) != list(task.fields):
         raise LanceOpsError(f"{uri}: the task's schema differs from version {task.read_version}'s")
-    check_fragments_unindexed(ds.manifest_file, [f.id for f in task.fragments], uri, "this compaction task")
+    check_fragments_remappable(ds, [f.id for f in task.fragments], "this compaction task")
     return ds
 
 
@@ -313,11 +312,11 @@ def execute_task(task: RewriteTask, store: ObjectStore, base: str, *, storage_op
     versions.require_writable(version, where)
     if task.kind not in ("compact", "materialize"):
         raise LanceOpsError(f"{where}: unknown compaction task kind {task.kind!r}")
-    if task.index_action != ACTION_NONE:
+    if task.index_action not in RUNNABLE_ACTIONS:
         names = ", ".join(f"{i.get('name')} ({i.get('kind')})" for i in task.indices) or "?"
         raise UnsupportedError(
             f"{where}: the compaction task over fragments {[f.id for f in task.fragments]} touches index(es) "
-            f"{names} ({task.index_action}); lance_ops does not remap indices yet (ADR 0011), so it is "
+            f"{names} ({task.index_action}); lance_ops cannot remap that index kind yet (ADR 0011), so it is "
             "held back and never executed. Nothing was written.")
     if sum(task.output_rows) != sum(task.live_rows or task.output_rows):
         raise LanceOpsError(f"{where}: task output sizes do not add up to its live rows")

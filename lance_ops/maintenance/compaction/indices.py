@@ -15,16 +15,30 @@ naming the index and its type, before anything is written.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import LanceOpsError, UnsupportedError
-from lance_ops.table.indices import DATA_KINDS, SYSTEM_KINDS, VECTOR_DETAILS, details_name, fragment_ids, segment_uuid
+from lance_ops.table.indices import (
+    DATA_KINDS,
+    SYSTEM_KINDS,
+    VECTOR_DETAILS,
+    details_name,
+    fragment_ids,
+    index_kind,
+    segment_uuid,
+)
 
-#: how a task treats the indices (``CompactionTask.index_action``)
+#: how a task treats the indices (``CompactionTask.index_action``): no index covers its fragments;
+#: they are covered and every covering segment is remapped at commit (each entry of the task's
+#: ``indices`` says how: "remap", "rebuild", "keep" or "drop"); or covered by a kind lance_ops cannot
+#: remap yet (held back, never executed)
 ACTION_NONE = "none"
+ACTION_REMAP = "remap"
 ACTION_REMAP_UNSUPPORTED = "remap (not supported yet)"
+#: task-level actions that may be executed
+RUNNABLE_ACTIONS = frozenset({ACTION_NONE, ACTION_REMAP})
 
 #: index_details type-URL message name -> kind, for the kinds compaction accepts (vector indices of
 #: every sub-kind are one kind here: their coverage is all that planning needs)
@@ -40,14 +54,24 @@ class IndexSegment:
     kind: str
     type_url: str
     fragment_ids: frozenset[int]
+    #: the precise kind (``lance_ops.table.indices.index_kind``: IVF_PQ, ...) when known
+    remap_kind: str = ""
+    #: whether the segment stores its fragment bitmap (a rewrite needs one)
+    has_bitmap: bool = True
+    #: why this segment's remapper cannot carry it through a rewrite (a layout it does not handle,
+    #: found at planning by the remapper's optional ``segment_refusal``); "" when it can
+    refusal: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form a task and a dry run carry: name, uuid and kind."""
-        return {"name": self.name, "uuid": self.uuid, "kind": self.kind}
+        out = {"name": self.name, "uuid": self.uuid, "kind": self.remap_kind or self.kind}
+        if self.refusal:
+            out["refusal"] = self.refusal
+        return out
 
     def label(self) -> str:
         """``name (KIND)`` for messages."""
-        return f"{self.name} ({self.kind})"
+        return f"{self.name} ({self.remap_kind or self.kind})"
 
 
 def _kind(index: table_pb2.IndexMetadata, where: str) -> tuple[str, str]:
@@ -80,12 +104,14 @@ def _coverage(index: table_pb2.IndexMetadata, fallback: Any, where: str) -> froz
         raise LanceOpsError(f"{where}: index {index.name!r} has an unreadable fragment bitmap: {exc}") from exc
 
 
-def index_segments(manifest_file: Any, where: str, fallback: Any = None) -> list[IndexSegment]:
+def index_segments(manifest_file: Any, where: str, fallback: Any = None,
+                   kind_of: Any = None) -> list[IndexSegment]:
     """The index segments of a ManifestFile (refusing kinds lance_ops does not know).
 
     ``fallback(dataset_version) -> fragment ids`` gives the coverage of a segment that stores no
     fragment bitmap (very old writers); without one, such a segment counts as covering every
-    fragment of the manifest (the safe side: none of them is rewritten).
+    fragment of the manifest (the safe side: none of them is rewritten). ``kind_of(index) -> str``
+    gives each segment's precise kind (:attr:`IndexSegment.remap_kind`).
     """
     section = getattr(manifest_file, "index_section", None)
     if section is None:
@@ -101,7 +127,9 @@ def index_segments(manifest_file: Any, where: str, fallback: Any = None) -> list
     out = []
     for index in section.indices:
         kind, url = _kind(index, where)
-        out.append(IndexSegment(index.name, segment_uuid(index), kind, url, _coverage(index, fallback, where)))
+        precise = kind_of(index) if kind_of is not None else ""
+        out.append(IndexSegment(index.name, segment_uuid(index), kind, url, _coverage(index, fallback, where),
+                                precise, bool(index.fragment_bitmap)))
     return out
 
 
@@ -128,7 +156,11 @@ class IndexCoverage:
                 return [f.id for f in ds.manifest.fragments]
             return range(int(old.manifest.max_fragment_id) + 1)
 
-        return cls(index_segments(ds.manifest_file, ds.uri, fallback))
+        segments = index_segments(ds.manifest_file, ds.uri, fallback, kind_of=lambda idx: index_kind(ds, idx))
+        section = getattr(ds.manifest_file, "index_section", None)
+        protos = list(section.indices) if section is not None else []
+        stable = bool(ds.has_stable_row_ids)
+        return cls([_with_refusal(seg, proto, ds, stable) for seg, proto in zip(segments, protos)])
 
     def covering(self, fragment_id: int) -> tuple[IndexSegment, ...]:
         """The segments covering ``fragment_id`` (in index-section order)."""
@@ -140,6 +172,16 @@ class IndexCoverage:
         return tuple(s.uuid for s in self.covering(fragment_id))
 
 
+def _with_refusal(segment: IndexSegment, index: table_pb2.IndexMetadata, ds: Any, stable: bool) -> IndexSegment:
+    """``segment`` with :attr:`IndexSegment.refusal` set when its remapper names a reason (checked
+    at planning, so an unsupported layout is held back before a ReserveFragments version exists)."""
+    check = getattr(remappers().get(segment.remap_kind), "segment_refusal", None)
+    if not callable(check):
+        return segment
+    reason = check(ds.store, ds.base, index, stable)
+    return replace(segment, refusal=str(reason)) if reason else segment
+
+
 def describe(segments: Iterable[IndexSegment]) -> str:
     """``a (BTREE), b (VECTOR)`` for messages (names de-duplicated: delta segments share one)."""
     seen: dict[str, str] = {}
@@ -148,16 +190,48 @@ def describe(segments: Iterable[IndexSegment]) -> str:
     return ", ".join(seen.values())
 
 
+def remappers() -> dict[str, Any]:
+    """The index kinds lance_ops can remap during compaction (kind -> remapper)."""
+    from lance_ops.maintenance.index_remap.registry import REMAPPERS
+
+    return REMAPPERS
+
+
+def remappable(segment: IndexSegment) -> bool:
+    """True iff compaction can carry ``segment`` through a rewrite of its fragments (its kind has
+    a remapper and it stores a fragment bitmap)."""
+    return (segment.has_bitmap and bool(segment.remap_kind) and segment.remap_kind in remappers()
+            and not segment.refusal)
+
+
+def planned_action(segment: IndexSegment, stable_row_ids: bool) -> str:
+    """What the commit will do with ``segment`` ("remap" unless its remapper says otherwise through
+    an optional ``plan_action(stable_row_ids) -> str`` attribute)."""
+    remapper = remappers().get(segment.remap_kind)
+    plan_action = getattr(remapper, "plan_action", None)
+    return str(plan_action(stable_row_ids)) if callable(plan_action) else "remap"
+
+
+def task_indices(segments: Iterable[IndexSegment], stable_row_ids: bool) -> list[dict[str, Any]]:
+    """The ``indices`` entries of a task whose fragments ``segments`` cover (with each ``action``)."""
+    return [{**s.to_dict(), "action": planned_action(s, stable_row_ids)} for s in segments]
+
+
 def refuse_indexed_rewrite(where: str, fragment_ids: Iterable[int], segments: Iterable[IndexSegment],
                            why: str) -> UnsupportedError:
-    """The error for a rewrite of indexed fragments (raised before anything is written)."""
+    """The error for a rewrite of fragments covered by indices lance_ops cannot remap (raised
+    before anything is written)."""
     ids = sorted(set(fragment_ids))
+    segments = list(segments)
+    blocked = [s for s in segments if not remappable(s)] or segments
+    reasons = "".join(f" ({s.name}: {s.refusal})" for s in blocked if s.refusal)
     return UnsupportedError(
-        f"{where}: {why} would rewrite fragment(s) {ids}, covered by index(es) {describe(segments)}; "
+        f"{where}: {why} would rewrite fragment(s) {ids}, covered by index(es) {describe(blocked)}{reasons}; "
         "rewriting an indexed fragment needs the index remapped to the new rows, and lance_ops cannot remap "
-        "indices yet (remap comes later, see docs/adr/0011-index-aware-compaction.md), so it refuses: "
-        "nothing was written. Unindexed fragments can still be compacted (e.g. with materialize_deletions=False "
-        "or a higher materialize_deletions_threshold), or use pylance's compact_files for these.")
+        "indices of this kind yet (or the segment stores no fragment bitmap; see docs/adr/0011-index-aware-compaction.md), "
+        "so it refuses: nothing was written. Unindexed fragments can still be compacted (e.g. with "
+        "materialize_deletions=False or a higher materialize_deletions_threshold), or use pylance's "
+        "compact_files for these.")
 
 
 def check_fragments_unindexed(manifest_file: Any, fragment_ids: Iterable[int], where: str, why: str) -> None:
@@ -168,3 +242,15 @@ def check_fragments_unindexed(manifest_file: Any, fragment_ids: Iterable[int], w
     if hits:
         covered = set().union(*(s.fragment_ids & wanted for s in hits))
         raise refuse_indexed_rewrite(where, covered, hits, why)
+
+
+def check_fragments_remappable(ds: Any, fragment_ids: Iterable[int], why: str) -> list[IndexSegment]:
+    """The segments of ``ds`` (at its version) covering any of ``fragment_ids``; UnsupportedError
+    when one of them cannot be remapped (or is of a kind lance_ops does not know)."""
+    wanted = set(fragment_ids)
+    hits = [s for s in IndexCoverage.of(ds).segments if s.fragment_ids & wanted]
+    blocked = [s for s in hits if not remappable(s)]
+    if blocked:
+        covered = set().union(*(s.fragment_ids & wanted for s in blocked))
+        raise refuse_indexed_rewrite(ds.uri, covered, blocked, why)
+    return hits

@@ -29,15 +29,17 @@ validation does.
 
 Indices (ADR 0011): as upstream, each candidate is tagged with the set of index segments whose
 ``fragment_bitmap`` covers it, and a run is cut wherever that set changes, so indexed and
-unindexed fragments (or fragments of different delta segments) are never binned together.
-lance_ops does not remap indices yet, so a run of indexed fragments is never rewritten: when only
-their size made them candidates the run is *held back* (``CompactionPlan.held_back``: shown by a
-dry run with ``index_action`` "remap (not supported yet)", never executed); when a threshold asks
-for it (deleted rows to materialise) planning refuses with
-:class:`~lance_ops.errors.UnsupportedError` naming the indices (``explain=True``, as dry runs
-plan, returns the plan instead). Unindexed runs are planned and rewritten as on a dataset without
-indices (``index_action`` "none"); the indices are carried over untouched, as pylance does. An
-index kind lance_ops does not know (:mod:`.indices`) refuses the whole plan.
+unindexed fragments (or fragments of different delta segments) are never binned together. A run
+whose covering segments all have a remapper (:mod:`lance_ops.maintenance.index_remap.registry`)
+is an ordinary task with ``index_action`` "remap" and, per index, the ``action`` the commit will
+take ("remap", "rebuild", "keep" or "drop"); the commit remaps them eagerly, as pylance does. A run
+covered by a kind without a remapper is never rewritten: when only its size made it a candidate it
+is *held back* (``CompactionPlan.held_back``: shown by a dry run with ``index_action`` "remap (not
+supported yet)", never executed); when a threshold asks for it (deleted rows to materialise)
+planning refuses with :class:`~lance_ops.errors.UnsupportedError` naming the indices
+(``explain=True``, as dry runs plan, returns the plan instead). Unindexed runs have
+``index_action`` "none"; the indices are carried over untouched, as pylance does. An index kind
+lance_ops does not know (:mod:`.indices`) refuses the whole plan.
 """
 from __future__ import annotations
 
@@ -55,10 +57,14 @@ from lance_ops.table import deletion, versions
 
 from lance_ops.maintenance.compaction.indices import (
     ACTION_NONE,
+    ACTION_REMAP,
     ACTION_REMAP_UNSUPPORTED,
+    RUNNABLE_ACTIONS,
     IndexCoverage,
     IndexSegment,
     refuse_indexed_rewrite,
+    remappable,
+    task_indices,
 )
 from lance_ops.maintenance.compaction.model import message_from_b64, message_to_b64
 
@@ -343,7 +349,7 @@ class CompactionPlan:
         except (KeyError, TypeError, ValueError) as exc:
             raise LanceOpsError(f"{where}: not a valid compaction plan: {exc}") from exc
         for task in plan.tasks:
-            if task.index_action != ACTION_NONE:
+            if task.index_action not in RUNNABLE_ACTIONS:
                 raise LanceOpsError(f"{where}: task over fragments {task.fragment_ids} would touch indices "
                                     f"({task.index_action}); it cannot be one of the plan's tasks")
         return plan
@@ -411,6 +417,13 @@ def _held_back(task: CompactionTask, segments: Sequence[IndexSegment]) -> Compac
     return task
 
 
+def _with_remap(task: CompactionTask, segments: Sequence[IndexSegment]) -> CompactionTask:
+    """``task`` marked as remapping these (remappable) segments at commit."""
+    task.indices = task_indices(segments, task.stable_row_ids)
+    task.index_action = ACTION_REMAP
+    return task
+
+
 def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explain: bool = False,
                     **kwargs: Any) -> CompactionPlan:
     """Plan the compaction of ``ds`` (at its checked-out version); writes nothing.
@@ -464,8 +477,9 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explai
         for chunk in _split_run([(f, n) for f, n, _ in run], target):
             live = sum(n for _, n in chunk)
             sizes = output_sizes(live, target, options.max_rows_per_file)
-            if key:
-                task = _held_back(_task(ds, chunk, options, COMPACT, sizes), coverage.covering(chunk[0][0].id))
+            segments = coverage.covering(chunk[0][0].id)
+            if key and not all(remappable(s) for s in segments):
+                task = _held_back(_task(ds, chunk, options, COMPACT, sizes), segments)
                 held.append(task)
                 if itself_ids & set(task.fragment_ids):
                     refused.append(task)
@@ -478,7 +492,8 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explai
             used += len(chunk)
             for frag, _ in chunk:
                 _check_fragment_supported(frag, ds.uri)
-            tasks.append(_task(ds, chunk, options, COMPACT, sizes))
+            task = _task(ds, chunk, options, COMPACT, sizes)
+            tasks.append(_with_remap(task, segments) if key else task)
     plan = CompactionPlan(ds.version, tasks, options, held)
     if refused:
         plan.refusal = str(refuse_indexed_rewrite(
@@ -496,8 +511,8 @@ def plan_materialization(ds: Any, threshold: float = 0.1, *, max_rows_per_file: 
 
     Each such fragment is rewritten without its deleted rows into one new fragment (or more, if
     ``max_rows_per_file`` asks for it); no fragments are merged. Like Delta's REORG ... PURGE.
-    An indexed fragment above the threshold refuses the plan (UnsupportedError naming the
-    indices), unless ``explain`` (dry runs): it is then held back and ``refusal`` set.
+    A fragment above the threshold covered by an index kind without a remapper refuses the plan
+    (UnsupportedError naming the indices), unless ``explain`` (dry runs): it is then held back and ``refusal`` set.
     """
     options = CompactionOptions(
         target_rows_per_fragment=1 << 62, max_rows_per_file=max_rows_per_file,
@@ -514,13 +529,14 @@ def plan_materialization(ds: Any, threshold: float = 0.1, *, max_rows_per_file: 
         live = physical - deleted
         sizes = output_sizes(live, live or 1, max_rows_per_file)
         segments = coverage.covering(frag.id)
-        if segments:
+        if segments and not all(remappable(s) for s in segments):
             held.append(_held_back(_task(ds, [(frag, live)], options, MATERIALIZE, sizes), segments))
             continue
         if options.max_source_fragments is not None and len(tasks) >= options.max_source_fragments:
             continue
         _check_fragment_supported(frag, ds.uri)
-        tasks.append(_task(ds, [(frag, live)], options, MATERIALIZE, sizes))
+        task = _task(ds, [(frag, live)], options, MATERIALIZE, sizes)
+        tasks.append(_with_remap(task, segments) if segments else task)
     plan = CompactionPlan(ds.version, tasks, options, held)
     if held:
         plan.refusal = str(refuse_indexed_rewrite(

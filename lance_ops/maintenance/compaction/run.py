@@ -11,9 +11,9 @@ Three steps, usable together (:func:`compact_files`) or apart (distributed, e.g.
   fragments are grouped and the new fragments get the same row counts as pylance 14.0.2 produces.
 * Execution streams one source fragment at a time and writes new data files only
   (:mod:`lance_ops.maintenance.compaction.execute`). Stable row ids and version sequences are
-  carried over; without stable ids the new fragment ids are assigned when the Rewrite manifest is
-  built (no ReserveFragments commit: only unindexed fragments are rewritten, so no index needs
-  the new addresses; ADR 0011).
+  carried over; the new fragment ids are assigned when the Rewrite manifest is built, or, when an
+  index covers the rewritten fragments, reserved by a ReserveFragments commit first so that the
+  commit can remap the index to the new addresses (ADR 0011; :mod:`.remap`).
 * Commit publishes one Rewrite transaction (one group per task) against the plan's read version.
   Concurrent appends never conflict. A concurrent delete/update/rewrite of a rewritten fragment
   raises :class:`~lance_ops.errors.RetryableCommitConflictError` and leaves the dataset unchanged.
@@ -215,7 +215,8 @@ def compact_files(ds: Any, *, target_rows_per_fragment: int | None = 1024 * 1024
     upstream's defaults, as in pylance. pylance's ``max_rows_per_group`` and ``batch_size`` are
     accepted and ignored (our 2.0 writer sizes pages itself; execution streams per fragment);
     ``defer_index_remap=True`` is refused (no fragment-reuse index yet, ADR 0011). Indexed fragments
-    are never rewritten: see :mod:`lance_ops.maintenance.compaction.plan`. See
+    are rewritten only when every covering index kind has a remapper (the commit remaps them
+    eagerly); see :mod:`lance_ops.maintenance.compaction.plan`. See
     the module docstring for retries, idempotency and the metric names.
     """
     metrics, _ = _compact(ds, target_rows_per_fragment=target_rows_per_fragment,
@@ -237,7 +238,7 @@ def _compact(ds: Any, *, dry_run: Any = False, idempotency_key: Any = None, conf
              progress: Any = None, **option_kwargs: Any) -> Any:
     if defer_index_remap:
         raise UnsupportedError("defer_index_remap needs a fragment-reuse index, which lance_ops does not write yet "
-                               "(it never rewrites indexed fragments; docs/adr/0011-index-aware-compaction.md)")
+                               "(it remaps indices eagerly instead; docs/adr/0011-index-aware-compaction.md)")
     for name, default in _DEFAULTS.items():
         if option_kwargs.get(name) is None:
             option_kwargs[name] = default

@@ -51,6 +51,7 @@ from lance_ops.table import deletion
 from lance_ops.table.commit import conflicts
 from lance_ops.table.manifest import feature_flags
 from lance_ops.table.manifest import naming
+from lance_ops.table.manifest import index_rewrite
 from lance_ops.table.commit import locate
 from lance_ops.table.manifest.codec import (
     ManifestFile,
@@ -404,6 +405,9 @@ def _carried_indices(txn: transaction_pb2.Transaction, current: ManifestFile | N
         return None
     if op == "restore":
         return restored.index_section if restored is not None else None
+    if op == "rewrite" and current is not None:
+        stable = bool(current.manifest.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS)
+        return index_rewrite.apply_rewrite(current.index_section, txn, stable_row_ids=stable)
     return current.index_section if current is not None else None
 
 

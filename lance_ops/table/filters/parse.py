@@ -23,6 +23,7 @@ class LanceSQL(Dialect):
 
         QUOTES = ["'"]
         IDENTIFIERS = ["`", '"']
+        HEX_STRINGS = [("X'", "'"), ("x'", "'")]  # binary literals X'0102
 
     class Generator(generator.Generator):
         """Writes ``isnan(x)`` as Lance spells it."""

@@ -34,6 +34,7 @@ from sqlglot import exp
 
 from lance_ops.errors import FilterError
 from lance_ops.table.filters import pruning as sp
+from lance_ops.table.filters.functions import SqlFunctions
 from lance_ops.table.filters.parse import LanceSQL, located_error, parse
 from lance_ops.table.filters.values import (
     ARITHMETIC, ARROW_ERRORS, COMPARISONS, FLIPPED, MAX_TERMS, PATTERN_FUNCTIONS, PROMOTING, SQL_TYPES,
@@ -124,7 +125,7 @@ def _from_expression(expr: pc.Expression, schema: pa.Schema) -> Filter:
     return Filter(expr, columns, constant, str(expr), sp.UNKNOWN)
 
 
-class SqlCompiler:
+class SqlCompiler(SqlFunctions):
     """Translates one SQL text, node by node, into a pyarrow expression (and a pruning tree).
 
     ``what`` ("filter" or "expression") words its error messages; ``columns`` collects the
@@ -487,7 +488,7 @@ class SqlCompiler:
                 p = int(params[0]) if params else 38
                 s = int(params[1]) if len(params) > 1 else (0 if params else 10)
                 return pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
-            if t == SqlType.TIMESTAMP:
+            if t in (SqlType.TIMESTAMP, SqlType.DATETIME):  # datetime(6): pylance's spelling
                 return pa.timestamp(TIMESTAMP_UNITS[int(params[0])] if params else "ns")
         except (ValueError, KeyError, IndexError):
             pass

@@ -32,7 +32,7 @@ _CACHE_NAME = "lance_ops.statistics"  # this module's LanceDataset.cache
 class StatsFragment(Protocol):
     """What pruning reads of a fragment (:class:`~lance_ops.table.fragment.LanceFragment` is one)."""
 
-    metadata: table_pb2.DataFragment
+    proto: table_pb2.DataFragment
 
     @property
     def fragment_id(self) -> int:
@@ -109,7 +109,7 @@ def fragment_statistics(ds: StatsDataset, frag: StatsFragment, columns: Iterable
         fid = ids.get(path)
         if fid is None:
             continue
-        for df in frag.metadata.files:
+        for df in frag.proto.files:
             if fid in df.fields or fid in _held_fields(ds, df):
                 fs = _file_stats(ds, df, frag.physical_rows)
                 pages = None if fs is None else fs.fields.get(fid)

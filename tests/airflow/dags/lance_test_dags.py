@@ -19,8 +19,8 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Param
 from airflow.sdk.exceptions import AirflowException
 
-from operators import LanceAppendOperator, LanceCommitStagedOperator, LanceDeleteOperator
-from sensors import LanceMaintenanceNeededSensor, LanceNewVersionSensor
+from lance_ops_airflow.operators import LanceAppendOperator, LanceCommitStagedOperator, LanceDeleteOperator
+from lance_ops_airflow.sensors import LanceMaintenanceNeededSensor, LanceNewVersionSensor
 
 URI = "{{ params.dataset_uri }}"
 
@@ -57,7 +57,7 @@ def stage_rows(uri: str, start: int, count: int, **context) -> dict:
     from lance_ops.errors import AlreadyExistsError
     from lance_ops.table.commit.staging import StagedResult, write_staged
     from lance_ops.table.write import write_fragments
-    from operators.base import find_committed, idempotency_key
+    from lance_ops_airflow.operators.base import find_committed, idempotency_key
 
     key = idempotency_key(context, "staged")
     ds = lance_ops.dataset(uri)

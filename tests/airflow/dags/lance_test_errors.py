@@ -13,8 +13,8 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, Param
 
-from operators import LanceAppendOperator, LanceDeleteOperator, lance_ingest_group
-from operators.base import LanceBaseOperator
+from lance_ops_airflow.operators import LanceAppendOperator, LanceDeleteOperator, lance_ingest_group
+from lance_ops_airflow.operators.base import LanceBaseOperator
 
 URI = "{{ params.dataset_uri }}"
 RETRY_ONCE = {"retries": 1, "retry_delay": timedelta(seconds=0)}

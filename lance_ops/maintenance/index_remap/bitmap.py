@@ -1,0 +1,77 @@
+"""BITMAP and LABEL_LIST remap: re-serialise each key's row-address bitmap through the AddressMap.
+
+Both kinds keep one file, ``bitmap_page_lookup.lance`` (``keys`` of the column's (item) type,
+``bitmaps`` binary RowAddrTreeMaps; index-facts.md §3). As pylance 14.0.2's ``remap``:
+
+* keys whose rows were all deleted are left out, the others written in key order (NULL first;
+  files of older pylance versions hold them unordered), and ``lance:index_stats`` is written
+  again as ``{"num_bitmaps":<keys>}``;
+* deleted rows of rewritten fragments are dropped, survivors get their new addresses, rows of
+  other fragments are unchanged;
+* LABEL_LIST's ``lance:label_list_nulls`` names a global buffer holding the RowAddrTreeMap of
+  rows whose list is NULL: it is remapped the same way and written as global buffer 1;
+* a "whole fragment" entry (byte length 0) of a rewritten fragment becomes that fragment's
+  survivors at their new addresses (pylance's own remap cannot expand those); one of an untouched
+  fragment stays whole.
+
+With stable row ids the bitmaps hold row ids, which compaction keeps: the outcome is "keep"
+(index-facts.md §2b), no file is written.
+"""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lance_ops.maintenance.index_remap import codecs
+from lance_ops.maintenance.index_remap.base import RemapOutcome, RemapRequest
+from lance_ops.table.indices import segment_uuid
+
+#: the one file of a BITMAP / LABEL_LIST index
+LOOKUP_FILE = "bitmap_page_lookup.lance"
+#: schema-metadata key of the bitmap statistics
+STATS_KEY = "lance:index_stats"
+#: schema-metadata key naming the global buffer of LABEL_LIST's NULL-list rows
+LIST_NULLS_KEY = "lance:label_list_nulls"
+
+
+def remap_bitmap(request: RemapRequest) -> RemapOutcome:
+    """Remap a BITMAP or LABEL_LIST segment into ``_indices/<new_uuid>/`` (or keep it with stable row ids)."""
+    if request.stable_row_ids:
+        return RemapOutcome("keep", [])
+    old = codecs.read_index_file(request.store, request.base, segment_uuid(request.index), LOOKUP_FILE)
+    column = old.table.column("bitmaps").combine_chunks()
+    sets = [codecs.decode_row_addr_treemap(b) if b is not None else codecs.RowAddrSet(codecs.EMPTY)
+            for b in column.to_pylist()]
+    nulls_buffer = old.buffer_for(LIST_NULLS_KEY)
+    if nulls_buffer is not None:
+        sets.append(codecs.decode_row_addr_treemap(nulls_buffer))
+    remapped = codecs.remap_address_sets(sets, request.addresses)
+    buffers: dict[str, bytes] = {}
+    if nulls_buffer is not None:
+        nulls = remapped.pop()
+        buffers[LIST_NULLS_KEY] = codecs.encode_row_addr_treemap(nulls.addresses, nulls.whole_fragments)
+    encoded = pa.array([codecs.encode_row_addr_treemap(s.addresses, s.whole_fragments) for s in remapped],
+                       type=old.table.schema.field("bitmaps").type)
+    table = old.table.set_column(old.table.schema.get_field_index("bitmaps"),
+                                 old.table.schema.field("bitmaps"), encoded)
+    # as pylance's writer: keys whose rows are all gone are left out, the rest in key order, NULL first
+    table = table.filter(pa.array([len(s.addresses) > 0 or len(s.whole_fragments) > 0 for s in remapped],
+                                  type=pa.bool_()))
+    table = table.take(pc.sort_indices(table.column("keys"), null_placement="at_start"))
+    metadata = {k: v for k, v in old.metadata.items() if k != LIST_NULLS_KEY}
+    metadata[STATS_KEY] = json.dumps({"num_bitmaps": table.num_rows}, separators=(",", ":"))
+    version = codecs.index_file_version(request.dataset, old.version)
+    written = codecs.write_index_file(request.store, request.base, request.new_uuid, LOOKUP_FILE, table,
+                                      version=version, metadata=metadata, buffers=buffers,
+                                      storage_options=codecs.storage_options_of(request.dataset))
+    return RemapOutcome("remap", [written])
+
+
+def plan_action(stable_row_ids: bool) -> str:
+    """What :func:`remap_bitmap` does, for dry runs: keep with stable row ids, else remap."""
+    return "keep" if stable_row_ids else "remap"
+
+
+setattr(remap_bitmap, "plan_action", plan_action)

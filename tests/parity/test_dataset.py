@@ -1,0 +1,121 @@
+"""Dataset and fragment calls of pylance 14.0.2 vs lance-ops (issue 24, slice 2)."""
+from __future__ import annotations
+
+import pickle
+from datetime import datetime, timedelta
+
+import lance
+import pyarrow as pa
+import pytest
+
+import lance_ops
+from tests.parity.helper import same
+
+TABLE = pa.table({"a": pa.array(range(20), pa.int64()), "s": [f"v{i}" for i in range(20)]})
+
+
+@pytest.fixture()
+def uri(tmp_path) -> str:
+    """A pylance-written dataset: 3 versions (create, delete, append), two tags, 5+1 fragments."""
+    u = str(tmp_path / "ds.lance")
+    ds = lance.write_dataset(TABLE, u, max_rows_per_file=4)
+    ds.delete("a = 1 OR a = 9")
+    lance.write_dataset(TABLE.slice(0, 3), u, mode="append")
+    ds = lance.dataset(u)
+    ds.tags.create("first", 1)
+    ds.tags.create("second", 2)
+    return u
+
+
+def test_len_and_versions(uri):
+    same(lambda lib: len(lib.dataset(uri)))
+    same(lambda lib: len(lib.dataset(uri, version=2)))
+    same(lambda lib: [(v["version"], sorted(v), v["metadata"]) for v in lib.dataset(uri).versions()])
+    same(lambda lib: [type(v["timestamp"]).__name__ for v in lib.dataset(uri).versions()])
+
+
+def test_asof(uri):
+    later = datetime.now() + timedelta(days=1)
+    same(lambda lib: lib.dataset(uri, asof=later).version)
+    same(lambda lib: lib.dataset(uri, asof=datetime(2000, 1, 1)).version)
+    stamps = lance.dataset(uri).versions()
+    between = stamps[1]["timestamp"] + (stamps[2]["timestamp"] - stamps[1]["timestamp"]) / 2
+    same(lambda lib: lib.dataset(uri, asof=between).version)
+
+
+def test_default_scan_options(uri):
+    opts = {"filter": "a > 5", "columns": ["a"]}
+    same(lambda lib: lib.dataset(uri, default_scan_options=opts).to_table())
+    same(lambda lib: lib.dataset(uri, default_scan_options=opts).to_table(columns=["s"]))
+    same(lambda lib: lib.dataset(uri, default_scan_options=opts).scanner(filter="a < 10").to_table())
+
+
+def test_insert(tmp_path):
+    def go(lib):
+        u = str(tmp_path / f"{lib.__name__}.lance")
+        ds = lib.write_dataset(TABLE, u)
+        r = ds.insert(TABLE.slice(0, 2))
+        ds.insert(TABLE.slice(5, 1), mode="append")
+        before = ds.version
+        ds.insert(TABLE.slice(3, 4), mode="overwrite")
+        return r, before, ds.version, ds.to_table(), lib.dataset(u).to_table()
+
+    same(go, normalize=lambda r: (r[0], r[1], r[2], r[3].to_pydict(), r[4].to_pydict()))
+
+
+def test_tags_list_ordered(uri):
+    norm = lambda pairs: [(n, t["version"]) for n, t in pairs]  # noqa: E731
+    same(lambda lib: norm(lib.dataset(uri).tags.list_ordered()))
+    same(lambda lib: norm(lib.dataset(uri).tags.list_ordered("asc")))
+    same(lambda lib: norm(lib.dataset(uri).tags.list_ordered("desc")))
+
+
+def test_take_rows_by_row_id(uri):
+    same(lambda lib: lib.dataset(uri)._take_rows([0, 2, (1 << 32) + 1, (5 << 32)]))
+    same(lambda lib: lib.dataset(uri)._take_rows([3, 0], columns=["s"]))
+
+
+def test_fragment_reads(uri):
+    for i in range(6):
+        def frag(lib, i=i):
+            return lib.dataset(uri).get_fragments()[i]
+
+        same(lambda lib: frag(lib).to_table())
+        same(lambda lib: frag(lib).to_table(columns=["s"], filter="a > 2"))
+        same(lambda lib: frag(lib).to_table(limit=2, offset=1))
+        same(lambda lib: pa.Table.from_batches(list(frag(lib).to_batches(batch_size=2))))
+        same(lambda lib: frag(lib).head(2))
+        same(lambda lib: frag(lib).scanner(columns=["a"], filter="a % 2 = 0").to_table())
+        same(lambda lib: frag(lib).count_rows())
+        same(lambda lib: frag(lib).count_rows("a > 2"))
+        same(lambda lib: frag(lib).take([0, 2], columns=["a"]) if frag(lib).count_rows() > 2 else None)
+
+
+def test_fragment_metadata(uri):
+    def meta(lib):
+        out = []
+        for f in lib.dataset(uri).get_fragments():
+            m = f.metadata
+            d = m.deletion_file
+            out.append((m.id, m.physical_rows, m.num_deletions, m.num_rows, m.row_id_meta,
+                        [(x.path, x.fields, x.column_indices, x.file_major_version, x.file_minor_version,
+                          x.file_size_bytes, x.field_ids()) for x in m.files],
+                        None if d is None else (d.file_type, d.num_deleted_rows, d.read_version, d.id, d.path(m.id),
+                                                d.asdict()),
+                        [x.path for x in f.data_files()], f.deletion_file(), m.to_json()))
+        return out
+
+    same(meta)
+
+
+def test_datasets_and_fragments_pickle(uri):
+    same(lambda lib: pickle.loads(pickle.dumps(lib.dataset(uri, version=2))).to_table())
+    same(lambda lib: pickle.loads(pickle.dumps(lib.dataset(uri).get_fragments()[1])).to_table())
+    same(lambda lib: pickle.loads(pickle.dumps(lib.dataset(uri).get_fragments()[1])).fragment_id)
+
+
+def test_old_metadata_proto_access_warns(uri):
+    frag = lance_ops.dataset(uri).get_fragments()[0]
+    with pytest.warns(DeprecationWarning, match="LanceFragment.proto"):
+        assert frag.metadata.HasField("deletion_file")
+    assert frag.metadata == frag.proto  # the view equals the proto it shows
