@@ -109,9 +109,10 @@ def select_rows(levels: rd.Levels, values: Vals, canon: rd.Canonical, ra: np.nda
     if vis is None:
         va, vb = la, lb
     else:
-        vcum = np.zeros(levels.n + 1, dtype=np.int64)
-        np.cumsum(vis, out=vcum[1:])
-        va, vb = vcum[la], vcum[lb]
+        # visible levels before a position: the position less the hidden ones before it (hidden
+        # levels are few; no prefix sum over every level)
+        hidden = np.flatnonzero(~np.asarray(vis, dtype=bool))
+        va, vb = la - np.searchsorted(hidden, la), lb - np.searchsorted(hidden, lb)
     nsel = int((rb - ra).sum())
     if k == 1:
         a, b = int(la[0]), int(lb[0])

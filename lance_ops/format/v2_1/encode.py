@@ -295,6 +295,7 @@ def _dict_var(offs: np.ndarray, data: np.ndarray, obits: int, params: Params) ->
     # the budget is all distinct, the full count (the expensive part) is not needed
     per = avg + obits // 8
     need = max(0, int((params.dict_size_ratio * data_size - n * (obits // 8)) / per) + 2) if per else n
+    need += need // 64 + 16  # room for a few repeats in the prefix (a lower bound either way)
     if need < n:
         if too_many(len(pc.unique(_var_array(offs[:need + 1], data)))):
             return None

@@ -435,7 +435,7 @@ class LanceFileReaderV21(V2ReaderBase):
                 group = None
             else:
                 r, part = self._wrap(page, lambda: page.plan_part(*rr))
-                small = sum(n for _, n in r) <= GROUP_MAX_PART_BYTES
+                small = sum([n for _, n in r]) <= GROUP_MAX_PART_BYTES
                 if part is not None and small and group is not None and group[:2] == (lid, key):
                     group[2].append((page, part))  # the group's decoder sees the appended page
                     first_lid, first_page, fn, k = plans[-1]
@@ -491,7 +491,7 @@ class LanceFileReaderV21(V2ReaderBase):
             page, fn, blobs = job
             return self._wrap(page, lambda: fn(blobs))
 
-        sizes = [sum(len(b) for b in blobs) for _, _, blobs in jobs]
+        sizes = [sum(map(len, blobs)) for _, _, blobs in jobs]
         pool = _decode_pool() if len(jobs) > 1 and sum(sizes) >= PARALLEL_MIN_BYTES else None
         if pool is None:
             return [one(j) for j in jobs]

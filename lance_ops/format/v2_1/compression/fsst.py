@@ -205,10 +205,48 @@ def _match(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray,
     return pair[:, 0], pair[:, 1]
 
 
+_COMPACT_EVERY = 4  # chain steps between drops of the chains that reached their segment's end
+
+
 def _token_positions(n: int, tlen: np.ndarray, seg_start: np.ndarray,
                      seg_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start positions of the greedy tokens (ascending) and the number of tokens of every
-    segment: follow the match chains of all segments at once, one step per token."""
+    segment: follow the match chains of all segments at once, one step per token.
+
+    Segments that tile ``[0, n)`` in order (what :func:`compress` and the table builder pass)
+    clamp each chain at its segment's end, which is the next segment's first token anyway, so
+    finished chains are dropped only every few steps and the counts come from one search."""
+    k = len(seg_start)
+    if k == 0 or n == 0 or int(seg_start[0]) != 0 or int(seg_end[-1]) != n \
+            or not bool(np.all(seg_start[1:] == seg_end[:-1])):
+        return _token_positions_general(n, tlen, seg_start, seg_end)
+    tl = np.empty(n + 1, dtype=np.uint8)
+    tl[:n] = tlen[:n]
+    tl[n] = 1
+    is_tok = np.zeros(n + 1, dtype=bool)
+    live = seg_start < seg_end
+    p = seg_start[live].astype(np.intp)
+    e = seg_end[live].astype(np.intp)
+    step = 0
+    while len(p):
+        is_tok[p] = True
+        p += tl[p]
+        np.minimum(p, e, out=p)
+        step += 1
+        if step % _COMPACT_EVERY == 0:
+            keep = p < e
+            p, e = p[keep], e[keep]
+    tok = np.flatnonzero(is_tok[:n])
+    ends = np.searchsorted(tok, seg_end)
+    counts = np.empty(k, dtype=np.int64)
+    counts[0] = ends[0]
+    np.subtract(ends[1:], ends[:-1], out=counts[1:])
+    return tok, counts
+
+
+def _token_positions_general(n: int, tlen: np.ndarray, seg_start: np.ndarray,
+                             seg_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_token_positions` for any ascending, disjoint segments (one step per token)."""
     is_tok = np.zeros(n + 1, dtype=bool)
     counts = np.zeros(len(seg_start), dtype=np.int64)
     p = seg_start.astype(np.intp)

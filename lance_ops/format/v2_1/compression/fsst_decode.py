@@ -22,6 +22,8 @@ import pyarrow as pa
 ESCAPE = 255
 _PAIR_MIN_CODES = 1 << 18  # below this, building the pair dictionary costs more than it saves
 _INT32_LIMIT = (1 << 31) - 1
+_SHARED: dict[bytes, dict] = {}
+_SHARED_MAX = 32  # distinct symbol tables whose dictionaries are kept
 
 
 class FsstTable:
@@ -48,7 +50,12 @@ class FsstTable:
         self.sym_lens[:n] = lens
         self.max_len = int(lens.max()) if n else 1
         self.n = n
-        self._dicts: dict = {}
+        # the symbol (pair) dictionaries depend only on the symbols: shared by equal tables (a
+        # file's pages and batches usually repeat one table, and every read parses it afresh)
+        key = bytes(table[:8 + 9 * n])
+        if len(_SHARED) >= _SHARED_MAX and key not in _SHARED:
+            _SHARED.clear()
+        self._dicts: dict = _SHARED.setdefault(key, {})
 
     # --- dictionaries ---------------------------------------------------------------------
     def _single(self, large: bool) -> pa.Array:

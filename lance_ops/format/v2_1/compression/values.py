@@ -32,6 +32,7 @@ MAX_MINIBLOCK_BYTES = 8 * 1024 - 6
 MAX_MINIBLOCK_VALUES = 4096
 AIM_MINICHUNK_SIZE = 4 * 1024
 VAR_PAD_BYTE = 72
+_VAR_PADS = [bytes([VAR_PAD_BYTE]) * k for k in range(8)]
 MIN_BUFFER_SIZE_FOR_COMPRESSION = 4 * 1024
 
 
@@ -340,8 +341,18 @@ def rle_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
 # --- variable width --------------------------------------------------------------------------
 def _var_chunk_counts(offsets: np.ndarray, width: int, limit: int = AIM_MINICHUNK_SIZE) -> list[int]:
     """Values per chunk: the largest power of two (>= 2, <= 2048) whose bytes + offsets fit
-    ``limit``; the rest in one chunk when it fits."""
+    ``limit``; the rest in one chunk when it fits.
+
+    With ``g[i] = offsets[i] + i * width`` a chunk of ``k`` values from ``s`` takes
+    ``g[s + k] - g[s] + width`` bytes, so one search gives every start's largest fitting count;
+    the walk from chunk to chunk is then a few integer operations per chunk."""
     n = len(offsets) - 1
+    if n <= 0:
+        return []
+    g = np.asarray(offsets, dtype=np.int64)[:n + 1] - int(offsets[0]) + np.arange(n + 1, dtype=np.int64) * width
+    fit_end = np.searchsorted(g, g[:n] + (limit - width), side="right") - 1  # last end that fits
+    ends = fit_end  # read one entry per chunk (no list of every position)
+    top = MAX_MINIBLOCK_VALUES  # the walk stops at this many values (it never takes them)
     counts = []
     start = 0
     while start < n:
@@ -349,22 +360,11 @@ def _var_chunk_counts(offsets: np.ndarray, width: int, limit: int = AIM_MINICHUN
         if remaining <= 1:
             counts.append(remaining)
             break
-        num = 2
-        new = 4
-        while True:
-            if start + new >= n + 1:
-                size = int(offsets[n] - offsets[start]) + (n + 1 - start) * width
-                if size <= limit:
-                    num = remaining
-                break
-            size = int(offsets[start + new] - offsets[start]) + (new + 1) * width
-            if size <= limit:
-                if new * 2 > MAX_MINIBLOCK_VALUES:
-                    break
-                num = new
-                new *= 2
-            else:
-                break
+        # the walk over 4, 8, ... stops at the first size past the rest, past the fit, or at the top
+        q = min(max(4, 1 << remaining.bit_length()), max(4, 1 << (int(ends[start]) - start).bit_length()), top)
+        num = q // 2 if q > 4 else 2
+        if q > remaining and int(ends[start]) >= n:
+            num = remaining
         counts.append(num)
         start += num
     return counts
@@ -378,17 +378,29 @@ def variable_miniblock(offsets: np.ndarray, data: np.ndarray, offset_bits: int,
     width = offset_bits // 8
     counts = _var_chunk_counts(offsets, width, limit)
     odt = np.dtype(f"<u{width}")
-    bufs = []
-    start = 0
-    for c in counts:
-        offs = offsets[start:start + c + 1]
-        head = (c + 1) * width
-        rel = (offs - offs[0] + head).astype(odt)
-        body = data[int(offs[0]):int(offs[-1])]
-        size = head + len(body)
-        pad = (-size) % width
-        bufs.append([rel.tobytes() + body.tobytes() + bytes([VAR_PAD_BYTE]) * pad])
-        start += c
+    if not counts:
+        return MiniBlocks(enc_variable(offset_bits), counts, [])
+    # every chunk is its c + 1 offsets (relative to the chunk, after them), its bytes, then
+    # padding to the offset width: the offsets of all chunks are computed at once and each chunk
+    # is joined from slices of two byte strings
+    cnt = np.asarray(counts, dtype=np.int64)
+    first = np.zeros(len(cnt), dtype=np.int64)
+    np.cumsum(cnt[:-1], out=first[1:])
+    nent = cnt + 1
+    ent0 = np.zeros(len(cnt), dtype=np.int64)
+    np.cumsum(nent[:-1], out=ent0[1:])
+    o0, o1 = offsets[first], offsets[first + cnt]
+    head = nent * width
+    idx = np.arange(int(nent.sum()), dtype=np.int64) - np.repeat(ent0 - first, nent)
+    rel = (offsets[idx] - np.repeat(o0 - head, nent)).astype(odt).tobytes()
+    base = int(offsets[0])
+    body = data[base:int(offsets[-1])].tobytes()
+    pads = ((-(head + o1 - o0)) % width).tolist()
+    r0 = (ent0 * width).tolist()
+    b0 = (o0 - base).tolist()
+    b1 = (o1 - base).tolist()
+    bufs = [[rel[a:a + h] + body[x:y] + _VAR_PADS[q]]
+            for a, h, x, y, q in zip(r0, head.tolist(), b0, b1, pads)]
     return MiniBlocks(enc_variable(offset_bits), counts, bufs)
 
 

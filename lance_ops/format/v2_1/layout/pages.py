@@ -167,53 +167,78 @@ def compress_level_chunks(codec: LevelCodec, chunks: Sequence[np.ndarray]) -> li
 
 
 def _ool_chunks(chunks: Sequence[np.ndarray], width: int) -> list[bytes]:
-    """Out-of-line bitpacking of many chunks with one numpy pass over all their blocks."""
-    pieces, plan = [], []
-    for c in chunks:
-        c = np.asarray(c, dtype=np.uint16)
-        n = len(c)
-        whole, tail = divmod(n, 1024)
-        pack_tail = bool(tail) and width * (1024 - tail) < (16 - width) * tail
-        if whole:
-            pieces.append(c[: whole * 1024])
-        if pack_tail:
-            pieces.append(np.concatenate([c[whole * 1024:], np.zeros(1024 - tail, np.uint16)]))
-        nblk = whole + (1 if pack_tail else 0)
-        raw_tail = c[whole * 1024:] if (tail and not pack_tail) else None
-        plan.append((nblk, raw_tail))
-    allv = np.concatenate(pieces) if pieces else np.zeros(0, np.uint16)
-    packed = bp.pack_blocks(allv, 16, width).view(np.uint8) if len(allv) else np.zeros(0, np.uint8)
+    """Out-of-line bitpacking of many chunks with one numpy pass over all their blocks.
+
+    Per chunk: its whole 1024-level blocks packed, then its tail either packed as one more block
+    (zero padded) or raw u16, whichever is smaller."""
+    nch = len(chunks)
+    lens = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=nch)
+    cat = np.concatenate(chunks).astype(np.uint16, copy=False) if nch else np.zeros(0, np.uint16)
+    first = np.zeros(nch, dtype=np.int64)
+    np.cumsum(lens[:-1], out=first[1:])
+    whole, tail = lens // 1024, lens % 1024
+    pack_tail = (tail > 0) & (width * (1024 - tail) < (16 - width) * tail)
+    nblk = whole + pack_tail
+    packed_n = np.where(pack_tail, lens, whole * 1024)  # levels of each chunk that go into blocks
+    blk0 = np.zeros(nch, dtype=np.int64)
+    np.cumsum(nblk[:-1], out=blk0[1:])
+    total_blk = int(nblk.sum())
     per_block = 1024 * width // 8
-    out = []
-    pos = 0
-    for nblk, raw_tail in plan:
-        b = packed[pos: pos + nblk * per_block].tobytes()
-        pos += nblk * per_block
-        if raw_tail is not None:
-            b += raw_tail.astype("<u2").tobytes()
-        out.append(b)
-    return out
+    if total_blk:
+        allv = np.zeros(total_blk * 1024, dtype=np.uint16)
+        if bool(np.all(packed_n == lens)) and bool(np.all(blk0 * 1024 == first)):
+            allv[:len(cat)] = cat
+        else:
+            tot = int(packed_n.sum())
+            dst0 = np.zeros(nch, dtype=np.int64)
+            np.cumsum(packed_n[:-1], out=dst0[1:])
+            j = np.arange(tot, dtype=np.int64) - np.repeat(dst0, packed_n)
+            allv[np.repeat(blk0 * 1024, packed_n) + j] = cat[np.repeat(first, packed_n) + j]
+        packed = bp.pack_blocks(allv, 16, width).view(np.uint8).tobytes()
+    else:
+        packed = b""
+    raw = cat.astype("<u2", copy=False).tobytes()
+    pb0 = (blk0 * per_block).tolist()
+    pb1 = ((blk0 + nblk) * per_block).tolist()
+    r0 = ((first + whole * 1024) * 2).tolist()
+    r1 = np.where(pack_tail, r0, (first + lens) * 2).tolist()
+    return [packed[x:y] + raw[u:v] for x, y, u, v in zip(pb0, pb1, r0, r1)]
 
 
 def rep_index(rep_chunks: Sequence[np.ndarray], max_rep: int) -> np.ndarray:
-    """Two u64 per chunk: rows finishing in the chunk, trailing levels of an unfinished row."""
+    """Two u64 per chunk: rows finishing in the chunk, trailing levels of an unfinished row.
+
+    Computed for all chunks at once from the positions of the row starts (``rep == max_rep``)."""
     nch = len(rep_chunks)
     out = np.zeros((nch, 2), dtype=np.uint64)
-    for i, r in enumerate(rep_chunks):
-        is_start = r == max_rep
-        rows = int(is_start[1:].sum()) if len(r) else 0
-        if i < nch - 1:
-            starts = np.flatnonzero(is_start)
-            left = len(r) - int(starts[-1]) if len(starts) else len(r)
-        else:
-            left = 0
-        if i and len(r) and r[0] == max_rep and out[i - 1, 1] != 0:
-            out[i - 1, 0] += 1
-            out[i - 1, 1] = 0
-        if i == nch - 1:
-            rows += 1
-        out[i, 0] = rows
-        out[i, 1] = left
+    if nch == 0:
+        return out
+    lens = np.fromiter((len(r) for r in rep_chunks), dtype=np.int64, count=nch)
+    cat = np.concatenate(rep_chunks) if nch > 1 else np.asarray(rep_chunks[0])
+    first = np.zeros(nch, dtype=np.int64)
+    np.cumsum(lens[:-1], out=first[1:])
+    is_start = cat == max_rep
+    starts = np.flatnonzero(is_start)
+    # row starts per chunk (all of them) and whether the chunk's first level starts a row
+    lo = np.searchsorted(starts, first)
+    hi = np.searchsorted(starts, first + lens)
+    nstart = hi - lo
+    opens = np.zeros(nch, dtype=bool)
+    has = lens > 0
+    opens[has] = is_start[first[has]]
+    rows = nstart - opens  # row starts after the chunk's first level
+    last_start = np.where(nstart > 0, starts[np.maximum(hi - 1, 0)] - first if len(starts) else 0, -1)
+    left = np.where(nstart > 0, lens - last_start, lens)
+    left[-1] = 0
+    rows[-1] += 1
+    # a chunk that starts a row closes the previous chunk's unfinished row
+    close = np.zeros(nch, dtype=bool)
+    close[1:] = opens[1:] & (left[:-1] != 0)
+    prev = np.flatnonzero(close[1:])
+    rows[prev] += 1
+    left[prev] = 0
+    out[:, 0] = rows
+    out[:, 1] = left
     return out
 
 
@@ -239,74 +264,33 @@ def miniblock_page(values: ev.MiniBlocks, rep: Optional[np.ndarray], defs: Optio
     # level slices per chunk
     level_chunks_rep: list[np.ndarray] = []
     level_chunks_def: list[np.ndarray] = []
-    nlev_per_chunk: list[int] = []
+    nlev = np.zeros(nch, dtype=np.int64)
     if has_levels:
         some_levels = rep if rep is not None else defs
         assert some_levels is not None  # has_levels
-        n_levels = len(some_levels)
+        cum = np.cumsum(np.asarray(counts, dtype=np.int64))
         if rep is not None and defs is not None and max_visible is not None:
-            vis_idx = np.flatnonzero(defs <= max_visible)
+            cut = np.flatnonzero(defs <= max_visible)[cum[:-1] - 1] + 1
         else:
-            vis_idx = None
-        cum = np.cumsum(counts)
-        bounds = [0]
-        for c in cum[:-1]:
-            if vis_idx is None:
-                bounds.append(int(c))
-            else:
-                bounds.append(int(vis_idx[int(c) - 1]) + 1)
-        bounds.append(n_levels)
-        for i in range(nch):
-            a, b = bounds[i], bounds[i + 1]
-            nlev_per_chunk.append(b - a)
-            if rep is not None:
-                level_chunks_rep.append(rep[a:b])
-            if defs is not None:
-                level_chunks_def.append(defs[a:b])
-        if max(nlev_per_chunk) > 0xFFFF:
+            cut = cum[:-1]
+        bounds = np.concatenate([[0], cut, [len(some_levels)]]).astype(np.int64)
+        nlev = np.diff(bounds)
+        pairs = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+        if rep is not None:
+            level_chunks_rep = [rep[x:y] for x, y in pairs]
+        if defs is not None:
+            level_chunks_def = [defs[x:y] for x, y in pairs]
+        if nch and int(nlev.max()) > 0xFFFF:
             return None
     version = FileVersion.V2_2 if large else FileVersion.V2_1
     rep_codec = choose_level_codec(rep, version) if rep is not None else None
     def_codec = choose_level_codec(defs, version) if defs is not None else None
     rep_bytes = compress_level_chunks(rep_codec, level_chunks_rep) if rep_codec else None
     def_bytes = compress_level_chunks(def_codec, level_chunks_def) if def_codec else None
-    size_fmt = "<I" if large else "<H"
-    data_parts: list[bytes] = []
-    meta_words = np.zeros(nch, dtype=np.uint32 if large else np.uint16)
-    logs = values.logs
-    for i in range(nch):
-        bufs = values.bufs[i]
-        head = bytearray()
-        head += struct.pack("<H", nlev_per_chunk[i] if has_levels else 0)
-        if rep_bytes is not None:
-            head += struct.pack("<H", len(rep_bytes[i]))
-        if def_bytes is not None:
-            head += struct.pack("<H", len(def_bytes[i]))
-        for vbuf in bufs:
-            head += struct.pack(size_fmt, len(vbuf))
-        head += bytes([FILL]) * _pad8(len(head))
-        parts = [bytes(head)]
-        size = len(head)
-        pieces = []
-        if rep_bytes is not None:
-            pieces.append(rep_bytes[i])
-        if def_bytes is not None:
-            pieces.append(def_bytes[i])
-        pieces.extend(bufs)
-        for p in pieces:
-            parts.append(p)
-            pad = _pad8(len(p))
-            if pad:
-                parts.append(bytes([FILL]) * pad)
-            size += len(p) + pad
-        if limit_21 and size > MAX_CHUNK_BYTES_2_1:
-            return None
-        if not large and any(len(b) > 0xFFFF for b in bufs):
-            return None
-        if (rep_bytes is not None and len(rep_bytes[i]) > 0xFFFF) or (def_bytes is not None and len(def_bytes[i]) > 0xFFFF):
-            return None
-        meta_words[i] = ((size // 8 - 1) << 4) | logs[i]
-        data_parts.extend(parts)
+    got = _chunk_bytes(values, nlev, rep_bytes, def_bytes, large, limit_21)
+    if got is None:
+        return None
+    meta_words, body = got
     m = pb.MiniBlockLayout()
     if rep_codec is not None:
         m.rep_compression.CopyFrom(rep_codec.encoding())
@@ -327,12 +311,75 @@ def miniblock_page(values: ev.MiniBlocks, rep: Optional[np.ndarray], defs: Optio
         m = _with_unknown(m, field_varint(10, 1))
     layout = pb.PageLayout()
     layout.mini_block_layout.CopyFrom(m)
-    buffers: list[list] = [[meta_words.tobytes()], [b"".join(data_parts)]]
+    buffers: list[list] = [[meta_words.tobytes()], [body]]
     if dictionary is not None:
         buffers.append([dictionary[1]])
     if rep is not None:
         buffers.append([rep_index(level_chunks_rep, max_rep).astype("<u8").tobytes()])
     return PageOut(layout, buffers)
+
+
+_PADS = [bytes([FILL]) * k for k in range(8)]
+
+
+def _chunk_bytes(values: ev.MiniBlocks, nlev: np.ndarray, rep_bytes: Optional[list[bytes]],
+                 def_bytes: Optional[list[bytes]], large: bool,
+                 limit_21: bool) -> Optional[tuple[np.ndarray, bytes]]:
+    """The chunk metadata words and the chunk bytes of a mini-block page (None past a limit).
+
+    Every chunk is ``u16 levels, [u16 rep bytes], [u16 def bytes], value buffer sizes`` padded to
+    8, then its rep, def and value buffers each padded to 8 (0xFE): headers are built for all
+    chunks as one byte matrix and the whole body is one join."""
+    nch = len(values.counts)
+    cols: list[Sequence[bytes]] = []
+    if rep_bytes is not None:
+        cols.append(rep_bytes)
+    if def_bytes is not None:
+        cols.append(def_bytes)
+    nlevel_cols = len(cols)
+    nb = values.num_buffers
+    if any(len(bb) != nb for bb in values.bufs):
+        raise ValueError("mini-block chunks disagree on their number of value buffers")
+    cols.extend([bb[j] for bb in values.bufs] for j in range(nb))
+    npc = len(cols)
+    plen = np.array([[len(x) for x in col] for col in cols], dtype=np.int64).reshape(npc, nch).T
+    if nlevel_cols and nch and int(plen[:, :nlevel_cols].max()) > 0xFFFF:
+        return None
+    if not large and nb and nch and int(plen[:, nlevel_cols:].max()) > 0xFFFF:
+        return None
+    sw = 4 if large else 2
+    hfields = 2 + 2 * nlevel_cols + sw * nb
+    hlen = hfields + _pad8(hfields)
+    hdr = np.full((nch, hlen), FILL, dtype=np.uint8)
+    hdr[:, 0:2] = nlev.astype("<u2").view(np.uint8).reshape(nch, 2)
+    at = 2
+    for j in range(nlevel_cols):
+        hdr[:, at:at + 2] = plen[:, j].astype("<u2").view(np.uint8).reshape(nch, 2)
+        at += 2
+    for j in range(nb):
+        dt = "<u4" if large else "<u2"
+        hdr[:, at:at + sw] = plen[:, nlevel_cols + j].astype(dt).view(np.uint8).reshape(nch, sw)
+        at += sw
+    pads = (-plen) & 7
+    size = hlen + (plen + pads).sum(axis=1)
+    if limit_21 and nch and int(size.max()) > MAX_CHUNK_BYTES_2_1:
+        return None
+    logs = np.frexp(np.asarray(values.counts, dtype=np.float64))[1].astype(np.int64) - 1  # bit_length - 1
+    if nch and not values.last_full:
+        logs[-1] = 0
+    words = ((size // 8 - 1) << 4) | logs
+    if nch and (int(words.max()) > (0xFFFFFFFF if large else 0xFFFF) or int(words.min()) < 0):
+        raise OverflowError("mini-block chunk metadata word out of range")
+    meta_words = words.astype(np.uint32 if large else np.uint16)
+    rows = hdr.tobytes()
+    stride = 1 + 2 * npc
+    flat: list[bytes] = [b""] * (nch * stride)
+    flat[0::stride] = [rows[i:i + hlen] for i in range(0, nch * hlen, hlen)]
+    pad_list = pads.T.tolist()
+    for j in range(npc):
+        flat[1 + 2 * j::stride] = cols[j]
+        flat[2 + 2 * j::stride] = [_PADS[k] for k in pad_list[j]]
+    return meta_words, b"".join(flat)
 
 
 def _bytepacked(values: np.ndarray, max_value: int) -> bytes:
