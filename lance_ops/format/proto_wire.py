@@ -36,9 +36,12 @@ def _has_map(desc: Descriptor) -> bool:
     return found
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The protobuf varint at ``pos`` of ``data`` and the position after it (ValueError when cut short)."""
     value = shift = 0
     while True:
+        if pos >= len(data):
+            raise ValueError("truncated varint")
         byte = data[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
@@ -47,7 +50,8 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """``value`` (non-negative) as a protobuf varint."""
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -60,17 +64,17 @@ def _records(data: bytes) -> Iterator[tuple[int, int, int, int, int, int]]:
     """``(field_number, wire_type, record_start, key_end, value_start, value_end)`` of each top-level record."""
     pos, n = 0, len(data)
     while pos < n:
-        key, key_end = _read_varint(data, pos)
+        key, key_end = read_varint(data, pos)
         wire = key & 7
         if wire == 0:
-            _, end = _read_varint(data, key_end)
+            _, end = read_varint(data, key_end)
             start = key_end
         elif wire == 1:
             start, end = key_end, key_end + 8
         elif wire == 5:
             start, end = key_end, key_end + 4
         elif wire == 2:
-            length, start = _read_varint(data, key_end)
+            length, start = read_varint(data, key_end)
             end = start + length
         else:
             raise ValueError(f"unsupported wire type {wire}")
@@ -93,7 +97,7 @@ def _fix_map_entry(body: bytes, entry_desc: Descriptor) -> bytes:
             continue
         out += body[rec_start:key_end]
         if wire == 2:
-            out += _varint(len(value))
+            out += encode_varint(len(value))
         out += value
     return bytes(out)
 
@@ -110,7 +114,7 @@ def _fix_message(data: bytes, desc: Descriptor) -> bytes:
             fixed = _fix_map_entry(body, sub) if sub.GetOptions().map_entry else _fix_message(body, sub)
             if fixed != body:
                 out += data[rec_start:key_end]
-                out += _varint(len(fixed))
+                out += encode_varint(len(fixed))
                 out += fixed
                 continue
         out += data[rec_start:end]

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
 from lance_ops._proto import table_pb2
+from lance_ops.format.proto_wire import read_varint
 from lance_ops.table.deletion import live_rows
 
 if TYPE_CHECKING:
@@ -96,32 +97,18 @@ class IndexInfo:
         return asdict(self)
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """The varint at ``pos`` and the position after it."""
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
 def wire_field_numbers(data: bytes) -> Iterator[int]:
     """The field numbers present at the top level of a serialized protobuf message."""
     pos = 0
     while pos < len(data):
-        tag, pos = _varint(data, pos)
+        tag, pos = read_varint(data, pos)
         number, wire = tag >> 3, tag & 7
         if wire == 0:
-            _, pos = _varint(data, pos)
+            _, pos = read_varint(data, pos)
         elif wire == 1:
             pos += 8
         elif wire == 2:
-            size, pos = _varint(data, pos)
+            size, pos = read_varint(data, pos)
             pos += size
         elif wire == 5:
             pos += 4

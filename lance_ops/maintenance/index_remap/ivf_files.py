@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from lance_ops.errors import CorruptFileError
 from lance_ops.format.legacy.reader import LegacyFileReader
+from lance_ops.format.proto_wire import encode_varint, read_varint
 from lance_ops.format.registry import open_file_reader
 from lance_ops.format.version import FileVersion
 from lance_ops.format.writer import V2FileWriter
@@ -99,45 +100,20 @@ def write_index_file(store: ObjectStore, path: str, file: IndexFile,
 
 
 # --- the IVF protobuf at the wire level --------------------------------------------------------
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def _records(data: bytes) -> list[tuple[int, int, bytes]]:
     """Top-level (field number, wire type, raw record bytes incl. the tag) of a message."""
     out = []
     pos = 0
     while pos < len(data):
         start = pos
-        tag, pos = _read_varint(data, pos)
+        tag, pos = read_varint(data, pos)
         wire = tag & 7
         if wire == 0:
-            _, pos = _read_varint(data, pos)
+            _, pos = read_varint(data, pos)
         elif wire == 1:
             pos += 8
         elif wire == 2:
-            length, pos = _read_varint(data, pos)
+            length, pos = read_varint(data, pos)
             pos += length
         elif wire == 5:
             pos += 4
@@ -151,14 +127,14 @@ def _records(data: bytes) -> list[tuple[int, int, bytes]]:
 
 def _unpack_varints(record: bytes, wire: int) -> list[int]:
     """The values of one record of a repeated varint field (packed or not)."""
-    _, pos = _read_varint(record, 0)
+    _, pos = read_varint(record, 0)
     if wire == 0:
-        return [_read_varint(record, pos)[0]]
-    length, pos = _read_varint(record, pos)
+        return [read_varint(record, pos)[0]]
+    length, pos = read_varint(record, pos)
     end = pos + length
     values = []
     while pos < end:
-        value, pos = _read_varint(record, pos)
+        value, pos = read_varint(record, pos)
         values.append(value)
     return values
 
@@ -183,8 +159,8 @@ def ivf_partitions(message: bytes, path: str) -> tuple[np.ndarray, np.ndarray]:
 def _packed(number: int, values: np.ndarray) -> bytes:
     if len(values) == 0:
         return b""  # an empty repeated field is not written
-    body = b"".join(_varint(int(v)) for v in values)
-    return _varint(number << 3 | 2) + _varint(len(body)) + body
+    body = b"".join(encode_varint(int(v)) for v in values)
+    return encode_varint(number << 3 | 2) + encode_varint(len(body)) + body
 
 
 def with_partitions(message: bytes, offsets: np.ndarray, lengths: np.ndarray) -> bytes:
