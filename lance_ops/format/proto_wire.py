@@ -60,8 +60,9 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _records(data: bytes) -> Iterator[tuple[int, int, int, int, int, int]]:
-    """``(field_number, wire_type, record_start, key_end, value_start, value_end)`` of each top-level record."""
+def wire_records(data: bytes) -> Iterator[tuple[int, int, int, int, int, int]]:
+    """``(field_number, wire_type, record_start, key_end, value_start, value_end)`` of each top-level
+    record of a serialized message (ValueError on an unknown wire type or a record cut short)."""
     pos, n = 0, len(data)
     while pos < n:
         key, key_end = read_varint(data, pos)
@@ -78,13 +79,15 @@ def _records(data: bytes) -> Iterator[tuple[int, int, int, int, int, int]]:
             end = start + length
         else:
             raise ValueError(f"unsupported wire type {wire}")
+        if end > n:
+            raise ValueError("truncated record")
         yield key >> 3, wire, pos, key_end, start, end
         pos = end
 
 
 def _fix_map_entry(body: bytes, entry_desc: Descriptor) -> bytes:
     out = bytearray()
-    for number, wire, rec_start, key_end, start, end in _records(body):
+    for number, wire, rec_start, key_end, start, end in wire_records(body):
         field = entry_desc.fields_by_number.get(number)
         value = body[start:end]
         if field is not None and field.message_type is not None and _has_map(field.message_type):
@@ -106,7 +109,7 @@ def _fix_message(data: bytes, desc: Descriptor) -> bytes:
     if not _has_map(desc):
         return data
     out = bytearray()
-    for number, wire, rec_start, key_end, start, end in _records(data):
+    for number, wire, rec_start, key_end, start, end in wire_records(data):
         field = desc.fields_by_number.get(number) if wire == 2 else None
         sub = field.message_type if field is not None else None
         if sub is not None and (sub.GetOptions().map_entry or _has_map(sub)):

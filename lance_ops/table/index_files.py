@@ -129,3 +129,8 @@ def set_index_files(index: table_pb2.IndexMetadata, files: list[tuple[str, int]]
 def add_rewritten_files(entry: Message, files: list[tuple[str, int]]) -> None:
     """Append ``new_index_files`` (field 5) to a ``Transaction.RewrittenIndex``."""
     entry.MergeFromString(b"".join(_entry_for(REWRITTEN_FILES_FIELD, p, s) for p, s in files))
+
+
+def details_name(type_url: str) -> str:
+    """The message name of an ``index_details`` type URL, lower case (what the kind tables are keyed by)."""
+    return type_url.strip().rsplit("/", 1)[-1].lower()

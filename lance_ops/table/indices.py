@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
 from lance_ops._proto import table_pb2
-from lance_ops.format.proto_wire import read_varint
+from lance_ops.format.proto_wire import wire_records
 from lance_ops.table.deletion import live_rows
+from lance_ops.table.index_files import details_name
 
 if TYPE_CHECKING:
     from lance_ops.table.dataset import LanceDataset
@@ -99,27 +100,7 @@ class IndexInfo:
 
 def wire_field_numbers(data: bytes) -> Iterator[int]:
     """The field numbers present at the top level of a serialized protobuf message."""
-    pos = 0
-    while pos < len(data):
-        tag, pos = read_varint(data, pos)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            _, pos = read_varint(data, pos)
-        elif wire == 1:
-            pos += 8
-        elif wire == 2:
-            size, pos = read_varint(data, pos)
-            pos += size
-        elif wire == 5:
-            pos += 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        yield number
-
-
-def details_name(type_url: str) -> str:
-    """The message name of an ``index_details`` type URL, lower case (what the kind tables are keyed by)."""
-    return type_url.strip().rsplit("/", 1)[-1].lower()
+    return (number for number, *_ in wire_records(data))
 
 
 def _vector_kind_from_details(value: bytes) -> str | None:

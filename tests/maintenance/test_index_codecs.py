@@ -150,21 +150,6 @@ def test_write_index_file_is_read_by_pylance(tmp_path, storage):
     assert bytes(reader.read_global_buffer(1)) == b"\x00\x00\x00\x00"
 
 
-@settings(max_examples=80, deadline=None)
-@given(groups_strategy(), st.lists(st.integers(0, 2**16), max_size=20))
-def test_dense_apply_equals_address_map_apply(data, extra):
-    """The lookup-table fast path maps every address as AddressMap.apply does (kept ones equal)."""
-    groups, survivors = data
-    amap = AddressMap.from_groups(groups)
-    probe = [(f << 32) | o for f, rows, _ in survivors for o in range(rows + 2)]
-    probe += [(int(f) % 7 << 32) | 5 for f in extra] + [(999 << 32) | 3]
-    addresses = np.array(probe, np.uint64)
-    want, want_keep = amap.apply(addresses)
-    got, got_keep = codecs.dense_apply(amap, addresses)
-    assert got_keep.tolist() == want_keep.tolist()
-    assert got[got_keep].tolist() == want[want_keep].tolist()
-
-
 def test_malformed_bitmap_body_is_refused():
     data = bytearray(codecs.encode_row_addr_treemap(np.array([5, 6, 7], np.uint64)))
     data[12:14] = b"\xff\xff"  # the portable cookie

@@ -84,14 +84,7 @@ def rebuild_bloomfilter(request: RemapRequest) -> RemapOutcome:
                "bloom_filter_data": pa.array(merged, type=schema.field("bloom_filter_data").type)}
     fresh = pa.Table.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
     out = zones.sort_zones(pa.concat_tables([zones.untouched_rows(table, amap), fresh]))
-    buffers = {} if nulls is None else {
-        zones.NULL_BITMAP_KEY: codecs.encode_row_addr_treemap(nulls.addresses, nulls.whole_fragments)}
-    metadata = {k: v for k, v in old.metadata.items() if k != zones.NULL_BITMAP_KEY}
-    version = codecs.index_file_version(request.dataset, old.version)
-    written = codecs.write_index_file(request.store, request.base, request.new_uuid, BLOOMFILTER_FILE, out,
-                                      version=version, metadata=metadata, buffers=buffers,
-                                      storage_options=codecs.storage_options_of(request.dataset))
-    return RemapOutcome("rebuild", [written])
+    return zones.write_rebuilt(request, BLOOMFILTER_FILE, old, out, nulls)
 
 
 def plan_action(stable_row_ids: bool) -> str:

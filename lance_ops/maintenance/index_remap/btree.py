@@ -25,6 +25,7 @@ import pyarrow as pa
 from lance_ops.errors import UnsupportedError
 from lance_ops.format.registry import LanceFileWriter, open_file_reader
 from lance_ops.format.version import FileVersion
+from lance_ops.maintenance.index_remap import codecs
 from lance_ops.maintenance.index_remap.base import RemapOutcome, RemapRequest
 
 DATA_FILE = "page_data.lance"
@@ -38,15 +39,6 @@ def _read(request: RemapRequest, name: str) -> tuple[pa.Table, pa.Schema, FileVe
     reader = open_file_reader(store.join(request.old_dir, name), store=store)
     table = reader.read_all()
     return table, reader.schema, reader.version
-
-
-def _file_version(request: RemapRequest, fallback: FileVersion) -> FileVersion:
-    """The dataset's data storage version (what pylance writes index files in)."""
-    try:
-        version = FileVersion.parse(str(request.dataset.data_storage_version))
-    except Exception:  # noqa: BLE001 - an unknown spelling keeps the old file's version
-        return fallback
-    return fallback if version is FileVersion.LEGACY else version
 
 
 def _write(request: RemapRequest, name: str, table: pa.Table, schema: pa.Schema, version: FileVersion,
@@ -113,7 +105,7 @@ def remap_btree(request: RemapRequest) -> RemapOutcome:
     values = data.column("values").combine_chunks().filter(pa.array(keep))
     new_data = pa.table({"values": values, "ids": pa.array(mapped[keep], pa.uint64())})
     lookup = page_lookup(values, batch_size, lookup_schema)
-    version = _file_version(request, old_version)
+    version = codecs.index_file_version(request.dataset, old_version)
     files = [
         _write(request, DATA_FILE, new_data, data_schema, version, batch_size),
         _write(request, LOOKUP_FILE, lookup, lookup_schema, version),

@@ -233,37 +233,6 @@ def _survivors_of(amap: AddressMap, fragment: int) -> np.ndarray:
     return amap.old[lo:hi]
 
 
-def dense_apply(amap: AddressMap, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:meth:`AddressMap.apply` by direct indexing: a lookup table over the rewritten fragments'
-    offsets (8 bytes per old row) makes each address one gather instead of a binary search, which
-    matters for index files holding an address many times (NGRAM postings, bitmaps)."""
-    addrs = np.asarray(addresses, dtype=np.uint64)
-    out = addrs.copy()
-    keep = np.ones(len(addrs), dtype=bool)
-    if not len(addrs) or not amap.rewritten:
-        return out, keep
-    frags = np.array(sorted(amap.rewritten), dtype=np.uint64)
-    starts = np.searchsorted(amap.old, frags << _SHIFT)
-    ends = np.searchsorted(amap.old, (frags + np.uint64(1)) << _SHIFT)
-    last = amap.old[np.maximum(ends - 1, 0)] if len(amap.old) else np.zeros(len(frags), np.uint64)
-    sizes = np.where(ends > starts, (last & _LOW).astype(np.int64) + 1, 0)
-    base = np.concatenate(([0], np.cumsum(sizes)))
-    table = np.full(int(base[-1]), np.iinfo(np.uint64).max, dtype=np.uint64)
-    old_slot = np.searchsorted(frags, amap.old >> _SHIFT)
-    table[base[old_slot] + (amap.old & _LOW).astype(np.int64)] = amap.new
-    high = addrs >> _SHIFT
-    slot = np.minimum(np.searchsorted(frags, high), len(frags) - 1)
-    moved = frags[slot] == high
-    offsets = (addrs & _LOW).astype(np.int64)
-    inside = moved & (offsets < sizes[slot])
-    mapped = table[(base[slot] + offsets)[inside]]
-    found = np.zeros(len(addrs), dtype=bool)
-    found[inside] = mapped != np.iinfo(np.uint64).max
-    out[inside] = mapped
-    keep[moved] = found[moved]
-    return out, keep
-
-
 def remap_address_sets(sets: Sequence[RowAddrSet], amap: AddressMap) -> list[RowAddrSet]:
     """Map every set through ``amap`` in one vectorised pass: deleted rows of rewritten fragments
     are dropped, their survivors take their new addresses (re-sorted), other fragments' addresses
@@ -283,7 +252,7 @@ def remap_address_sets(sets: Sequence[RowAddrSet], amap: AddressMap) -> list[Row
         return []
     flat = np.concatenate(parts).astype(np.uint64, copy=False)
     owner = np.concatenate(owners)
-    mapped, keep = dense_apply(amap, flat)
+    mapped, keep = amap.apply(flat)
     mapped, owner = mapped[keep], owner[keep]  # still grouped by set, in set order
     bounds = np.searchsorted(owner, np.arange(len(sets) + 1))
     return [RowAddrSet(np.sort(mapped[bounds[i]:bounds[i + 1]]), wholes[i]) for i in range(len(sets))]

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from lance_ops.errors import CorruptFileError
 from lance_ops.format.legacy.reader import LegacyFileReader
-from lance_ops.format.proto_wire import encode_varint, read_varint
+from lance_ops.format.proto_wire import encode_varint, read_varint, wire_records
 from lance_ops.format.registry import open_file_reader
 from lance_ops.format.version import FileVersion
 from lance_ops.format.writer import V2FileWriter
@@ -102,27 +102,7 @@ def write_index_file(store: ObjectStore, path: str, file: IndexFile,
 # --- the IVF protobuf at the wire level --------------------------------------------------------
 def _records(data: bytes) -> list[tuple[int, int, bytes]]:
     """Top-level (field number, wire type, raw record bytes incl. the tag) of a message."""
-    out = []
-    pos = 0
-    while pos < len(data):
-        start = pos
-        tag, pos = read_varint(data, pos)
-        wire = tag & 7
-        if wire == 0:
-            _, pos = read_varint(data, pos)
-        elif wire == 1:
-            pos += 8
-        elif wire == 2:
-            length, pos = read_varint(data, pos)
-            pos += length
-        elif wire == 5:
-            pos += 4
-        else:
-            raise ValueError(f"wire type {wire} is not used by the IVF message")
-        if pos > len(data):
-            raise ValueError("truncated record")
-        out.append((tag >> 3, wire, data[start:pos]))
-    return out
+    return [(number, wire, data[start:end]) for number, wire, start, _, _, end in wire_records(data)]
 
 
 def _unpack_varints(record: bytes, wire: int) -> list[int]:

@@ -99,14 +99,7 @@ def rebuild_zonemap(request: RemapRequest) -> RemapOutcome:
     fresh = _fresh_zones(request, field, field_id, size, old.table.schema)
     table = zones.sort_zones(pa.concat_tables([zones.untouched_rows(old.table, request.addresses), fresh]))
     nulls = zones.remapped_null_bitmap(old, request.addresses)
-    buffers = {} if nulls is None else {
-        zones.NULL_BITMAP_KEY: codecs.encode_row_addr_treemap(nulls.addresses, nulls.whole_fragments)}
-    metadata = {k: v for k, v in old.metadata.items() if k != zones.NULL_BITMAP_KEY}
-    version = codecs.index_file_version(request.dataset, old.version)
-    written = codecs.write_index_file(request.store, request.base, request.new_uuid, ZONEMAP_FILE, table,
-                                      version=version, metadata=metadata, buffers=buffers,
-                                      storage_options=codecs.storage_options_of(request.dataset))
-    return RemapOutcome("rebuild", [written])
+    return zones.write_rebuilt(request, ZONEMAP_FILE, old, table, nulls)
 
 
 def plan_action(stable_row_ids: bool) -> str:

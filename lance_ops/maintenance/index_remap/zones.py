@@ -20,6 +20,7 @@ import pyarrow as pa
 from lance_ops._proto import table_pb2
 from lance_ops.maintenance.index_remap import codecs
 from lance_ops.maintenance.index_remap.address_map import AddressMap
+from lance_ops.maintenance.index_remap.base import RemapOutcome, RemapRequest
 from lance_ops.table.indices import fragment_ids
 
 #: schema-metadata key naming the global buffer of the rows whose value is NULL
@@ -106,3 +107,17 @@ def column_field(dataset: Any, index: table_pb2.IndexMetadata) -> tuple[pa.Field
     if not names:
         return None
     return dataset.schema.field(names[0]), fid
+
+
+def write_rebuilt(request: RemapRequest, name: str, old: codecs.IndexFile, table: pa.Table,
+                  nulls: codecs.RowAddrSet | None) -> RemapOutcome:
+    """Write a rebuilt zone file ``name`` under the new uuid (the old file's metadata, with the null
+    bitmap as its global buffer when there is one) in pylance's index file version: "rebuild"."""
+    buffers = {} if nulls is None else {
+        NULL_BITMAP_KEY: codecs.encode_row_addr_treemap(nulls.addresses, nulls.whole_fragments)}
+    metadata = {k: v for k, v in old.metadata.items() if k != NULL_BITMAP_KEY}
+    version = codecs.index_file_version(request.dataset, old.version)
+    written = codecs.write_index_file(request.store, request.base, request.new_uuid, name, table,
+                                      version=version, metadata=metadata, buffers=buffers,
+                                      storage_options=codecs.storage_options_of(request.dataset))
+    return RemapOutcome("rebuild", [written])

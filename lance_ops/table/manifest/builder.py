@@ -171,13 +171,7 @@ def build_manifest(
         del out.fragments[:]
         out.fragments.extend(kept)
     elif op == "rewrite":
-        groups = list(transaction.rewrite.groups)
-        if not groups and transaction.rewrite.old_fragments:
-            legacy = transaction_pb2.Transaction.RewriteGroup()
-            legacy.old_fragments.extend(transaction.rewrite.old_fragments)
-            legacy.new_fragments.extend(transaction.rewrite.new_fragments)
-            groups = [legacy]
-        next_id = _replace_groups(out, groups, next_id, stable, version)
+        next_id = _replace_groups(out, rewrite_groups(transaction), next_id, stable, version)
     elif op == "reserve_fragments":
         next_id += transaction.reserve_fragments.num_fragments
     elif op == "merge":
@@ -254,3 +248,15 @@ def _drop_retired_field_attributes(manifest: table_pb2.Manifest) -> None:
         unknown = {u.field_number for u in unknown_fields.UnknownFieldSet(f)}
         if unknown and unknown <= _RETIRED_FIELD_NUMBERS:
             f.DiscardUnknownFields()
+
+
+def rewrite_groups(txn: transaction_pb2.Transaction) -> list[transaction_pb2.Transaction.RewriteGroup]:
+    """A Rewrite's groups; a Rewrite written before groups existed (old_fragments / new_fragments
+    only) counts as one group."""
+    groups = list(txn.rewrite.groups)
+    if not groups and txn.rewrite.old_fragments:
+        legacy = transaction_pb2.Transaction.RewriteGroup()
+        legacy.old_fragments.extend(txn.rewrite.old_fragments)
+        legacy.new_fragments.extend(txn.rewrite.new_fragments)
+        groups = [legacy]
+    return groups

@@ -20,7 +20,8 @@ from typing import Iterable
 
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import CommitError
-from lance_ops.table.index_files import REWRITTEN_FILES_FIELD, listed_files, set_index_files
+from lance_ops.table.manifest.builder import rewrite_groups
+from lance_ops.table.index_files import REWRITTEN_FILES_FIELD, details_name, listed_files, set_index_files
 
 #: index_details message names (lower case) whose stored entries are row addresses even on a
 #: stable-row-id dataset and which nobody remaps (pylance's ``results_are_row_addrs`` kinds)
@@ -65,21 +66,6 @@ def recalculate_fragment_bitmap(ids: set[int], groups: Iterable[transaction_pb2.
     return out
 
 
-def _groups(txn: transaction_pb2.Transaction) -> list[transaction_pb2.Transaction.RewriteGroup]:
-    groups = list(txn.rewrite.groups)
-    if not groups and txn.rewrite.old_fragments:
-        legacy = transaction_pb2.Transaction.RewriteGroup()
-        legacy.old_fragments.extend(txn.rewrite.old_fragments)
-        legacy.new_fragments.extend(txn.rewrite.new_fragments)
-        groups = [legacy]
-    return groups
-
-
-def _details_key(index: table_pb2.IndexMetadata) -> str:
-    url = index.index_details.type_url if index.HasField("index_details") else ""
-    return url.rsplit("/", 1)[-1].lower()
-
-
 def apply_rewrite(section: table_pb2.IndexSection | None, txn: transaction_pb2.Transaction,
                   groups: list[transaction_pb2.Transaction.RewriteGroup] | None = None, *,
                   stable_row_ids: bool) -> table_pb2.IndexSection | None:
@@ -91,7 +77,7 @@ def apply_rewrite(section: table_pb2.IndexSection | None, txn: transaction_pb2.T
     rewritten = list(txn.rewrite.rewritten_indices)
     if section is None or (not rewritten and not stable_row_ids):
         return section
-    groups = _groups(txn) if groups is None else groups
+    groups = rewrite_groups(txn) if groups is None else groups
     seen: set[bytes] = set()
     by_old: dict[bytes, transaction_pb2.Transaction.RewrittenIndex] = {}
     for entry in rewritten:
@@ -112,7 +98,7 @@ def apply_rewrite(section: table_pb2.IndexSection | None, txn: transaction_pb2.T
             set_index_files(index, listed_files(entry, REWRITTEN_FILES_FIELD))
         elif stable_row_ids and index.fragment_bitmap:
             ids = _bitmap_ids(index)
-            if _details_key(index) in ADDRESS_DOMAIN_DETAILS:
+            if details_name(index.index_details.type_url if index.HasField("index_details") else "") in ADDRESS_DOMAIN_DETAILS:
                 new_ids = ids - {f.id for g in groups for f in g.old_fragments}
             else:
                 new_ids = recalculate_fragment_bitmap(ids, groups, index.name)
