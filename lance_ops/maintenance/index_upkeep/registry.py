@@ -1,0 +1,10 @@
+"""Which index kinds ``optimize_indices`` can bring up to date, and the updater for each.
+
+Kinds missing here are refused with ``UnsupportedError`` before anything is written.
+"""
+from __future__ import annotations
+
+from lance_ops.maintenance.index_upkeep.base import Updater
+
+#: kind (``lance_ops.table.indices.index_kind``) -> updater; each kind module adds its entry here
+UPDATERS: dict[str, Updater] = {}
