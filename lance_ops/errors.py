@@ -165,6 +165,13 @@ class SchemaMismatchError(LanceOpsError, ValueError, OSError):
                       "schema metadata that is not UTF-8: ValueError")
 
 
+class AmbiguousMergeError(LanceOpsError, ValueError, OSError):
+    """A merge-insert source holds several rows matching one target row on its key columns."""
+
+    pylance_raises = ("merge_insert(...).when_matched_update_all().execute(source with a key twice): OSError "
+                      "('Ambiguous merge inserts are prohibited')")
+
+
 class FilterError(LanceOpsError, ValueError, OSError):
     """A filter predicate could not be parsed or evaluated; the message shows where."""
 
