@@ -183,10 +183,15 @@ def plan_merge(dataset: RewriteTarget, spec: MergeSpec,
         change.delete(m.fragment_id, np.concatenate([m.updated, m.deleted]))
         updated += int(m.updated.size)
         deleted += int(m.deleted.size)
-        if m.updated.size:
-            change.rewritten.append(plan.source.take(pa.array(m.updated_source)))
-            if m.updated_ids is not None:
-                change.rewritten_ids.append(m.updated_ids)
+    if updated:
+        # pylance writes the updated rows in source order (in target order when every column is a key)
+        src = np.concatenate([m.updated_source for m in matches])
+        order = (np.arange(src.size) if set(spec.on) >= set(plan.source.column_names)
+                 else np.argsort(src, kind="stable"))
+        change.rewritten.append(plan.source.take(pa.array(src[order])))
+        if plan.stable:
+            ids = np.concatenate([m.updated_ids for m in matches if m.updated_ids is not None])
+            change.rewritten_ids.append(ids[order])
     inserted = 0
     if spec.insert:
         matched = np.concatenate([m.matched_source for m in matches]) if matches else np.zeros(0, np.int64)

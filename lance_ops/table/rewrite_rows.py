@@ -33,12 +33,8 @@ MAX_ROWS_PER_FILE = 1024 * 1024
 
 
 class RewriteTarget(DatasetSnapshot, Protocol):
-    """What a row rewrite (merge-insert, update) needs of the dataset version it plans against (``LanceDataset`` is one)."""
-
-    @property
-    def uri(self) -> str:
-        """The dataset's URI (messages)."""
-        ...
+    """What a row rewrite (merge-insert, update) needs of the dataset version it plans against
+    (``LanceDataset`` is one; a Protocol, as importing ``LanceDataset`` would make a loop)."""
 
     @property
     def data_storage_version(self) -> str:
