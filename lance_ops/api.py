@@ -92,7 +92,7 @@ class LanceDataset(core.LanceDataset):
         new = core_write.write_dataset(data, self.uri, mode=mode, **kwargs)
         self.move_to(new.manifest_file)
 
-    def merge_insert(self, on: str | Sequence[str]) -> MergeInsertBuilder:
+    def merge_insert(self, on: str | Sequence[str] | None = None) -> MergeInsertBuilder:
         """pylance's ``merge_insert(on)``: a builder of an upsert keyed on ``on``
         (``when_matched_update_all``, ``when_not_matched_insert_all``,
         ``when_not_matched_by_source_delete``, then ``execute(data)``; ADR 0021)."""

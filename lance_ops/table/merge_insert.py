@@ -221,9 +221,9 @@ class MergeInsertBuilder:
     moves the dataset to the new version (re-planning on the newest version when a concurrent
     commit preempts it, ``conflict_retries`` times)."""
 
-    def __init__(self, dataset: RowRewriter, on: str | Sequence[str]) -> None:
+    def __init__(self, dataset: RowRewriter, on: str | Sequence[str] | None = None) -> None:
         self._dataset = dataset
-        keys = [on] if isinstance(on, str) else list(on)
+        keys = [on] if isinstance(on, str) else list(on or [])
         self._spec = MergeSpec(keys)
         self._retries = 10
 
