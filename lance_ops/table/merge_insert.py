@@ -89,6 +89,60 @@ class _Plan:
     condition_columns: list[str]
     delete_filter: Filter | None
     stable: bool
+    #: one integer-like key: its sorted non-null values and their source rows (else None: hash join)
+    sorted_source: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _integer_keys(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """A single integer-like key column as int64 numbers (None when it is not one)."""
+    t = column.type
+    if not (pa.types.is_integer(t) or pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t)
+            or pa.types.is_duration(t)):
+        return None
+    if pa.types.is_uint64(t):
+        return None  # (values past int64 would wrap)
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return np.asarray(arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _sorted_source(source_keys: pa.Table, on: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """For one integer-like key: the source's non-null keys sorted, and their source rows."""
+    if len(on) != 1:
+        return None
+    col = source_keys.column(on[0])
+    values = _integer_keys(col)
+    if values is None:
+        return None
+    rows = np.arange(len(values), dtype=np.int64)
+    if col.null_count:
+        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        values, rows = values[valid], rows[valid]
+    order = np.argsort(values, kind="stable")
+    return values[order], rows[order]
+
+
+def _matches(target_keys: pa.Table, plan: "_Plan") -> tuple[np.ndarray, np.ndarray]:
+    """Every (target position, source row) pair with equal keys (nulls match nothing): a binary
+    search in the sorted source keys for one integer-like key, a pyarrow hash join otherwise."""
+    if plan.sorted_source is not None:
+        keys, rows = plan.sorted_source
+        col = target_keys.column(0)
+        values = _integer_keys(col)
+        assert values is not None  # (same type as the source's key)
+        lo = np.searchsorted(keys, values, side="left")
+        if keys.size and (keys.size < 2 or bool((keys[1:] != keys[:-1]).all())):  # unique source keys
+            counts = (keys[np.minimum(lo, keys.size - 1)] == values).astype(np.int64)
+        else:
+            counts = np.searchsorted(keys, values, side="right") - lo
+        if col.null_count:
+            counts[~np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)] = 0
+        total = int(counts.sum())
+        pos = np.repeat(np.arange(len(values), dtype=np.int64), counts)
+        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+        return pos, rows[starts + np.arange(total, dtype=np.int64)]
+    keys_t = target_keys.append_column(_OFF, pa.array(np.arange(target_keys.num_rows, dtype=np.int64)))
+    joined = keys_t.join(plan.source_keys, keys=plan.spec.on, join_type="inner", use_threads=False)
+    return (joined.column(_OFF).to_numpy().astype(np.int64), joined.column(_SRC).to_numpy().astype(np.int64))
 
 
 def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) -> _FragmentMatch:
@@ -98,10 +152,7 @@ def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) ->
     task = scan.fragment_task(dataset, frag, cols, with_row_id=plan.stable, with_row_address=True)
     target = scan.execute(dataset, task)
     offsets = (target.column("_rowaddr").to_numpy() & 0xFFFFFFFF).astype(np.uint32)
-    keys = target.select(spec.on).append_column(_OFF, pa.array(np.arange(target.num_rows, dtype=np.int64)))
-    joined = keys.join(plan.source_keys, keys=spec.on, join_type="inner", use_threads=False)
-    pos = joined.column(_OFF).to_numpy().astype(np.int64)
-    src = joined.column(_SRC).to_numpy().astype(np.int64)
+    pos, src = _matches(target.select(spec.on), plan)
     order = np.lexsort((src, pos))
     pos, src = pos[order], src[order]
     if spec.update and pos.size > 1:
@@ -162,7 +213,8 @@ def _prepare(dataset: RewriteTarget, spec: MergeSpec, source: pa.Table) -> _Plan
         condition = compile_filter(spec.condition, both)
         cond_cols = _target_columns(spec.condition, names)
     delete_filter = compile_filter(spec.delete_expr, dataset.schema) if spec.delete_by_source else None
-    return _Plan(spec, source, keys, condition, cond_cols or [], delete_filter, dataset.has_stable_row_ids)
+    return _Plan(spec, source, keys, condition, cond_cols or [], delete_filter, dataset.has_stable_row_ids,
+                 _sorted_source(keys, spec.on))
 
 
 def plan_merge(dataset: RewriteTarget, spec: MergeSpec,
@@ -184,10 +236,11 @@ def plan_merge(dataset: RewriteTarget, spec: MergeSpec,
         updated += int(m.updated.size)
         deleted += int(m.deleted.size)
     if updated:
-        # pylance writes the updated rows in source order (in target order when every column is a key)
+        # pylance writes the updated rows in source order; in target order when every column is a
+        # key, or when rows missing from the source are deleted and none inserted (its join differs)
         src = np.concatenate([m.updated_source for m in matches])
-        order = (np.arange(src.size) if set(spec.on) >= set(plan.source.column_names)
-                 else np.argsort(src, kind="stable"))
+        target_order = (spec.delete_by_source and not spec.insert) or set(spec.on) >= set(plan.source.column_names)
+        order = np.arange(src.size) if target_order else np.argsort(src, kind="stable")
         change.rewritten.append(plan.source.take(pa.array(src[order])))
         if plan.stable:
             ids = np.concatenate([m.updated_ids for m in matches if m.updated_ids is not None])

@@ -2,6 +2,7 @@
 transactions and index coverage; each reads the other's datasets; errors; concurrent writers."""
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 
@@ -260,7 +261,8 @@ def test_condition_reads_back_quoted_target(tmp_path):
 # --- property: random upsert sequences against a model ---------------------------------------------
 _OPS = st.one_of(
     st.tuples(st.just("upsert"), st.lists(st.integers(0, 24), max_size=8, unique=True), st.booleans(), st.booleans()),
-    st.tuples(st.just("sync"), st.lists(st.integers(0, 24), max_size=6, unique=True), st.integers(0, 25)),
+    st.tuples(st.just("sync"), st.lists(st.integers(0, 24), max_size=6, unique=True), st.integers(0, 25),
+              st.booleans()),
     st.tuples(st.just("update"), st.integers(0, 25)),
     st.tuples(st.just("delete"), st.integers(0, 25)),
 )
@@ -276,9 +278,11 @@ def _apply(ds, op, step: int) -> None:
         b = b.when_matched_update_all() if update else b
         b = b.when_not_matched_insert_all() if insert else b
         b.execute(pa.table({"id": pa.array(keys, pa.int64()), "v": pa.array([f"{step}-{k}" for k in keys], pa.string())}))
-    elif kind == "sync":  # rows of the source kept/updated; rows missing below a bound deleted
-        _, keys, bound = op
-        ds.merge_insert("id").when_matched_update_all().when_not_matched_by_source_delete(f"id < {bound}").execute(
+    elif kind == "sync":  # rows of the source updated (or inserted); rows missing below a bound deleted
+        _, keys, bound, insert = op
+        b = ds.merge_insert("id").when_matched_update_all()
+        b = b.when_not_matched_insert_all() if insert else b
+        b.when_not_matched_by_source_delete(f"id < {bound}").execute(
             pa.table({"id": pa.array(keys, pa.int64()), "v": pa.array([f"{step}-{k}" for k in keys], pa.string())}))
     elif kind == "update":
         ds.update({"v": f"'{step}u' || v"}, where=f"id >= {op[1]}")
@@ -301,12 +305,16 @@ def _model(rows: dict[int, tuple[str, int]], next_id: int, op, step: int) -> int
                 rows[k] = (f"{step}-{k}", next_id)
                 next_id += 1
     elif kind == "sync":
-        _, keys, bound = op
+        _, keys, bound, insert = op
         for k in list(rows):
             if k in keys:
                 rows[k] = (f"{step}-{k}", rows[k][1])
             elif k < bound:
                 del rows[k]
+        for k in keys:
+            if k not in rows and insert:
+                rows[k] = (f"{step}-{k}", next_id)
+                next_id += 1
     elif kind == "update":
         for k in rows:
             if k >= op[1]:
@@ -318,7 +326,7 @@ def _model(rows: dict[int, tuple[str, int]], next_id: int, op, step: int) -> int
 
 @pytest.mark.parametrize("stable", [False, True])
 def test_random_upsert_sequences_match_model_and_pylance(stable):
-    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=int(os.environ.get("LANCE_OPS_EXAMPLES", 12)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(ops=st.lists(_OPS, min_size=1, max_size=5))
     def check(ops):
         with tempfile.TemporaryDirectory() as tmp:
@@ -336,6 +344,8 @@ def test_random_upsert_sequences_match_model_and_pylance(stable):
             assert ours["v"] == [v for _, (v, _) in want]
             if stable:
                 assert ours["_rowid"] == [i for _, (_, i) in want]
+            else:  # row addresses: pylance's order of rows inside a new fragment comes from its hash
+                ours.pop("_rowid"), theirs.pop("_rowid")  # join and is not specified (ADR 0021)
             assert ours == theirs
 
     check()
