@@ -59,7 +59,7 @@ REASONS = [
      "out of scope: schema evolution"),
     (r"delete_rows",
      "not yet: fragment-level row deletes (ds.delete, merge_insert and update are supported)"),
-    (r"when_matched_delete|when_matched_fail|execute_uncommitted|explain_plan|analyze_plan|execute_batches|"
+    (r"execute_uncommitted|explain_plan|analyze_plan|execute_batches|"
      r"mark_sstables|target_bases|target_all_bases|write_mode|data_storage_version",
      "not yet: this merge-insert option (ADR 0021 lists the clauses lance-ops runs)"),
     (r"namespace|session|branch|shallow_clone|clone|base|checkout_latest|commit_batch|"

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import transaction_pb2
-from lance_ops.errors import AmbiguousMergeError, InvalidArgumentError, UnsupportedError
+from lance_ops.errors import AmbiguousMergeError, InvalidArgumentError, MergeMatchError, UnsupportedError
 from lance_ops.table import scan
 from lance_ops.table.commit.loop import CommitContext
 from lance_ops.table.filters import Filter, compile_filter
@@ -42,6 +42,8 @@ class MergeSpec:
 
     on: list[str]
     update: bool = False
+    #: what matched target rows become when they are not updated: "keep", "delete" or "fail"
+    matched: str = "keep"
     #: SQL over ``target.<col>`` and ``source.<col>``; None: every matched row is updated
     condition: str | None = None
     insert: bool = False
@@ -155,7 +157,11 @@ def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) ->
     pos, src = _matches(target.select(spec.on), plan)
     order = np.lexsort((src, pos))
     pos, src = pos[order], src[order]
-    if spec.update and pos.size > 1:
+    if spec.matched == "fail" and pos.size:
+        row = target.select(spec.on).slice(int(pos[0]), 1).to_pylist()[0]
+        raise MergeMatchError("Merge insert failed: found matching row with key values: "
+                              + ", ".join(f"{k} = {_literal(row[k])}" for k in spec.on))
+    if (spec.update or spec.matched == "delete") and pos.size > 1:
         dup = np.flatnonzero(pos[1:] == pos[:-1])
         if dup.size:
             raise _ambiguous(target.select(spec.on), int(pos[dup[0]]))
@@ -172,7 +178,7 @@ def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) ->
         })
         keep = pairs.filter(plan.condition.expression).column(_OFF).to_numpy().astype(np.int64)
         upd_pos, upd_src = pos[keep], src[keep]
-    deleted = np.zeros(0, np.uint32)
+    deleted = offsets[np.unique(pos)] if spec.matched == "delete" else np.zeros(0, np.uint32)
     if spec.delete_by_source:
         unmatched = np.ones(target.num_rows, dtype=bool)
         unmatched[pos] = False
@@ -184,7 +190,7 @@ def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) ->
                 hit = np.zeros(target.num_rows, dtype=bool)
                 hit[t.filter(plan.delete_filter.expression).column(_OFF).to_numpy()] = True
                 unmatched &= hit
-        deleted = offsets[unmatched]
+        deleted = np.concatenate([deleted, offsets[unmatched]])
     ids = target.column("_rowid").to_numpy()[upd_pos] if plan.stable else None
     return _FragmentMatch(frag.fragment_id, offsets[upd_pos], upd_src, ids, deleted, src)
 
@@ -196,7 +202,7 @@ def _prepare(dataset: RewriteTarget, spec: MergeSpec, source: pa.Table) -> _Plan
             raise InvalidArgumentError(f"Merge insert key column '{key}' does not exist in schema")
     if not spec.on:
         raise InvalidArgumentError("merge_insert needs at least one key column ('on')")
-    if not (spec.update or spec.insert or spec.delete_by_source):
+    if not (spec.update or spec.matched != "keep" or spec.insert or spec.delete_by_source):
         raise InvalidArgumentError("The merge insert job is not configured to change the data in any way")
     missing = [n for n in names if n not in source.column_names]
     if missing and not [n for n in source.column_names if n not in names]:
@@ -283,7 +289,18 @@ class MergeInsertBuilder:
     def when_matched_update_all(self, condition: str | None = None) -> "MergeInsertBuilder":
         """Matched target rows take the source row's values (only where ``condition``, SQL over
         ``target.<col>`` and ``source.<col>``, holds)."""
-        self._spec.update, self._spec.condition = True, condition
+        self._spec.update, self._spec.condition, self._spec.matched = True, condition, "keep"
+        return self
+
+    def when_matched_delete(self) -> "MergeInsertBuilder":
+        """Matched target rows are deleted (counted in ``num_deleted_rows``)."""
+        self._spec.update, self._spec.condition, self._spec.matched = False, None, "delete"
+        return self
+
+    def when_matched_fail(self) -> "MergeInsertBuilder":
+        """Any matched target row fails the merge before anything is written (an insert-only
+        load that must not meet existing keys)."""
+        self._spec.update, self._spec.condition, self._spec.matched = False, None, "fail"
         return self
 
     def when_not_matched_insert_all(self) -> "MergeInsertBuilder":

@@ -363,3 +363,28 @@ def test_new_fragment_row_order_as_pylance(tmp_path, columns):
         ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(src)
         out[mod] = lance.dataset(uri).to_table(with_row_address=True).to_pydict()
     assert out[lance] == out[lance_ops]
+
+
+def test_when_matched_delete_and_fail_as_pylance(tmp_path):
+    src = pa.table({"id": pa.array([40, 6, 4], pa.int64()), "v": ["a", "b", "c"]})
+    out = {}
+    for mod in (lance, lance_ops):
+        uri = str(tmp_path / mod.__name__)
+        ds = create(mod, uri, base_table(), rows=4)
+        got = [ds.merge_insert("id").when_matched_delete().execute(src), state(uri), txn_shape(lance, uri)]
+        got.append(ds.merge_insert("id").when_matched_delete().when_not_matched_insert_all().execute(src))
+        got.append(state(uri))
+        with pytest.raises(OSError) as info:
+            ds.merge_insert("id").when_matched_fail().when_not_matched_insert_all().execute(
+                pa.table({"id": pa.array([50, 1], pa.int64()), "v": ["a", "b"]}))
+        got.append(str(info.value).split(", /")[0].split("Execution error: ")[-1])
+        got.append(mod.dataset(uri).version)
+        got.append(ds.merge_insert("id").when_matched_fail().when_not_matched_insert_all().execute(
+            pa.table({"id": pa.array([51, 50], pa.int64()), "v": ["a", "b"]})))
+        with pytest.raises(OSError) as info:
+            ds.merge_insert("id").when_matched_delete().execute(pa.table({"id": pa.array([1, 1], pa.int64()), "v": ["a", "b"]}))
+        got.append(str(info.value).split(", /")[0].replace("Invalid user input: ", ""))
+        got.append(state(uri))
+        out[mod] = got
+    assert out[lance] == out[lance_ops]
+    assert out[lance_ops][0] == {"num_inserted_rows": 0, "num_updated_rows": 0, "num_deleted_rows": 2}
