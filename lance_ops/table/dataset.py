@@ -36,7 +36,7 @@ from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.scan import ROW_ADDR, ROW_ID
 from lance_ops.table.snapshot import BlobSelection
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.columns import ColumnPlan
+from lance_ops.table.columns import ColumnPlan, restore_extension_types, with_extension_types
 from lance_ops.table.manifest.codec import ManifestFile, check_fragments, manifest_schema, read_manifest
 
 _DELETED_ROWS = "lance_ops.num_deleted_rows"
@@ -379,7 +379,7 @@ class LanceDataset:
         out_columns = scan.resolve_columns(self, columns)
         schema = scan.output_schema(self, out_columns, False, False)
         if positions.size == 0:
-            return schema.empty_table()
+            return with_extension_types(schema).empty_table()
         if len(schema) == 0:  # nothing to read; concat_tables would lose the row count
             return pa.table({"_": pa.nulls(int(positions.size))}).drop_columns(["_"])
         order = np.argsort(which, kind="stable")
@@ -401,7 +401,8 @@ class LanceDataset:
         table = pa.concat_tables(pieces)
         inverse = np.empty(positions.size, dtype=np.int64)
         inverse[np.concatenate(placed)] = np.arange(positions.size)
-        return table.take(pa.array(inverse)).combine_chunks()
+        table = table.take(pa.array(inverse)).combine_chunks()
+        return restore_extension_types(table, with_extension_types(table.schema))  # as pylance's takes
 
     def take_fragment_rows(self, fragment: LanceFragment, indices: Sequence[int] | np.ndarray | pa.Array,
                            columns: Sequence[str] | Mapping[str, str] | None = None) -> pa.Table:
