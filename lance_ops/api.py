@@ -83,6 +83,11 @@ class LanceDataset(core.LanceDataset):
         return super().scanner(**self._defaults(dict(columns=columns, filter=filter, limit=limit, offset=offset,
                                                      **kwargs)))
 
+    def head(self, num_rows: int, **kwargs: Any) -> pa.Table:
+        """The first ``num_rows`` rows of a scan (``kwargs`` as :meth:`scanner`'s), as pylance's ``head``."""
+        kwargs["limit"] = num_rows
+        return self.scanner(**kwargs).head(num_rows)
+
     def insert(self, data: Any, *, mode: str = "append", **kwargs: Any) -> None:
         """Write ``data`` into this dataset (``mode`` ``"append"`` or ``"overwrite"``), as pylance's
         ``insert``: this object moves to the new version; ``kwargs`` go to ``write_dataset``."""

@@ -72,13 +72,19 @@ REASONS = [
 NOTES = {
     "lance_ops.file.LanceFileReader.take_rows": "unsorted indices are accepted (pylance: ValueError)",
     "lance_ops.file.LanceFileReader.metadata": "page `encoding` is the proto's text, not Rust debug text",
-    "lance_ops.file.LanceFileReader": "also reads legacy 0.1 files; `columns` are top-level names only",
+    "lance_ops.file.LanceFileReader": "also reads legacy 0.1 files",
     "lance_ops.write_dataset": ("`schema=` also casts tables and readers (pylance ignores it for them); "
-                                "an iterable of batches needs no schema; arrow.json columns are refused"),
+                                "an iterable of batches needs no schema; arrow.json values must be standard "
+                                "JSON (pylance's parser also takes `[1,]`, `'a'`, `01`, `+1`, `.5`)"),
     "lance_ops.maintenance.compaction.DatasetOptimizer.compact_files": (
         "through `ds.optimize` it takes pylance's options and returns `CompactionMetrics`; "
-        "`max_bytes_per_file` is accepted, output is cut by rows; one version per compaction "
-        "(pylance 14 commits a ReserveFragments version first)"),
+        "`max_bytes_per_file` cuts a task's output by its estimated bytes so each file stays under it "
+        "(pylance closes a file once its flushed bytes pass it, so file counts differ); one version per "
+        "compaction (pylance 14 commits a ReserveFragments version first)"),
+    "lance_ops.api.LanceDataset.cleanup_old_versions": (
+        "`delete_concurrency` is checked and always met (deletes go one batch at a time)"),
+    "lance_ops.table.dataset.Tags.create": "no branches: `(branch, version)` takes only None or \"main\"",
+    "lance_ops.table.dataset.Tags.update": "no branches: `(branch, version)` takes only None or \"main\"",
     "lance_ops.api.LanceDataset.to_table": ("executor knobs (`batch_readahead`, `late_materialization`, "
                                             "`scan_in_order`...) are accepted and change nothing"),
     "lance_ops.api.LanceDataset.to_batches": ("executor knobs are accepted and change nothing; batches end at "
@@ -89,8 +95,10 @@ NOTES = {
     "lance_ops.api.LanceDataset.to_table:filter": (
         "SQL: `LIKE ... ESCAPE` takes any escape character (pylance: backslash only); "
         "`regexp_match` is a boolean-or-NULL, not a list, in projections"),
-    "lance_ops.api.LanceDataset.to_table:types": ("`lance.json` columns read as their stored bytes; "
-                                                  "tensor, uuid and bfloat16 types round-trip"),
+    "lance_ops.api.LanceDataset.to_table:types": (
+        "tensor, uuid, bfloat16 and json (stored as `lance.json` JSONB) round-trip in scans and takes; "
+        "`ds.schema` shows the stored types (storage + `ARROW:extension:*` metadata), pylance's the "
+        "extension types"),
 }
 
 

@@ -662,6 +662,11 @@ class Scanner:
             return self.dataset.to_batches(batch_size=self._batch_size, strict_batch_size=self._strict, **self._args)
         return iter(self.to_table().to_batches(max_chunksize=self._batch_size))
 
+    def head(self, num_rows: int) -> pa.Table:
+        """The scan's first ``num_rows`` rows (pylance's ``LanceScanner.head``)."""
+        limit = num_rows if self._limit is None else min(num_rows, self._limit)
+        return self.dataset.to_table(limit=limit, offset=self._offset, **self._args)
+
     def to_reader(self) -> pa.RecordBatchReader:
         """The scan as an Arrow ``RecordBatchReader`` (what pylance's scanners hand to other engines)."""
         return pa.RecordBatchReader.from_batches(self.projected_schema, self.to_batches())

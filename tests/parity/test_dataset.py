@@ -184,3 +184,13 @@ def test_cleanup_pylance_arguments(tmp_path, monkeypatch, kwargs):
         return stats.old_versions, stats.data_files_removed, [v["version"] for v in ds.versions()]
 
     same(run)
+
+
+def test_head_and_top_level_names(uri):
+    same(lambda lib: lib.dataset(uri).head(3))
+    same(lambda lib: lib.dataset(uri).head(4, columns=["s"], filter="a > 10"))
+    same(lambda lib: lib.dataset(uri).scanner(columns=["a"], offset=2).head(5))
+    same(lambda lib: lib.dataset(uri).scanner(limit=2).head(5))
+    same(lambda lib: [isinstance(f, lib.LanceFragment) for f in lib.dataset(uri).get_fragments()][:2])
+    same(lambda lib: isinstance(lib.dataset(uri).get_fragments()[0].metadata, lib.FragmentMetadata))
+    same(lambda lib: isinstance(lib.dataset(uri).scanner(), lib.LanceScanner))
