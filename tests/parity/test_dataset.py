@@ -194,3 +194,9 @@ def test_head_and_top_level_names(uri):
     same(lambda lib: [isinstance(f, lib.LanceFragment) for f in lib.dataset(uri).get_fragments()][:2])
     same(lambda lib: isinstance(lib.dataset(uri).get_fragments()[0].metadata, lib.FragmentMetadata))
     same(lambda lib: isinstance(lib.dataset(uri).scanner(), lib.LanceScanner))
+
+
+def test_fragment_constructor(uri):
+    same(lambda lib: lib.LanceFragment(lib.dataset(uri), 2).to_table())
+    same(lambda lib: lib.LanceFragment(lib.dataset(uri), None))
+    same(lambda lib: lib.LanceFragment(lib.dataset(uri), 5).count_rows())
