@@ -65,6 +65,31 @@ REASONS = [
     (r"commit|Operation|Transaction|write_fragments|create_from_file|create\b|fragments_from|"
      r"LanceOperation|transaction",
      "not yet: the low-level commit API (lance-ops commits through its own CommitProperties seam)"),
+    (r"mem_wal|Lsm|CompactedSsTable|Shard|sharding", "out of scope: MemWAL / LSM writes and sharding"),
+    (r"io_stats|bytes_read_counter|iops_counter|set_logger|simd_info|ScanStatistics|ExecutionPlan|explain_plan|"
+     r"analyze_plan|FFILanceTableProvider|batch_udf",
+     "out of scope: the Rust engine's runtime (query plans, I/O counters, logging, UDFs)"),
+    (r"Index|Fts|tokenize|centroids|remap_row_addrs",
+     "out of scope: vector search and index building (lance-ops keeps indices, never builds them; ADR 0011)"),
+    (r"^(join|join_asof|sort_by|filter|slice|sample|partition_expression)$",
+     "not yet: pyarrow.dataset.Dataset methods (pylance's LanceDataset subclasses it); apply pyarrow to "
+     "`to_table()` / `scanner().to_reader()`"),
+    (r"Cleanup|explain_cleanup|tracked_files|all_files|auto_cleanup",
+     "not yet: cleanup explanations, file listings and auto-cleanup (lance-ops' cleanup has `dry_run`, which "
+     "lists the paths it would remove; cleanup runs as its own Airflow task)"),
+    (r"config|metadata$|schema_metadata|storage_options",
+     "not yet: the manifest's config and metadata maps and storage-option providers"),
+    (r"DataStatistics|FieldStatistics|^stats$",
+     "not yet: pylance's data statistics (lance-ops has page and fragment statistics: `lance-ops rebuild-stats`, `inspect`)"),
+    (r"delta|version_refs|get_version|migrate_manifest_paths_v2",
+     "not yet: version diffs and refs (lance-ops has `versions()`, `tags`, `checkout_version`)"),
+    (r"truncate_table|^drop$|^delete$",
+     "not yet: whole-table and fragment-level deletes (use `delete(predicate)` or `mode='overwrite'`)"),
+    (r"validate", "not yet: use `lance-ops verify` (maintenance/verify.py)"),
+    (r"pydantic|json_to_schema|schema_to_json|from_json|version_meta|^schema$|physical_schema|stable_version",
+     "not yet: schema helpers and per-fragment row-version metadata"),
+    (r"from_batches|from_dataset|from_fragment|scan_batches|^take$",
+     "not yet: scanner constructors, `scan_batches` and `take` (use `ds.scanner(...)`, `ds.take`)"),
     (r"", "not yet"),
 ]
 
