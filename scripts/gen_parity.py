@@ -106,6 +106,9 @@ NOTES = {
         "`max_bytes_per_file` cuts a task's output by its estimated bytes so each file stays under it "
         "(pylance closes a file once its flushed bytes pass it, so file counts differ); one version per "
         "compaction (pylance 14 commits a ReserveFragments version first)"),
+    "lance_ops.format.writer.V2FileWriter.write_batch": (
+        "an `arrow.json` column is refused (UnsupportedTypeError, nothing written); pylance's file writer "
+        "stores it as `lance.json` JSONB, as `write_dataset` does in both"),
     "lance_ops.api.LanceDataset.cleanup_old_versions": (
         "`delete_concurrency` is checked and always met (deletes go one batch at a time)"),
     "lance_ops.table.dataset.Tags.create": "no branches: `(branch, version)` takes only None or \"main\"",
