@@ -321,8 +321,17 @@ class V2FileWriter:
         """Bytes written to the output so far."""
         return self._sink.tell() if self._sink is not None else 0
 
-    def write_batch(self, batch: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> None:
+    def write_batch(self, batch: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None, *,
+                    data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None) -> None:
         """Append ``batch`` (pylance's keyword): a RecordBatch, a Table or an iterable of batches."""
+        if data is not None:  # the earlier lance_ops keyword
+            import warnings
+
+            warnings.warn("write_batch(data=...) is deprecated: pass batch= (pylance's keyword)", DeprecationWarning,
+                          stacklevel=2)
+            batch = data
+        if batch is None:
+            raise TypeError("write_batch() missing required argument: 'batch'")
         self._check_open()
         if isinstance(batch, pa.Table):
             batches: Iterable[pa.RecordBatch] = batch.to_batches()

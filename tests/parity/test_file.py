@@ -131,3 +131,13 @@ def test_writer_takes_the_batch_keyword(tmp_path):
         return lance.file.LanceFileReader(p).read_all().to_table()
 
     same(write_then_read)
+
+
+def test_writer_earlier_data_keyword_warns(tmp_path):
+    p = str(tmp_path / "d.lance")
+    with lo_file.LanceFileWriter(p, version="2.1") as w:
+        with pytest.warns(DeprecationWarning, match="batch="):
+            w.write_batch(data=NESTED)
+    assert lance.file.LanceFileReader(p).read_all().to_table().equals(NESTED)
+    with pytest.raises(TypeError):
+        lo_file.LanceFileWriter(str(tmp_path / "e.lance")).write_batch()

@@ -257,9 +257,18 @@ class LegacyFileWriter:
         self._check_open()
         self._schema_metadata[key] = value if isinstance(value, bytes) else str(value).encode()
 
-    def write_batch(self, batch: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> None:
+    def write_batch(self, batch: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None, *,
+                    data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None) -> None:
         """Append ``batch`` (pylance's keyword): a RecordBatch, a Table or an iterable of batches; full
         groups are written at once."""
+        if data is not None:  # the earlier lance_ops keyword
+            import warnings
+
+            warnings.warn("write_batch(data=...) is deprecated: pass batch= (pylance's keyword)", DeprecationWarning,
+                          stacklevel=2)
+            batch = data
+        if batch is None:
+            raise TypeError("write_batch() missing required argument: 'batch'")
         self._check_open()
         if isinstance(batch, pa.Table):
             if self._schema is None:
