@@ -90,6 +90,9 @@ REASONS = [
      "not yet: schema helpers and per-fragment row-version metadata"),
     (r"from_batches|from_dataset|from_fragment|scan_batches|^take$",
      "not yet: scanner constructors, `scan_batches` and `take` (use `ds.scanner(...)`, `ds.take`)"),
+    (r"MergeInsertBuilder", "not yet: row-level updates (merge-insert) are the next transaction builder (architecture.md)"),
+    (r"BasePath", "out of scope: engine integrations, namespaces, branches and sessions"),
+    (r"fragment_ids", "not yet: pylance returns its Bitmap type; use `[f.fragment_id for f in ds.get_fragments()]`"),
     (r"", "not yet"),
 ]
 
