@@ -21,6 +21,7 @@ from lance_ops.maintenance import rowid_index
 from lance_ops.table import dataset as core
 from lance_ops.table import write as core_write
 from lance_ops.table.commit import hooks
+from lance_ops.table import rewrite_rows
 from lance_ops.table.merge_insert import MergeInsertBuilder
 from lance_ops.table.update import plan_update
 from lance_ops.table.transaction_view import Transaction
@@ -108,8 +109,8 @@ class LanceDataset(core.LanceDataset):
         """pylance's ``update``: set columns to SQL expressions (``{"v": "v * 2"}``) on the rows
         matching ``where`` (every row without it); returns ``{"num_rows_updated": n}`` and moves
         this object to the new version (an ``Update`` transaction, ADR 0021)."""
-        return dict(self.rewrite_rows(lambda ds: plan_update(ds, updates, where), "update",
-                                      conflict_retries=conflict_retries))
+        return dict(rewrite_rows.run(self, lambda ds: plan_update(ds, updates, where), "update",
+                                     conflict_retries=conflict_retries))
 
     def _take_rows(self, row_ids: Any, columns: Any = None, *, ignore_deletions: bool = False,
                    **kwargs: Any) -> pa.Table:

@@ -617,28 +617,6 @@ class LanceDataset:
             return {"num_deleted_rows": count}
         raise AssertionError("unreachable")
 
-    def rewrite_rows(self, plan: Callable[["LanceDataset"], tuple[transaction_pb2.Transaction, CommitContext, Any]],
-                     operation: str, *, conflict_retries: int = 10) -> Any:
-        """Plan (``plan(version) -> (transaction, context, result)``) and commit a row rewrite
-        (``update``, ``merge_insert``), re-planning on the newest version when a concurrent commit
-        preempts it (up to ``conflict_retries`` times, as pylance); this object moves to the new
-        version. Returns the plan's result."""
-        properties = CommitProperties.from_keywords(operation)
-        ds = self
-        for attempt in range(conflict_retries + 1):
-            feature_flags.check_writer_flags(ds.manifest.writer_feature_flags, ds.uri)
-            try:
-                txn, ctx, result = plan(ds)
-                mf = ds._commit(txn, ctx, properties=properties)
-            except RetryableCommitConflictError:
-                if attempt == conflict_retries:
-                    raise
-                ds = ds.reopen_latest()
-                continue
-            self.move_to(mf)
-            return result
-        raise AssertionError("unreachable")
-
     def restore(self) -> "LanceDataset":
         """Make this (older) version the latest, as a new version."""
         txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid())

@@ -17,7 +17,7 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +28,7 @@ from lance_ops.table import scan
 from lance_ops.table.commit.loop import CommitContext
 from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.rewrite_rows import RewriteTarget, RowsRewrite, build_transaction, refuse_unwritable
+from lance_ops.table.rewrite_rows import RewriteTarget, RowsRewrite, build_transaction, refuse_unwritable, run
 from lance_ops.table.write import check_append_schema
 
 #: fragments scanned at once
@@ -265,22 +265,13 @@ def plan_merge(dataset: RewriteTarget, spec: MergeSpec,
     return txn, ctx, {"num_inserted_rows": inserted, "num_updated_rows": updated, "num_deleted_rows": deleted}
 
 
-class RowRewriter(RewriteTarget, Protocol):
-    """A dataset that commits row rewrites (``table.dataset.LanceDataset.rewrite_rows``)."""
-
-    def rewrite_rows(self, plan: Callable[[Any], tuple[transaction_pb2.Transaction, CommitContext, Any]],
-                     operation: str, *, conflict_retries: int = 10) -> Any:
-        """Plan and commit, re-planning when preempted; the plan's result."""
-        ...
-
-
 class MergeInsertBuilder:
     """pylance's ``MergeInsertBuilder``: clauses are set by chained calls (each returns the
     builder), ``execute(data)`` plans against the dataset's version, commits one ``Update`` and
     moves the dataset to the new version (re-planning on the newest version when a concurrent
     commit preempts it, ``conflict_retries`` times)."""
 
-    def __init__(self, dataset: RowRewriter, on: str | Sequence[str] | None = None) -> None:
+    def __init__(self, dataset: RewriteTarget, on: str | Sequence[str] | None = None) -> None:
         self._dataset = dataset
         keys = [on] if isinstance(on, str) else list(on or [])
         self._spec = MergeSpec(keys)
@@ -333,5 +324,5 @@ class MergeInsertBuilder:
 
         source = as_storage_types(to_reader(data_obj, schema)).read_all()
         spec = self._spec
-        return dict(self._dataset.rewrite_rows(lambda ds: plan_merge(ds, spec, source), "merge_insert",
-                                               conflict_retries=self._retries))
+        return dict(run(self._dataset, lambda ds: plan_merge(ds, spec, source), "merge_insert",
+                        conflict_retries=self._retries))

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import table_pb2, transaction_pb2
-from lance_ops.errors import UnsupportedError
+from lance_ops.errors import RetryableCommitConflictError, UnsupportedError
 from lance_ops.format.version import FileVersion
 from lance_ops.table import deletion, rowids
-from lance_ops.table.commit.loop import CommitContext
+from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
+from lance_ops.table.commit.properties import CommitProperties
+from lance_ops.table.manifest import feature_flags
+from lance_ops.table.manifest.codec import ManifestFile
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.manifest import naming
 from lance_ops.table.snapshot import DatasetSnapshot
@@ -43,6 +46,14 @@ class RewriteTarget(DatasetSnapshot, Protocol):
 
     def get_fragments(self) -> list[LanceFragment]:
         """The fragments of this version, in manifest order."""
+        ...
+
+    def reopen_latest(self) -> Any:
+        """The newest version of this dataset, as a new object of the same class."""
+        ...
+
+    def move_to(self, mf: ManifestFile) -> None:
+        """Make this object the snapshot of ``mf``, a version just committed."""
         ...
 
 
@@ -137,3 +148,29 @@ def build_transaction(dataset: RewriteTarget, fragments: Iterable[LanceFragment]
                     frag_proto.inline_row_ids = rowids.encode_row_ids(ids)
         update.new_fragments.extend(new)
     return txn, CommitContext(dataset.manifest_file)
+
+
+def run(dataset: RewriteTarget, plan: Callable[[Any], tuple[transaction_pb2.Transaction, CommitContext, Any]],
+        operation: str, *, conflict_retries: int = 10) -> Any:
+    """Plan (``plan(version) -> (transaction, context, result)``) and commit a row rewrite
+    (``update``, ``merge_insert``), re-planning on the newest version when a concurrent commit
+    preempts it (up to ``conflict_retries`` times, as pylance); ``dataset`` moves to the new
+    version. Returns the plan's result."""
+    properties = CommitProperties.from_keywords(operation)
+    ds: Any = dataset
+    for attempt in range(conflict_retries + 1):
+        feature_flags.check_writer_flags(ds.manifest.writer_feature_flags, ds.uri)
+        try:
+            txn, ctx, result = plan(ds)
+            txn.read_version = ds.version
+            mf = commit_transaction(ds.store, ds.base, txn, ctx,
+                                    CommitOptions(data_storage_version=ds.data_storage_version),
+                                    properties=properties)
+        except RetryableCommitConflictError:
+            if attempt == conflict_retries:
+                raise
+            ds = ds.reopen_latest()
+            continue
+        dataset.move_to(mf)
+        return result
+    raise AssertionError("unreachable")
