@@ -178,6 +178,24 @@ def test_a_version_followed_by_a_commit_built_on_it_is_acknowledged(ds):
     assert _ids(ds.uri) == list(range(11)) + [30]
 
 
+def test_a_version_whose_fragment_was_compacted_at_once_is_acknowledged(ds):
+    """The version built on ours rewrote our new fragment: found among its rewritten fragments."""
+    store = HookedStore(ds.store)
+    done = {}
+
+    def put(path, data, real=store.put_if_absent):
+        real(path, data)
+        if "v" not in done:
+            done["v"] = lance_ops.dataset(ds.uri).optimize.compact_files(target_rows_per_fragment=1000)["version"]
+
+    store.put_if_absent = put
+    txn = _append_txn(ds, [10])
+    mf = commit_transaction(store, ds.base, txn, CommitContext(ds.manifest_file), FAST)
+    assert mf.version == 2 and done["v"] == 3
+    assert [f.fragment_id for f in lance_ops.dataset(ds.uri).get_fragments()] == [3]
+    assert _ids(ds.uri) == list(range(11))
+
+
 # --- H2 ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("error", [AlreadyExistsError, StorageError])
 def test_retried_put_whose_first_request_landed_is_ours_once(ds, error):

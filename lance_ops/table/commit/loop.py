@@ -19,7 +19,10 @@ Publishing at ``latest + 1`` with put-if-absent is only safe while no newer vers
 been committed and removed since we listed: ``_versions/`` is listed again right before the
 put, and cleanup keeps every version superseded less than its minimum age (5 minutes by
 default) ago, far longer than that listing-to-publish window. An empty listing is never taken for "no versions" when we know better
-(``locate.latest_version(known=...)``).
+(``locate.latest_version(known=...)``). Since a cleanup may be configured with a shorter age (tests:
+0) and a request can be slow, a successful put is also checked afterwards
+(:mod:`lance_ops.table.commit.standing`, ADR 0019): a manifest that landed below the latest is
+withdrawn and the commit tried again, never acknowledged.
 """
 from __future__ import annotations
 
