@@ -43,6 +43,22 @@ def _retry_counter() -> _RetryCounter:
     return handler
 
 
+class _Withdrawals(logging.Handler):
+    """Counts manifests the commit loop withdrew as orphans (ADR 0019): the soak's lost-append path."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "withdrawing it" in record.getMessage():
+            self.count += 1
+
+
+_WITHDRAWALS = _Withdrawals()
+logging.getLogger("lance_ops.table.commit.loop").addHandler(_WITHDRAWALS)
+
+
 def batch_ids(worker: int, seq: int) -> tuple[int, int]:
     """The id range ``[lo, hi)`` of a worker's seq-th batch (disjoint across workers)."""
     lo = 1_000_000 * (worker + 1) + seq * BATCH_ROWS
@@ -77,6 +93,7 @@ class _Log:
         from lance_ops.errors import CommitOutcomeUnknownError, LanceOpsError
 
         before, began = self._retries.count, time.monotonic()
+        entry["_withdrawn"] = _WITHDRAWALS.count
         result: Any = None
         try:
             result = fn()
@@ -87,8 +104,9 @@ class _Log:
             outcome, entry["error"] = "error", f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # noqa: BLE001 - reported, the test fails on it
             outcome, entry["error"] = "crash", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        withdrawn_before = entry.pop("_withdrawn", 0)
         entry.update(outcome=outcome, seconds=round(time.monotonic() - began, 3),
-                     retries=self._retries.count - before)
+                     retries=self._retries.count - before, withdrawn=_WITHDRAWALS.count - withdrawn_before)
         if outcome == "ok":
             entry["version"] = result.get("version") if isinstance(result, dict) else getattr(result, "version", None)
             entry["uuid"] = _uuid_of(result)

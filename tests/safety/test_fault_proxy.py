@@ -280,6 +280,7 @@ def _check_soak(uri: str, direct: dict, entries: list[dict]) -> dict:
     return {"rows": len(ids), "versions_retained": len(versions), "latest": ds.version,
             "ops": {f"{op}:{o}": n for (op, o), n in sorted(by_outcome.items())},
             "read_retries": sum(e["retries"] for e in entries),
+            "orphans_withdrawn": sum(e.get("withdrawn", 0) for e in entries),
             "max_read_retries_per_op": max((e["retries"] for e in entries), default=0),
             "slowest_op_s": slowest}
 
