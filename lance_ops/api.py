@@ -11,7 +11,7 @@ import functools
 import io
 import os
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -21,6 +21,9 @@ from lance_ops.maintenance import rowid_index
 from lance_ops.table import dataset as core
 from lance_ops.table import write as core_write
 from lance_ops.table.commit import hooks
+from lance_ops.table import rewrite_rows
+from lance_ops.table.merge_insert import MergeInsertBuilder
+from lance_ops.table.update import plan_update
 from lance_ops.table.transaction_view import Transaction
 
 # the face composes the layers: take_by_row_id asks the persisted row-id index first (ADR 0006)
@@ -94,6 +97,20 @@ class LanceDataset(core.LanceDataset):
         kwargs.setdefault("storage_options", dict(self.storage_options))
         new = core_write.write_dataset(data, self.uri, mode=mode, **kwargs)
         self.move_to(new.manifest_file)
+
+    def merge_insert(self, on: str | Sequence[str] | None = None) -> MergeInsertBuilder:
+        """pylance's ``merge_insert(on)``: a builder of an upsert keyed on ``on``
+        (``when_matched_update_all``, ``when_not_matched_insert_all``,
+        ``when_not_matched_by_source_delete``, then ``execute(data)``; ADR 0021)."""
+        return MergeInsertBuilder(self, on)
+
+    def update(self, updates: dict[str, str], where: Any = None, *, conflict_retries: int = 10,
+               retry_timeout: Any = None, data_storage_version: str | None = None) -> dict[str, int]:
+        """pylance's ``update``: set columns to SQL expressions (``{"v": "v * 2"}``) on the rows
+        matching ``where`` (every row without it); returns ``{"num_rows_updated": n}`` and moves
+        this object to the new version (an ``Update`` transaction, ADR 0021)."""
+        return dict(rewrite_rows.run(self, lambda ds: plan_update(ds, updates, where), "update",
+                                     conflict_retries=conflict_retries))
 
     def _take_rows(self, row_ids: Any, columns: Any = None, *, ignore_deletions: bool = False,
                    **kwargs: Any) -> pa.Table:

@@ -177,6 +177,20 @@ class SchemaMismatchError(LanceOpsError, ValueError, OSError):
                       "schema metadata that is not UTF-8: ValueError")
 
 
+class AmbiguousMergeError(LanceOpsError, ValueError, OSError):
+    """A merge-insert source holds several rows matching one target row on its key columns."""
+
+    pylance_raises = ("merge_insert(...).when_matched_update_all().execute(source with a key twice): OSError "
+                      "('Ambiguous merge inserts are prohibited')")
+
+
+class MergeMatchError(LanceOpsError, OSError):
+    """A merge-insert with ``when_matched_fail`` met a target row matching the source."""
+
+    pylance_raises = ("merge_insert(...).when_matched_fail().execute(source meeting a target row): OSError "
+                      "('Merge insert failed: found matching row with key values: ...')")
+
+
 class FilterError(LanceOpsError, ValueError, OSError):
     """A filter predicate could not be parsed or evaluated; the message shows where."""
 

@@ -28,6 +28,7 @@ SURFACES = [
     ("lance.LanceDataset", "lance_ops.api.LanceDataset"),
     ("lance.dataset.LanceScanner", "lance_ops.table.dataset.Scanner"),
     ("lance.dataset.Tags", "lance_ops.table.dataset.Tags"),
+    ("lance.dataset.MergeInsertBuilder", "lance_ops.table.merge_insert.MergeInsertBuilder"),
     ("lance.dataset.DatasetOptimizer", "lance_ops.maintenance.compaction.DatasetOptimizer"),
     ("lance.fragment.LanceFragment", "lance_ops.table.fragment.LanceFragment"),
     ("lance.fragment.FragmentMetadata", "lance_ops.table.fragment_meta.FragmentMetadata"),
@@ -56,8 +57,11 @@ REASONS = [
     (r"add_columns|alter_columns|drop_columns|merge_columns|merge\b|update_columns|replace_schema|"
      r"replace_field_metadata|update_field_metadata|update_schema_metadata|field|schema_evolution",
      "out of scope: schema evolution"),
-    (r"merge_insert|update\b|upsert|delete_rows",
-     "not yet: row-level updates (merge-insert) are the next transaction builder (architecture.md)"),
+    (r"delete_rows",
+     "not yet: fragment-level row deletes (ds.delete, merge_insert and update are supported)"),
+    (r"execute_uncommitted|explain_plan|analyze_plan|execute_batches|"
+     r"mark_sstables|target_bases|target_all_bases|write_mode|data_storage_version",
+     "not yet: this merge-insert option (ADR 0021 lists the clauses lance-ops runs)"),
     (r"namespace|session|branch|shallow_clone|clone|base|checkout_latest|commit_batch|"
      r"lance_schema|data_storage_version_for|sql|query|to_pandas|to_polars|to_ray|to_torch|"
      r"torch|to_ray|\\bray\\b|hugging|pandas|polars|duckdb|substrait",
@@ -120,6 +124,10 @@ NOTES = {
                                             "`scan_in_order`...) are accepted and change nothing"),
     "lance_ops.api.LanceDataset.to_batches": ("executor knobs are accepted and change nothing; batches end at "
                                               "fragment boundaries unless `strict_batch_size`"),
+    "lance_ops.table.merge_insert.MergeInsertBuilder.execute": (
+        "the source must give every column (pylance also takes a subset for updates: refused, nothing "
+        "written); `retry_timeout` and `use_index` are accepted and change nothing (ADR 0021)"),
+    "lance_ops.api.LanceDataset.update": "`retry_timeout` and `data_storage_version` are accepted and change nothing",
     "lance_ops.optimize.CompactionTask.json": "lance-ops' JSON, not pylance's",
     "lance_ops.optimize.CompactionPlan.json": "lance-ops' JSON, not pylance's",
     "lance_ops.optimize.RewriteResult.json": "lance-ops' JSON, not pylance's",
