@@ -255,14 +255,19 @@ def test_delete_after_a_concurrent_overwrite_fails(tmp_path):
     assert lance.dataset(uri).to_table()["a"].to_pylist() == [100, 101, 102]
 
 
+@pytest.mark.parametrize("predicate", [
+    "a % 7 = 2 OR (a >= 300 AND a < 400) OR _rowid = 12",  # (row ids: read by the scan)
+    "a % 7 = 2 OR (a >= 300 AND a < 400) OR a = 12",
+])
 @pytest.mark.parametrize("group_rows", [1, 250, 1 << 20])
-def test_delete_over_many_fragments_evaluates_groups_of_them_as_pylance(tmp_path, monkeypatch, group_rows):
+def test_delete_over_many_fragments_evaluates_groups_of_them_as_pylance(tmp_path, monkeypatch, group_rows, predicate):
     """The predicate is evaluated once per group of fragments (one, some, all): same deletion
     vectors as pylance's, fragment by fragment, including a fragment deleted whole."""
     from lance_ops.table import delete as delete_mod
+    from lance_ops.table import scan
 
     monkeypatch.setattr(delete_mod, "_GROUP_ROWS", group_rows)
-    predicate = "a % 7 = 2 OR (a >= 300 AND a < 400) OR _rowid = 12"
+    monkeypatch.setattr(scan, "_FILTER_GROUP_ROWS", group_rows)  # (the _rowid predicates' path)
     state = {}
     for mod in (lance, lance_ops):
         uri = str(tmp_path / mod.__name__)
@@ -272,3 +277,30 @@ def test_delete_over_many_fragments_evaluates_groups_of_them_as_pylance(tmp_path
         state[mod.__name__] = deletion_state(mod, uri)
     assert [s[:4] + s[5:] for s in state["lance_ops"]] == [s[:4] + s[5:] for s in state["lance"]]
     assert len(state["lance"]) == 9  # fragment 3 (rows 300-399) went whole
+
+
+def test_delete_reads_only_the_fragments_statistics_do_not_exclude(tmp_path, monkeypatch):
+    """Fragments whose statistics rule the predicate out are not read; the deletion vectors are
+    pylance's all the same."""
+    from lance_ops.table.fragment import LanceFragment
+
+    state = {}
+    for mod in (lance, lance_ops):
+        uri = str(tmp_path / mod.__name__)
+        create(mod, uri, numbers(1000), max_rows_per_file=100)
+        mod.dataset(uri).delete("a % 11 = 0")
+        read: list[int] = []
+        if mod is lance_ops:
+            real = LanceFragment.read
+
+            def counting(self, *args, **kwargs):
+                read.append(self.fragment_id)
+                return real(self, *args, **kwargs)
+
+            monkeypatch.setattr(LanceFragment, "read", counting)
+        mod.dataset(uri).delete("a >= 420 AND a < 530")
+        monkeypatch.undo()
+        state[mod.__name__] = deletion_state(mod, uri)
+        if mod is lance_ops:
+            assert sorted(set(read)) == [4, 5]  # (rows 400-499 and 500-599; lance_ops writes statistics)
+    assert [s[:4] + s[5:] for s in state["lance_ops"]] == [s[:4] + s[5:] for s in state["lance"]]
