@@ -44,28 +44,51 @@ def _master_state(webui: int) -> dict:
         return json.loads(resp.read())
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process of group ``pgid`` is left (from /proc where there is one)."""
+    if not os.path.isdir("/proc/self"):
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # (state, ppid, pgrp, ...)
+            return True
+    return False
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGTERM the process group (the daemon JVM, its executors and their Python workers), then
-    SIGKILL whatever is left after a few seconds."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+    SIGKILL whatever is left after a few seconds; the daemon itself is reaped."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-        # the leader is gone; members of its group (executors) may still be exiting
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and _group_alive(proc.pid):
+            proc.poll()
+            time.sleep(0.1)
+        if not _group_alive(proc.pid):
+            break
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - reported by the test's leak check
+        pass
 
 
 @contextmanager
-def standalone_cluster(root: Path, workers: int = 2) -> Iterator[tuple[str, int, list[Path]]]:
-    """A master and ``workers`` workers on 127.0.0.1; yields (master URL, web UI port, work dirs)."""
+def standalone_cluster(root: Path, groups: list[int], workers: int = 2) -> Iterator[tuple[str, int, list[Path]]]:
+    """A master and ``workers`` workers on 127.0.0.1; yields (master URL, web UI port, work dirs).
+    The process group of each daemon is appended to ``groups`` (all are gone after the block)."""
     env = spark_env({"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_HOST": "127.0.0.1",
                      "SPARK_DAEMON_MEMORY": "256m", "SPARK_NO_DAEMONIZE": "1"})
     spark_class = str(BIN / "spark-class")
@@ -77,6 +100,7 @@ def standalone_cluster(root: Path, workers: int = 2) -> Iterator[tuple[str, int,
         log = open(root / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
         procs.append(subprocess.Popen([spark_class, *argv], env=env, stdout=log, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(root)))
+        groups.append(procs[-1].pid)  # start_new_session: the pid is the group id
         log.close()  # the child holds its own descriptor
 
     work_dirs = [root / f"worker{i}" for i in range(workers)]
@@ -129,7 +153,8 @@ def test_dags_run_on_a_standalone_cluster(airflow_runner, tmp_path, monkeypatch)
         pq.write_table(_table(i * 1000, i * 1000 + 1000), src / f"part-{i}.parquet")
     uri = str(tmp_path / "cluster.lance")
 
-    with standalone_cluster(tmp_path) as (master_url, webui, work_dirs):
+    groups: list[int] = []
+    with standalone_cluster(tmp_path, groups) as (master_url, webui, work_dirs):
         host, port = master_url.rsplit(":", 1)
         monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": host,
                                                                      "port": int(port)}))
@@ -155,6 +180,9 @@ def test_dags_run_on_a_standalone_cluster(airflow_runner, tmp_path, monkeypatch)
         app_ids = {a["id"] for a in apps}
         for work in work_dirs:
             assert {p.name for p in work.iterdir() if p.name.startswith("app-")} == app_ids, work
+
+    # torn down: no daemon, executor or Python worker of the cluster is left
+    assert len(groups) == 3 and not [g for g in groups if _group_alive(g)]
 
     pl = lance.dataset(uri)
     assert pl.version == 2 and len(pl.get_fragments()) == 1
