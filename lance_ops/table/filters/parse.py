@@ -75,22 +75,21 @@ def _tokens(sql: str) -> list[tokens.Token]:
         return []
 
 
-def _run_before(sql: str, toks: list[tokens.Token], i: int) -> tuple[str, int]:
-    """The text of token ``i`` joined with the symbol tokens written right before it (``>>``), and
-    its start offset."""
+def _run_before(sql: str, toks: list[tokens.Token], i: int) -> str:
+    """The text of token ``i`` joined with the symbol tokens written right before it (``>>``)."""
     start = toks[i].start
     j = i
     while (j > 0 and toks[j - 1].end + 1 == toks[j].start and not toks[j].text[:1].isalnum()
            and not toks[j - 1].text[:1].isalnum()):
         j -= 1
         start = toks[j].start
-    return sql[start:toks[i].end + 1], start
+    return sql[start:toks[i].end + 1]
 
 
 class _Problem:
     """What went wrong and where: a message in the user's terms and the character span to mark."""
 
-    def __init__(self, text: str, start: int, end: int):
+    def __init__(self, text: str, start: int, end: int) -> None:
         self.text, self.start, self.end = text, start, end
 
 
@@ -128,10 +127,10 @@ def _problem(sql: str, err: dict[str, Any]) -> _Problem:
             return _Problem(f"expected AND and an upper bound after {sql[toks[k].start:tok.end + 1]!r}, "
                             f"found {what}", s, e)
         if last and tok.token_type.name == op_type:  # the operator ends the text
-            after, _ = _run_before(sql, toks, at)
+            after = _run_before(sql, toks, at)
             what, s, e = found(None)
         else:
-            after, _ = _run_before(sql, toks, at - 1) if at else ("", 0)
+            after = _run_before(sql, toks, at - 1) if at else ""
             what, s, e = found(at)
         return _Problem(f"expected a value after {after!r}, found {what}", s, e)
     if desc.startswith("Expecting "):
@@ -145,7 +144,7 @@ def _problem(sql: str, err: dict[str, Any]) -> _Problem:
         before = toks[at - 1].text if at and tok.token_type.name == "R_PAREN" else m.group(2)
         return _Problem(f"expected {thing} after {before!r}, found {what}", s, e)
     if last and tok.token_type.name in _NEEDS_OPERAND:
-        after, _ = _run_before(sql, toks, at)
+        after = _run_before(sql, toks, at)
         return _Problem(f"expected a value after {after!r}, found end of input", end_of_input, end_of_input)
     return _Problem(f"unexpected {tok.text!r}", tok.start, tok.end)
 
