@@ -16,7 +16,7 @@ Every subcommand takes ``--storage-option KEY=VALUE`` (repeatable, pylance's opt
 ``--json``, ``--debug`` (tracebacks, debug logs) and ``--no-progress``. Commands that rewrite or
 delete data take ``--dry-run``.
 
-Outcomes (docs/adr/0019-cli-outcomes.md): the exit code says which (:data:`EXIT_CODES`): 0 ok,
+Outcomes (docs/adr/0025-cli-outcomes.md): the exit code says which (:data:`EXIT_CODES`): 0 ok,
 1 the command failed, 2 bad usage, 3 not found, 4 ``verify`` found problems, 5 commit conflict,
 6 commit outcome unknown, 130 interrupted. Without ``--json`` a result is printed as aligned text
 on stdout and an error as ONE line on stderr ("error: ..."; a bad argument gets argparse's usage

@@ -3,7 +3,7 @@ on stderr, and the outcome of a run: its exit code and, for errors, one line or 
 
 Kept apart from :mod:`lance_ops.cli` (argument parsing and the commands) so each stays small.
 
-Exit codes (docs/adr/0019-cli-outcomes.md): 0 ok; 1 the command failed (a lance_ops error, an
+Exit codes (docs/adr/0025-cli-outcomes.md): 0 ok; 1 the command failed (a lance_ops error, an
 unexpected error, or a result that reports failures: ``rebuild-stats`` with failed files);
 2 bad usage (arguments, filter syntax or semantics: nothing was read or changed); 3 not found
 (dataset, version, tag or input file); 4 ``verify`` found problems; 5 a commit conflict (another
