@@ -1,6 +1,7 @@
 """``lance-ops``: inspect and maintain Lance datasets from the command line.
 
     lance-ops inspect s3://bkt/events.lance -s region=eu-west-1
+    lance-ops inspect /data/events.lance/data/0a1b....lance       (one data file)
     lance-ops append /data/events.lance new.parquet
     lance-ops delete /data/events.lance "ts < TIMESTAMP '2024-01-01'" --dry-run
     lance-ops compact /data/events.lance --target-rows-per-fragment 1000000
@@ -12,14 +13,18 @@
     lance-ops verify /data/events.lance --all-versions --deep
 
 Every subcommand takes ``--storage-option KEY=VALUE`` (repeatable, pylance's option names),
-``--json`` (one JSON document on stdout, nothing else), ``--debug`` (tracebacks, debug logs) and
-``--no-progress``. Commands that rewrite or delete data take ``--dry-run``.
+``--json``, ``--debug`` (tracebacks, debug logs) and ``--no-progress``. Commands that rewrite or
+delete data take ``--dry-run``.
 
-Exit codes: 0 success; 2 a lance_ops error or bad usage ("error: ..." on stderr, one line; a bad
-argument gets argparse's usage line and "lance-ops <command>: error: argument ...");
-3 the dataset (or version/tag) does not exist; 4 ``verify`` found problems; 1 an unexpected error;
-130 interrupted. With ``--json`` every error is instead ONE JSON object on stderr,
-``{"error": {"type": ..., "message": ..., "exit_code": ...}}``; stdout then stays empty.
+Outcomes (docs/adr/0025-cli-outcomes.md): the exit code says which (:data:`EXIT_CODES`): 0 ok,
+1 the command failed, 2 bad usage, 3 not found, 4 ``verify`` found problems, 5 commit conflict,
+6 commit outcome unknown, 130 interrupted. Without ``--json`` a result is printed as aligned text
+on stdout and an error as ONE line on stderr ("error: ..."; a bad argument gets argparse's usage
+line and "lance-ops <command>: error: argument ..."). With ``--json`` every outcome, errors
+included, is ONE JSON object on stdout and nothing else is printed: ``{"ok": true, ...result}``,
+``{"ok": false, ...result}`` for a result that reports failures (exit 1 or 4), or
+``{"ok": false, "error": {"type": ..., "message": ..., "exit_code": ...}}``. (``--help`` and
+``--version`` print text; ``--debug`` shows tracebacks instead of error objects.)
 Progress bars go to stderr, only when it is a terminal and ``--json`` is not given.
 
 Input is checked before anything is read: numbers are bounded (row counts and fragment ids up to
@@ -40,7 +45,11 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 
 from lance_ops import errors as _errors
-from lance_ops.cli_output import Progress, format_indices, format_text, print_result, to_jsonable
+from lance_ops.cli_output import (
+    EXIT_CODES, EXIT_CONFLICT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_OK, EXIT_OUTCOME_UNKNOWN,
+    EXIT_USAGE, EXIT_VERIFY_PROBLEMS, Progress, exit_code_for, format_indices, format_text, one_line,
+    print_result, report_error, to_jsonable,
+)
 
 if TYPE_CHECKING:  # pyarrow and the table layer load only when a command needs them
     import pyarrow as pa
@@ -50,11 +59,10 @@ if TYPE_CHECKING:  # pyarrow and the table layer load only when a command needs 
 #: what a ``cmd_*`` function returns: a result printed as text or JSON, or already-formatted text
 CommandResult = dict[str, Any] | str
 
-EXIT_OK = 0
-EXIT_UNEXPECTED = 1
-EXIT_ERROR = 2
-EXIT_NOT_FOUND = 3
-EXIT_INTERRUPTED = 130
+#: the exit codes (defined in :mod:`lance_ops.cli_output`), re-exported for scripts and tests
+__all__ = ["EXIT_CODES", "EXIT_CONFLICT", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_NOT_FOUND", "EXIT_OK",
+           "EXIT_OUTCOME_UNKNOWN", "EXIT_USAGE", "EXIT_VERIFY_PROBLEMS", "UsageError", "build_parser", "main",
+           "parse_duration", "parse_storage_options"]
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 _UNITS = {
@@ -185,16 +193,24 @@ def _conform(reader: pa.RecordBatchReader, schema: pa.Schema | None, progress: C
 
 # --- commands -------------------------------------------------------------------------------------
 def cmd_inspect(args: argparse.Namespace) -> CommandResult:
-    """``inspect``: the dataset's health report plus statistics coverage, pending stages and indices.
+    """``inspect``: the dataset's health report plus statistics coverage, pending stages and indices;
+    on a data file (a ``.lance`` file, not a dataset directory) the file itself
+    (:func:`lance_ops.cli_file.inspect_file`: version, fields, columns, pages, rows).
 
     Each index (``lance_ops.table.indices.list_indices``) shows its name, kind, columns, segment
     uuids, coverage (indexed fragments and rows, unindexed rows) and index version; text output
     puts them last, one line each. With ``--versions`` every version's timestamp, rows and
     fragments are listed too.
     """
+    from lance_ops import cli_file
     from lance_ops.maintenance.health import dataset_health
     from lance_ops.maintenance.statistics import statistics_coverage
 
+    if cli_file.is_data_file(args.uri, args.storage_options):
+        if args.version is not None or args.versions:
+            raise UsageError(f"{args.uri} is a data file, not a dataset: --version and --versions do not apply")
+        info = cli_file.inspect_file(args.uri, args.storage_options)
+        return info if args.json else cli_file.format_file(info)
     ds = _open(args, args.version)
     health = dataset_health(ds, target_rows_per_fragment=args.target_rows_per_fragment,
                             materialize_deletions_threshold=args.deletion_threshold).to_dict()
@@ -378,7 +394,7 @@ def cmd_rebuild_stats(args: argparse.Namespace) -> dict[str, Any]:
     cov = statistics_coverage(ds)
     result["coverage"] = f"{cov['with_stats']}/{cov['data_files']}"
     if result["failed"]:
-        args.exit_code = EXIT_ERROR
+        args.exit_code = EXIT_FAILED
     if not args.json and not args.list_files:
         result["files"] = len(result["files"])
     return result
@@ -416,10 +432,6 @@ def cmd_cleanup(args: argparse.Namespace) -> dict[str, Any]:
     if isinstance(out, dict):
         out["dry_run"] = args.dry_run
     return out
-
-
-#: exit code of ``verify`` when it found problems
-EXIT_VERIFY_PROBLEMS = 4
 
 
 def cmd_verify(args: argparse.Namespace) -> CommandResult:
@@ -552,11 +564,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="lance-ops", parents=[common],
         description="Inspect and maintain Lance datasets (local paths or s3:// URIs).",
-        epilog="exit codes: 0 ok, 2 error or bad usage, 3 dataset not found, 4 verify found problems, "
-               "1 unexpected error. Errors go to stderr: one line, or with --json one JSON object "
-               '{"error": {"type", "message", "exit_code"}} (stdout stays empty).')
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit codes:\n" + "".join(f"  {code:<3}  {text}\n" for code, text in EXIT_CODES.items())
+               + "\nWith --json every outcome is ONE JSON object on stdout: the result with \"ok\": true, or\n"
+               '{"ok": false, "error": {"type", "message", "exit_code"}}. Without it errors are one line on stderr.')
     parser.add_argument("--version", action="version", version=f"lance-ops {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                help="what to do (lance-ops COMMAND --help for its options)")
 
     def add(name: str, func: Callable[[argparse.Namespace], CommandResult], help_text: str,
             dry_run: bool = False) -> argparse.ArgumentParser:
@@ -567,47 +581,55 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    p = add("inspect", cmd_inspect, "show versions, fragments, rows, deletions, statistics coverage and size")
+    p = add("inspect", cmd_inspect, "show versions, fragments, rows, deletions, statistics coverage and size; "
+            "given a .lance data file, its version, columns, pages and rows")
     p.add_argument("--version", dest="version", type=_version_arg, default=None, metavar="V",
                    help="version number or tag (default: latest)")
     p.add_argument("--target-rows-per-fragment", type=_rows, default=1024 * 1024,
                    help="fragments below this many rows count as small (default 1048576)")
     p.add_argument("--deletion-threshold", type=_ratio, default=0.1,
                    help="deleted ratio above which a fragment needs materialization (default 0.1)")
-    p.add_argument("--versions", action="store_true", help="also list every version")
+    p.add_argument("--versions", action="store_true", help="also list every version (datasets only)")
 
     p = add("keys", cmd_keys, "show the idempotency-key ledger (versions it covers, versions lost to it)")
     p.add_argument("--accept-lost", action="store_true",
                    help="forget lost version ranges (after checking no keyed step committed there will be re-run)")
     p = add("append", cmd_append, "append rows from a Parquet, CSV or Arrow IPC file")
     p.add_argument("file", help="input file")
-    p.add_argument("--format", choices=["auto", "parquet", "csv", "arrow"], default="auto")
+    p.add_argument("--format", choices=["auto", "parquet", "csv", "arrow"], default="auto",
+                   help="input format (default auto: from the file extension)")
     p.add_argument("--create", action="store_true", help="create the dataset if it does not exist")
     p.add_argument("--enable-stable-row-ids", action="store_true", help="with --create: use stable row ids")
-    p.add_argument("--max-rows-per-file", type=_rows, default=None)
+    p.add_argument("--max-rows-per-file", type=_rows, default=None, help="cap on rows per written data file")
     p.add_argument("--idempotency-key", default=None, help="a retry with the same key appends nothing")
 
     p = add("delete", cmd_delete, "delete the rows matching a SQL predicate", dry_run=True)
     p.add_argument("predicate", help="SQL predicate, e.g. \"id < 100 AND name IS NULL\"")
-    p.add_argument("--idempotency-key", default=None)
+    p.add_argument("--idempotency-key", default=None, help="a retry with the same key reports the first deletion instead of deleting again")
 
     p = add("compact", cmd_compact, "merge small fragments and materialize deletions", dry_run=True)
-    p.add_argument("--target-rows-per-fragment", type=_rows, default=None)
-    p.add_argument("--max-rows-per-file", type=_rows, default=None)
-    p.add_argument("--materialize-deletions-threshold", type=_ratio, default=None)
-    p.add_argument("--no-materialize-deletions", action="store_true")
-    p.add_argument("--max-source-fragments", type=_positive_int, default=None)
-    p.add_argument("--num-threads", type=_threads, default=None)
-    p.add_argument("--idempotency-key", default=None)
+    p.add_argument("--target-rows-per-fragment", type=_rows, default=None,
+                   help="merge fragments into fragments of about this many rows (default 1048576)")
+    p.add_argument("--max-rows-per-file", type=_rows, default=None,
+                   help="cap on rows per written data file (default: the target rows per fragment)")
+    p.add_argument("--materialize-deletions-threshold", type=_ratio, default=None,
+                   help="also rewrite fragments whose deleted ratio exceeds this fraction (default 0.1)")
+    p.add_argument("--no-materialize-deletions", action="store_true",
+                   help="leave deleted rows in place (only merge small fragments)")
+    p.add_argument("--max-source-fragments", type=_positive_int, default=None,
+                   help="rewrite at most this many fragments in this run (default: all)")
+    p.add_argument("--num-threads", type=_threads, default=None, help="rewrite tasks run side by side (default 1)")
+    p.add_argument("--idempotency-key", default=None, help="a retry with the same key commits nothing new and reports the first commit")
 
     p = add("materialize-deletions", cmd_materialize,
             "rewrite fragments whose deleted ratio exceeds a threshold", dry_run=True)
     p.add_argument("--threshold", type=_ratio, default=0.1,
                    help="deleted ratio from 0 to 1 (default 0.1; 0 = every deletion)")
-    p.add_argument("--max-rows-per-file", type=_rows, default=None)
-    p.add_argument("--max-source-fragments", type=_positive_int, default=None)
-    p.add_argument("--num-threads", type=_threads, default=None)
-    p.add_argument("--idempotency-key", default=None)
+    p.add_argument("--max-rows-per-file", type=_rows, default=None, help="cap on rows per written data file")
+    p.add_argument("--max-source-fragments", type=_positive_int, default=None,
+                   help="rewrite at most this many fragments in this run (default: all)")
+    p.add_argument("--num-threads", type=_threads, default=None, help="rewrite tasks run side by side (default 1)")
+    p.add_argument("--idempotency-key", default=None, help="a retry with the same key commits nothing new and reports the first commit")
 
     p = add("rebuild-stats", cmd_rebuild_stats, "write page statistics for data files that have none",
             dry_run=True)
@@ -618,7 +640,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("refresh-rowid-index", cmd_refresh_rowid_index,
             "build or update the persisted row-id index of the latest version")
-    p.add_argument("--idempotency-key", default=None)
+    p.add_argument("--idempotency-key", default=None, help="a retry with the same key commits nothing new and reports the first commit")
 
     p = add("cleanup", cmd_cleanup, "delete old versions and the files only they use", dry_run=True)
     p.add_argument("--older-than", type=_duration_arg, default=None, metavar="AGE",
@@ -641,20 +663,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-    return text or type(exc).__name__
-
-
-def _report(message: str, exit_code: int, as_json: bool, error_type: str) -> int:
-    """Print an error: one ``error: ...`` line, or with --json one JSON object (both on stderr)."""
-    if as_json:
-        sys.stderr.write(json.dumps({"error": {"type": error_type, "message": message, "exit_code": exit_code}}) + "\n")
-    else:
-        sys.stderr.write(f"error: {message}\n")
-    return exit_code
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -664,12 +672,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except _ArgumentError as exc:  # bad usage: argparse's message (with the usage line), or JSON
         if json_errors:
-            return _report(f"{exc.parser.prog}: {exc.message}", EXIT_ERROR, True, "UsageError")
+            return report_error(f"{exc.parser.prog}: {exc.message}", EXIT_USAGE, True, "UsageError")
         exc.parser.print_usage(sys.stderr)
         sys.stderr.write(f"{exc.parser.prog}: error: {exc.message}\n")
-        return EXIT_ERROR
+        return EXIT_USAGE
     except SystemExit as exc:  # --help, --version
-        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     for name, default in (("json", False), ("debug", False), ("no_progress", False), ("storage_option", None)):
         if not hasattr(args, name):
             setattr(args, name, default)
@@ -702,34 +710,32 @@ class _DebugLog:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Run the parsed command; errors become exit codes (and JSON with ``--json``)."""
-    from lance_ops.errors import DatasetNotFoundError, LanceOpsError
+    """Run the parsed command; every outcome becomes an exit code (:func:`exit_code_for`) and,
+    with ``--json``, one JSON object on stdout."""
+    from lance_ops.errors import LanceOpsError
 
     as_json = bool(args.json)
     try:
         args.storage_options = parse_storage_options(args.storage_option)
         result = args.func(args)
-        print_result(result, args.json)
-        return getattr(args, "exit_code", EXIT_OK)
-    except KeyboardInterrupt:
+        code = getattr(args, "exit_code", EXIT_OK)
+        print_result(result, as_json, exit_code=code)
+        return code
+    except KeyboardInterrupt as exc:
         if not as_json:
             sys.stderr.write("interrupted\n")
             return EXIT_INTERRUPTED
-        return _report("interrupted", EXIT_INTERRUPTED, as_json, "KeyboardInterrupt")
-    except DatasetNotFoundError as exc:
+        return report_error("interrupted", EXIT_INTERRUPTED, as_json, type(exc).__name__)
+    except (LanceOpsError, ValueError, KeyError, IndexError, OSError) as exc:
+        # lance_ops errors, and bad ids, indexes or arguments reported by the library or the OS
         if args.debug:
             raise
-        return _report(_one_line(exc), EXIT_NOT_FOUND, as_json, type(exc).__name__)
-    except (LanceOpsError, ValueError, KeyError, IndexError) as exc:
-        # KeyError/IndexError/ValueError: bad ids, indexes or arguments reported by the library
-        if args.debug:
-            raise
-        return _report(_one_line(exc), EXIT_ERROR, as_json, type(exc).__name__)
+        return report_error(one_line(exc), exit_code_for(exc), as_json, type(exc).__name__)
     except Exception as exc:  # noqa: BLE001 - the CLI promises no tracebacks without --debug
         if args.debug:
             raise
-        return _report(f"{type(exc).__name__}: {_one_line(exc)} (run with --debug for details)", EXIT_UNEXPECTED,
-                       as_json, type(exc).__name__)
+        return report_error(f"{type(exc).__name__}: {one_line(exc)} (run with --debug for details)", EXIT_FAILED,
+                            as_json, type(exc).__name__)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,10 +1,19 @@
-"""How ``lance-ops`` shows results: plain-JSON conversion, aligned text, a progress bar on stderr.
+"""How ``lance-ops`` shows results: plain-JSON conversion, aligned text and tables, a progress bar
+on stderr, and the outcome of a run: its exit code and, for errors, one line or one JSON object.
 
 Kept apart from :mod:`lance_ops.cli` (argument parsing and the commands) so each stays small.
+
+Exit codes (docs/adr/0025-cli-outcomes.md): 0 ok; 1 the command failed (a lance_ops error, an
+unexpected error, or a result that reports failures: ``rebuild-stats`` with failed files);
+2 bad usage (arguments, filter syntax or semantics: nothing was read or changed); 3 not found
+(dataset, version, tag or input file); 4 ``verify`` found problems; 5 a commit conflict (another
+writer won; the dataset is unchanged by this run); 6 commit outcome unknown (the store failed
+mid-commit: check the dataset's versions before retrying); 130 interrupted.
 """
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from datetime import date, datetime, timedelta
@@ -52,13 +61,19 @@ def format_value(value: Any) -> str:
 
 
 def format_text(data: dict[str, Any]) -> str:
-    """A plain-JSON dict as aligned ``key  value`` lines; lists of dicts as indented lines."""
+    """A plain-JSON dict as aligned ``key  value`` lines; a list is never squeezed onto one line:
+    a list of dicts becomes an aligned table under ``key:``, any other list one item per line."""
     lines = []
     width = max((len(k) for k in data), default=0)
     for key, value in data.items():
-        if isinstance(value, list) and value and isinstance(value[0], dict):
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            header = list(dict.fromkeys(k for item in value for k in item))
+            rows = [[format_value(item.get(k)).replace(", ", ",") for k in header] for item in value]
             lines.append(f"{key}:")
-            lines.extend("  " + format_value(item) for item in value)
+            lines.extend("  " + line for line in format_table(header, rows))
+        elif isinstance(value, list) and value:
+            lines.append(f"{key}:")
+            lines.extend(f"  {format_value(v)}" for v in value)
         else:
             lines.append(f"{key.ljust(width)}  {format_value(value)}")
     return "\n".join(lines)
@@ -78,12 +93,82 @@ def format_indices(indices: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def print_result(result: Any, as_json: bool, out: TextIO | None = None) -> None:
-    """Write a command's result to ``out`` (stdout): one JSON document, or aligned ``key  value`` lines."""
+def format_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """An aligned text table: the header line, then one line per row (columns two spaces apart)."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    return ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *rows]]
+
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_VERIFY_PROBLEMS = 4
+EXIT_CONFLICT = 5
+EXIT_OUTCOME_UNKNOWN = 6
+EXIT_INTERRUPTED = 130
+
+#: every exit code and what it says (the ``--help`` epilog and the README list these)
+EXIT_CODES = {
+    EXIT_OK: "ok", EXIT_FAILED: "the command failed", EXIT_USAGE: "bad usage (nothing was read or changed)",
+    EXIT_NOT_FOUND: "dataset, version, tag or input not found", EXIT_VERIFY_PROBLEMS: "verify found problems",
+    EXIT_CONFLICT: "commit conflict (another writer won; retry)",
+    EXIT_OUTCOME_UNKNOWN: "commit outcome unknown (check the versions before retrying)",
+    EXIT_INTERRUPTED: "interrupted",
+}
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit code that says what kind of failure ``exc`` is (see the module docstring)."""
+    from lance_ops import errors
+
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, (errors.DatasetNotFoundError, errors.InputNotFoundError)):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, (errors.UsageError, errors.InvalidArgumentError, errors.FilterError)):
+        return EXIT_USAGE
+    if isinstance(exc, errors.CommitConflictError):
+        return EXIT_CONFLICT
+    if isinstance(exc, errors.CommitOutcomeUnknownError):
+        return EXIT_OUTCOME_UNKNOWN
+    return EXIT_FAILED
+
+
+_CARET = re.compile(r"^\s*\^+\s*$")
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line: a filter error's caret drawing (the text and a line of ``^``
+    under it) is left out, since its first line already names the position and the token."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    if len(lines) >= 3 and _CARET.match(lines[-1]):
+        lines = lines[:-2]
+    return " ".join(line.strip() for line in lines) or type(exc).__name__
+
+
+def report_error(message: str, exit_code: int, as_json: bool, error_type: str, out: TextIO | None = None,
+                 err: TextIO | None = None) -> int:
+    """Show an error and return ``exit_code``: with ``--json`` ONE JSON object on stdout,
+    ``{"ok": false, "error": {"type", "message", "exit_code"}}``; else one ``error: ...`` line on
+    stderr."""
+    if as_json:
+        doc = {"ok": False, "error": {"type": error_type, "message": message, "exit_code": exit_code}}
+        (out or sys.stdout).write(json.dumps(doc, indent=2) + "\n")
+    else:
+        (err or sys.stderr).write(f"error: {message}\n")
+    return exit_code
+
+
+def print_result(result: Any, as_json: bool, out: TextIO | None = None, exit_code: int = EXIT_OK) -> None:
+    """Write a command's result to ``out`` (stdout): one JSON object whose ``ok`` says whether the
+    run succeeded (``exit_code`` 0), or aligned ``key  value`` lines (a text result as it is)."""
     out = out or sys.stdout
     data = to_jsonable(result)
     if as_json:
-        out.write(json.dumps(data, indent=2) + "\n")
+        doc = {"ok": exit_code == EXIT_OK, **data} if isinstance(data, dict) else {"ok": exit_code == EXIT_OK,
+                                                                                 "result": data}
+        out.write(json.dumps(doc, indent=2) + "\n")
         return
     if isinstance(data, dict):
         text = format_text(data)

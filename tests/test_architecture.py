@@ -23,7 +23,7 @@ FLOORS = {
     "format": 2,
     "table": 3,
     "maintenance": 4,
-    "spark": 5, "cli": 5, "cli_output": 5, "demo": 5,
+    "spark": 5, "cli": 5, "cli_output": 5, "cli_file": 5, "demo": 5,
     "api": 9,  # the package face (ADR 0003): composes maintenance verbs onto the core dataset
     "file": 9,  # the public face mirroring pylance's ``lance.file`` (ADR 0002): re-exports lance_ops.format
     "optimize": 9,  # the public face mirroring pylance's ``lance.optimize`` (ADR 0015)

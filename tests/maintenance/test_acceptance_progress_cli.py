@@ -134,12 +134,12 @@ def test_cli_errors_exit_non_zero_with_one_line(capsys, tmp_path, small, monkeyp
     lance.dataset(idx).delete("id < 5")  # the deletion threshold asks to rewrite an indexed fragment
     code = cli.main(["compact", idx])
     err = capsys.readouterr().err
-    assert code == cli.EXIT_ERROR and "indices" in err and err.count("\n") == 1
+    assert code == cli.EXIT_FAILED and "indices" in err and err.count("\n") == 1
     # a tagged old version blocks cleanup (pylance's rule) with a clear message
     lance_ops.dataset(small).delete("id = 1")
     lance_ops.dataset(small).tags.create("keep", 1)
     code = cli.main(["cleanup", small, "--older-than", "0"])
     err = capsys.readouterr().err
-    assert code == cli.EXIT_ERROR and "keep" in err
+    assert code == cli.EXIT_FAILED and "keep" in err
     assert cli.main(["cleanup", small, "--older-than", "0", "--retain-versions", "0"]) == 2
     capsys.readouterr()

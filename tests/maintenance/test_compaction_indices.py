@@ -220,7 +220,7 @@ def test_rewrite_of_indexed_fragment_refused_writes_nothing(tmp_path, capsys, mo
     assert [(s["fragment_ids"], s["index_action"]) for s in dry["plan"]] == [
         ([0], "remap (not supported yet)"), ([2, 3], "none")]
     assert "fragment(s) [0]" in dry["refusal"]
-    assert cli.main(["compact", uri, "--target-rows-per-fragment", str(INDEXED_ROWS)]) == cli.EXIT_ERROR
+    assert cli.main(["compact", uri, "--target-rows-per-fragment", str(INDEXED_ROWS)]) == cli.EXIT_FAILED
     err = capsys.readouterr().err
     assert "id_idx (BTREE)" in err and "remap" in err and err.count("\n") == 1
     assert all_files(uri) == files and lance.dataset(uri).version == version

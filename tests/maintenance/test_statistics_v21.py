@@ -322,7 +322,7 @@ def test_a_file_that_cannot_be_read_fails_the_rebuild(default_dataset, tmp_path,
         f.write(b"\0" * size)
     code, out, _ = run_cli(capsys, "rebuild-stats", uri, "--json")
     res = json.loads(out)
-    assert code == 2
+    assert code == 1 and res["ok"] is False  # the command failed (lance_ops.cli_output.EXIT_FAILED)
     assert (res["status"], res["written"], res["failed"], res["unsupported"], res["coverage"]) == (
         "failed", 4, 1, 0, "4/5")
     (failure,) = res["failures"]
@@ -331,7 +331,7 @@ def test_a_file_that_cannot_be_read_fails_the_rebuild(default_dataset, tmp_path,
     assert failure["retryable"] is False
     # text output says so too, and the files that could be read keep their statistics
     code, out, _ = run_cli(capsys, "rebuild-stats", uri)
-    assert code == 2 and "status" in out and "failed" in out and bad in out
+    assert code == 1 and "status" in out and "failed" in out and bad in out
     assert S.statistics_coverage(lance_ops.dataset(uri)) == {"data_files": 5, "with_stats": 4}
 
 
@@ -340,7 +340,7 @@ def test_an_unsupported_file_version_fails_the_rebuild(tmp_path, capsys):
     lance.write_dataset(pa.table({"id": list(range(10))}), uri, data_storage_version="2.3")
     code, out, _ = run_cli(capsys, "rebuild-stats", uri, "--json")
     res = json.loads(out)
-    assert code == 2 and res["status"] == "failed" and (res["failed"], res["unsupported"]) == (1, 1)
+    assert code == 1 and res["status"] == "failed" and (res["failed"], res["unsupported"]) == (1, 1)
     assert res["failures"][0]["error"].startswith("UnsupportedError") and "2.3" in res["failures"][0]["error"]
     assert "could not be written" in S.failure_summary(res)
 

@@ -144,8 +144,8 @@ def test_cli_delete_key_rerun(tmp_path, capsys):
     cleanup(uri)
     assert cli.main(["delete", uri, "id < 5", "--idempotency-key", "d", "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
-    assert first == {"num_deleted_rows": 5, "version": 2}
-    assert again == {"num_deleted_rows": 5, "version": 2, "already_committed": True}
+    assert first == {"ok": True, "num_deleted_rows": 5, "version": 2}
+    assert again == {"ok": True, "num_deleted_rows": 5, "version": 2, "already_committed": True}
     assert ids(uri) == [0, 1, 2] + list(range(5, 50))
 
 

@@ -217,7 +217,7 @@ def test_append_with_a_mismatched_schema(two_versions, data, message):
 
 # --- bad predicates ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("predicate, message", [
-    ("a >", "Syntax error in filter at line 1, column 4: expected an expression after >, found end of input"),
+    ("a >", "Syntax error in filter 'a >' at position 4: expected a value after '>', found end of input"),
     ("a = 1 AND", "Syntax error in filter"),
     ("zz = 1", "unknown column 'zz'; available columns: a, b"),
     ("b + 1 = 2", "cannot evaluate b \\+ 1"),

@@ -257,17 +257,16 @@ def test_syntax_error_shows_caret():
     with pytest.raises(FilterError) as e:
         compile_filter("id > 5 foo", schema)
     msg = str(e.value)
-    assert "line 1, column 8" in msg
-    assert "    id > 5 foo\n           ^^^" in msg
+    assert msg == "Syntax error in filter 'id > 5 foo' at position 8: unexpected 'foo'\n    id > 5 foo\n           ^^^"
     # like pylance: what was expected and what was found; the caret points past the last token
-    with pytest.raises(FilterError, match=r"(?s)column 11: expected an expression after AND, found end of input"
+    with pytest.raises(FilterError, match=r"(?s)position 11: expected a value after 'AND', found end of input"
                                           r"\n    id > 5 AND\n {14}\^$"):
         compile_filter("id > 5 AND", schema)
-    with pytest.raises(FilterError, match=r"column 6: expected an expression after =, found '='\n    id = = 1\n {9}\^$"):
+    with pytest.raises(FilterError, match=r"position 6: expected a value after '=', found '='\n    id = = 1\n {9}\^$"):
         compile_filter("id = = 1", schema)
     with pytest.raises(FilterError, match=r"(?s)unterminated string literal.*\n    id = 'abc\n         \^"):
         compile_filter("id = 'abc", schema)
-    with pytest.raises(FilterError, match=r"(?s)line 2.*\n    OR id <\n"):
+    with pytest.raises(FilterError, match=r"(?s)position 15 \(line 2, column 8\).*\n    OR id <\n"):
         compile_filter("id = 1\nOR id <", schema)
     for bad in ["", "   ", "id IN (1,", "id = 1; DROP TABLE t", "id > > 1", "id = 0x"]:
         with pytest.raises(FilterError):
@@ -297,8 +296,8 @@ def test_unknown_column_lists_available(data):
 @pytest.mark.parametrize("sql,fragment", [
     ("id IN (SELECT 1)", "IN (subquery)"),
     ("array_has(lst, id)", "non-constant values"),
-    ("lst[1] = 2", "BRACKET"),
-    ("CASE WHEN b THEN 1 END = 1", "CASE"),
+    ("lst[1] = 2", "lst[1]"),
+    ("CASE WHEN b THEN 1 END = 1", "CASE WHEN b THEN 1 END"),
     ("foo(id) = 1", "FOO(id)"),
     ("s LIKE s", "non-literal pattern"),
     ("f IS NAN", "IS NAN"),

@@ -75,7 +75,7 @@ def test_computed_projection_that_pylance_refuses_is_computed(both):
 
 @pytest.mark.parametrize("columns, message", [
     ({"a": "nope * 2"}, r"unknown column 'nope'; available columns: a, b, s"),
-    ({"a": "b *"}, r"Syntax error in expression at line 1, column 4: expected an expression after \*, "
+    ({"a": "b *"}, r"Syntax error in expression 'b \*' at position 4: expected a value after '\*', "
                    r"found end of input"),
 ])
 def test_bad_computed_projection_is_refused_like_pylance(both, columns, message):
@@ -218,10 +218,10 @@ def test_error_table_is_generated_from_the_code():
 
 # --- predicate error texts -------------------------------------------------------------------------
 @pytest.mark.parametrize("predicate, expected", [
-    ("a = = 1", "column 5: expected an expression after =, found '='\n    a = = 1\n        ^"),
-    ("a >", "column 4: expected an expression after >, found end of input\n    a >\n       ^"),
-    ("(a > 1", "column 7: expected ')', found end of input"),
-    ("a > 1 OR OR b < 2", "column 10: expected an expression after OR, found 'OR'"),
+    ("a = = 1", "position 5: expected a value after '=', found '='\n    a = = 1\n        ^"),
+    ("a >", "position 4: expected a value after '>', found end of input\n    a >\n       ^"),
+    ("(a > 1", "position 7: expected ')', found end of input"),
+    ("a > 1 OR OR b < 2", "position 10: expected a value after 'OR', found 'OR'"),
     ("a > 'x", "unterminated string literal"),
 ])
 def test_predicate_errors_say_what_was_expected_and_where(both, predicate, expected):

@@ -177,8 +177,10 @@ class SqlCompiler(SqlFunctions):
         return located_error(self.sql, node, message)
 
     def _unsupported(self, node: exp.Expression, what: str | None = None) -> FilterError:
-        what = what or node.key.upper()
-        return self._fail(node, f"unsupported SQL construct {what}: {node.sql(dialect=LanceSQL)}")
+        text = node.sql(dialect=LanceSQL)
+        if what is None:  # name the user's SQL, never the parser's class for it
+            return self._fail(node, f"unsupported SQL construct: {text}")
+        return self._fail(node, f"unsupported SQL construct {what}: {text}")
 
     def visit(self, node: exp.Expression) -> Value:
         """Translate one syntax node (and its children) into a :class:`Value`."""

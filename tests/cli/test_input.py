@@ -1,6 +1,6 @@
 """CLI input is checked (issue 16, acceptance item 10): bounded numbers, fractions in [0, 1],
 existing fragments, known storage options (with a suggestion), no echoed secrets, and errors as
-JSON on stderr with --json. Every refusal exits 2 and changes nothing."""
+one JSON object on stdout with --json. Every refusal exits 2 and changes nothing."""
 from __future__ import annotations
 
 import json
@@ -107,7 +107,7 @@ def test_missing_fragment_is_an_error(capsys, ds_uri):
     assert err == f"error: no fragment 99 in {ds_uri} (version 2; its fragments: 0, 1, 2)\n"
     code, out, err = run(capsys, "rebuild-stats", ds_uri, "--fragment", "1", "--json")
     res = json.loads(out)
-    assert code == 0 and res["written"] + res["already_present"] == 1  # only that fragment's file
+    assert code == 0 and res["ok"] is True and res["written"] + res["already_present"] == 1  # only that fragment's file
 
 
 def test_unknown_storage_options_are_refused_with_a_suggestion(capsys, ds_uri):
@@ -131,9 +131,10 @@ def test_malformed_storage_option_never_echoes_the_value(capsys, ds_uri):
                  ["inspect", ds_uri, "--storage-option", f"aws_secret_access_key{secret}", "--json"],
                  ["inspect", ds_uri, "-s", f"=aws_secret_access_key{secret}"]):
         code, out, err = run(capsys, *argv)
-        assert code == 2 and out == ""
-        assert "wJalr" not in err and "EXAMPLEKEY" not in err and "secret_access_key" not in err
-        assert "expects KEY=VALUE" in err
+        assert code == 2 and (out if "--json" in argv else err) and not (err if "--json" in argv else out)
+        shown = out + err  # with --json the error object is on stdout
+        assert "wJalr" not in shown and "EXAMPLEKEY" not in shown and "secret_access_key" not in shown
+        assert "expects KEY=VALUE" in shown
     # a key that does not look like an option name (a secret pasted as the key) is not echoed at all,
     # and a known name with text glued to it shows only the name
     line = refused(capsys, "inspect", ds_uri, "-s", f"{secret}=x")
@@ -142,23 +143,24 @@ def test_malformed_storage_option_never_echoes_the_value(capsys, ds_uri):
     assert "wJalr" not in line and "unknown storage option 'aws_session_token<...>'" in line
 
 
-def test_json_errors_are_one_object_on_stderr(capsys, ds_uri, tmp_path):
+def test_json_errors_are_one_object_on_stdout(capsys, ds_uri, tmp_path):
     code, out, err = run(capsys, "materialize-deletions", ds_uri, "--threshold", "2", "--json")
-    assert code == 2 and out == ""
-    assert json.loads(err) == {"error": {
+    assert code == 2 and err == ""
+    assert json.loads(out) == {"ok": False, "error": {
         "type": "UsageError", "exit_code": 2,
         "message": "lance-ops materialize-deletions: argument --threshold: expected a fraction from 0 to 1 "
                    "(a ratio of rows), got '2'"}}
     code, out, err = run(capsys, "inspect", str(tmp_path / "missing"), "--json")
-    assert code == 3 and out == ""
-    doc = json.loads(err)
-    assert doc["error"]["type"] == "DatasetNotFoundError" and doc["error"]["exit_code"] == 3
+    assert code == 3 and err == ""
+    doc = json.loads(out)
+    assert doc["ok"] is False and doc["error"]["type"] == "DatasetNotFoundError" and doc["error"]["exit_code"] == 3
     code, out, err = run(capsys, "rebuild-stats", ds_uri, "--fragment", "7", "--json")
-    assert code == 2 and out == ""
-    assert json.loads(err)["error"] == {"type": "UsageError", "exit_code": 2,
-                                        "message": f"no fragment 7 in {ds_uri} (version 2; its fragments: 0, 1, 2)"}
+    assert code == 2 and err == ""
+    assert json.loads(out) == {"ok": False, "error": {
+        "type": "UsageError", "exit_code": 2,
+        "message": f"no fragment 7 in {ds_uri} (version 2; its fragments: 0, 1, 2)"}}
     code, out, err = run(capsys, "--help")
-    assert code == 0 and "one JSON object" in out
+    assert code == 0 and "ONE JSON object on stdout" in out
 
 
 def test_api_ignores_unknown_storage_options_like_pylance(ds_uri, caplog):
