@@ -76,7 +76,7 @@ def write_bitmap_file(store: ObjectStore, base: str, uuid: str, keys: pa.Array |
                      schema=pa.schema([schema.field("keys"), schema.field("bitmaps")]))
     table = table.filter(pa.array([len(s.addresses) > 0 or len(s.whole_fragments) > 0 for s in sets],
                                   type=pa.bool_()))
-    table = table.take(pc.sort_indices(table.column("keys"), null_placement="at_start"))
+    table = table.take(pc.array_sort_indices(table.column("keys").combine_chunks(), null_placement="at_start"))
     out = {k: v for k, v in metadata.items() if k != LIST_NULLS_KEY}
     out[STATS_KEY] = json.dumps({"num_bitmaps": table.num_rows}, separators=(",", ":"))
     return codecs.write_index_file(store, base, uuid, LOOKUP_FILE, table, version=version, metadata=out,

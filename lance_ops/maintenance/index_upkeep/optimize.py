@@ -6,7 +6,7 @@ pylance 14.0.2's semantics (index-facts.md §4, docs/adr/0019-index-upkeep.md):
 * ``num_indices_to_merge=0`` writes a delta segment over them (same name, new uuid,
   ``dataset_version`` = the read version; the old segments stay);
 * ``num_indices_to_merge=N`` folds the newest ``N`` segments (manifest order) and the new data into
-  one segment that keeps the newest folded segment's ``dataset_version``; the default (None) is 1
+  one segment that keeps the oldest folded segment's ``dataset_version``; the default (None) is 1
   for scalar kinds and "all segments" for vector kinds;
 * nothing to do for an index (no unindexed fragment and at most one segment to fold) skips it;
   nothing to do at all commits nothing;
@@ -153,7 +153,7 @@ def _new_metadata(ds: Any, plan: _Planned, new_uuid: str, outcome: UpkeepOutcome
     if outcome.dataset_version is not None:
         meta.dataset_version = int(outcome.dataset_version)
     elif plan.merged:
-        meta.dataset_version = int(plan.merged[-1].dataset_version)
+        meta.dataset_version = int(plan.merged[0].dataset_version)  # the oldest folded (pylance)
     else:
         meta.dataset_version = int(ds.version)
     from pyroaring import BitMap

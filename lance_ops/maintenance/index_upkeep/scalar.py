@@ -8,7 +8,9 @@ unindexed fragments, as pylance 14.0.2's ``optimize_indices`` does (index-facts.
   store row ids, keep only the row ids still live in the old segments' fragments (``RowIds``);
   BTREE stores row addresses there too (index_version 1) and is filtered by fragment;
 * the new fragments are scanned with their deletion vectors applied: deleted rows never enter;
-* the new segment's fragment bitmap is the old segments' live fragments plus the new ones.
+* the new segment's fragment bitmap is the old segments' live fragments plus the new ones;
+* LABEL_LIST folding more than one segment is rebuilt from the live rows of all its fragments, its
+  ``dataset_version`` the read version (what pylance 14.0.2 was seen to do).
 
 The files are written with the shared writers of :mod:`lance_ops.maintenance.index_remap`
 (``btree.write_file`` / ``btree.page_lookup``, ``bitmap.write_bitmap_file``) and take the schemas
@@ -47,9 +49,11 @@ def _column(request: UpkeepRequest) -> str:
     return field_paths(request.dataset.manifest)[fields[0]]
 
 
-def _new_rows(request: UpkeepRequest, column: str, row_ids: bool) -> tuple[pa.ChunkedArray, np.ndarray]:
-    """The indexed column and the row ids (or addresses) of the live rows of the new fragments."""
-    ids = [int(f.id) for f in request.new_fragments]
+def _new_rows(request: UpkeepRequest, column: str, row_ids: bool,
+              also: set[int] | None = None) -> tuple[pa.ChunkedArray, np.ndarray]:
+    """The indexed column and the row ids (or addresses) of the live rows of the new fragments
+    (and of the fragments ``also``)."""
+    ids = sorted({int(f.id) for f in request.new_fragments} | (also or set()))
     if not ids:
         return pa.chunked_array([], type=request.dataset.schema.field(column).type), np.zeros(0, np.uint64)
     table = request.dataset.to_table(columns=[column], with_row_id=row_ids, with_row_address=not row_ids,
@@ -170,11 +174,14 @@ def update_bitmap(request: UpkeepRequest) -> UpkeepOutcome:
     key_type = template.table.schema.field("keys").type
     label_list = request.kind == "LABEL_LIST"
     effective = effective_fragments(request)
-    live_ids = _live_row_ids(request, effective) if stable else None
+    # LABEL_LIST folding several segments: pylance 14.0.2 rebuilds it from the live rows (and the
+    # segment gets the read version as its dataset_version)
+    rebuild = label_list and len(request.merged) > 1
+    live_ids = _live_row_ids(request, effective) if stable and not rebuild else None
     keys: list[pa.Array] = []
     addresses: list[np.ndarray] = []
     nulls: list[np.ndarray] = []
-    for seg in request.merged:
+    for seg in ([] if rebuild else request.merged):
         old = codecs.read_index_file(store, request.base, segment_uuid(seg), bitmap_files.LOOKUP_FILE)
         old_keys = old.table.column("keys").combine_chunks().cast(key_type)
         for position, raw in enumerate(old.table.column("bitmaps").to_pylist()):
@@ -186,7 +193,7 @@ def update_bitmap(request: UpkeepRequest) -> UpkeepOutcome:
         buffer = old.buffer_for(bitmap_files.LIST_NULLS_KEY)
         if buffer is not None:
             nulls.append(_keep_old(request, codecs.decode_row_addr_treemap(buffer), effective, live_ids))
-    column, new_ids = _new_rows(request, _column(request), row_ids=stable)
+    column, new_ids = _new_rows(request, _column(request), row_ids=stable, also=effective if rebuild else None)
     column = column.combine_chunks() if len(column) else pa.array([], column.type)
     if label_list:
         nulls.append(new_ids[np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)])
@@ -206,4 +213,5 @@ def update_bitmap(request: UpkeepRequest) -> UpkeepOutcome:
     written = bitmap_files.write_bitmap_file(store, request.base, request.new_uuid, distinct, sets,
                                              template.table.schema, template.metadata, version, null_set,
                                              codecs.storage_options_of(ds))
-    return UpkeepOutcome(files=[written], fragment_ids=_outcome_fragments(request, effective))
+    return UpkeepOutcome(files=[written], fragment_ids=_outcome_fragments(request, effective),
+                         dataset_version=int(ds.version) if rebuild else None)
