@@ -272,3 +272,27 @@ def test_concurrent_compaction_fails_cleanly(tmp_path: Path) -> None:
     assert ds.stats.index_stats("cat_idx")["num_unindexed_rows"] == 0
     want = sorted(ds.to_table(filter="cat = 'c1'", columns=["id"], use_scalar_index=False).column("id").to_pylist())
     assert sorted(ds.to_table(filter="cat = 'c1'", columns=["id"]).column("id").to_pylist()) == want
+
+
+def test_cli_optimize_indices_and_inspect_coverage(tmp_path: Path, capsys) -> None:
+    import json
+
+    from lance_ops import cli
+
+    path = str(tmp_path / "ds")
+    _build(path, stable=False, version="2.1")
+
+    def run(*argv: str) -> dict:
+        assert cli.main(["--json", *argv]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    unindexed = {i["name"]: i["unindexed_rows"] for i in run("inspect", path)["indices"]}
+    assert unindexed == {n: 950 for n in NAMES}  # frag 2 (450 live rows) and frag 3 (500)
+    dry = run("optimize-indices", path, "--dry-run", "--index", "cat_idx")
+    assert dry["dry_run"] and not dry["committed"] and dry["indices"][0]["unindexed_fragments"] == [2, 3]
+    assert LanceDataset(path).version == 7
+    res = run("optimize-indices", path, "--num-indices-to-merge", "0")
+    assert res["committed"] and res["version"] == 8 and {i["name"] for i in res["indices"]} == set(NAMES)
+    assert {i["name"]: i["unindexed_rows"] for i in run("inspect", path)["indices"]} == {n: 0 for n in NAMES}
+    again = run("optimize-indices", path)
+    assert not again["committed"] and LanceDataset(path).version == 8
