@@ -63,9 +63,12 @@ def _new_rows(request: UpkeepRequest, column: str, row_ids: bool,
 
 
 def _in_fragments(addresses: np.ndarray, fragments: set[int]) -> np.ndarray:
-    """Mask of the addresses whose fragment is in ``fragments``."""
-    wanted = np.fromiter(sorted(fragments), dtype=np.uint64, count=len(fragments))
-    return np.isin(addresses >> _SHIFT, wanted)
+    """Mask of the addresses whose fragment is in ``fragments`` (a lookup table indexed by fragment id)."""
+    frags = (addresses >> _SHIFT).astype(np.int64)
+    size = int(max(fragments | {0})) + 1
+    table = np.zeros(max(size, int(frags.max()) + 1 if len(frags) else 0), dtype=bool)
+    table[sorted(fragments)] = True
+    return table[frags]
 
 
 def _outcome_fragments(request: UpkeepRequest, effective: set[int]) -> list[int]:
@@ -102,9 +105,12 @@ def update_btree(request: UpkeepRequest) -> UpkeepOutcome:
     for seg in request.merged:
         table, _, _ = btree_files.read_file(store, _segment_dir(request, seg), btree_files.DATA_FILE)
         seg_ids = table.column("ids").to_numpy().astype(np.uint64, copy=False)
-        keep = _in_fragments(seg_ids, effective)
-        values.append(table.column("values").combine_chunks().filter(pa.array(keep)).cast(value_type))
-        ids.append(seg_ids[keep])
+        seg_values = table.column("values").combine_chunks().cast(value_type)
+        if not set(fragment_ids(seg)) <= effective:  # rows of removed fragments leave
+            keep = _in_fragments(seg_ids, effective)
+            seg_values, seg_ids = seg_values.filter(pa.array(keep)), seg_ids[keep]
+        values.append(seg_values)
+        ids.append(seg_ids)
     new_values, new_ids = _new_rows(request, _column(request), row_ids=False)
     values.append(new_values.combine_chunks().cast(value_type) if len(new_values) else pa.array([], value_type))
     ids.append(new_ids)
@@ -134,16 +140,24 @@ def _live_row_ids(request: UpkeepRequest, fragments: set[int]) -> np.ndarray:
 
 
 def _keep_old(request: UpkeepRequest, rows: codecs.RowAddrSet, effective: set[int],
-              live_ids: np.ndarray | None) -> np.ndarray:
-    """The old entries of one set that stay (see the module docstring); whole-fragment entries of
-    live fragments become that fragment's addresses."""
+              live_ids: np.ndarray | None, segment_fragments: set[int]) -> np.ndarray:
+    """The old entries of one (sorted) set that stay (see the module docstring); whole-fragment
+    entries of live fragments become that fragment's addresses."""
     addresses = rows.addresses
     if live_ids is not None:
         if len(rows.whole_fragments):
             raise UnsupportedError(f"{request.dataset.uri}: index {request.index_name!r} holds whole-fragment "
                                    "entries on a stable-row-id dataset; nothing was written")
-        return addresses[np.isin(addresses, live_ids, assume_unique=True)]
-    kept = addresses[_in_fragments(addresses, effective)] if len(addresses) else addresses
+        if not len(addresses) or not len(live_ids):
+            return addresses[:0]
+        at = np.minimum(np.searchsorted(live_ids, addresses), len(live_ids) - 1)
+        return addresses[live_ids[at] == addresses]
+    if segment_fragments <= effective or not len(addresses):
+        kept = addresses  # no fragment of the segment was removed: every row stays
+    else:
+        kept = addresses[_in_fragments(addresses, effective)]
+    if not len(rows.whole_fragments):
+        return kept
     physical = {int(f.id): int(f.physical_rows) for f in request.dataset.manifest.fragments}
     whole = [(np.uint64(int(f)) << _SHIFT) + np.arange(physical[int(f)], dtype=np.uint64)
              for f in rows.whole_fragments if int(f) in effective]
@@ -151,16 +165,26 @@ def _keep_old(request: UpkeepRequest, rows: codecs.RowAddrSet, effective: set[in
 
 
 def _group(keys: pa.Array, addresses: np.ndarray) -> tuple[pa.Array, list[codecs.RowAddrSet]]:
-    """Distinct keys and, per key, the sorted unique addresses paired with it."""
+    """Distinct keys and, per key, the sorted unique addresses paired with it.
+
+    The inputs come as runs already sorted by address (each old key's set, then the new rows in
+    scan order): a stable sort by key keeps them, and the full (key, address) sort runs only when
+    some key's addresses are still out of order."""
     encoded = pc.dictionary_encode(keys, null_encoding="encode")
-    index = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    order = np.lexsort((addresses, index))
+    dictionary = encoded.dictionary
+    index = encoded.indices.to_numpy(zero_copy_only=False)
+    index = index.astype(np.uint16 if len(dictionary) < 1 << 16 else np.int64, copy=False)
+    order = np.argsort(index, kind="stable")
     index, addresses = index[order], addresses[order]
     if len(index):
+        same = index[1:] == index[:-1]
+        if np.any(same & (addresses[1:] < addresses[:-1])):
+            order = np.lexsort((addresses, index))
+            index, addresses = index[order], addresses[order]
+            same = index[1:] == index[:-1]
         fresh = np.ones(len(index), dtype=bool)
-        fresh[1:] = (index[1:] != index[:-1]) | (addresses[1:] != addresses[:-1])
+        fresh[1:] = ~same | (addresses[1:] != addresses[:-1])
         index, addresses = index[fresh], addresses[fresh]
-    dictionary = encoded.dictionary
     bounds = np.searchsorted(index, np.arange(len(dictionary) + 1))
     sets = [codecs.RowAddrSet(addresses[bounds[i]:bounds[i + 1]]) for i in range(len(dictionary))]
     return dictionary, sets
@@ -184,15 +208,15 @@ def update_bitmap(request: UpkeepRequest) -> UpkeepOutcome:
     for seg in ([] if rebuild else request.merged):
         old = codecs.read_index_file(store, request.base, segment_uuid(seg), bitmap_files.LOOKUP_FILE)
         old_keys = old.table.column("keys").combine_chunks().cast(key_type)
-        for position, raw in enumerate(old.table.column("bitmaps").to_pylist()):
-            if raw is None:
-                continue
-            kept = _keep_old(request, codecs.decode_row_addr_treemap(raw), effective, live_ids)
-            keys.append(old_keys.take(pa.array(np.full(len(kept), position, np.int64))))
-            addresses.append(kept)
+        seg_frags = set(fragment_ids(seg))
+        kept = [_keep_old(request, codecs.decode_row_addr_treemap(raw), effective, live_ids, seg_frags)
+                if raw is not None else codecs.EMPTY for raw in old.table.column("bitmaps").to_pylist()]
+        positions = np.repeat(np.arange(len(kept), dtype=np.int64), [len(k) for k in kept])
+        keys.append(old_keys.take(pa.array(positions)))
+        addresses.extend(kept)
         buffer = old.buffer_for(bitmap_files.LIST_NULLS_KEY)
         if buffer is not None:
-            nulls.append(_keep_old(request, codecs.decode_row_addr_treemap(buffer), effective, live_ids))
+            nulls.append(_keep_old(request, codecs.decode_row_addr_treemap(buffer), effective, live_ids, seg_frags))
     column, new_ids = _new_rows(request, _column(request), row_ids=stable, also=effective if rebuild else None)
     column = column.combine_chunks() if len(column) else pa.array([], column.type)
     if label_list:
