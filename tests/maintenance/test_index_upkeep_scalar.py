@@ -296,3 +296,41 @@ def test_cli_optimize_indices_and_inspect_coverage(tmp_path: Path, capsys) -> No
     assert {i["name"]: i["unindexed_rows"] for i in run("inspect", path)["indices"]} == {n: 0 for n in NAMES}
     again = run("optimize-indices", path)
     assert not again["committed"] and LanceDataset(path).version == 8
+
+
+@pytest.mark.parametrize("error,kept", [("unknown", True), ("conflict", False)])
+def test_failed_commit_removes_segments_unknown_outcome_keeps_them(tmp_path: Path, monkeypatch, error: str,
+                                                                   kept: bool) -> None:
+    from lance_ops.errors import CommitConflictError, CommitOutcomeUnknownError
+    from lance_ops.maintenance.index_upkeep import optimize as upkeep
+
+    path = str(tmp_path / "ds")
+    _build(path, stable=False, version="2.1")
+    before = _index_dirs(path)
+    exc = CommitOutcomeUnknownError("may have landed") if error == "unknown" else CommitConflictError("lost")
+
+    def failing(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(upkeep, "commit_transaction", failing)
+    with pytest.raises(type(exc)):
+        optimize_indices(LanceDataset(path))
+    new = _index_dirs(path) - before
+    assert len(new) == (3 if kept else 0)
+    assert LanceDataset(path).version == 7
+
+
+def test_create_index_conflicts_with_create_index_on_the_same_name() -> None:
+    from lance_ops._proto import table_pb2, transaction_pb2
+    from lance_ops.table.commit import conflicts
+
+    def txn(*names: str) -> transaction_pb2.Transaction:
+        t = transaction_pb2.Transaction(read_version=1)
+        t.create_index.new_indices.extend(table_pb2.IndexMetadata(name=n) for n in names)
+        return t
+
+    assert conflicts.check(txn("a", "b"), txn("b")).verdict == conflicts.Verdict.RETRYABLE
+    assert conflicts.check(txn("a"), txn("b")).verdict == conflicts.Verdict.OK
+    append = transaction_pb2.Transaction(read_version=1)
+    append.append.SetInParent()
+    assert conflicts.check(txn("a"), append).verdict == conflicts.Verdict.OK
