@@ -1,6 +1,6 @@
 """``optimize_indices``: bring every index up to date with the fragments appended since it was built.
 
-pylance 14.0.2's semantics (index-facts.md §4, docs/adr/0019-index-upkeep.md):
+pylance 14.0.2's semantics (index-facts.md §4, docs/adr/0021-index-upkeep.md):
 
 * per index name, the *unindexed* fragments are the live fragments no segment's bitmap names;
 * ``num_indices_to_merge=0`` writes a delta segment over them (same name, new uuid,
