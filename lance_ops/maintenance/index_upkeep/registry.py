@@ -5,6 +5,11 @@ Kinds missing here are refused with ``UnsupportedError`` before anything is writ
 from __future__ import annotations
 
 from lance_ops.maintenance.index_upkeep.base import Updater
+from lance_ops.maintenance.index_upkeep.scalar import update_bitmap, update_btree
 
 #: kind (``lance_ops.table.indices.index_kind``) -> updater; each kind module adds its entry here
-UPDATERS: dict[str, Updater] = {}
+UPDATERS: dict[str, Updater] = {
+    "BTREE": update_btree,
+    "BITMAP": update_bitmap,
+    "LABEL_LIST": update_bitmap,
+}
