@@ -238,6 +238,7 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
         if self.max_rep and not self.has_rep:
             raise EncodingCorrupt("list page without repetition levels")
         self.dictionary: Optional[Vals] = None
+        self.whole_plan: Optional[tuple[Ranges, tuple]] = None  # set by init()
         # pages of a column with equal keys decode their chunks as one batch (see decode_group)
         self.batch_key = None if self.has_dict else (
             m.rep_compression.SerializeToString(), m.def_compression.SerializeToString(),
@@ -304,6 +305,13 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
         self.chunk_first_row = np.concatenate([[0], np.cumsum(self.chunk_row_starts)]).astype(np.int64)
         if nchunks and self.chunk_first_row[-1] != self.num_rows:
             raise EncodingCorrupt(f"chunks hold {int(self.chunk_first_row[-1])} rows, page says {self.num_rows}")
+        # :meth:`plan_part` of all rows when every chunk starts a row (then every chunk is read,
+        # in one range, and the rows are numbered as written)
+        self.whole_plan = None
+        if nchunks and self.num_rows and bool((self.chunk_row_starts > 0).all()):
+            self.whole_plan = ([(int(data_pos), int(self.chunk_offsets[-1]))],
+                               (np.arange(nchunks), np.zeros(1, dtype=np.int64),
+                                np.full(1, self.num_rows, dtype=np.int64)))
         self.ready = True
 
     def plan(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, DecodeFn]:
@@ -321,6 +329,8 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
         a, b = starts[keep], ends[keep]
         if not len(a) or nch == 0:
             return [], None
+        if self.whole_plan is not None and len(a) == 1 and int(a[0]) == 0 and int(b[0]) == self.num_rows:
+            return self.whole_plan  # the whole page (what scans read), planned once by init()
         fr_end = self.chunk_first_row[1:]
         c0 = np.searchsorted(fr_end, a, side="right")
         if self.max_rep:  # up to the chunk where row b starts: row b - 1 may run into it
