@@ -11,7 +11,7 @@ import functools
 import io
 import os
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -21,6 +21,9 @@ from lance_ops.maintenance import rowid_index
 from lance_ops.table import dataset as core
 from lance_ops.table import write as core_write
 from lance_ops.table.commit import hooks
+from lance_ops.table import rewrite_rows
+from lance_ops.table.merge_insert import MergeInsertBuilder
+from lance_ops.table.update import plan_update
 from lance_ops.table.transaction_view import Transaction
 
 # the face composes the layers: take_by_row_id asks the persisted row-id index first (ADR 0006)
@@ -83,12 +86,31 @@ class LanceDataset(core.LanceDataset):
         return super().scanner(**self._defaults(dict(columns=columns, filter=filter, limit=limit, offset=offset,
                                                      **kwargs)))
 
+    def head(self, num_rows: int, **kwargs: Any) -> pa.Table:
+        """The first ``num_rows`` rows of a scan (``kwargs`` as :meth:`scanner`'s), as pylance's ``head``."""
+        kwargs["limit"] = num_rows
+        return self.scanner(**kwargs).head(num_rows)
+
     def insert(self, data: Any, *, mode: str = "append", **kwargs: Any) -> None:
         """Write ``data`` into this dataset (``mode`` ``"append"`` or ``"overwrite"``), as pylance's
         ``insert``: this object moves to the new version; ``kwargs`` go to ``write_dataset``."""
         kwargs.setdefault("storage_options", dict(self.storage_options))
         new = core_write.write_dataset(data, self.uri, mode=mode, **kwargs)
         self.move_to(new.manifest_file)
+
+    def merge_insert(self, on: str | Sequence[str] | None = None) -> MergeInsertBuilder:
+        """pylance's ``merge_insert(on)``: a builder of an upsert keyed on ``on``
+        (``when_matched_update_all``, ``when_not_matched_insert_all``,
+        ``when_not_matched_by_source_delete``, then ``execute(data)``; ADR 0021)."""
+        return MergeInsertBuilder(self, on)
+
+    def update(self, updates: dict[str, str], where: Any = None, *, conflict_retries: int = 10,
+               retry_timeout: Any = None, data_storage_version: str | None = None) -> dict[str, int]:
+        """pylance's ``update``: set columns to SQL expressions (``{"v": "v * 2"}``) on the rows
+        matching ``where`` (every row without it); returns ``{"num_rows_updated": n}`` and moves
+        this object to the new version (an ``Update`` transaction, ADR 0021)."""
+        return dict(rewrite_rows.run(self, lambda ds: plan_update(ds, updates, where), "update",
+                                     conflict_retries=conflict_retries))
 
     def _take_rows(self, row_ids: Any, columns: Any = None, *, ignore_deletions: bool = False,
                    **kwargs: Any) -> pa.Table:
@@ -128,7 +150,9 @@ class LanceDataset(core.LanceDataset):
 
     def cleanup_old_versions(self, older_than: timedelta | None = None, retain_versions: int | None = None, *,
                              delete_unverified: bool = False,
-                             error_if_tagged_old_versions: bool = True, dry_run: bool = False,
+                             error_if_tagged_old_versions: bool = True, delete_rate_limit: int | None = None,
+                             versions: list[int] | None = None, delete_concurrency: int | None = None,
+                             dry_run: bool = False,
                              progress: Callable[[int, int], None] | None = None) -> "CleanupStats":
         """Remove old versions and the files only they use (see lance_ops.maintenance.cleanup).
 
@@ -139,7 +163,8 @@ class LanceDataset(core.LanceDataset):
 
         return cleanup_old_versions(self, older_than, retain_versions, delete_unverified=delete_unverified,
                                     error_if_tagged_old_versions=error_if_tagged_old_versions, dry_run=dry_run,
-                                    progress=progress)
+                                    progress=progress, versions=versions, delete_rate_limit=delete_rate_limit,
+                                    delete_concurrency=delete_concurrency)
 
 
 def _face(ds: core.LanceDataset) -> LanceDataset:

@@ -81,6 +81,18 @@ class OutOfRangeError(InvalidArgumentError, IndexError, OSError):
                       "dataset take([n]) with n >= count_rows(): OSError")
 
 
+class InvalidInputError(InvalidArgumentError, OSError):
+    """An argument pylance refuses as invalid user input with an OSError (not a ValueError)."""
+
+    pylance_raises = "cleanup_old_versions(versions=[]) / (delete_concurrency=0): OSError ('Invalid user input')"
+
+
+class InvalidJsonError(InvalidInputError):
+    """A value of an ``arrow.json`` column being written is not valid JSON; nothing is written."""
+
+    pylance_raises = "write_dataset of an arrow.json column holding invalid JSON: OSError ('Failed to encode JSON')"
+
+
 class UsageError(InvalidArgumentError):
     """Bad arguments to a command, Spark job or operator; the message names the argument."""
 
@@ -163,6 +175,20 @@ class SchemaMismatchError(LanceOpsError, ValueError, OSError):
 
     pylance_raises = ("write_dataset(mode='append') with other fields: OSError; "
                       "schema metadata that is not UTF-8: ValueError")
+
+
+class AmbiguousMergeError(LanceOpsError, ValueError, OSError):
+    """A merge-insert source holds several rows matching one target row on its key columns."""
+
+    pylance_raises = ("merge_insert(...).when_matched_update_all().execute(source with a key twice): OSError "
+                      "('Ambiguous merge inserts are prohibited')")
+
+
+class MergeMatchError(LanceOpsError, OSError):
+    """A merge-insert with ``when_matched_fail`` met a target row matching the source."""
+
+    pylance_raises = ("merge_insert(...).when_matched_fail().execute(source meeting a target row): OSError "
+                      "('Merge insert failed: found matching row with key values: ...')")
 
 
 class FilterError(LanceOpsError, ValueError, OSError):

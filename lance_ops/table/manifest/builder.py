@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, MutableMapping
 
+import numpy as np
 from google.protobuf import unknown_fields
 
 from lance_ops._version import __version__
@@ -101,6 +102,72 @@ def _replace_groups(
     return next_id
 
 
+def _created_at(manifest: table_pb2.Manifest, fragment_ids: set[int], row_ids: np.ndarray, version: int) -> np.ndarray:
+    """The created-at versions of ``row_ids``, looked up in the inline sequences of ``fragment_ids``
+    (the fragments an Update took its rewritten rows from; sequences kept in side files are not
+    read, this module does no I/O: such rows count as created at ``version``)."""
+    ids, born = [], []
+    for frag in manifest.fragments:
+        if frag.id in fragment_ids and frag.HasField("inline_row_ids") and frag.HasField("inline_created_at_versions"):
+            a = rowids.decode_row_ids(frag.inline_row_ids)
+            b = rowids.decode_version_sequence(frag.inline_created_at_versions)
+            if len(a) == len(b):
+                ids.append(a)
+                born.append(b)
+    out = np.full(len(row_ids), version, dtype=np.uint64)
+    if not ids or not len(row_ids):
+        return out
+    all_ids, all_born = np.concatenate(ids), np.concatenate(born)
+    order = np.argsort(all_ids, kind="stable")
+    all_ids, all_born = all_ids[order], all_born[order]
+    pos = np.minimum(np.searchsorted(all_ids, row_ids), len(all_ids) - 1)
+    hit = all_ids[pos] == row_ids
+    out[hit] = all_born[pos[hit]]
+    return out
+
+
+def _apply_update(out: table_pb2.Manifest, update: transaction_pb2.Transaction.Update, next_id: int,
+                  stable: bool, version: int) -> int:
+    """An Update (rows rewritten): its updated fragments replace theirs (new deletion vectors), its
+    removed fragments go, its new fragments are added. With stable row ids a new fragment keeps the
+    row ids its transaction lists for its first rows (the rewritten rows, as pylance keeps them) and
+    its other rows get fresh ids; kept rows keep their created-at version."""
+    updated = {f.id: f for f in update.updated_fragments}
+    gone = set(update.removed_fragment_ids)
+    present = {f.id for f in out.fragments}
+    missing = sorted((set(updated) | gone) - present)
+    if missing:
+        raise RetryableCommitConflictError(f"an update changed fragments {missing[:10]} that no longer exist")
+    sources = set(updated) | gone
+    previous = table_pb2.Manifest()
+    if stable:
+        previous.fragments.extend(out.fragments)
+    kept = [updated.get(f.id, f) for f in out.fragments if f.id not in gone]
+    del out.fragments[:]
+    out.fragments.extend(kept)
+    for frag in update.new_fragments:
+        new = out.fragments.add()
+        new.CopyFrom(frag)
+        new.id = next_id
+        next_id += 1
+        if not stable:
+            continue
+        n = new.physical_rows
+        ids = rowids.decode_row_ids(new.inline_row_ids) if new.HasField("inline_row_ids") else np.zeros(0, np.uint64)
+        fresh = n - len(ids)
+        if fresh > 0 or not new.HasField("inline_row_ids"):
+            tail = np.arange(out.next_row_id, out.next_row_id + fresh, dtype=np.uint64)
+            new.inline_row_ids = rowids.encode_row_ids(np.concatenate([ids.astype(np.uint64), tail]))
+            out.next_row_id += fresh
+        if new.WhichOneof("created_at_version_sequence") is None:
+            born = np.concatenate([_created_at(previous, sources, ids.astype(np.uint64), version),
+                                   np.full(max(fresh, 0), version, dtype=np.uint64)])
+            new.inline_created_at_versions = rowids.encode_version_sequence(born)
+        if new.WhichOneof("last_updated_at_version_sequence") is None:
+            new.inline_last_updated_at_versions = rowids.uniform_version_sequence(n, version)
+    return next_id
+
+
 def _apply_update_map(target: MutableMapping[str, str], update: transaction_pb2.Transaction.UpdateMap) -> None:
     if update.replace:
         target.clear()
@@ -172,6 +239,8 @@ def build_manifest(
         out.fragments.extend(kept)
     elif op == "rewrite":
         next_id = _replace_groups(out, rewrite_groups(transaction), next_id, stable, version)
+    elif op == "update":
+        next_id = _apply_update(out, transaction.update, next_id, stable, version)
     elif op == "reserve_fragments":
         next_id += transaction.reserve_fragments.num_fragments
     elif op == "merge":

@@ -1,0 +1,328 @@
+"""Plan a merge-insert (upsert): match source rows with target rows on key columns.
+
+Only the key columns (and the columns a condition or a delete expression reads) of the target are
+scanned, one fragment at a time, and joined with the source's keys (a pyarrow hash join). Matched
+target rows that are updated, and target rows deleted because no source row matches them, are
+marked in deletion vectors; the source rows replacing them and the source rows inserted go to new
+fragments (:mod:`lance_ops.table.rewrite_rows`), committed as pylance commits them: one ``Update``.
+
+pylance's rules, checked against pylance 14.0.2: several source rows matching one target row is
+an error when matched rows are updated ("Ambiguous merge inserts are prohibited"), nothing is
+written; source rows matching no target row are all inserted, duplicates included; a source row
+whose match fails the update condition is neither updated nor inserted; null keys match nothing.
+"""
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from lance_ops._proto import transaction_pb2
+from lance_ops.errors import AmbiguousMergeError, InvalidArgumentError, MergeMatchError, UnsupportedError
+from lance_ops.table import scan
+from lance_ops.table.commit.loop import CommitContext
+from lance_ops.table.filters import Filter, compile_filter
+from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.rewrite_rows import RewriteTarget, RowsRewrite, build_transaction, refuse_unwritable, run
+from lance_ops.table.write import check_append_schema
+
+#: fragments scanned at once
+_SCANNERS = max(1, min(4, os.cpu_count() or 1))
+_OFF, _SRC = "__lance_ops_target_pos", "__lance_ops_source_row"
+
+
+@dataclass
+class MergeSpec:
+    """The clauses of a merge-insert, as pylance's ``MergeInsertBuilder`` collects them."""
+
+    on: list[str]
+    update: bool = False
+    #: what matched target rows become when they are not updated: "keep", "delete" or "fail"
+    matched: str = "keep"
+    #: SQL over ``target.<col>`` and ``source.<col>``; None: every matched row is updated
+    condition: str | None = None
+    insert: bool = False
+    delete_by_source: bool = False
+    #: SQL over the target's columns; None: every target row without a match is deleted
+    delete_expr: str | None = None
+
+
+@dataclass
+class _FragmentMatch:
+    """One fragment's outcome: target offsets updated (with their source rows and row ids),
+    offsets deleted for lack of a match, and every source row that matched a row here."""
+
+    fragment_id: int
+    updated: np.ndarray
+    updated_source: np.ndarray
+    updated_ids: np.ndarray | None
+    deleted: np.ndarray
+    matched_source: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+def _literal(value: object) -> str:
+    return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+def _ambiguous(keys: pa.Table, position: int) -> AmbiguousMergeError:
+    row = keys.slice(position, 1).to_pylist()[0]
+    where = ", ".join(f"{k} = {_literal(row[k])}" for k in keys.column_names)
+    return AmbiguousMergeError(
+        f"Ambiguous merge inserts are prohibited: multiple source rows match the same target row on ({where}). "
+        "Please ensure each target row is matched by at most one source row.")
+
+
+def _target_columns(condition: str, names: Sequence[str]) -> list[str]:
+    """Target columns a condition reads (``target.<name>``, optionally back-quoted)."""
+    return [n for n in names if re.search(r"target\s*\.\s*`?" + re.escape(n) + r"(?![\w])", condition, re.I)]
+
+
+@dataclass
+class _Plan:
+    spec: MergeSpec
+    source: pa.Table
+    source_keys: pa.Table
+    condition: Filter | None
+    condition_columns: list[str]
+    delete_filter: Filter | None
+    stable: bool
+    #: one integer-like key: its sorted non-null values and their source rows (else None: hash join)
+    sorted_source: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _integer_keys(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """A single integer-like key column as int64 numbers (None when it is not one)."""
+    t = column.type
+    if not (pa.types.is_integer(t) or pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t)
+            or pa.types.is_duration(t)):
+        return None
+    if pa.types.is_uint64(t):
+        return None  # (values past int64 would wrap)
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return np.asarray(arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _sorted_source(source_keys: pa.Table, on: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """For one integer-like key: the source's non-null keys sorted, and their source rows."""
+    if len(on) != 1:
+        return None
+    col = source_keys.column(on[0])
+    values = _integer_keys(col)
+    if values is None:
+        return None
+    rows = np.arange(len(values), dtype=np.int64)
+    if col.null_count:
+        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        values, rows = values[valid], rows[valid]
+    order = np.argsort(values, kind="stable")
+    return values[order], rows[order]
+
+
+def _matches(target_keys: pa.Table, plan: "_Plan") -> tuple[np.ndarray, np.ndarray]:
+    """Every (target position, source row) pair with equal keys (nulls match nothing): a binary
+    search in the sorted source keys for one integer-like key, a pyarrow hash join otherwise."""
+    if plan.sorted_source is not None:
+        keys, rows = plan.sorted_source
+        col = target_keys.column(0)
+        values = _integer_keys(col)
+        assert values is not None  # (same type as the source's key)
+        lo = np.searchsorted(keys, values, side="left")
+        if keys.size and (keys.size < 2 or bool((keys[1:] != keys[:-1]).all())):  # unique source keys
+            counts = (keys[np.minimum(lo, keys.size - 1)] == values).astype(np.int64)
+        else:
+            counts = np.searchsorted(keys, values, side="right") - lo
+        if col.null_count:
+            counts[~np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)] = 0
+        total = int(counts.sum())
+        pos = np.repeat(np.arange(len(values), dtype=np.int64), counts)
+        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+        return pos, rows[starts + np.arange(total, dtype=np.int64)]
+    keys_t = target_keys.append_column(_OFF, pa.array(np.arange(target_keys.num_rows, dtype=np.int64)))
+    joined = keys_t.join(plan.source_keys, keys=plan.spec.on, join_type="inner", use_threads=False)
+    return (joined.column(_OFF).to_numpy().astype(np.int64), joined.column(_SRC).to_numpy().astype(np.int64))
+
+
+def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) -> _FragmentMatch:
+    spec = plan.spec
+    extra = [*plan.condition_columns, *(sorted(plan.delete_filter.columns) if plan.delete_filter else [])]
+    cols = list(dict.fromkeys([*spec.on, *(c for c in extra if c in dataset.top_field_ids)]))
+    task = scan.fragment_task(dataset, frag, cols, with_row_id=plan.stable, with_row_address=True)
+    target = scan.execute(dataset, task)
+    offsets = (target.column("_rowaddr").to_numpy() & 0xFFFFFFFF).astype(np.uint32)
+    pos, src = _matches(target.select(spec.on), plan)
+    order = np.lexsort((src, pos))
+    pos, src = pos[order], src[order]
+    if spec.matched == "fail" and pos.size:
+        row = target.select(spec.on).slice(int(pos[0]), 1).to_pylist()[0]
+        raise MergeMatchError("Merge insert failed: found matching row with key values: "
+                              + ", ".join(f"{k} = {_literal(row[k])}" for k in spec.on))
+    if (spec.update or spec.matched == "delete") and pos.size > 1:
+        dup = np.flatnonzero(pos[1:] == pos[:-1])
+        if dup.size:
+            raise _ambiguous(target.select(spec.on), int(pos[dup[0]]))
+    upd_pos, upd_src = (pos, src) if spec.update else (pos[:0], src[:0])
+    if spec.update and plan.condition is not None and pos.size:
+        pairs = pa.table({
+            "target": pa.StructArray.from_arrays(
+                [target.column(c).combine_chunks().take(pa.array(pos)) for c in plan.condition_columns] or
+                [pa.nulls(pos.size)], names=plan.condition_columns or ["__none"]),
+            "source": pa.StructArray.from_arrays(
+                [plan.source.column(c).combine_chunks().take(pa.array(src)) for c in plan.source.column_names],
+                names=plan.source.column_names),
+            _OFF: pa.array(np.arange(pos.size, dtype=np.int64)),
+        })
+        keep = pairs.filter(plan.condition.expression).column(_OFF).to_numpy().astype(np.int64)
+        upd_pos, upd_src = pos[keep], src[keep]
+    deleted = offsets[np.unique(pos)] if spec.matched == "delete" else np.zeros(0, np.uint32)
+    if spec.delete_by_source:
+        unmatched = np.ones(target.num_rows, dtype=bool)
+        unmatched[pos] = False
+        if plan.delete_filter is not None and plan.delete_filter.constant is not True:
+            if plan.delete_filter.constant is False:
+                unmatched[:] = False
+            else:
+                t = target.append_column(_OFF, pa.array(np.arange(target.num_rows, dtype=np.int64)))
+                hit = np.zeros(target.num_rows, dtype=bool)
+                hit[t.filter(plan.delete_filter.expression).column(_OFF).to_numpy()] = True
+                unmatched &= hit
+        deleted = np.concatenate([deleted, offsets[unmatched]])
+    ids = target.column("_rowid").to_numpy()[upd_pos] if plan.stable else None
+    return _FragmentMatch(frag.fragment_id, offsets[upd_pos], upd_src, ids, deleted, src)
+
+
+def _prepare(dataset: RewriteTarget, spec: MergeSpec, source: pa.Table) -> _Plan:
+    names = dataset.schema.names
+    for key in spec.on:
+        if key not in names:
+            raise InvalidArgumentError(f"Merge insert key column '{key}' does not exist in schema")
+    if not spec.on:
+        raise InvalidArgumentError("merge_insert needs at least one key column ('on')")
+    if not (spec.update or spec.matched != "keep" or spec.insert or spec.delete_by_source):
+        raise InvalidArgumentError("The merge insert job is not configured to change the data in any way")
+    missing = [n for n in names if n not in source.column_names]
+    if missing and not [n for n in source.column_names if n not in names]:
+        raise UnsupportedError(
+            f"{dataset.uri}: merge_insert with a source lacking columns {missing} (a partial update) is not "
+            "supported by lance_ops yet; give every column. Nothing was written")
+    check_append_schema(dataset.schema, source.schema, dataset.uri)
+    source = source.select(names)
+    keys = source.select(spec.on).append_column(_SRC, pa.array(np.arange(source.num_rows, dtype=np.int64)))
+    condition = cond_cols = None
+    if spec.update and spec.condition:
+        both = pa.schema([pa.field("target", pa.struct(list(dataset.schema))),
+                          pa.field("source", pa.struct(list(source.schema)))])
+        condition = compile_filter(spec.condition, both)
+        cond_cols = _target_columns(spec.condition, names)
+    delete_filter = compile_filter(spec.delete_expr, dataset.schema) if spec.delete_by_source else None
+    return _Plan(spec, source, keys, condition, cond_cols or [], delete_filter, dataset.has_stable_row_ids,
+                 _sorted_source(keys, spec.on))
+
+
+def plan_merge(dataset: RewriteTarget, spec: MergeSpec,
+               source: pa.Table) -> tuple[transaction_pb2.Transaction, CommitContext, dict[str, int]]:
+    """The Update transaction of the merge (its new files written), its commit context, and
+    pylance's result counts (``num_inserted_rows``, ``num_updated_rows``, ``num_deleted_rows``)."""
+    refuse_unwritable(dataset, "merge_insert")
+    plan = _prepare(dataset, spec, source)
+    frags = dataset.get_fragments()
+    if len(frags) > 1:
+        with ThreadPoolExecutor(max_workers=min(_SCANNERS, len(frags)), thread_name_prefix="lance-ops-merge") as pool:
+            matches = list(pool.map(lambda f: _match_fragment(dataset, f, plan), frags))
+    else:
+        matches = [_match_fragment(dataset, f, plan) for f in frags]
+    change = RowsRewrite()
+    updated = deleted = 0
+    for m in matches:
+        change.delete(m.fragment_id, np.concatenate([m.updated, m.deleted]))
+        updated += int(m.updated.size)
+        deleted += int(m.deleted.size)
+    if updated:
+        # pylance writes the updated rows in source order; in target order when every column is a
+        # key, or when rows missing from the source are deleted and none inserted (its join differs)
+        src = np.concatenate([m.updated_source for m in matches])
+        target_order = (spec.delete_by_source and not spec.insert) or set(spec.on) >= set(plan.source.column_names)
+        order = np.arange(src.size) if target_order else np.argsort(src, kind="stable")
+        change.rewritten.append(plan.source.take(pa.array(src[order])))
+        if plan.stable:
+            ids = np.concatenate([m.updated_ids for m in matches if m.updated_ids is not None])
+            change.rewritten_ids.append(ids[order])
+    inserted = 0
+    if spec.insert:
+        matched = np.concatenate([m.matched_source for m in matches]) if matches else np.zeros(0, np.int64)
+        alone = np.ones(plan.source.num_rows, dtype=bool)
+        alone[matched] = False
+        rows = np.flatnonzero(alone)
+        inserted = int(rows.size)
+        if inserted:
+            change.inserted.append(plan.source.take(pa.array(rows)))
+    preserving = [f.id for f in dataset.manifest.fields if f.parent_id == -1]
+    txn, ctx = build_transaction(dataset, frags, change, preserving)
+    return txn, ctx, {"num_inserted_rows": inserted, "num_updated_rows": updated, "num_deleted_rows": deleted}
+
+
+class MergeInsertBuilder:
+    """pylance's ``MergeInsertBuilder``: clauses are set by chained calls (each returns the
+    builder), ``execute(data)`` plans against the dataset's version, commits one ``Update`` and
+    moves the dataset to the new version (re-planning on the newest version when a concurrent
+    commit preempts it, ``conflict_retries`` times)."""
+
+    def __init__(self, dataset: RewriteTarget, on: str | Sequence[str] | None = None) -> None:
+        self._dataset = dataset
+        keys = [on] if isinstance(on, str) else list(on or [])
+        self._spec = MergeSpec(keys)
+        self._retries = 10
+
+    def when_matched_update_all(self, condition: str | None = None) -> "MergeInsertBuilder":
+        """Matched target rows take the source row's values (only where ``condition``, SQL over
+        ``target.<col>`` and ``source.<col>``, holds)."""
+        self._spec.update, self._spec.condition, self._spec.matched = True, condition, "keep"
+        return self
+
+    def when_matched_delete(self) -> "MergeInsertBuilder":
+        """Matched target rows are deleted (counted in ``num_deleted_rows``)."""
+        self._spec.update, self._spec.condition, self._spec.matched = False, None, "delete"
+        return self
+
+    def when_matched_fail(self) -> "MergeInsertBuilder":
+        """Any matched target row fails the merge before anything is written (an insert-only
+        load that must not meet existing keys)."""
+        self._spec.update, self._spec.condition, self._spec.matched = False, None, "fail"
+        return self
+
+    def when_not_matched_insert_all(self) -> "MergeInsertBuilder":
+        """Source rows matching no target row are inserted."""
+        self._spec.insert = True
+        return self
+
+    def when_not_matched_by_source_delete(self, expr: str | None = None) -> "MergeInsertBuilder":
+        """Target rows matching no source row are deleted (only those matching ``expr``)."""
+        self._spec.delete_by_source, self._spec.delete_expr = True, expr
+        return self
+
+    def conflict_retries(self, max_retries: int) -> "MergeInsertBuilder":
+        """Times the merge is re-planned when a concurrent commit preempts it (pylance's default: 10)."""
+        self._retries = int(max_retries)
+        return self
+
+    def retry_timeout(self, timeout: Any) -> "MergeInsertBuilder":
+        """Accepted for pylance compatibility; retries are bounded by ``conflict_retries``."""
+        return self
+
+    def use_index(self, use_index: bool) -> "MergeInsertBuilder":
+        """Accepted for pylance compatibility (matches are found by a hash join of the key columns)."""
+        return self
+
+    def execute(self, data_obj: Any, *, schema: pa.Schema | None = None) -> dict[str, int]:
+        """Run the merge with ``data_obj`` (a table, batches, a reader or a pandas frame, as
+        ``write_dataset`` takes) as the source; pylance's result counts."""
+        from lance_ops.table.write import as_storage_types, to_reader
+
+        source = as_storage_types(to_reader(data_obj, schema)).read_all()
+        spec = self._spec
+        return dict(run(self._dataset, lambda ds: plan_merge(ds, spec, source), "merge_insert",
+                        conflict_retries=self._retries))

@@ -1,0 +1,176 @@
+"""The Update transaction of rewritten rows, shared by ``merge_insert`` and ``update``.
+
+pylance 14 commits both as ``Update`` (mode REWRITE_ROWS): the old copies of the rewritten rows
+(and rows a merge deletes) are marked in new deletion vectors of their fragments (a fragment left
+without live rows is removed), and the new rows go to new fragments, the rewritten rows first.
+With stable row ids a new fragment's transaction lists the row ids of its rewritten rows only; the
+commit gives its other rows fresh ids (``manifest/builder.py``). Index fragment bitmaps are left
+as they are (pylance leaves them: the old fragments stay covered, the new ones are not).
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from lance_ops._proto import table_pb2, transaction_pb2
+from lance_ops.errors import RetryableCommitConflictError, UnsupportedError
+from lance_ops.format.version import FileVersion
+from lance_ops.table import deletion, rowids
+from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
+from lance_ops.table.commit.properties import CommitProperties
+from lance_ops.table.manifest import feature_flags
+from lance_ops.table.manifest.codec import ManifestFile
+from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.manifest import naming
+from lance_ops.table.snapshot import DatasetSnapshot
+from lance_ops.table.write import as_storage_types, to_reader, write_fragments
+
+#: deletion files written at once
+_WRITERS = 8
+#: rows per new data file (pylance's default ``max_rows_per_file``)
+MAX_ROWS_PER_FILE = 1024 * 1024
+
+
+class RewriteTarget(DatasetSnapshot, Protocol):
+    """What a row rewrite (merge-insert, update) needs of the dataset version it plans against
+    (``LanceDataset`` is one; a Protocol, as importing ``LanceDataset`` would make a loop)."""
+
+    @property
+    def data_storage_version(self) -> str:
+        """The dataset's file version."""
+        ...
+
+    def get_fragments(self) -> list[LanceFragment]:
+        """The fragments of this version, in manifest order."""
+        ...
+
+    def reopen_latest(self) -> Any:
+        """The newest version of this dataset, as a new object of the same class."""
+        ...
+
+    def move_to(self, mf: ManifestFile) -> None:
+        """Make this object the snapshot of ``mf``, a version just committed."""
+        ...
+
+
+@dataclass
+class RowsRewrite:
+    """What a row rewrite changes: offsets to delete per fragment, and the new rows (rewritten
+    rows first, with their row ids when the dataset keeps stable ones, then inserted rows)."""
+
+    #: fragment id -> physical offsets (uint32, sorted unique) newly deleted there
+    deleted: dict[int, np.ndarray] = field(default_factory=dict)
+    #: tables of rewritten rows, in order
+    rewritten: list[pa.Table] = field(default_factory=list)
+    #: their row ids (stable row ids), one array per table of ``rewritten``
+    rewritten_ids: list[np.ndarray] = field(default_factory=list)
+    #: tables of inserted rows, in order
+    inserted: list[pa.Table] = field(default_factory=list)
+
+    def delete(self, fragment_id: int, offsets: np.ndarray) -> None:
+        """Add ``offsets`` of fragment ``fragment_id`` to the rows deleted."""
+        if offsets.size == 0:
+            return
+        old = self.deleted.get(fragment_id)
+        new = offsets.astype(np.uint32)
+        self.deleted[fragment_id] = np.unique(new if old is None else np.concatenate([old, new]))
+
+
+def refuse_unwritable(dataset: RewriteTarget, what: str) -> None:
+    """Refuse (before writing anything) datasets whose rows lance_ops cannot rewrite."""
+    if FileVersion.parse(dataset.data_storage_version) is FileVersion.LEGACY:
+        raise UnsupportedError(f"{dataset.uri}: {what} of a legacy (0.1) dataset is not supported; nothing was written")
+
+
+def _new_rows(dataset: RewriteTarget, tables: Iterable[pa.Table]) -> pa.Table:
+    """``tables`` as one table in the dataset's column order and types."""
+    schema = dataset.schema
+    parts = [t.select(schema.names).cast(schema) if t.schema != schema else t for t in tables if t.num_rows]
+    if not parts:
+        return schema.empty_table()
+    return pa.concat_tables(parts)
+
+
+def build_transaction(dataset: RewriteTarget, fragments: Iterable[LanceFragment], change: RowsRewrite,
+                      preserving_fields: Iterable[int]) -> tuple[transaction_pb2.Transaction, CommitContext]:
+    """Write the new deletion files and data files of ``change`` and return its Update transaction."""
+    txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=dataset.version)
+    update = txn.update
+    update.SetInParent()
+    update.update_mode = transaction_pb2.Transaction.Update.REWRITE_ROWS
+    update.fields_for_preserving_frag_bitmap.extend(preserving_fields)
+    by_id = {f.fragment_id: f for f in fragments}
+    to_write: list[tuple[LanceFragment, np.ndarray]] = []
+    for frag_id in sorted(change.deleted):
+        frag = by_id[frag_id]
+        merged = deletion.merge_deletions(frag.deleted_offsets, change.deleted[frag_id])
+        if merged.size >= frag.physical_rows:
+            update.removed_fragment_ids.append(frag_id)
+        else:
+            to_write.append((frag, merged))
+
+    def write(item: tuple[LanceFragment, np.ndarray]) -> table_pb2.DeletionFile:
+        frag, merged = item
+        old = frag.proto.deletion_file if frag.proto.HasField("deletion_file") else None
+        proto = deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id, dataset.version,
+                                             merged, old)
+        assert proto is not None  # (merged is not empty)
+        return proto
+
+    if len(to_write) > 1:
+        with ThreadPoolExecutor(max_workers=min(_WRITERS, len(to_write)), thread_name_prefix="lance-ops-update") as pool:
+            written = list(pool.map(write, to_write))
+    else:
+        written = [write(item) for item in to_write]
+    for (frag, _), proto in zip(to_write, written):
+        updated = update.updated_fragments.add()
+        updated.CopyFrom(frag.proto)
+        updated.deletion_file.CopyFrom(proto)
+
+    rows = _new_rows(dataset, [*change.rewritten, *change.inserted])
+    if rows.num_rows:
+        new = write_fragments(as_storage_types(to_reader(rows)), dataset.store, dataset.base,
+                              list(dataset.manifest.fields), storage_options=dataset.storage_options,
+                              max_rows_per_file=MAX_ROWS_PER_FILE, version=dataset.data_storage_version,
+                              allow_external_blob_outside_bases=True)
+        if dataset.has_stable_row_ids:
+            kept = (np.concatenate(change.rewritten_ids).astype(np.uint64) if change.rewritten_ids
+                    else np.zeros(0, np.uint64))
+            start = 0
+            for frag_proto in new:
+                ids = kept[start:start + frag_proto.physical_rows]
+                start += frag_proto.physical_rows
+                if ids.size:
+                    frag_proto.inline_row_ids = rowids.encode_row_ids(ids)
+        update.new_fragments.extend(new)
+    return txn, CommitContext(dataset.manifest_file)
+
+
+def run(dataset: RewriteTarget, plan: Callable[[Any], tuple[transaction_pb2.Transaction, CommitContext, Any]],
+        operation: str, *, conflict_retries: int = 10) -> Any:
+    """Plan (``plan(version) -> (transaction, context, result)``) and commit a row rewrite
+    (``update``, ``merge_insert``), re-planning on the newest version when a concurrent commit
+    preempts it (up to ``conflict_retries`` times, as pylance); ``dataset`` moves to the new
+    version. Returns the plan's result."""
+    properties = CommitProperties.from_keywords(operation)
+    ds: Any = dataset
+    for attempt in range(conflict_retries + 1):
+        feature_flags.check_writer_flags(ds.manifest.writer_feature_flags, ds.uri)
+        try:
+            txn, ctx, result = plan(ds)
+            txn.read_version = ds.version
+            mf = commit_transaction(ds.store, ds.base, txn, ctx,
+                                    CommitOptions(data_storage_version=ds.data_storage_version),
+                                    properties=properties)
+        except RetryableCommitConflictError:
+            if attempt == conflict_retries:
+                raise
+            ds = ds.reopen_latest()
+            continue
+        dataset.move_to(mf)
+        return result
+    raise AssertionError("unreachable")
