@@ -5,6 +5,9 @@ Kinds missing here are refused with ``UnsupportedError`` before anything is writ
 from __future__ import annotations
 
 from lance_ops.maintenance.index_upkeep.base import Updater
+from lance_ops.maintenance.index_upkeep.vector import UPDATABLE_KINDS, update_vector
 
 #: kind (``lance_ops.table.indices.index_kind``) -> updater; each kind module adds its entry here
 UPDATERS: dict[str, Updater] = {}
+# IVF_FLAT / IVF_PQ / IVF_SQ (IVF_HNSW_* are not here: new rows would need HNSW graph insertion)
+UPDATERS.update({kind: update_vector for kind in UPDATABLE_KINDS})
