@@ -156,15 +156,23 @@ def prepare(vectors: np.ndarray, distance_type: str) -> np.ndarray:
     return x
 
 
-def _nearest(x: np.ndarray, points: np.ndarray, dot: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(index, distance) of the nearest point for each row; squared l2, or ``1 - x.p`` for dot."""
+def _nearest(x: np.ndarray, points: np.ndarray, dot: bool, with_distance: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(index, distance) of the nearest point for each row; squared l2, or ``1 - x.p`` for dot.
+
+    Without ``with_distance`` only the index is computed (the per-row ``|x|^2`` term of l2 does not
+    change the argmin) and the distances returned are empty."""
     x64 = x.astype(np.float64)
+    products = x64 @ points.T
     if dot:
-        dist = 1.0 - x64 @ points.T
-    else:
-        dist = (x64 * x64).sum(1)[:, None] - 2.0 * (x64 @ points.T) + (points * points).sum(1)[None, :]
-    best = dist.argmin(axis=1)
-    return best, dist[np.arange(len(x64)), best]
+        best = products.argmax(axis=1)
+        picked = products[np.arange(len(x64)), best]
+        return best, (1.0 - picked) if with_distance else np.zeros(0)
+    products *= -2.0
+    products += (points * points).sum(1)[None, :]
+    best = products.argmin(axis=1)
+    if not with_distance:
+        return best, np.zeros(0)
+    return best, products[np.arange(len(x64)), best] + (x64 * x64).sum(1)
 
 
 def assign(x: np.ndarray, centres: np.ndarray, distance_type: str) -> tuple[np.ndarray, float]:
@@ -200,7 +208,7 @@ def encode(q: Quantizer, x: np.ndarray, partition: np.ndarray, centres: np.ndarr
         book = q.codebook[i]
         for start in range(0, len(x), step):
             chunk = residual[start:start + step, i * sub:(i + 1) * sub]
-            codes[start:start + step, i] = _nearest(chunk, book, q.distance_type == "dot")[0]
+            codes[start:start + step, i] = _nearest(chunk, book, q.distance_type == "dot", False)[0]
     return codes
 
 
