@@ -152,7 +152,7 @@ def check_against_pylance(src: Path, merge: bool, dim: int = DIM) -> None:
     assert aux_b.buffers[ivf] == aux_a.buffers[ivf]
     assert index_b.metadata == index_a.metadata and index_b.table.num_rows == index_a.table.num_rows == 0
     np.testing.assert_array_equal(ivf_assign.centroids(index_b, "b"), ivf_assign.centroids(index_a, "a"))
-    assert ivf_loss(index_b) == pytest.approx(ivf_loss(index_a), rel=1e-6)  # f32 vs f64 sums
+    assert ivf_loss(index_b) == pytest.approx(ivf_loss(index_a), rel=1e-4)  # pylance sums in f32, lance_ops in f64
 
     stats = b.stats.index_stats("vec_idx")
     assert stats["num_unindexed_rows"] == 0
