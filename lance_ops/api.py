@@ -83,6 +83,11 @@ class LanceDataset(core.LanceDataset):
         return super().scanner(**self._defaults(dict(columns=columns, filter=filter, limit=limit, offset=offset,
                                                      **kwargs)))
 
+    def head(self, num_rows: int, **kwargs: Any) -> pa.Table:
+        """The first ``num_rows`` rows of a scan (``kwargs`` as :meth:`scanner`'s), as pylance's ``head``."""
+        kwargs["limit"] = num_rows
+        return self.scanner(**kwargs).head(num_rows)
+
     def insert(self, data: Any, *, mode: str = "append", **kwargs: Any) -> None:
         """Write ``data`` into this dataset (``mode`` ``"append"`` or ``"overwrite"``), as pylance's
         ``insert``: this object moves to the new version; ``kwargs`` go to ``write_dataset``."""
@@ -128,7 +133,9 @@ class LanceDataset(core.LanceDataset):
 
     def cleanup_old_versions(self, older_than: timedelta | None = None, retain_versions: int | None = None, *,
                              delete_unverified: bool = False,
-                             error_if_tagged_old_versions: bool = True, dry_run: bool = False,
+                             error_if_tagged_old_versions: bool = True, delete_rate_limit: int | None = None,
+                             versions: list[int] | None = None, delete_concurrency: int | None = None,
+                             dry_run: bool = False,
                              progress: Callable[[int, int], None] | None = None) -> "CleanupStats":
         """Remove old versions and the files only they use (see lance_ops.maintenance.cleanup).
 
@@ -139,7 +146,8 @@ class LanceDataset(core.LanceDataset):
 
         return cleanup_old_versions(self, older_than, retain_versions, delete_unverified=delete_unverified,
                                     error_if_tagged_old_versions=error_if_tagged_old_versions, dry_run=dry_run,
-                                    progress=progress)
+                                    progress=progress, versions=versions, delete_rate_limit=delete_rate_limit,
+                                    delete_concurrency=delete_concurrency)
 
 
 def _face(ds: core.LanceDataset) -> LanceDataset:

@@ -81,6 +81,18 @@ class OutOfRangeError(InvalidArgumentError, IndexError, OSError):
                       "dataset take([n]) with n >= count_rows(): OSError")
 
 
+class InvalidInputError(InvalidArgumentError, OSError):
+    """An argument pylance refuses as invalid user input with an OSError (not a ValueError)."""
+
+    pylance_raises = "cleanup_old_versions(versions=[]) / (delete_concurrency=0): OSError ('Invalid user input')"
+
+
+class InvalidJsonError(InvalidInputError):
+    """A value of an ``arrow.json`` column being written is not valid JSON; nothing is written."""
+
+    pylance_raises = "write_dataset of an arrow.json column holding invalid JSON: OSError ('Failed to encode JSON')"
+
+
 class UsageError(InvalidArgumentError):
     """Bad arguments to a command, Spark job or operator; the message names the argument."""
 

@@ -180,6 +180,51 @@ def _blob_kw(blob_descriptions: bool) -> dict[str, bool]:
     return {"blob_descriptions": True} if blob_descriptions else {}
 
 
+#: struct fields kept under a struct, in the order asked (None: the whole field)
+_Paths = dict[str, Optional["_Paths"]]
+
+
+def _plan_paths(columns: Sequence[str], schema: pa.Schema, path: str) -> dict[str, Optional[_Paths]]:
+    """Top columns to read (in the order first named) and, under each, the nested fields kept:
+    ``["s.y", "a", "s.x"]`` reads ``s`` as ``struct<y, x>`` then ``a``, as pylance's projection."""
+    plan: dict[str, Optional[_Paths]] = {}
+    for name in columns:
+        parts = [name] if name in schema.names else name.split(".")
+        t: pa.DataType | None = schema.field(parts[0]).type if parts[0] in schema.names else None
+        for part in parts[1:]:
+            t = t.field(part).type if t is not None and pa.types.is_struct(t) and t.get_field_index(part) >= 0 \
+                else None
+        if t is None:
+            raise ColumnNotFoundError(f"{path}: Error creating projection: Field {name!r} not found; "
+                                      f"the file has {schema.names}")
+        node: dict[str, Optional[_Paths]] = plan
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if part in node and node[part] is None:
+                break  # already read whole
+            if last:
+                node[part] = None
+            else:
+                child = node.setdefault(part, {})
+                assert child is not None
+                node = child
+    return plan
+
+
+def _prune(column: pa.ChunkedArray, keep: Optional[_Paths]) -> pa.ChunkedArray:
+    """``column`` (a struct) with only the fields in ``keep``, in that order, its validity kept."""
+    if keep is None:
+        return column
+
+    def cut(arr: pa.StructArray, keep: _Paths) -> pa.Array:
+        children = [cut(arr.field(n), sub) if sub is not None else arr.field(n) for n, sub in keep.items()]
+        fields = [arr.type.field(n).with_type(c.type) for n, c in zip(keep, children)]
+        return pa.StructArray.from_arrays(children, fields=fields, mask=arr.is_null() if arr.null_count else None)
+
+    chunks = [cut(c, keep) for c in column.chunks]
+    return pa.chunked_array(chunks, type=chunks[0].type if chunks else cut(pa.array([], column.type), keep).type)
+
+
 class LanceFileReader:
     """Read one Lance data file; mirrors ``lance.file.LanceFileReader(path, storage_options=None, columns=None)``.
 
@@ -193,12 +238,13 @@ class LanceFileReader:
                  columns: Optional[Sequence[str]] = None, *, store: Optional[ObjectStore] = None) -> None:
         self._reader = registry.open_file_reader(os.fspath(path), storage_options, store=store)
         self._columns = list(columns) if columns is not None else None
+        #: nested paths (``"s.x"``) asked for: top column -> the struct fields kept (None: all)
+        self._paths: Optional[dict[str, Optional[_Paths]]] = None
         if self._columns is not None:  # fail on a missing column at open time, as pylance
             names = set(self._reader.schema.names)
-            missing = [c for c in self._columns if c not in names]
-            if missing:
-                raise ColumnNotFoundError(f"{self.path}: no column named {missing[0]!r}; "
-                                          f"the file has {self._reader.schema.names}")
+            if any(c not in names for c in self._columns):
+                self._paths = _plan_paths(self._columns, self._reader.schema, self.path)
+                self._columns = list(self._paths)
 
     @property
     def format_reader(self) -> Any:
@@ -267,21 +313,22 @@ class LanceFileReader:
         """Every row (of the constructor's ``columns``). ``batch_readahead`` is accepted for pylance's
         signature; reads are planned whole, so it changes nothing."""
         cols = self._cols(columns)
-        return ReaderResults(self._reader.read_all(cols, **_blob_kw(blob_descriptions)), batch_size)
+        return ReaderResults(self._shape(self._reader.read_all(cols, **_blob_kw(blob_descriptions)), columns),
+                             batch_size)
 
     def read_range(self, start: int, num_rows: int, *, batch_size: int = DEFAULT_BATCH_SIZE,
                    batch_readahead: int = 16, columns: Optional[Sequence[str]] = None,
                    blob_descriptions: bool = False) -> ReaderResults:
         """Rows ``[start, start + num_rows)``; past the end is an ``OutOfRangeError`` (a ``ValueError``)."""
         table = self._reader.read_range(start, num_rows, self._cols(columns), **_blob_kw(blob_descriptions))
-        return ReaderResults(table, batch_size)
+        return ReaderResults(self._shape(table, columns), batch_size)
 
     def take_rows(self, indices: Iterable[int] | np.ndarray | pa.Array, *, batch_size: int = DEFAULT_BATCH_SIZE,
                   batch_readahead: int = 16, columns: Optional[Sequence[str]] = None,
                   blob_descriptions: bool = False) -> ReaderResults:
         """The rows at ``indices``, in the order given (pylance accepts ascending indices only)."""
         table = self._reader.take_rows(indices, self._cols(columns), **_blob_kw(blob_descriptions))
-        return ReaderResults(table, batch_size)
+        return ReaderResults(self._shape(table, columns), batch_size)
 
     def __enter__(self) -> "LanceFileReader":
         return self
@@ -291,6 +338,13 @@ class LanceFileReader:
 
     def __repr__(self) -> str:
         return f"LanceFileReader({self.path!r}, version={self.version})"
+
+    def _shape(self, table: pa.Table, columns: Optional[Sequence[str]]) -> pa.Table:
+        """``table`` with the struct columns cut to the nested paths the constructor named."""
+        if self._paths is None or columns is not None:
+            return table
+        return pa.table([_prune(table.column(name), self._paths[name]) for name in table.column_names],
+                        names=table.column_names)
 
     def _cols(self, columns: Optional[Sequence[str]]) -> Optional[list[str]]:
         if columns is not None:

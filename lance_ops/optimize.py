@@ -58,9 +58,6 @@ class CompactionMetrics(dict):
 def compaction_arguments(ds: Any, options: Mapping[str, Any] | None) -> dict[str, Any]:
     """pylance's options as lance_ops' ``compact_files`` arguments."""
     args = {k: v for k, v in dict(options or {}).items() if v is not None}
-    # accepted, as pylance's: lance_ops cuts compaction output by rows (target_rows_per_fragment,
-    # max_rows_per_file); pylance 14.0.2 was not seen to cut it by bytes either (tests/parity)
-    args.pop("max_bytes_per_file", None)
     for name in ("compaction_mode", "binary_copy_read_batch_bytes", "max_source_rows", "max_source_bytes",
                  "excluded_fragment_ids", "data_storage_version"):
         if args.pop(name, None) is not None:
@@ -71,7 +68,7 @@ def compaction_arguments(ds: Any, options: Mapping[str, Any] | None) -> dict[str
 def plan_options(args: Mapping[str, Any]) -> core.CompactionOptions:
     """The planner's options from ``compact_files`` arguments (tuning-only ones dropped)."""
     keep = {"target_rows_per_fragment", "max_rows_per_file", "materialize_deletions",
-            "materialize_deletions_threshold", "max_source_fragments"}
+            "materialize_deletions_threshold", "max_source_fragments", "max_bytes_per_file"}
     return core.CompactionOptions(**{k: v for k, v in args.items() if k in keep})
 
 

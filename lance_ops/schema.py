@@ -194,6 +194,8 @@ def to_lance_fields(schema: pa.Schema | Sequence[pa.Field], *, start_id: int = 0
             ext = lf.metadata.get("ARROW:extension:name")
             if ext:  # an extension type kept as its storage plus metadata (as pylance records it)
                 lf.extension_name = ext.decode()
+                if ext == b"lance.json" and pa.types.is_large_binary(f.type):
+                    lf.logical_type = "json"  # pylance's logical type of a JSONB column
         my_id = next_id
         next_id += 1
         out.append(lf)

@@ -65,6 +65,34 @@ REASONS = [
     (r"commit|Operation|Transaction|write_fragments|create_from_file|create\b|fragments_from|"
      r"LanceOperation|transaction",
      "not yet: the low-level commit API (lance-ops commits through its own CommitProperties seam)"),
+    (r"mem_wal|Lsm|CompactedSsTable|Shard|sharding", "out of scope: MemWAL / LSM writes and sharding"),
+    (r"io_stats|bytes_read_counter|iops_counter|set_logger|simd_info|ScanStatistics|ExecutionPlan|explain_plan|"
+     r"analyze_plan|FFILanceTableProvider|batch_udf",
+     "out of scope: the Rust engine's runtime (query plans, I/O counters, logging, UDFs)"),
+    (r"Index|Fts|tokenize|centroids|remap_row_addrs",
+     "out of scope: vector search and index building (lance-ops keeps indices, never builds them; ADR 0011)"),
+    (r"^(join|join_asof|sort_by|filter|slice|sample|partition_expression)$",
+     "not yet: pyarrow.dataset.Dataset methods (pylance's LanceDataset subclasses it); apply pyarrow to "
+     "`to_table()` / `scanner().to_reader()`"),
+    (r"Cleanup|explain_cleanup|tracked_files|all_files|auto_cleanup",
+     "not yet: cleanup explanations, file listings and auto-cleanup (lance-ops' cleanup has `dry_run`, which "
+     "lists the paths it would remove; cleanup runs as its own Airflow task)"),
+    (r"config|metadata$|schema_metadata|storage_options",
+     "not yet: the manifest's config and metadata maps and storage-option providers"),
+    (r"DataStatistics|FieldStatistics|^stats$",
+     "not yet: pylance's data statistics (lance-ops has page and fragment statistics: `lance-ops rebuild-stats`, `inspect`)"),
+    (r"delta|version_refs|get_version|migrate_manifest_paths_v2",
+     "not yet: version diffs and refs (lance-ops has `versions()`, `tags`, `checkout_version`)"),
+    (r"truncate_table|^drop$|^delete$",
+     "not yet: whole-table and fragment-level deletes (use `delete(predicate)` or `mode='overwrite'`)"),
+    (r"validate", "not yet: use `lance-ops verify` (maintenance/verify.py)"),
+    (r"pydantic|json_to_schema|schema_to_json|from_json|version_meta|^schema$|physical_schema|stable_version",
+     "not yet: schema helpers and per-fragment row-version metadata"),
+    (r"from_batches|from_dataset|from_fragment|scan_batches|^take$",
+     "not yet: scanner constructors, `scan_batches` and `take` (use `ds.scanner(...)`, `ds.take`)"),
+    (r"MergeInsertBuilder", "not yet: row-level updates (merge-insert) are the next transaction builder (architecture.md)"),
+    (r"BasePath", "out of scope: engine integrations, namespaces, branches and sessions"),
+    (r"fragment_ids", "not yet: pylance returns its Bitmap type; use `[f.fragment_id for f in ds.get_fragments()]`"),
     (r"", "not yet"),
 ]
 
@@ -72,13 +100,22 @@ REASONS = [
 NOTES = {
     "lance_ops.file.LanceFileReader.take_rows": "unsorted indices are accepted (pylance: ValueError)",
     "lance_ops.file.LanceFileReader.metadata": "page `encoding` is the proto's text, not Rust debug text",
-    "lance_ops.file.LanceFileReader": "also reads legacy 0.1 files; `columns` are top-level names only",
+    "lance_ops.file.LanceFileReader": "also reads legacy 0.1 files",
     "lance_ops.write_dataset": ("`schema=` also casts tables and readers (pylance ignores it for them); "
-                                "an iterable of batches needs no schema; arrow.json columns are refused"),
+                                "an iterable of batches needs no schema; arrow.json values must be standard "
+                                "JSON (pylance's parser also takes `[1,]`, `'a'`, `01`, `+1`, `.5`)"),
     "lance_ops.maintenance.compaction.DatasetOptimizer.compact_files": (
         "through `ds.optimize` it takes pylance's options and returns `CompactionMetrics`; "
-        "`max_bytes_per_file` is accepted, output is cut by rows; one version per compaction "
-        "(pylance 14 commits a ReserveFragments version first)"),
+        "`max_bytes_per_file` cuts a task's output by its estimated bytes so each file stays under it "
+        "(pylance closes a file once its flushed bytes pass it, so file counts differ); one version per "
+        "compaction (pylance 14 commits a ReserveFragments version first)"),
+    "lance_ops.format.writer.V2FileWriter.write_batch": (
+        "an `arrow.json` column is refused (UnsupportedTypeError, nothing written); pylance's file writer "
+        "stores it as `lance.json` JSONB, as `write_dataset` does in both"),
+    "lance_ops.api.LanceDataset.cleanup_old_versions": (
+        "`delete_concurrency` is checked and always met (deletes go one batch at a time)"),
+    "lance_ops.table.dataset.Tags.create": "no branches: `(branch, version)` takes only None or \"main\"",
+    "lance_ops.table.dataset.Tags.update": "no branches: `(branch, version)` takes only None or \"main\"",
     "lance_ops.api.LanceDataset.to_table": ("executor knobs (`batch_readahead`, `late_materialization`, "
                                             "`scan_in_order`...) are accepted and change nothing"),
     "lance_ops.api.LanceDataset.to_batches": ("executor knobs are accepted and change nothing; batches end at "
@@ -89,8 +126,10 @@ NOTES = {
     "lance_ops.api.LanceDataset.to_table:filter": (
         "SQL: `LIKE ... ESCAPE` takes any escape character (pylance: backslash only); "
         "`regexp_match` is a boolean-or-NULL, not a list, in projections"),
-    "lance_ops.api.LanceDataset.to_table:types": ("`lance.json` columns read as their stored bytes; "
-                                                  "tensor, uuid and bfloat16 types round-trip"),
+    "lance_ops.api.LanceDataset.to_table:types": (
+        "tensor, uuid, bfloat16 and json (stored as `lance.json` JSONB) round-trip in scans and takes; "
+        "`ds.schema` shows the stored types (storage + `ARROW:extension:*` metadata), pylance's the "
+        "extension types"),
 }
 
 

@@ -321,21 +321,30 @@ class V2FileWriter:
         """Bytes written to the output so far."""
         return self._sink.tell() if self._sink is not None else 0
 
-    def write_batch(self, data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> None:
-        """Append a RecordBatch or a Table (or an iterable of batches)."""
+    def write_batch(self, batch: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None, *,
+                    data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None) -> None:
+        """Append ``batch`` (pylance's keyword): a RecordBatch, a Table or an iterable of batches."""
+        if data is not None:  # the earlier lance_ops keyword
+            import warnings
+
+            warnings.warn("write_batch(data=...) is deprecated: pass batch= (pylance's keyword)", DeprecationWarning,
+                          stacklevel=2)
+            batch = data
+        if batch is None:
+            raise TypeError("write_batch() missing required argument: 'batch'")
         self._check_open()
-        if isinstance(data, pa.Table):
-            batches: Iterable[pa.RecordBatch] = data.to_batches()
+        if isinstance(batch, pa.Table):
+            batches: Iterable[pa.RecordBatch] = batch.to_batches()
             if self._schema is None:
-                self._initialize(data.schema)
-        elif isinstance(data, pa.RecordBatch):
-            batches = [data]
-        elif isinstance(data, pa.RecordBatchReader):
-            batches = data
+                self._initialize(batch.schema)
+        elif isinstance(batch, pa.RecordBatch):
+            batches = [batch]
+        elif isinstance(batch, pa.RecordBatchReader):
+            batches = batch
         else:
-            batches = data
-        for batch in batches:
-            self._write_one(batch)
+            batches = batch
+        for one in batches:
+            self._write_one(one)
 
     def add_schema_metadata(self, key: str, value: str | bytes) -> None:
         """Add (or replace) a schema metadata entry; applied when the file is closed."""

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_ops.errors import InvalidArgumentError
-from lance_ops.table import scan
+from lance_ops.table import jsonb, scan
 from lance_ops.table.filters import Projection, compile_expression
 from lance_ops.table.scan import ROW_ADDR, ROW_ID
 
@@ -28,16 +28,23 @@ def with_extension_types(schema: pa.Schema) -> pa.Schema:
     type, as pylance returns them; ``schema`` itself when no field names one."""
     if not any(f.metadata and _EXTENSION_KEY in f.metadata for f in schema):
         return schema
-    return pa.ipc.read_schema(schema.serialize())
+    out = pa.ipc.read_schema(schema.serialize())
+    if not any(jsonb.is_lance_json(f) for f in out):
+        return out
+    return pa.schema([pa.field(f.name, pa.json_(pa.utf8()), f.nullable) if jsonb.is_lance_json(f) else f
+                      for f in out], metadata=out.metadata)  # JSONB columns read as arrow.json text
 
 
 def restore_extension_types(table: pa.Table, want: pa.Schema) -> pa.Table:
-    """``table``'s storage columns wrapped as the extension types of ``want`` (same names)."""
+    """``table``'s storage columns wrapped as the extension types of ``want`` (same names; JSONB
+    columns decoded to ``arrow.json`` text)."""
     if want is table.schema or not any(isinstance(f.type, pa.BaseExtensionType) for f in want):
         return table
     columns = []
     for f, col in zip(want, table.columns):
-        if isinstance(f.type, pa.BaseExtensionType) and not isinstance(col.type, pa.BaseExtensionType):
+        if jsonb.is_arrow_json(f.type) and pa.types.is_large_binary(col.type):
+            col = pa.chunked_array([jsonb.decode(c, f.name) for c in col.chunks], f.type)
+        elif isinstance(f.type, pa.BaseExtensionType) and not isinstance(col.type, pa.BaseExtensionType):
             col = pa.chunked_array([pa.ExtensionArray.from_storage(f.type, c) for c in col.chunks], f.type)
         columns.append(col)
     return pa.Table.from_arrays(columns, schema=want)

@@ -6,6 +6,7 @@ as pylance does).
 """
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -19,8 +20,10 @@ from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import (
     DatasetNotFoundError,
     InvalidArgumentError,
+    InvalidArgumentTypeError,
     OutOfRangeError,
     RetryableCommitConflictError,
+    TagError,
 )
 from lance_ops.io import ObjectStore, open_store
 from lance_ops.io.redact import RedactedOptions
@@ -36,7 +39,7 @@ from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.scan import ROW_ADDR, ROW_ID
 from lance_ops.table.snapshot import BlobSelection
 from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.columns import ColumnPlan
+from lance_ops.table.columns import ColumnPlan, restore_extension_types, with_extension_types
 from lance_ops.table.manifest.codec import ManifestFile, check_fragments, manifest_schema, read_manifest
 
 _DELETED_ROWS = "lance_ops.num_deleted_rows"
@@ -74,23 +77,69 @@ def open_manifest(store: ObjectStore, base: str, version: int | str | None, uri:
     return mf
 
 
+#: pylance's tag reference: a version, a tag name, or ``(branch, version)``
+TagReference = Union[int, str, Tuple[Optional[str], Optional[int]], None]
+
+
 class Tags:
     """``ds.tags``: create, delete, update and list tags (``_refs/tags/*.json``)."""
 
     def __init__(self, dataset: "LanceDataset") -> None:
         self._ds = dataset
 
-    def create(self, tag: str, version: int) -> None:
-        """Tag ``version`` as ``tag`` (which must not exist yet)."""
-        tags_mod.create_tag(self._ds.store, self._ds.base, tag, version)
+    def create(self, tag: str, reference: TagReference = None, *, version: int | None = None) -> None:
+        """Tag a version as ``tag`` (which must not exist yet); ``reference`` as pylance's (see
+        :meth:`resolve_reference`). ``version=`` is the earlier lance-ops keyword (deprecated)."""
+        tags_mod.create_tag(self._ds.store, self._ds.base, tag, self._version(reference, version, "create"))
 
     def delete(self, tag: str) -> None:
         """Remove tag ``tag``."""
         tags_mod.delete_tag(self._ds.store, self._ds.base, tag)
 
-    def update(self, tag: str, version: int) -> None:
-        """Point the existing tag ``tag`` at ``version``."""
-        tags_mod.update_tag(self._ds.store, self._ds.base, tag, version)
+    def update(self, tag: str, reference: TagReference = None, *, version: int | None = None) -> None:
+        """Point the existing tag ``tag`` at another version (``reference`` as in :meth:`create`)."""
+        tags_mod.get_tag(self._ds.store, self._ds.base, tag)  # a missing tag is named first, as pylance
+        tags_mod.update_tag(self._ds.store, self._ds.base, tag, self._version(reference, version, "update"))
+
+    def get_version(self, tag: str) -> int:
+        """The version ``tag`` points at (TagNotFoundError, a ValueError, if there is none)."""
+        return tags_mod.resolve_tag_version(self._ds.store, self._ds.base, tag)
+
+    def replace_metadata(self, tag: str, metadata: dict[str, str]) -> None:
+        """Replace ``tag``'s metadata map (its version and ``updated_at`` stay)."""
+        tags_mod.replace_tag_metadata(self._ds.store, self._ds.base, tag, metadata)
+
+    def _version(self, reference: TagReference, version: int | None, verb: str) -> int:
+        if version is not None:
+            import warnings
+
+            warnings.warn(f"tags.{verb}(tag, version=...) is deprecated: pass the version as pylance's "
+                          "`reference` (second positional argument)", DeprecationWarning, stacklevel=3)
+            reference = version
+        return self.resolve_reference(reference)
+
+    def resolve_reference(self, reference: TagReference) -> int:
+        """The version pylance's tag ``reference`` names: None -> this dataset's version; an int ->
+        that version; a str -> the version of that tag; ``(branch, version)`` with branch None or
+        ``"main"`` -> that version (None: the latest). Other branches do not exist here."""
+        if reference is None:
+            return self._ds.version
+        if isinstance(reference, bool):
+            raise TagError("Version must be an int, a str or a (int, str) tuple.")
+        if isinstance(reference, int):
+            return reference
+        if isinstance(reference, str):
+            return tags_mod.resolve_tag_version(self._ds.store, self._ds.base, reference)
+        if isinstance(reference, tuple) and len(reference) == 2:
+            branch, number = reference
+            if branch not in (None, "main"):
+                raise DatasetNotFoundError(f"{self._ds.uri}: version {branch}:{number} does not exist "
+                                           "(lance-ops datasets have only the main branch)")
+            if number is None:
+                return self._ds.latest_version
+            if isinstance(number, int) and not isinstance(number, bool):
+                return number
+        raise TagError("Version must be an int, a str or a (int, str) tuple.")
 
     def list(self) -> dict[str, dict]:
         """Every tag with its version, by name."""
@@ -235,8 +284,10 @@ class LanceDataset:
         """A new object for the latest version of this dataset, sharing this one's store."""
         return type(self)(self.uri, None, self.storage_options, _store=(self._store, self._base))
 
-    def get_fragments(self) -> list[LanceFragment]:
-        """The fragments of this version, in manifest order."""
+    def get_fragments(self, filter: Any = None) -> list[LanceFragment]:
+        """The fragments of this version, in manifest order (``filter``: pylance 14 refuses any)."""
+        if filter is not None:
+            raise InvalidArgumentError("get_fragments() does not support filter yet")
         return [LanceFragment(self, f) for f in self.manifest.fragments]
 
     def get_fragment(self, fragment_id: int) -> LanceFragment | None:
@@ -379,7 +430,7 @@ class LanceDataset:
         out_columns = scan.resolve_columns(self, columns)
         schema = scan.output_schema(self, out_columns, False, False)
         if positions.size == 0:
-            return schema.empty_table()
+            return with_extension_types(schema).empty_table()
         if len(schema) == 0:  # nothing to read; concat_tables would lose the row count
             return pa.table({"_": pa.nulls(int(positions.size))}).drop_columns(["_"])
         order = np.argsort(which, kind="stable")
@@ -401,7 +452,8 @@ class LanceDataset:
         table = pa.concat_tables(pieces)
         inverse = np.empty(positions.size, dtype=np.int64)
         inverse[np.concatenate(placed)] = np.arange(positions.size)
-        return table.take(pa.array(inverse)).combine_chunks()
+        table = table.take(pa.array(inverse)).combine_chunks()
+        return restore_extension_types(table, with_extension_types(table.schema))  # as pylance's takes
 
     def take_fragment_rows(self, fragment: LanceFragment, indices: Sequence[int] | np.ndarray | pa.Array,
                            columns: Sequence[str] | Mapping[str, str] | None = None) -> pa.Table:
@@ -512,9 +564,13 @@ class LanceDataset:
             self.__dict__.pop(attr, None)
 
     def delete(self, predicate: str | pc.Expression, *, conflict_retries: int = 10,
+               retry_timeout: timedelta = timedelta(seconds=30),
                transaction_properties: dict | None = None,
                idempotency_key: str | None = None) -> dict:
         """Delete the rows matching ``predicate``; returns ``{"num_deleted_rows": n}``.
+
+        As pylance's: a conflicting commit is retried up to ``conflict_retries`` times while less
+        than ``retry_timeout`` has passed (the first attempt always runs).
 
         With ``idempotency_key``, a delete already committed under that key (e.g. by an Airflow
         try that failed after committing) is not applied again: the earlier result is returned.
@@ -532,6 +588,10 @@ class LanceDataset:
                 mf = idempotency.manifest_of(self._store, self._base, earlier)
                 self.move_to(mf if mf is not None else self.reopen_latest().manifest_file)
                 return {"num_deleted_rows": int(earlier.properties.get(_DELETED_ROWS, 0))}
+        if not isinstance(retry_timeout, timedelta):
+            raise InvalidArgumentTypeError(f"argument 'retry_timeout': {type(retry_timeout).__name__!r} object "
+                                           "is not an instance of 'timedelta'")
+        deadline = time.monotonic() + retry_timeout.total_seconds()
         ds = self
         for attempt in range(conflict_retries + 1):
             feature_flags.check_writer_flags(ds.manifest.writer_feature_flags, ds.uri)
@@ -545,7 +605,7 @@ class LanceDataset:
                     txn.transaction_properties[_DELETED_ROWS] = str(count)
                 mf = ds._commit(txn, ctx, properties=properties)
             except RetryableCommitConflictError:
-                if attempt == conflict_retries:
+                if attempt == conflict_retries or time.monotonic() >= deadline:
                     raise
                 ds = ds.reopen_latest()
                 continue
@@ -601,6 +661,11 @@ class Scanner:
         if self._limit is None and not self._offset:
             return self.dataset.to_batches(batch_size=self._batch_size, strict_batch_size=self._strict, **self._args)
         return iter(self.to_table().to_batches(max_chunksize=self._batch_size))
+
+    def head(self, num_rows: int) -> pa.Table:
+        """The scan's first ``num_rows`` rows (pylance's ``LanceScanner.head``)."""
+        limit = num_rows if self._limit is None else min(num_rows, self._limit)
+        return self.dataset.to_table(limit=limit, offset=self._offset, **self._args)
 
     def to_reader(self) -> pa.RecordBatchReader:
         """The scan as an Arrow ``RecordBatchReader`` (what pylance's scanners hand to other engines)."""

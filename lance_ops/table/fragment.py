@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from lance_ops.format.version import FileVersion
 from lance_ops._proto import table_pb2
-from lance_ops.errors import CorruptFileError, ObjectNotFoundError
+from lance_ops.errors import CorruptFileError, InvalidArgumentError, ObjectNotFoundError
 from lance_ops.format import blob_v2
 from lance_ops.format.registry import open_file_reader
 from lance_ops.format.v2_0.reader import LanceFileReader
@@ -55,7 +55,18 @@ def _remember(cache: dict, key: Hashable, value: object, limit: int) -> None:
 class LanceFragment:
     """One fragment of a dataset version (mirrors ``lance.LanceFragment`` where it matters)."""
 
-    def __init__(self, dataset: "DatasetSnapshot", proto: table_pb2.DataFragment) -> None:
+    def __init__(self, dataset: "DatasetSnapshot", fragment_id: table_pb2.DataFragment | int | None = None, *,
+                 fragment: table_pb2.DataFragment | None = None) -> None:
+        """``LanceFragment(dataset, proto)`` (lance_ops' layers) or pylance's
+        ``LanceFragment(dataset, fragment_id)`` / ``LanceFragment(dataset, None, fragment=...)``."""
+        proto = fragment if fragment is not None else fragment_id
+        if proto is None:
+            raise InvalidArgumentError("Either fragment or fragment_id must be specified")
+        if isinstance(proto, int):
+            found = [f for f in dataset.manifest.fragments if f.id == proto]
+            if not found:
+                raise InvalidArgumentError(f"Fragment id does not exist: {proto}")
+            proto = found[0]
         self._dataset = dataset
         #: the manifest's ``DataFragment`` record (what lance_ops' own layers read and copy)
         self.proto = proto

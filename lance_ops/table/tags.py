@@ -266,6 +266,16 @@ def update_tag(store: ObjectStore, base: str, name: str, version: int) -> Tag:
     return tag
 
 
+def replace_tag_metadata(store: ObjectStore, base: str, name: str, metadata: dict[str, str]) -> Tag:
+    """Replace tag ``name``'s metadata map; its version and timestamps stay (as pylance)."""
+    old = get_tag(store, base, name)
+    tag = Tag(name=name, version=old.version, manifest_size=old.manifest_size, branch=old.branch,
+              created_at=old.created_at, updated_at=old.updated_at,
+              metadata={str(k): str(v) for k, v in dict(metadata).items()})
+    store.put(tag_path(store, base, name), tag.to_json())
+    return tag
+
+
 def delete_tag(store: ObjectStore, base: str, name: str) -> None:
     """Delete tag ``name``; TagNotFoundError if it does not exist."""
     path = tag_path(store, base, name)

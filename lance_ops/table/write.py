@@ -37,7 +37,7 @@ from lance_ops.format.writer import V2FileWriter
 from lance_ops.format.legacy.writer import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileWriter
 from lance_ops.io import ObjectStore, open_store
 from lance_ops.schema import FieldNode, check_metadata_utf8, field_tree, from_lance_fields, to_lance_fields
-from lance_ops.table import versions
+from lance_ops.table import jsonb, versions
 from lance_ops.table.manifest import feature_flags
 from lance_ops.table.manifest import naming
 from lance_ops.table.commit import idempotency
@@ -105,7 +105,7 @@ def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReade
 #: extension types lance_ops writes as storage + field metadata, checked readable by pylance 14
 STORABLE_EXTENSIONS = frozenset({"arrow.fixed_shape_tensor", "arrow.uuid", "lance.bfloat16"})
 #: extension types refused before anything is written (pylance could not read what lance_ops would write)
-REFUSED_EXTENSIONS = frozenset({"arrow.json"})
+REFUSED_EXTENSIONS: frozenset[str] = frozenset()
 
 
 def _extension_metadata(t: pa.BaseExtensionType) -> bytes:
@@ -135,6 +135,14 @@ def _storage_field(f: pa.Field) -> pa.Field:
     return pa.field(f.name, f.type.storage_type, f.nullable, meta)
 
 
+def _json_field(f: pa.Field) -> pa.Field:
+    """An ``arrow.json`` field as pylance stores it: JSONB ``large_binary`` named ``lance.json``."""
+    meta = dict(f.metadata or {})
+    meta[b"ARROW:extension:name"] = jsonb.LANCE_JSON.encode()
+    meta[b"ARROW:extension:metadata"] = b""
+    return pa.field(f.name, pa.large_binary(), f.nullable, meta)
+
+
 def as_storage_types(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
     """``reader`` with top-level extension columns (tensors, uuids, bfloat16...) as their storage
     arrays and the extension named in the field metadata; readers restore the type from it."""
@@ -144,16 +152,20 @@ def as_storage_types(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
                 f"column {f.name!r}: extension type {f.type.extension_name} cannot be written by lance_ops "
                 "(pylance stores it in its own binary JSON encoding, which lance_ops does not produce, and "
                 "would not read a plain text column back); nothing was written")
-    convert = [isinstance(f.type, pa.BaseExtensionType) and f.type.extension_name in STORABLE_EXTENSIONS
+    convert = [isinstance(f.type, pa.BaseExtensionType) and (f.type.extension_name in STORABLE_EXTENSIONS
+                                                            or jsonb.is_arrow_json(f.type))
                for f in reader.schema]
     if not any(convert):
         return reader  # other extension types (blob v2) are the writers' own business
-    schema = pa.schema([_storage_field(f) if c else f for f, c in zip(reader.schema, convert)],
-                       metadata=reader.schema.metadata)
+    schema = pa.schema([(_json_field(f) if jsonb.is_arrow_json(f.type) else _storage_field(f)) if c else f
+                        for f, c in zip(reader.schema, convert)], metadata=reader.schema.metadata)
+
+    def column(col: pa.Array, f: pa.Field) -> pa.Array:
+        return jsonb.encode(col, f.name) if jsonb.is_arrow_json(f.type) else col.storage
 
     def batches() -> Iterator[pa.RecordBatch]:
         for batch in reader:  # one rebuild per batch: the storage arrays are shared, not copied
-            arrays = [col.storage if c else col for col, c in zip(batch.columns, convert)]
+            arrays = [column(col, f) if c else col for col, f, c in zip(batch.columns, reader.schema, convert)]
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     return pa.RecordBatchReader.from_batches(schema, batches())

@@ -119,3 +119,84 @@ def test_old_metadata_proto_access_warns(uri):
     with pytest.warns(DeprecationWarning, match="LanceFragment.proto"):
         assert frag.metadata.HasField("deletion_file")
     assert frag.metadata == frag.proto  # the view equals the proto it shows
+
+
+@pytest.mark.parametrize("reference", [None, 1, "first", (None, None), ("main", 2), (None, 1), ("main", None),
+                                       ("dev", 1), "nosuch", 9, 1.5, [1, 2]])
+def test_tag_references(tmp_path, reference):
+    """``tags.create/update(tag, reference)``: a version, a tag name or ``(branch, version)``."""
+    def run(lib):
+        u = str(tmp_path / f"{lib.__name__}.lance")
+        for i in range(3):
+            lib.write_dataset(TABLE.slice(i, 1), u, mode="append" if i else "create")
+        ds = lib.dataset(u, version=2)
+        ds.tags.create("first", 1)
+        ds.tags.create("t", reference)
+        ds.tags.update("first", reference)
+        return {name: tag["version"] for name, tag in ds.tags.list().items()}, ds.tags.get_version("t")
+
+    same(run)
+
+
+def test_tag_errors_and_metadata(uri):
+    same(lambda lib: lib.dataset(uri).tags.update("nosuch", 1))
+    same(lambda lib: lib.dataset(uri).tags.get_version("nosuch"))
+    same(lambda lib: lib.dataset(uri).tags.create("first", 2))
+    same(lambda lib: lib.dataset(uri).tags.get_version("second"))
+
+    def replace(lib):
+        ds = lib.dataset(uri)
+        before = ds.tags.list()["first"]
+        ds.tags.replace_metadata("first", {"k": "v"})
+        after = ds.tags.list()["first"]
+        return after["metadata"], after["version"], after["updated_at"] == before["updated_at"]
+
+    same(replace)
+
+
+def test_get_fragments_filter_is_refused_as_pylance(uri):
+    same(lambda lib: lib.dataset(uri).get_fragments(filter="a > 1"))
+    same(lambda lib: len(lib.dataset(uri).get_fragments(filter=None)))
+
+
+def test_delete_retry_timeout(tmp_path):
+    def run(lib, timeout):
+        u = str(tmp_path / f"{lib.__name__}.lance")
+        ds = lib.write_dataset(TABLE, u, mode="overwrite")
+        return ds.delete("a < 5", retry_timeout=timeout), ds.count_rows()
+
+    same(lambda lib: run(lib, timedelta(seconds=1)))
+    same(lambda lib: run(lib, 5))
+
+
+@pytest.mark.parametrize("kwargs", [dict(versions=[2, 99], delete_rate_limit=5, delete_concurrency=2),
+                                    dict(versions=[5]), dict(older_than=timedelta(0), versions=[1, 3]),
+                                    dict(versions=[]), dict(delete_rate_limit=0), dict(delete_concurrency=0)])
+def test_cleanup_pylance_arguments(tmp_path, monkeypatch, kwargs):
+    monkeypatch.setenv("LANCE_OPS_CLEANUP_MIN_SUPERSEDED_SECONDS", "0")
+
+    def run(lib):
+        u = str(tmp_path / f"{lib.__name__}.lance")
+        for i in range(5):
+            lib.write_dataset(TABLE.slice(i, 1), u, mode="overwrite")
+        ds = lib.dataset(u)
+        stats = ds.cleanup_old_versions(**kwargs)
+        return stats.old_versions, stats.data_files_removed, [v["version"] for v in ds.versions()]
+
+    same(run)
+
+
+def test_head_and_top_level_names(uri):
+    same(lambda lib: lib.dataset(uri).head(3))
+    same(lambda lib: lib.dataset(uri).head(4, columns=["s"], filter="a > 10"))
+    same(lambda lib: lib.dataset(uri).scanner(columns=["a"], offset=2).head(5))
+    same(lambda lib: lib.dataset(uri).scanner(limit=2).head(5))
+    same(lambda lib: [isinstance(f, lib.LanceFragment) for f in lib.dataset(uri).get_fragments()][:2])
+    same(lambda lib: isinstance(lib.dataset(uri).get_fragments()[0].metadata, lib.FragmentMetadata))
+    same(lambda lib: isinstance(lib.dataset(uri).scanner(), lib.LanceScanner))
+
+
+def test_fragment_constructor(uri):
+    same(lambda lib: lib.LanceFragment(lib.dataset(uri), 2).to_table())
+    same(lambda lib: lib.LanceFragment(lib.dataset(uri), None))
+    same(lambda lib: lib.LanceFragment(lib.dataset(uri), 5).count_rows())

@@ -104,3 +104,40 @@ def test_old_property_access_still_works_with_a_warning(path):
         assert r.take_rows([2, 1]).column("a").to_pylist() == [2, 1]
     with pytest.warns(DeprecationWarning, match="to_table"):
         assert r.read_all().equals(t)
+
+
+NESTED = pa.table({"a": pa.array([1, 2, 3], pa.int64()),
+                   "s": pa.array([{"x": 1, "y": "a", "z": {"q": 1.5, "r": 1}}, None,
+                                  {"x": 3, "y": None, "z": None}])})
+
+
+@pytest.mark.parametrize("columns", [["s.x"], ["s.y", "s.x"], ["s.z.q", "s.x"], ["s.x", "a"], ["a", "s.x"],
+                                     ["s.z"], ["s.x", "s"], ["s.z.q", "s.z"], ["s.nope.x"], ["q.x"]])
+def test_nested_columns_in_the_reader(tmp_path, columns):
+    """``LanceFileReader(path, columns=["s.x"])`` reads ``s`` cut to ``struct<x>`` (struct nulls kept)."""
+    p = str(tmp_path / "n.lance")
+    with lance.file.LanceFileWriter(p, version="2.1") as w:
+        w.write_batch(batch=NESTED)  # pylance's keyword
+    same(lambda lib: lib.file.LanceFileReader(p, columns=columns).read_all().to_table())
+    same(lambda lib: lib.file.LanceFileReader(p, columns=columns).take_rows([1, 2]).to_table())
+    same(lambda lib: lib.file.LanceFileReader(p, columns=columns).read_range(2, 1).to_table())
+
+
+def test_writer_takes_the_batch_keyword(tmp_path):
+    def write_then_read(lib):
+        p = str(tmp_path / f"{lib.__name__}.lance")
+        with lib.file.LanceFileWriter(p, version="2.1") as w:
+            w.write_batch(batch=NESTED)
+        return lance.file.LanceFileReader(p).read_all().to_table()
+
+    same(write_then_read)
+
+
+def test_writer_earlier_data_keyword_warns(tmp_path):
+    p = str(tmp_path / "d.lance")
+    with lo_file.LanceFileWriter(p, version="2.1") as w:
+        with pytest.warns(DeprecationWarning, match="batch="):
+            w.write_batch(data=NESTED)
+    assert lance.file.LanceFileReader(p).read_all().to_table().equals(NESTED)
+    with pytest.raises(TypeError):
+        lo_file.LanceFileWriter(str(tmp_path / "e.lance")).write_batch()

@@ -34,7 +34,7 @@ def _bfloat16() -> pa.Array:
     return pa.ExtensionArray.from_storage(BFloat16Type(), storage)
 
 
-CASES = {"fixed_shape_tensor": _tensor, "uuid": _uuid, "bfloat16": _bfloat16}
+CASES = {"fixed_shape_tensor": _tensor, "uuid": _uuid, "bfloat16": _bfloat16, "json": _json}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -55,22 +55,11 @@ def test_extension_types_round_trip(tmp_path, name, version):
             got = write_then_read(writer, reader)
             assert got.schema.field("x").type == want.schema.field("x").type, (writer, reader)
             assert got.column("x").to_pylist() == want.column("x").to_pylist(), (writer, reader)
-
-
-def test_json_is_refused_before_writing_and_read_as_stored(tmp_path):
-    """pylance stores ``arrow.json`` as ``lance.json`` (its own binary JSON): lance-ops cannot write
-    that, so it refuses before writing (a utf8 column would be unreadable by pylance), and reads
-    pylance's column as the stored bytes (docs/pylance-parity.md: not supported)."""
-    from lance_ops.errors import UnsupportedTypeError
-
-    table = pa.table({"x": _json()})
-    target = tmp_path / "o.lance"
-    with pytest.raises(UnsupportedTypeError, match="arrow.json"):
-        lance_ops.write_dataset(table, str(target))
-    assert not target.exists() or not any(p.is_file() for p in target.rglob("*"))
-    lance.write_dataset(table, str(tmp_path / "p.lance"))
-    got = lance_ops.dataset(str(tmp_path / "p.lance")).to_table()
-    assert got.schema.field("x").metadata[b"ARROW:extension:name"] == b"lance.json"
+            # takes restore the extension type too (dataset take, pylance's _take_rows, fragment take)
+            ds = reader.dataset(str(tmp_path / f"{writer.__name__}-{reader.__name__}.lance"))
+            for taken in (ds.take([2, 0]), ds._take_rows([2, 0]), ds.get_fragments()[0].take([1])):
+                assert taken.schema.field("x").type == want.schema.field("x").type, (writer, reader)
+            assert ds.take([2, 0]).equals(want.take([2, 0])), (writer, reader)
 
 
 def test_blob_column(tmp_path):

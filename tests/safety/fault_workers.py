@@ -43,6 +43,22 @@ def _retry_counter() -> _RetryCounter:
     return handler
 
 
+class _Withdrawals(logging.Handler):
+    """Counts manifests the commit loop withdrew as orphans (ADR 0024): the soak's lost-append path."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "withdrawing it" in record.getMessage():
+            self.count += 1
+
+
+_WITHDRAWALS = _Withdrawals()
+logging.getLogger("lance_ops.table.commit.loop").addHandler(_WITHDRAWALS)
+
+
 def batch_ids(worker: int, seq: int) -> tuple[int, int]:
     """The id range ``[lo, hi)`` of a worker's seq-th batch (disjoint across workers)."""
     lo = 1_000_000 * (worker + 1) + seq * BATCH_ROWS
@@ -56,6 +72,17 @@ def batch_table(worker: int, seq: int) -> pa.Table:
                      "payload": pa.array([f"w{worker}-{i}" for i in ids.tolist()])})
 
 
+def _uuid_of(result: Any) -> str | None:
+    """The transaction uuid of an acknowledged operation (evidence for a failed soak), if known."""
+    if isinstance(result, dict):
+        return result.get("uuid")
+    try:
+        txn = result.transaction  # a dataset returned by write_dataset: the manifest it committed
+    except Exception:  # noqa: BLE001 - evidence only; a failed read must not fail the worker
+        return None
+    return txn.uuid if txn is not None else None
+
+
 class _Log:
     def __init__(self, path: str, retries: _RetryCounter) -> None:
         self._file = open(path, "a", encoding="utf-8")
@@ -66,6 +93,7 @@ class _Log:
         from lance_ops.errors import CommitOutcomeUnknownError, LanceOpsError
 
         before, began = self._retries.count, time.monotonic()
+        entry["_withdrawn"] = _WITHDRAWALS.count
         result: Any = None
         try:
             result = fn()
@@ -76,10 +104,12 @@ class _Log:
             outcome, entry["error"] = "error", f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # noqa: BLE001 - reported, the test fails on it
             outcome, entry["error"] = "crash", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        withdrawn_before = entry.pop("_withdrawn", 0)
         entry.update(outcome=outcome, seconds=round(time.monotonic() - began, 3),
-                     retries=self._retries.count - before)
+                     retries=self._retries.count - before, withdrawn=_WITHDRAWALS.count - withdrawn_before)
         if outcome == "ok":
             entry["version"] = result.get("version") if isinstance(result, dict) else getattr(result, "version", None)
+            entry["uuid"] = _uuid_of(result)
             entry["result"] = (result if isinstance(result, dict)
                                else dataclasses.asdict(result) if dataclasses.is_dataclass(result) else None)
         self._file.write(json.dumps(entry, default=str) + "\n")
@@ -109,11 +139,18 @@ def append_worker(uri: str, options: dict, worker: int, deadline: float, log_pat
             def delete() -> dict:
                 ds = lance_ops.dataset(uri, storage_options=options)
                 out = ds.delete(predicate)
-                return dict(out, version=ds.version)
+                return dict(out, version=ds.version, uuid=_uuid_of(ds))
 
             log.run({"op": "delete", "batch": tag, "lo": lo, "hi": hi, "predicate": predicate}, delete)
         seq += 1
         time.sleep(pause)
+
+
+def _compact(ds: Any) -> dict:
+    metrics = ds.optimize.compact_files(target_rows_per_fragment=400)
+    if metrics.get("version") is not None:
+        metrics["uuid"] = _uuid_of(ds)  # the dataset moved to the version it committed
+    return metrics
 
 
 def maintenance_worker(uri: str, options: dict, deadline: float, log_path: str,
@@ -126,8 +163,7 @@ def maintenance_worker(uri: str, options: dict, deadline: float, log_path: str,
     while time.time() < deadline:
         if turn % 2 == 0:
             log.run({"op": "compact"},
-                    lambda: lance_ops.dataset(uri, storage_options=options).optimize.compact_files(
-                        target_rows_per_fragment=400))
+                    lambda: _compact(lance_ops.dataset(uri, storage_options=options)))
         else:
             log.run({"op": "cleanup"},
                     lambda: lance_ops.dataset(uri, storage_options=options).cleanup_old_versions(

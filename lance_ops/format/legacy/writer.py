@@ -257,19 +257,29 @@ class LegacyFileWriter:
         self._check_open()
         self._schema_metadata[key] = value if isinstance(value, bytes) else str(value).encode()
 
-    def write_batch(self, data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch]) -> None:
-        """Append a RecordBatch or a Table (or an iterable of batches); full groups are written at once."""
+    def write_batch(self, batch: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None, *,
+                    data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None) -> None:
+        """Append ``batch`` (pylance's keyword): a RecordBatch, a Table or an iterable of batches; full
+        groups are written at once."""
+        if data is not None:  # the earlier lance_ops keyword
+            import warnings
+
+            warnings.warn("write_batch(data=...) is deprecated: pass batch= (pylance's keyword)", DeprecationWarning,
+                          stacklevel=2)
+            batch = data
+        if batch is None:
+            raise TypeError("write_batch() missing required argument: 'batch'")
         self._check_open()
-        if isinstance(data, pa.Table):
+        if isinstance(batch, pa.Table):
             if self._schema is None:
-                self._initialize(data.schema)
-            batches: Iterable[pa.RecordBatch] = data.to_batches()
-        elif isinstance(data, pa.RecordBatch):
-            batches = [data]
+                self._initialize(batch.schema)
+            batches: Iterable[pa.RecordBatch] = batch.to_batches()
+        elif isinstance(batch, pa.RecordBatch):
+            batches = [batch]
         else:
-            batches = data
-        for batch in batches:
-            self._write_one(batch)
+            batches = batch
+        for one in batches:
+            self._write_one(one)
 
     def close(self) -> int:
         """Write the last group, the page table, statistics, dictionaries, manifest and footer; returns rows."""

@@ -6,8 +6,9 @@ import json
 import os
 import re
 from datetime import datetime, timedelta, timezone
+from typing import Sequence
 
-from lance_ops.errors import TagError
+from lance_ops.errors import InvalidInputError, TagError
 from lance_ops.format.blob_v2 import parse_side_file
 from lance_ops.table.manifest import naming
 
@@ -85,15 +86,17 @@ def select_removed(
     tags: dict[int, list[str]],
     error_if_tagged_old_versions: bool,
     superseded_after: datetime | None = None,
+    only: set[int] | None = None,
 ) -> set[int]:
     """The versions the policy removes (module docstring); raises TagError for tagged ones
-    when ``error_if_tagged_old_versions``."""
+    when ``error_if_tagged_old_versions``. With ``only`` (pylance's ``versions=``), no version
+    outside it is removed."""
     newest = set(sorted(versions, reverse=True)[:retain_versions]) if retain_versions else set()
     superseded = superseded_times(versions) if superseded_after is not None else {}
     removed: set[int] = set()
     tag_hits: dict[str, int] = {}
     for v, info in versions.items():
-        if v >= protect_from or v in newest or v in pinned:
+        if v >= protect_from or v in newest or v in pinned or (only is not None and v not in only):
             continue
         if superseded_after is not None and not superseded[v] < superseded_after:
             continue  # stopped being the latest too recently
@@ -107,6 +110,19 @@ def select_removed(
     if tag_hits and error_if_tagged_old_versions:
         raise _tagged_error(tag_hits)
     return removed
+
+
+def check_pylance_args(versions: Sequence[int] | None, delete_rate_limit: int | None,
+                       delete_concurrency: int | None) -> None:
+    """Refuse pylance's ``versions`` / ``delete_rate_limit`` / ``delete_concurrency`` where
+    pylance does (InvalidInputError, an OSError as pylance's), before anything is listed."""
+    if versions is not None and len(versions) == 0:
+        raise InvalidInputError("Invalid user input: versions must not be empty when specified")
+    if delete_rate_limit is not None and delete_rate_limit <= 0:
+        raise InvalidInputError(f"Cleanup error: delete_rate_limit must be greater than 0, got {delete_rate_limit}")
+    if delete_concurrency is not None and not 1 <= delete_concurrency <= 2**61 - 1:
+        raise InvalidInputError("Invalid user input: delete_concurrency must be between 1 and "
+                                f"{2**61 - 1}, got {delete_concurrency}")
 
 
 def check_args(older_than: timedelta | None, retain_versions: int | None) -> None:

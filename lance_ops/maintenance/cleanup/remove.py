@@ -2,9 +2,10 @@
 meanwhile) and count what went. :func:`cleanup_old_versions` is the entry point."""
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from lance_ops.errors import LanceOpsError
 from lance_ops.io.base import ObjectStore
@@ -26,6 +27,7 @@ from lance_ops.maintenance.cleanup.plan import (
     UNVERIFIED_THRESHOLD,
     Planner,
     check_args,
+    check_pylance_args,
     resolve_min_superseded_age,
     select_removed,
 )
@@ -81,15 +83,23 @@ class CleanupStats:
 
 
 # --- deleting ---------------------------------------------------------------------------------
-def _delete(store: ObjectStore, files: list[ListedFile], tick: Callable[[int], None] | None = None) -> tuple[list[ListedFile], list[ListedFile]]:
+def _delete(store: ObjectStore, files: list[ListedFile], tick: Callable[[int], None] | None = None,
+            rate_limit: int | None = None) -> tuple[list[ListedFile], list[ListedFile]]:
     """Delete in batches; ``(deleted, failed)``. A failed batch is retried path by path.
 
-    ``tick(n)`` (optional) is told how many paths were handled after each batch.
+    ``tick(n)`` (optional) is told how many paths were handled after each batch; with
+    ``rate_limit`` (pylance's ``delete_rate_limit``) at most that many paths go per second.
     """
     done: list[ListedFile] = []
     failed: list[ListedFile] = []
-    for i in range(0, len(files), DELETE_BATCH_SIZE):
-        batch = files[i : i + DELETE_BATCH_SIZE]
+    size = min(DELETE_BATCH_SIZE, rate_limit) if rate_limit else DELETE_BATCH_SIZE
+    started = time.monotonic()
+    for i in range(0, len(files), size):
+        if rate_limit:  # the i paths sent so far may not take less than i / rate_limit seconds
+            wait = started + i / rate_limit - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+        batch = files[i : i + size]
         try:
             store.delete_many([f.path for f in batch])
             done.extend(batch)
@@ -126,6 +136,9 @@ def cleanup_old_versions(
     dry_run: bool = False,
     progress: Callable[[int, int], None] | None = None,
     min_superseded_age: timedelta | None = None,
+    versions: Sequence[int] | None = None,
+    delete_rate_limit: int | None = None,
+    delete_concurrency: int | None = None,
 ) -> CleanupStats:
     """Delete old versions of ``ds`` and every file that only they referenced.
 
@@ -144,6 +157,11 @@ def cleanup_old_versions(
             lists the store paths that would be deleted.
         progress: optional ``progress(done, total)``, called as the planned deletes (manifests
             and files) are carried out; not called by a dry run or when nothing is deleted.
+        versions: pylance's ``versions=``: only these versions may be removed (the policy,
+            the current version and tags still apply); alone, no age cutoff is implied.
+        delete_rate_limit: at most this many deletes per second (pylance's argument).
+        delete_concurrency: pylance's bound on concurrent deletes; checked, and always met
+            (lance-ops deletes one batch at a time).
         min_superseded_age: keep every version that stopped being the latest less than this
             long ago, whatever ``older_than`` says (None: ``$LANCE_OPS_CLEANUP_MIN_SUPERSEDED_SECONDS``
             or 5 minutes). ``timedelta(0)`` turns the rule off.
@@ -154,8 +172,9 @@ def cleanup_old_versions(
     See the module docstring for the exact rules, the order of deletes and why.
     """
     check_args(older_than, retain_versions)
+    check_pylance_args(versions, delete_rate_limit, delete_concurrency)
     min_age = resolve_min_superseded_age(min_superseded_age)
-    if older_than is None and retain_versions is None:
+    if older_than is None and retain_versions is None and versions is None:
         older_than = DEFAULT_OLDER_THAN
     store, base = ds.store, ds.base
     now = datetime.now(timezone.utc)
@@ -163,18 +182,19 @@ def cleanup_old_versions(
     threshold = max(UNVERIFIED_THRESHOLD, older_than or timedelta(0))
     young_after = None if delete_unverified else now - threshold
 
-    versions = load_versions(store, base)
-    if not versions:
+    only = None if versions is None else {int(v) for v in versions}
+    loaded = load_versions(store, base)
+    if not loaded:
         raise LanceOpsError(f"{ds.uri}: no versions found under {naming.VERSIONS_DIR}/")
-    latest = max(versions)
+    latest = max(loaded)
     protect_from = latest
     current = getattr(ds, "version", None)
-    if isinstance(current, int) and current in versions:
+    if isinstance(current, int) and current in loaded:
         protect_from = min(protect_from, current)
 
     kept, pinned = protected_refs(store, base)
     removed_versions = select_removed(
-        versions,
+        loaded,
         cutoff,
         retain_versions,
         protect_from,
@@ -182,12 +202,13 @@ def cleanup_old_versions(
         tagged_versions(store, base),
         error_if_tagged_old_versions,
         now - min_age if min_age > timedelta(0) else None,
+        only,
     )
     removed = Refs()
-    for v, info in versions.items():
+    for v, info in loaded.items():
         (removed if v in removed_versions else kept).add(info.manifest, v)
     if not dry_run:  # before any manifest goes: every keyed version's key is in the ledger
-        carry_forward_ledger(store, base, versions)
+        carry_forward_ledger(store, base, loaded)
     pinned_data, stage_files = staged_lifecycle(store, base, kept.data | removed.data, young_after)
     kept.data |= pinned_data
 
@@ -197,7 +218,7 @@ def cleanup_old_versions(
         listed = list(list_area(store, base, area))
         if area == naming.DATA_DIR:
             planner.owner_times = {f.rel[len(area) + 1:]: f.last_modified for f in listed if f.rel.endswith(".lance")}
-            check_protected_data(store, versions, protect_from, {f.rel[len(area) + 1:] for f in listed})
+            check_protected_data(store, loaded, protect_from, {f.rel[len(area) + 1:] for f in listed})
         for f in listed:
             c = planner.classify(f)
             if c is not None:
@@ -205,7 +226,7 @@ def cleanup_old_versions(
     staged = [Candidate(f, "staging", True) for f in stage_files]
     manifest_files: list[tuple[ListedFile, int]] = []
     for v in sorted(removed_versions):
-        for loc in versions[v].locations:
+        for loc in loaded[v].locations:
             manifest_files.append((ListedFile(loc.path, "", loc.size, loc.last_modified), v))
 
     stats = CleanupStats()
@@ -228,17 +249,17 @@ def cleanup_old_versions(
             progress(min(handled[0], total), total)
 
     # 1. manifests first (see the module docstring): a version disappears as a whole
-    done, failed = _delete(store, [f for f, _ in manifest_files], tick if total else None)
+    done, failed = _delete(store, [f for f, _ in manifest_files], tick if total else None, delete_rate_limit)
     stats.failed_deletes += len(failed)
     failed_paths = {f.path for f in failed}
     still_there = {v for f, v in manifest_files if f.path in failed_paths}
     for v in still_there:
-        kept.add(versions[v].manifest, v)  # still readable: keep everything it names
+        kept.add(loaded[v].manifest, v)  # still readable: keep everything it names
     stats.old_versions = len(removed_versions - still_there)
     stats.bytes_removed += sum(f.size for f in done)
 
     # 2. versions, detached commits and branches created while we worked: what they name stays
-    for v, info in load_versions(store, base, skip=versions).items():
+    for v, info in load_versions(store, base, skip=loaded).items():
         kept.add(info.manifest, v)
     kept.update(protected_refs(store, base)[0])
     owner_times = planner.owner_times
@@ -250,7 +271,7 @@ def cleanup_old_versions(
 
     # 3. the files
     kind_of = {c.file.path: c.kind for c in files}
-    done, failed = _delete(store, [c.file for c in files], tick if total else None)
+    done, failed = _delete(store, [c.file for c in files], tick if total else None, delete_rate_limit)
     stats.failed_deletes += len(failed)
     _tally(stats, [(kind_of[f.path], f) for f in done])
     return stats

@@ -88,6 +88,9 @@ class CompactionOptions:
     materialize_deletions_threshold: float = 0.1
     #: take tasks in order while their source fragments add up to at most this many
     max_source_fragments: int | None = None
+    #: pylance's soft cap on a new file's bytes: a task's output is cut into more files when its
+    #: estimated bytes (its source files' sizes, scaled by the live rows) exceed it
+    max_bytes_per_file: int | None = None
 
     def __post_init__(self) -> None:
         self.target_rows_per_fragment = int(self.target_rows_per_fragment)
@@ -104,6 +107,10 @@ class CompactionOptions:
             self.max_source_fragments = int(self.max_source_fragments)
             if self.max_source_fragments <= 0:
                 raise ValueError("max_source_fragments must be positive")
+        if self.max_bytes_per_file is not None:
+            self.max_bytes_per_file = int(self.max_bytes_per_file)
+            if self.max_bytes_per_file <= 0:
+                raise ValueError("max_bytes_per_file must be positive")
         self.materialize_deletions = bool(self.materialize_deletions)
         if self.materialize_deletions_threshold >= 1.0:
             # as upstream's CompactionOptions::validate: a ratio can never exceed 1
@@ -121,6 +128,25 @@ class CompactionOptions:
 
 
 # --- helpers ---------------------------------------------------------------------------------
+def _rows_cap(chunk: Sequence[tuple[table_pb2.DataFragment, int]], live: int,
+              options: CompactionOptions) -> int | None:
+    """The most rows one new file of ``chunk`` may take: ``max_rows_per_file``, lowered so that
+    no file's estimated bytes exceed ``max_bytes_per_file`` (estimated from the source data files'
+    recorded sizes; a fragment whose files record none gives no estimate, and no byte cut)."""
+    cap = options.max_rows_per_file
+    if options.max_bytes_per_file is None or live <= 0:
+        return cap
+    sizes = [df.file_size_bytes for frag, _ in chunk for df in frag.files]
+    if not sizes or not all(sizes):
+        return cap
+    physical = sum(frag.physical_rows for frag, _ in chunk) or live
+    estimated = sum(sizes) * live / physical
+    if estimated <= options.max_bytes_per_file:
+        return cap
+    by_bytes = max(1, int(live * options.max_bytes_per_file // estimated))
+    return by_bytes if cap is None else min(cap, by_bytes)
+
+
 def output_sizes(live_rows: int, target: int, max_rows_per_file: int | None = None) -> list[int]:
     """Row counts of the new fragments a task of ``live_rows`` rows is written into."""
     live_rows = int(live_rows)
@@ -476,7 +502,7 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explai
             continue  # a lone compact-with-neighbours fragment: nothing to gain
         for chunk in _split_run([(f, n) for f, n, _ in run], target):
             live = sum(n for _, n in chunk)
-            sizes = output_sizes(live, target, options.max_rows_per_file)
+            sizes = output_sizes(live, target, _rows_cap(chunk, live, options))
             segments = coverage.covering(chunk[0][0].id)
             if key and not all(remappable(s) for s in segments):
                 task = _held_back(_task(ds, chunk, options, COMPACT, sizes), segments)

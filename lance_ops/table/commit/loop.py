@@ -19,7 +19,10 @@ Publishing at ``latest + 1`` with put-if-absent is only safe while no newer vers
 been committed and removed since we listed: ``_versions/`` is listed again right before the
 put, and cleanup keeps every version superseded less than its minimum age (5 minutes by
 default) ago, far longer than that listing-to-publish window. An empty listing is never taken for "no versions" when we know better
-(``locate.latest_version(known=...)``).
+(``locate.latest_version(known=...)``). Since a cleanup may be configured with a shorter age (tests:
+0) and a request can be slow, a successful put is also checked afterwards
+(:mod:`lance_ops.table.commit.standing`, ADR 0024): a manifest that landed below the latest is
+withdrawn and the commit tried again, never acknowledged.
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ from lance_ops.table.manifest import feature_flags
 from lance_ops.table.manifest import naming
 from lance_ops.table.manifest import index_rewrite
 from lance_ops.table.commit import locate
+from lance_ops.table.commit import standing
 from lance_ops.table.manifest.codec import (
     ManifestFile,
     decode_dictionaries,
@@ -488,12 +492,14 @@ def _attempt(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ct
             log.info("version %d of %s appeared while preparing the commit; catching up", fresh.version,
                      store.uri(base))
             return None
+    prior = state.uncertain  # an earlier attempt's write may have landed
     try:
         size = _publish(store, base, version, path, manifest, txn, v2, index_section, dictionaries)
     except AlreadyExistsError:
         landed, mine = _check_landed(store, path, txn.uuid)
         if landed == _Landed.OURS:  # a retried request of ours landed
-            return mine
+            return mine if _settled(store, base, version, path, manifest, current, state, prior, options,
+                                    attempt) else None
         if landed == _Landed.UNKNOWN:
             state.uncertain = version
         log.info("lost the race for version %d of %s (attempt %d)", version, store.uri(base), attempt + 1)
@@ -502,7 +508,8 @@ def _attempt(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ct
     except (StorageError, OSError) as exc:
         landed, mine = _check_landed(store, path, txn.uuid)
         if landed == _Landed.OURS:
-            return mine
+            return mine if _settled(store, base, version, path, manifest, current, state, prior, options,
+                                    attempt) else None
         if landed == _Landed.THEIRS:
             _backoff(options, attempt)
             return None
@@ -518,6 +525,8 @@ def _attempt(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ct
         log.warning("writing %s failed (%s); the manifest is %s, retrying", store.uri(path), exc, landed.value)
         _backoff(options, attempt)
         return None
+    if not _settled(store, base, version, path, manifest, current, state, prior, options, attempt):
+        return None
     if options.write_version_hint:
         try:
             naming.write_version_hint(store, base, version)
@@ -525,6 +534,42 @@ def _attempt(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ct
             pass  # the hint is an optimisation only
     stored = decode_dictionaries(manifest, prefix, path=path) if prefix else {}
     return ManifestFile(manifest, txn, index_section, path, size, stored)
+
+
+def _settled(store: ObjectStore, base: str, version: int, path: str, manifest: table_pb2.Manifest,
+             current: ManifestFile | None, state: _State, prior: int | None, options: CommitOptions,
+             attempt: int) -> bool:
+    """Whether the manifest we just wrote at ``version`` is part of the history (acknowledge it),
+    or False after withdrawing it as an orphan (try again on top of the latest).
+
+    See :mod:`lance_ops.table.commit.standing`: put-if-absent also succeeds in a slot a cleanup
+    emptied after newer versions came; such a version is below the latest and nobody sees it.
+    Raises CommitOutcomeUnknownError when that cannot be decided, or when an earlier attempt of
+    ours may have landed (``prior``) and the orphan could hide its fate.
+    """
+    if current is None or locate.has_external_store(store):
+        return True  # a new dataset's version 1; DynamoDB-backed commits are ordered by the table
+    state.uncertain = version  # a failed listing below leaves the outcome unknown
+    where, why = standing.standing(store, base, version, manifest, current.manifest)
+    state.uncertain = prior
+    if where in (standing.Standing.LATEST, standing.Standing.FOLLOWED):
+        return True
+    uri = store.uri(path)
+    if where == standing.Standing.UNKNOWN or prior is not None:
+        raise CommitOutcomeUnknownError(
+            f"{uri}: written, but newer versions exist ({why}); the commit of version {version} may or may "
+            "not be part of the dataset's history — re-open the dataset to find out")
+    log.warning("%s: written after version %d had been committed and cleaned up (%s); it is not part of the "
+                "history: withdrawing it and committing again", uri, version, why)
+    try:
+        store.delete(path)
+    except (StorageError, OSError) as exc:
+        raise RetryableCommitConflictError(
+            f"{uri}: preempted: the version was committed and cleaned up by others while our request was "
+            f"in flight, and our invisible copy could not be withdrawn ({exc}); nothing was committed — "
+            "re-read the dataset and retry") from exc
+    _backoff(options, attempt)
+    return False
 
 
 def commit_transaction(

@@ -355,7 +355,7 @@ class PagedWriter(Protocol):
         """Per column, the pages emitted so far (each with ``row_start`` and ``num_rows``)."""
         ...
 
-    def write_batch(self, data: Any) -> None:
+    def write_batch(self, batch: Any) -> None:
         """Append a batch."""
         ...
 
