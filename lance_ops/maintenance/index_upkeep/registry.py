@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from lance_ops.maintenance.index_upkeep.base import Updater
 from lance_ops.maintenance.index_upkeep.scalar import update_bitmap, update_btree
+from lance_ops.maintenance.index_upkeep.vector import UPDATABLE_KINDS, update_vector
 
 #: kind (``lance_ops.table.indices.index_kind``) -> updater; each kind module adds its entry here
 UPDATERS: dict[str, Updater] = {
@@ -13,3 +14,5 @@ UPDATERS: dict[str, Updater] = {
     "BITMAP": update_bitmap,
     "LABEL_LIST": update_bitmap,
 }
+# IVF_FLAT / IVF_PQ / IVF_SQ (IVF_HNSW_* are not here: new rows would need HNSW graph insertion)
+UPDATERS.update({kind: update_vector for kind in UPDATABLE_KINDS})
