@@ -210,3 +210,39 @@ def test_encoders_match_the_documented_rules() -> None:
     np.testing.assert_array_equal(ivf_assign.untranspose_codes(stored, 4, lengths), codes)
     assert stored[:4].tolist() == [0, 4, 1, 5]
     assert replace(sq, kind="FLAT").kind == "FLAT"
+
+
+def _core_against_pylance(src: Path, **kwargs: Any) -> None:
+    """``ds.optimize.optimize_indices(**kwargs)`` on both libraries: same segments, same partitions."""
+    import lance_ops
+
+    a = lance.dataset(str(copy(src, "a")))
+    a.optimize.optimize_indices(**kwargs)
+    lance_ops.dataset(str(copy(src, "b"))).optimize.optimize_indices(**kwargs)
+    a, b = lance.dataset(str(src.parent / "a")), lance.dataset(str(src.parent / "b"))
+    seg_a, _, aux_a = newest_segment(src.parent / "a")
+    seg_b, _, aux_b = newest_segment(src.parent / "b")
+    assert sorted(sorted(s.fragment_ids) for s in b.describe_indices()[0].segments) == \
+        sorted(sorted(s.fragment_ids) for s in a.describe_indices()[0].segments)
+    assert seg_b.dataset_version == seg_a.dataset_version
+    assert partition_contents(aux_b) == partition_contents(aux_a)
+    assert b.stats.index_stats("vec_idx")["num_unindexed_rows"] == 0
+    assert recall(b, DIM) >= recall(a, DIM) - 0.05
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"num_indices_to_merge": 0}, {"num_indices_to_merge": 1}])
+def test_core_optimize_indices_equals_pylance(tmp_path: Path, kwargs: dict[str, Any]) -> None:
+    """Through the core (segment choice + CreateIndex commit): pylance's default is a delta here."""
+    _core_against_pylance(make(tmp_path, "IVF_PQ", "l2"), **kwargs)
+
+
+def test_core_refuses_retrain_before_writing_anything(tmp_path: Path) -> None:
+    import lance_ops
+
+    src = make(tmp_path, "IVF_SQ", "l2")
+    before = sorted(p.name for p in (src / "_indices").iterdir())
+    version = lance.dataset(str(src)).version
+    with pytest.raises(UnsupportedError, match="retrain=True.*Nothing was written"):
+        lance_ops.dataset(str(src)).optimize.optimize_indices(retrain=True)
+    assert sorted(p.name for p in (src / "_indices").iterdir()) == before
+    assert lance.dataset(str(src)).version == version
