@@ -33,8 +33,9 @@ from lance_ops.maintenance.index_remap.ivf_files import IVF_METADATA_KEY, IndexF
 
 #: at most this many distances are held at once (rows x centroids), ~64 MiB of f64
 MAX_DISTANCE_CELLS = 1 << 23
-#: rows scored per float32 product when screening PQ codes (rows x 256 float32 stay in L2 cache)
-SCREEN_ROWS = 1024
+#: rows x points x dimensions of one float32 screening product: at most OpenBLAS' threshold for
+#: running a GEMM on the calling thread (65536 x 4), so no thread pool is woken per chunk
+SCREEN_CELLS = 1 << 18
 #: float32 screening margin, in units of the rounding-error bound (generous: near ties go to float64)
 SCREEN_SLACK = 4.0
 #: IVF message field of the centroids tensor and of the training loss (a double)
@@ -182,15 +183,21 @@ def _nearest(x: np.ndarray, points: np.ndarray, dot: bool, with_distance: bool =
 
 
 def assign(x: np.ndarray, centres: np.ndarray, distance_type: str) -> tuple[np.ndarray, float]:
-    """Partition of each prepared vector and the summed distance to it (the IVF loss), in chunks."""
-    step = max(1, MAX_DISTANCE_CELLS // max(1, len(centres)))
-    parts, loss = [], 0.0
+    """Partition of each prepared vector (:func:`nearest_screened`) and the summed float64 distance
+    to it (the IVF loss: squared l2 to the centroid, or ``1 - x.c`` for dot)."""
+    dot = distance_type == "dot"
+    best = nearest_screened(x, centres, dot)
+    loss = 0.0
+    step = max(1, MAX_DISTANCE_CELLS // max(1, x.shape[1] if x.ndim == 2 else 1))
     for start in range(0, len(x), step):
-        best, dist = _nearest(x[start:start + step], centres, distance_type == "dot")
-        parts.append(best)
-        loss += float(dist.sum())
-    out = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    return out.astype(np.int64), loss
+        x64 = x[start:start + step].astype(np.float64)
+        picked = centres[best[start:start + step]]
+        if dot:
+            loss += float((1.0 - np.einsum("ij,ij->i", x64, picked)).sum())
+        else:
+            diff = x64 - picked
+            loss += float(np.einsum("ij,ij->i", diff, diff).sum())
+    return best, loss
 
 
 def encode(q: Quantizer, x: np.ndarray, partition: np.ndarray, centres: np.ndarray) -> np.ndarray:
@@ -223,42 +230,40 @@ def encode(q: Quantizer, x: np.ndarray, partition: np.ndarray, centres: np.ndarr
 def nearest_screened(x: np.ndarray, points: np.ndarray, dot: bool) -> np.ndarray:
     """The index :func:`_nearest` (float64) picks for each row of ``x`` (float32), found in float32.
 
-    The float32 scores ``|p|^2 - 2 x.p`` (or ``-x.p`` for dot) are accumulated one dimension at a
-    time over chunks of :data:`SCREEN_ROWS` rows, which stay in cache (a BLAS product per small
-    chunk costs more than it saves at sub-vector widths). They pick the nearest point whenever the
-    runner-up is further than twice a bound of the float32 and float64 rounding errors; then the
-    float64 argmin is the same point. The few rows under that margin (near ties) are decided by
-    :func:`_nearest` itself, so the result is the float64 one (which matches pylance's codes)."""
+    The float32 scores ``|p|^2 - 2 x.p`` (or ``-x.p`` for dot) come from one BLAS product per chunk
+    of rows small enough (:data:`SCREEN_CELLS`) for OpenBLAS to run it on the calling thread and
+    in cache (larger products start its thread pool, which costs more than it saves on a shared
+    machine). They pick the nearest point whenever the runner-up is further than twice a bound of
+    the float32 and float64 rounding errors; then the float64 argmin is the same point. The few
+    rows under that margin (near ties) are decided by :func:`_nearest` itself, so the result is the
+    float64 one (which matches pylance's codes)."""
     out = np.empty(len(x), dtype=np.int64)
     if not len(x):
         return out
     width = x.shape[1]
-    weights = points.astype(np.float32) * np.float32(-1.0 if dot else -2.0)
+    weights = np.ascontiguousarray((points.astype(np.float32) * np.float32(-1.0 if dot else -2.0)).T)
     norms = np.zeros(len(points), np.float32) if dot else (points * points).sum(1).astype(np.float32)
     # |score error| <= (K + 4) u (|p|^2 + 2 |x| |p|) in float32 (u = 2^-24), far less in float64:
     # SCREEN_SLACK x eps (= 2u) per unit of that magnitude covers both with a wide margin
     point_norm = float(np.sqrt((points * points).sum(1).max()))
     magnitude_base = float(np.abs(norms).max())
     slack = SCREEN_SLACK * (width + 4) * float(np.finfo(np.float32).eps)
-    columns = np.ascontiguousarray(x.T)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    x_norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
+    step = max(1, SCREEN_CELLS // max(1, len(points) * width))
+    here_all = np.arange(min(step, len(x)))
     doubt: list[np.ndarray] = []
-    rows = np.arange(min(SCREEN_ROWS, len(x)))
-    scores = np.empty((len(rows), len(points)), dtype=np.float32)
-    term = np.empty_like(scores)
-    for start in range(0, len(x), SCREEN_ROWS):
-        chunk = columns[:, start:start + SCREEN_ROWS]
-        size = chunk.shape[1]
-        here, score, tmp = rows[:size], scores[:size], term[:size]
-        score[...] = norms
-        for k in range(width):
-            np.multiply(chunk[k][:, None], weights[:, k][None, :], out=tmp)
-            score += tmp
-        best = score.argmin(axis=1)
-        best_score = score[here, best].astype(np.float64)
-        score[here, best] = np.inf
-        runner_up = score.min(axis=1).astype(np.float64)
-        x_norm = np.sqrt(np.einsum("ij,ij->j", chunk, chunk, dtype=np.float64))
-        bound = slack * (magnitude_base + 2.0 * x_norm * point_norm)
+    for start in range(0, len(x), step):
+        scores = x[start:start + step] @ weights
+        size = len(scores)
+        here = here_all[:size]
+        if not dot:
+            scores += norms
+        best = scores.argmin(axis=1)
+        best_score = scores[here, best].astype(np.float64)
+        scores[here, best] = np.inf
+        runner_up = scores.min(axis=1).astype(np.float64)
+        bound = slack * (magnitude_base + 2.0 * x_norms[start:start + size] * point_norm)
         unsure = ~((runner_up - best_score) > 2.0 * bound)
         out[start:start + size] = best
         if unsure.any():
