@@ -20,8 +20,6 @@ Work is vectorised per batch; distance matrices are bounded by :data:`MAX_DISTAN
 from __future__ import annotations
 
 import json
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -215,62 +213,58 @@ def encode(q: Quantizer, x: np.ndarray, partition: np.ndarray, centres: np.ndarr
     assert q.codebook is not None
     m, _, sub = q.codebook.shape
     residual = x - centres[partition].astype(np.float32) if q.distance_type != "dot" else x
-    codes = np.empty((len(x), m), dtype=np.uint8)
-    book = q.codebook
-
-    def one(i: int) -> None:
-        codes[:, i] = nearest_screened(residual[:, i * sub:(i + 1) * sub], book[i], q.distance_type == "dot")
-
-    # numpy's loops release the GIL: the sub-vectors are encoded on the cores in parallel
-    with ThreadPoolExecutor(max_workers=max(1, min(m, os.cpu_count() or 1))) as pool:
-        list(pool.map(one, range(m)))
-    return codes
+    stacked = np.ascontiguousarray(residual.reshape(len(x), m, sub).transpose(1, 0, 2))
+    return nearest_screened_stacked(stacked, q.codebook, q.distance_type == "dot").T.astype(np.uint8)
 
 
 def nearest_screened(x: np.ndarray, points: np.ndarray, dot: bool) -> np.ndarray:
-    """The index :func:`_nearest` (float64) picks for each row of ``x`` (float32), found in float32.
+    """The index :func:`_nearest` (float64) picks for each row of ``x`` (float32), found in float32
+    (:func:`nearest_screened_stacked` with one group)."""
+    return nearest_screened_stacked(x[None], points[None], dot)[0]
 
-    The float32 scores ``|p|^2 - 2 x.p`` (or ``-x.p`` for dot) come from one BLAS product per chunk
-    of rows small enough (:data:`SCREEN_CELLS`) for OpenBLAS to run it on the calling thread and
-    in cache (larger products start its thread pool, which costs more than it saves on a shared
-    machine). They pick the nearest point whenever the runner-up is further than twice a bound of
-    the float32 and float64 rounding errors; then the float64 argmin is the same point. The few
-    rows under that margin (near ties) are decided by :func:`_nearest` itself, so the result is the
-    float64 one (which matches pylance's codes)."""
-    out = np.empty(len(x), dtype=np.int64)
-    if not len(x):
+
+def nearest_screened_stacked(x: np.ndarray, points: np.ndarray, dot: bool) -> np.ndarray:
+    """For each group ``g`` (a PQ sub-vector), the index :func:`_nearest` (float64) picks among
+    ``points[g]`` for each row of ``x[g]`` (float32), found in float32; ``x``: groups x rows x K.
+
+    The float32 scores ``|p|^2 - 2 x.p`` (or ``-x.p`` for dot) come from one stacked BLAS product per
+    chunk of rows, each matrix small enough (:data:`SCREEN_CELLS`) for OpenBLAS to run it on the
+    calling thread and in cache (larger products start its thread pool, which costs more than it
+    saves on a shared machine). They pick the nearest point whenever the runner-up is further than
+    twice a bound of the float32 and float64 rounding errors; then the float64 argmin is the same
+    point. The few rows under that margin (near ties) are decided by :func:`_nearest` itself, so
+    the result is the float64 one (which matches pylance's codes)."""
+    groups, count, width = x.shape
+    out = np.empty((groups, count), dtype=np.int64)
+    if not count:
         return out
-    width = x.shape[1]
-    weights = np.ascontiguousarray((points.astype(np.float32) * np.float32(-1.0 if dot else -2.0)).T)
-    norms = np.zeros(len(points), np.float32) if dot else (points * points).sum(1).astype(np.float32)
+    weights = np.ascontiguousarray((points.astype(np.float32) * np.float32(-1.0 if dot else -2.0)).transpose(0, 2, 1))
+    squares = (points * points).sum(2)
+    norms = (np.zeros_like(squares) if dot else squares).astype(np.float32)[:, None, :]
     # |score error| <= (K + 4) u (|p|^2 + 2 |x| |p|) in float32 (u = 2^-24), far less in float64:
     # SCREEN_SLACK x eps (= 2u) per unit of that magnitude covers both with a wide margin
-    point_norm = float(np.sqrt((points * points).sum(1).max()))
-    magnitude_base = float(np.abs(norms).max())
+    point_norm = np.sqrt(squares.max(1))[:, None]
+    magnitude_base = np.abs(norms[:, 0, :]).max(1)[:, None].astype(np.float64)
     slack = SCREEN_SLACK * (width + 4) * float(np.finfo(np.float32).eps)
     x = np.ascontiguousarray(x, dtype=np.float32)
-    x_norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
-    step = max(1, SCREEN_CELLS // max(1, len(points) * width))
-    here_all = np.arange(min(step, len(x)))
-    doubt: list[np.ndarray] = []
-    for start in range(0, len(x), step):
-        scores = x[start:start + step] @ weights
-        size = len(scores)
-        here = here_all[:size]
+    x_norms = np.sqrt(np.einsum("gij,gij->gi", x, x, dtype=np.float64))
+    step = max(1, SCREEN_CELLS // max(1, points.shape[1] * width))
+    doubt = np.zeros((groups, count), dtype=bool)
+    for start in range(0, count, step):
+        scores = x[:, start:start + step] @ weights
         if not dot:
             scores += norms
-        best = scores.argmin(axis=1)
-        best_score = scores[here, best].astype(np.float64)
-        scores[here, best] = np.inf
-        runner_up = scores.min(axis=1).astype(np.float64)
-        bound = slack * (magnitude_base + 2.0 * x_norms[start:start + size] * point_norm)
-        unsure = ~((runner_up - best_score) > 2.0 * bound)
-        out[start:start + size] = best
-        if unsure.any():
-            doubt.append(np.flatnonzero(unsure) + start)
-    if doubt:
-        redo = np.concatenate(doubt)
-        out[redo] = _nearest(x[redo], points, dot, False)[0]
+        best = scores.argmin(axis=2)[:, :, None]
+        best_score = np.take_along_axis(scores, best, 2)[:, :, 0].astype(np.float64)
+        np.put_along_axis(scores, best, np.float32(np.inf), 2)
+        runner_up = scores.min(axis=2).astype(np.float64)
+        size = scores.shape[1]
+        bound = slack * (magnitude_base + 2.0 * x_norms[:, start:start + size] * point_norm)
+        doubt[:, start:start + size] = ~((runner_up - best_score) > 2.0 * bound)
+        out[:, start:start + size] = best[:, :, 0]
+    for g in np.flatnonzero(doubt.any(axis=1)).tolist():
+        redo = np.flatnonzero(doubt[g])
+        out[g, redo] = _nearest(x[g][redo], points[g], dot, False)[0]
     return out
 
 
