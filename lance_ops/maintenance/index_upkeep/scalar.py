@@ -9,6 +9,9 @@ unindexed fragments, as pylance 14.0.2's ``optimize_indices`` does (index-facts.
   BTREE stores row addresses there too (index_version 1) and is filtered by fragment;
 * the new fragments are scanned with their deletion vectors applied: deleted rows never enter;
 * the new segment's fragment bitmap is the old segments' live fragments plus the new ones;
+* BITMAP / LABEL_LIST folding one segment whose fragments all remain (row addresses) keep the
+  old bitmaps' bytes and add the entries of the new fragments (nothing decoded or re-encoded;
+  the bytes the decode / re-encode path would write);
 * LABEL_LIST folding more than one segment is rebuilt from the live rows of all its fragments, its
   ``dataset_version`` the read version (what pylance 14.0.2 was seen to do).
 
