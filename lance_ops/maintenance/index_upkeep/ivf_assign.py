@@ -18,7 +18,7 @@ IVF_PQ / IVF_SQ with l2, cosine and dot; the tests compare the codes it writes):
 Work is vectorised per batch; distance matrices are bounded by :data:`MAX_DISTANCE_CELLS`. The
 nearest centroid / codebook entry is screened in float32 (:func:`nearest_screened_stacked`, one
 small BLAS product per chunk) and only near ties are decided in float64, which gives the float64
-choice for every row (ADR 0027).
+choice for every row (ADR 0028).
 """
 from __future__ import annotations
 
