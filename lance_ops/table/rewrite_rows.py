@@ -151,12 +151,13 @@ def build_transaction(dataset: RewriteTarget, fragments: Iterable[LanceFragment]
 
 
 def run(dataset: RewriteTarget, plan: Callable[[Any], tuple[transaction_pb2.Transaction, CommitContext, Any]],
-        operation: str, *, conflict_retries: int = 10) -> Any:
+        operation: str, *, conflict_retries: int = 10, properties: CommitProperties | None = None) -> Any:
     """Plan (``plan(version) -> (transaction, context, result)``) and commit a row rewrite
     (``update``, ``merge_insert``), re-planning on the newest version when a concurrent commit
     preempts it (up to ``conflict_retries`` times, as pylance); ``dataset`` moves to the new
-    version. Returns the plan's result."""
-    properties = CommitProperties.from_keywords(operation)
+    version. Returns the plan's result. ``properties`` (an idempotency key, extra transaction
+    properties) go on the commit; by default only the operation's."""
+    properties = properties or CommitProperties.from_keywords(operation)
     ds: Any = dataset
     for attempt in range(conflict_retries + 1):
         feature_flags.check_writer_flags(ds.manifest.writer_feature_flags, ds.uri)
