@@ -67,7 +67,8 @@ with DAG(
         "mode": Param("append", type="string", enum=["append", "overwrite", "create", "upsert"], title="Write mode",
                       description="append to the dataset, overwrite it, create it (fails if it exists), or "
                                   "upsert: update the rows whose `on` key matches and insert the rest"),
-        "on": Param(None, type=["null", "array"], items={"type": "string", "minLength": 1}, uniqueItems=True,
+        "on": Param(None, type=["null", "array"], items={"type": "string", "minLength": 1, "maxLength": 256},
+                    minItems=1, maxItems=32, uniqueItems=True,
                     title="Key columns (upsert)",
                     description='columns matching source rows with dataset rows, e.g. ["id"]; required when '
                                 "mode is upsert, ignored otherwise"),

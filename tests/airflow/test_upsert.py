@@ -76,7 +76,15 @@ def test_dag_offers_upsert_with_on_param(airflow_home):
     dag = DagBag(dag_folder=str(DAGS)).get_dag("lance_ingest")
     assert "upsert" in dag.params.get_param("mode").schema["enum"]
     on = dag.params.get_param("on").schema
-    assert on["type"] == ["null", "array"] and on["items"] == {"type": "string", "minLength": 1}
+    assert on["type"] == ["null", "array"] and on["items"] == {"type": "string", "minLength": 1, "maxLength": 256}
+    # the trigger form refuses an empty, repeated or blank key list (a missing one: the task, by name)
+    from airflow.sdk.definitions.param import Param
+    from airflow.sdk.exceptions import ParamValidationError
+
+    assert Param(["id", "region"], **on).resolve() == ["id", "region"]
+    for bad in ([], ["id", "id"], [""], "id"):
+        with pytest.raises(ParamValidationError):
+            Param(bad, **on).resolve()
     upsert = dag.task_dict["ingest.upsert"]
     assert type(upsert).__name__ == "LanceMergeInsertOperator"
     assert upsert.upstream_task_ids == set() and "lance://ingest" in [getattr(o, "uri", "").rstrip("/") for o in upsert.outlets]
