@@ -159,14 +159,16 @@ class LanceMergeInsertOperator(LanceBaseOperator):
             return None
         self.log.info("key %s was already committed as version %d: nothing to do", key, earlier.version)
         from lance_ops.table.commit.transaction_file import load_transaction
+        from lance_ops.table.rewrite_rows import RESULT_PROPERTY
 
         metrics: dict[str, Any] = {}
         txn = load_transaction(ds.store, ds.base, earlier)
         if txn is not None:
-            try:
-                metrics = json.loads(txn.transaction_properties.get(METRICS_PROPERTY) or "{}")
-            except ValueError:
-                metrics = {}
+            for prop in (RESULT_PROPERTY, METRICS_PROPERTY):  # the counts, then source rows and keys
+                try:
+                    metrics.update(json.loads(txn.transaction_properties.get(prop) or "{}"))
+                except ValueError:
+                    pass
             metrics["committed_operation"] = txn.WhichOneof("operation")
         return {"version": earlier.version, "already_committed": True, "changed": False, "metrics": metrics}
 

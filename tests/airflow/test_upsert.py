@@ -156,7 +156,8 @@ def test_upsert_retry_after_landed_commit_commits_once(airflow_runner, tmp_path,
     assert res.tries == {"upsert": 2}
     out = res.xcoms["upsert"]
     assert out["already_committed"] is True and out["version"] == 3 and out["changed"] is False
-    assert out["metrics"]["committed_operation"] == "update"
+    assert out["metrics"] == {"committed_operation": "update", "num_inserted_rows": 20, "num_updated_rows": 10,
+                              "num_deleted_rows": 0, "num_source_rows": 30, "on": ["id"]}
     ds = lance.dataset(uri)
     assert ds.version == 3, "exactly one new version"
     assert read_sorted(uri).equals(expected)
