@@ -18,6 +18,7 @@ value skips it, and the Spark ingest tasks skip on ``upsert``).
 """
 from __future__ import annotations
 
+import ast
 import json
 from typing import Any
 
@@ -36,10 +37,10 @@ def key_columns(on: Any, param: str = "on") -> list[str]:
     if isinstance(on, str):
         text = on.strip()
         if text.startswith("["):
-            try:
-                on = json.loads(text)
-            except ValueError:
-                raise ValueError(f"Param {param!r}: {on!r} is not a JSON list of column names") from None
+            try:  # JSON, or a list rendered by a DAG that does not render native objects
+                on = json.loads(text) if '"' in text or "'" not in text else ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                raise ValueError(f"Param {param!r}: {on!r} is not a list of column names") from None
         else:
             on = [part.strip() for part in text.split(",")] if text not in ("", "None", "null") else []
     if on is None:

@@ -57,6 +57,9 @@ def test_key_columns_names_the_param(airflow_home):
     assert key_columns(["id"]) == ["id"]
     assert key_columns("id, region") == ["id", "region"]
     assert key_columns('["a", "b"]') == ["a", "b"]
+    assert key_columns("['a', 'b']") == ["a", "b"]  # a list rendered without native objects
+    with pytest.raises(ValueError, match=r"Param 'on': .* is not a list of column names"):
+        key_columns("[a, b")
     for empty in (None, [], "", "None"):
         with pytest.raises(ValueError, match=r"Param 'on' is required when mode is 'upsert'"):
             key_columns(empty)
