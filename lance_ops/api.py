@@ -145,6 +145,13 @@ class LanceDataset(core.LanceDataset):
                 """Compact (pylance's options, ``max_bytes_per_file`` included); pylance's metrics object."""
                 return CompactionMetrics(super().compact_files(**compaction_arguments(ds, kwargs)))
 
+            def optimize_indices(self, **kwargs: Any) -> None:
+                """Bring the indices up to date with new fragments (pylance's keywords: ``index_names``,
+                ``num_indices_to_merge``, ``retrain``); the dataset moves to the new version."""
+                from lance_ops.maintenance.index_upkeep.optimize import optimize_indices
+
+                optimize_indices(ds, **kwargs)
+
         ds = self
         return Optimizer(self)
 

@@ -342,6 +342,20 @@ def cmd_compact(args: argparse.Namespace) -> dict[str, Any]:
         progress.close()
 
 
+def cmd_optimize_indices(args: argparse.Namespace) -> dict[str, Any]:
+    """``optimize-indices``: extend the indices to the fragments appended since they were built
+    (pylance's ``optimize_indices``; one CreateIndex version, none when every index is complete)."""
+    from lance_ops.maintenance.index_upkeep.optimize import UpkeepResult, optimize_indices, plan_upkeep
+
+    ds = _open(args)
+    if args.dry_run:
+        plans = plan_upkeep(ds, args.index, args.num_indices_to_merge)
+        result = UpkeepResult(None, int(ds.version), [info for info, _ in plans])
+    else:
+        result = optimize_indices(ds, index_names=args.index, num_indices_to_merge=args.num_indices_to_merge)
+    return dict(result.to_dict(), dry_run=args.dry_run)
+
+
 def cmd_materialize(args: argparse.Namespace) -> dict[str, Any]:
     """``materialize-deletions``: rewrite fragments whose deleted ratio exceeds ``--threshold``.
 
@@ -620,6 +634,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rewrite at most this many fragments in this run (default: all)")
     p.add_argument("--num-threads", type=_threads, default=None, help="rewrite tasks run side by side (default 1)")
     p.add_argument("--idempotency-key", default=None, help="a retry with the same key commits nothing new and reports the first commit")
+
+    p = add("optimize-indices", cmd_optimize_indices,
+            "extend the indices to fragments appended since they were built", dry_run=True)
+    p.add_argument("--index", action="append", default=None, metavar="NAME",
+                   help="only this index (repeatable; default: every index)")
+    p.add_argument("--num-indices-to-merge", type=int, default=None, metavar="N",
+                   help="0: add a delta segment; N: fold the newest N segments (default: pylance's)")
 
     p = add("materialize-deletions", cmd_materialize,
             "rewrite fragments whose deleted ratio exceeds a threshold", dry_run=True)

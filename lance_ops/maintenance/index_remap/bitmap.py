@@ -20,10 +20,13 @@ With stable row ids the bitmaps hold row ids, which compaction keeps: the outcom
 from __future__ import annotations
 
 import json
+from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lance_ops.format.version import FileVersion
+from lance_ops.io.base import ObjectStore
 from lance_ops.maintenance.index_remap import codecs
 from lance_ops.maintenance.index_remap.base import RemapOutcome, RemapRequest
 from lance_ops.table.indices import segment_uuid
@@ -48,25 +51,36 @@ def remap_bitmap(request: RemapRequest) -> RemapOutcome:
     if nulls_buffer is not None:
         sets.append(codecs.decode_row_addr_treemap(nulls_buffer))
     remapped = codecs.remap_address_sets(sets, request.addresses)
-    buffers: dict[str, bytes] = {}
-    if nulls_buffer is not None:
-        nulls = remapped.pop()
-        buffers[LIST_NULLS_KEY] = codecs.encode_row_addr_treemap(nulls.addresses, nulls.whole_fragments)
-    encoded = pa.array([codecs.encode_row_addr_treemap(s.addresses, s.whole_fragments) for s in remapped],
-                       type=old.table.schema.field("bitmaps").type)
-    table = old.table.set_column(old.table.schema.get_field_index("bitmaps"),
-                                 old.table.schema.field("bitmaps"), encoded)
-    # as pylance's writer: keys whose rows are all gone are left out, the rest in key order, NULL first
-    table = table.filter(pa.array([len(s.addresses) > 0 or len(s.whole_fragments) > 0 for s in remapped],
-                                  type=pa.bool_()))
-    table = table.take(pc.sort_indices(table.column("keys"), null_placement="at_start"))
-    metadata = {k: v for k, v in old.metadata.items() if k != LIST_NULLS_KEY}
-    metadata[STATS_KEY] = json.dumps({"num_bitmaps": table.num_rows}, separators=(",", ":"))
+    nulls = remapped.pop() if nulls_buffer is not None else None
     version = codecs.index_file_version(request.dataset, old.version)
-    written = codecs.write_index_file(request.store, request.base, request.new_uuid, LOOKUP_FILE, table,
-                                      version=version, metadata=metadata, buffers=buffers,
-                                      storage_options=codecs.storage_options_of(request.dataset))
+    written = write_bitmap_file(request.store, request.base, request.new_uuid, old.table.column("keys"),
+                                remapped, old.table.schema, old.metadata, version, nulls,
+                                codecs.storage_options_of(request.dataset))
     return RemapOutcome("remap", [written])
+
+
+def write_bitmap_file(store: ObjectStore, base: str, uuid: str, keys: pa.Array | pa.ChunkedArray,
+                      sets: Sequence[codecs.RowAddrSet], schema: pa.Schema, metadata: Mapping[str, str],
+                      version: FileVersion, nulls: codecs.RowAddrSet | None = None,
+                      storage_options: Mapping[str, Any] | None = None) -> tuple[str, int]:
+    """Write ``_indices/<uuid>/bitmap_page_lookup.lance`` as pylance 14.0.2 writes it: one row per
+    key (``keys[i]`` -> ``sets[i]``), keys whose set is empty left out, the rest in key order (NULL
+    first), ``lance:index_stats`` counting them; ``nulls`` (LABEL_LIST's NULL-list rows) as global
+    buffer 1 named by ``lance:label_list_nulls``. ``schema`` / ``metadata``: the old file's."""
+    buffers: dict[str, bytes] = {}
+    if nulls is not None:
+        buffers[LIST_NULLS_KEY] = codecs.encode_row_addr_treemap(nulls.addresses, nulls.whole_fragments)
+    encoded = pa.array([codecs.encode_row_addr_treemap(s.addresses, s.whole_fragments) for s in sets],
+                       type=schema.field("bitmaps").type)
+    table = pa.table([pa.chunked_array([keys]) if isinstance(keys, pa.Array) else keys, encoded],
+                     schema=pa.schema([schema.field("keys"), schema.field("bitmaps")]))
+    table = table.filter(pa.array([len(s.addresses) > 0 or len(s.whole_fragments) > 0 for s in sets],
+                                  type=pa.bool_()))
+    table = table.take(pc.array_sort_indices(table.column("keys").combine_chunks(), null_placement="at_start"))
+    out = {k: v for k, v in metadata.items() if k != LIST_NULLS_KEY}
+    out[STATS_KEY] = json.dumps({"num_bitmaps": table.num_rows}, separators=(",", ":"))
+    return codecs.write_index_file(store, base, uuid, LOOKUP_FILE, table, version=version, metadata=out,
+                                   buffers=buffers, storage_options=storage_options)
 
 
 def plan_action(stable_row_ids: bool) -> str:

@@ -19,12 +19,15 @@ survive a rewrite: it keeps its files ("keep").
 """
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import numpy as np
 import pyarrow as pa
 
 from lance_ops.errors import UnsupportedError
 from lance_ops.format.registry import LanceFileWriter, open_file_reader
 from lance_ops.format.version import FileVersion
+from lance_ops.io.base import ObjectStore
 from lance_ops.maintenance.index_remap import codecs
 from lance_ops.maintenance.index_remap.base import RemapOutcome, RemapRequest
 
@@ -35,8 +38,12 @@ DEFAULT_BATCH_SIZE = 4096
 
 def _read(request: RemapRequest, name: str) -> tuple[pa.Table, pa.Schema, FileVersion]:
     """A file of the old segment: its table, its schema (with metadata) and its file version."""
-    store = request.store
-    reader = open_file_reader(store.join(request.old_dir, name), store=store)
+    return read_file(request.store, request.old_dir, name)
+
+
+def read_file(store: ObjectStore, folder: str, name: str) -> tuple[pa.Table, pa.Schema, FileVersion]:
+    """``<folder>/<name>`` (a BTREE file) whole: its table, its schema (with metadata) and its file version."""
+    reader = open_file_reader(store.join(folder, name), store=store)
     table = reader.read_all()
     return table, reader.schema, reader.version
 
@@ -44,10 +51,18 @@ def _read(request: RemapRequest, name: str) -> tuple[pa.Table, pa.Schema, FileVe
 def _write(request: RemapRequest, name: str, table: pa.Table, schema: pa.Schema, version: FileVersion,
            batch_rows: int | None = None) -> tuple[str, int]:
     """Write ``_indices/<new uuid>/<name>`` with ``schema``'s fields and metadata; (name, size)."""
-    store = request.store
-    path = store.join(request.new_dir, name)
     options = getattr(request.dataset, "storage_options", None) or None
-    writer = LanceFileWriter(store.uri(path), schema.remove_metadata(), version=version, storage_options=options)
+    return write_file(request.store, request.new_dir, name, table, schema, version, options, batch_rows)
+
+
+def write_file(store: ObjectStore, folder: str, name: str, table: pa.Table, schema: pa.Schema,
+               version: FileVersion, storage_options: Mapping[str, Any] | None = None,
+               batch_rows: int | None = None) -> tuple[str, int]:
+    """Write ``<folder>/<name>`` (a BTREE file) with ``schema``'s fields and metadata, in batches
+    of ``batch_rows`` rows (pylance writes ``page_data`` one page per batch); (name, size)."""
+    path = store.join(folder, name)
+    writer = LanceFileWriter(store.uri(path), schema.remove_metadata(), version=version,
+                             storage_options=dict(storage_options) if storage_options else None)
     try:
         for key, value in (schema.metadata or {}).items():
             writer.add_schema_metadata(key.decode(), value.decode())

@@ -64,6 +64,12 @@ def touched_fragments(txn: transaction_pb2.Transaction) -> set[int]:
     return set()
 
 
+def _index_names(txn: transaction_pb2.Transaction) -> set[str]:
+    """Names of the indices a CreateIndex adds or removes segments of."""
+    ci = txn.create_index
+    return {i.name for i in ci.new_indices} | {i.name for i in ci.removed_indices}
+
+
 def _config_keys(txn: transaction_pb2.Transaction) -> set[str]:
     op = txn.WhichOneof("operation")
     if op == "overwrite":
@@ -126,6 +132,9 @@ def check(
     if mine in ("append", "reserve_fragments", "create_index", "update_bases"):
         if mine == "create_index" and other in ("rewrite", "data_replacement"):
             return Outcome(Verdict.RETRYABLE, f"{label}: indexed fragments were rewritten")
+        if mine == "create_index" and other == "create_index" and _index_names(ours) & _index_names(theirs):
+            return Outcome(Verdict.RETRYABLE, f"{label}: indices {sorted(_index_names(ours) & _index_names(theirs))} "
+                                              "were changed concurrently")
         return Outcome(Verdict.OK)
 
     if mine == "update_config":

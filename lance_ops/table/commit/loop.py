@@ -412,6 +412,8 @@ def _carried_indices(txn: transaction_pb2.Transaction, current: ManifestFile | N
     if op == "rewrite" and current is not None:
         stable = bool(current.manifest.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS)
         return index_rewrite.apply_rewrite(current.index_section, txn, stable_row_ids=stable)
+    if op == "create_index":
+        return index_rewrite.apply_create_index(current.index_section if current is not None else None, txn)
     return current.index_section if current is not None else None
 
 

@@ -243,6 +243,8 @@ def build_manifest(
         next_id = _apply_update(out, transaction.update, next_id, stable, version)
     elif op == "reserve_fragments":
         next_id += transaction.reserve_fragments.num_fragments
+    elif op == "create_index":
+        pass  # only the index section changes (lance_ops.table.manifest.index_rewrite.apply_create_index)
     elif op == "merge":
         m = transaction.merge
         del out.fragments[:]

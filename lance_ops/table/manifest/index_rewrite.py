@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from lance_ops._proto import table_pb2, transaction_pb2
-from lance_ops.errors import CommitError
+from lance_ops.errors import CommitError, RetryableCommitConflictError
 from lance_ops.table.manifest.builder import rewrite_groups
 from lance_ops.table.index_files import REWRITTEN_FILES_FIELD, details_name, listed_files, set_index_files
 
@@ -104,4 +104,25 @@ def apply_rewrite(section: table_pb2.IndexSection | None, txn: transaction_pb2.T
                 new_ids = recalculate_fragment_bitmap(ids, groups, index.name)
             if new_ids != ids:  # an untouched bitmap keeps its bytes
                 _set_bitmap(index, new_ids)
+    return out
+
+
+def apply_create_index(section: table_pb2.IndexSection | None,
+                       txn: transaction_pb2.Transaction) -> table_pb2.IndexSection | None:
+    """The index section after the CreateIndex ``txn`` (a copy), as pylance 14.0.2 builds it: the
+    segments named in ``removed_indices`` (by uuid) go, the ``new_indices`` are appended in
+    transaction order; other segments of the same name stay (delta segments). A removed segment
+    that is no longer there means a concurrent writer changed the index: refused (retry)."""
+    ci = txn.create_index
+    present = {bytes(i.uuid.uuid) for i in (section.indices if section is not None else [])}
+    removed = {bytes(i.uuid.uuid) for i in ci.removed_indices}
+    gone = removed - present
+    if gone:
+        raise RetryableCommitConflictError(
+            f"index segments {sorted(u.hex() for u in gone)} this CreateIndex replaces were removed concurrently; "
+            "re-read the dataset and retry")
+    out = table_pb2.IndexSection()
+    if section is not None:
+        out.indices.extend(i for i in section.indices if bytes(i.uuid.uuid) not in removed)
+    out.indices.extend(ci.new_indices)
     return out

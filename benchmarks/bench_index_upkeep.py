@@ -1,0 +1,80 @@
+"""lance_ops vs pylance: ``optimize_indices`` on scalar indices (issue 22).
+
+    .venv/bin/python benchmarks/bench_index_upkeep.py [--rows 1000000] [--new 100000] [--dir /tmp]
+
+Builds one 2.2 dataset of ``rows`` rows with BTREE (id), BITMAP (k) and LABEL_LIST (labels)
+indices, 10% deleted, then appends ``new`` rows. pylance's ``ds.optimize.optimize_indices()`` runs
+on one copy, ``lance_ops.maintenance.optimize_indices`` on another (default policy: the newest
+segment folded with the new rows). Prints wall times and the ours/pylance ratio, and the cProfile
+call counts of lance_ops' run (``--profile``). Timings are printed, never asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import lance  # noqa: E402
+
+from lance_ops.maintenance import optimize_indices  # noqa: E402
+from lance_ops.table.dataset import LanceDataset  # noqa: E402
+
+
+def table(start: int, rows: int) -> pa.Table:
+    rng = np.random.default_rng(start)
+    i = np.arange(start, start + rows)
+    labels = pa.ListArray.from_arrays(np.arange(0, 2 * rows + 1, 2, dtype=np.int32),
+                                      pa.array(np.char.add("l", (np.repeat(i, 2) % np.tile([13, 7], rows)).astype(str))))
+    return pa.table({"id": pa.array(i, pa.int64()), "k": pa.array(rng.integers(0, 100, rows)), "labels": labels})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--new", type=int, default=100_000)
+    parser.add_argument("--dir", default=tempfile.gettempdir())
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    root = os.path.join(args.dir, "bench_index_upkeep")
+    shutil.rmtree(root, ignore_errors=True)
+    base = os.path.join(root, "base")
+    ds = lance.write_dataset(table(0, args.rows), base, max_rows_per_file=max(1, args.rows // 10),
+                             data_storage_version="2.2")
+    ds.create_scalar_index("id", "BTREE")
+    ds.create_scalar_index("k", "BITMAP")
+    ds.create_scalar_index("labels", "LABEL_LIST")
+    lance.dataset(base).delete("id % 10 = 3")
+    lance.write_dataset(table(args.rows, args.new), base, mode="append")
+    theirs, ours = os.path.join(root, "pylance"), os.path.join(root, "ours")
+    shutil.copytree(base, theirs)
+    shutil.copytree(base, ours)
+    start = time.perf_counter()
+    lance.dataset(theirs).optimize.optimize_indices()
+    t_pylance = time.perf_counter() - start
+    profile = cProfile.Profile() if args.profile else None
+    start = time.perf_counter()
+    if profile is not None:
+        profile.enable()
+    optimize_indices(LanceDataset(ours))
+    if profile is not None:
+        profile.disable()
+    t_ours = time.perf_counter() - start
+    print(f"rows={args.rows} new={args.new}: pylance {t_pylance:.2f}s, lance_ops {t_ours:.2f}s, "
+          f"ours/pylance {t_ours / t_pylance:.2f}")
+    if profile is not None:
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

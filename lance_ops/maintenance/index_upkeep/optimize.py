@@ -1,0 +1,223 @@
+"""``optimize_indices``: bring every index up to date with the fragments appended since it was built.
+
+pylance 14.0.2's semantics (index-facts.md §4, docs/adr/0026-index-upkeep.md):
+
+* per index name, the *unindexed* fragments are the live fragments no segment's bitmap names;
+* ``num_indices_to_merge=0`` writes a delta segment over them (same name, new uuid,
+  ``dataset_version`` = the read version; the old segments stay);
+* ``num_indices_to_merge=N`` folds the newest ``N`` segments (manifest order) and the new data into
+  one segment that keeps the oldest folded segment's ``dataset_version``; the default (None) is 1
+  for scalar kinds and 0 (a delta segment) for vector kinds: what pylance does when no partition
+  needs splitting or joining (ADR 0020; lance_ops keeps the centroids, it never splits or joins);
+* nothing to do for an index (no unindexed fragment and at most one segment to fold) skips it;
+  nothing to do at all commits nothing;
+* every new segment goes into ONE CreateIndex transaction (``new_indices`` sorted by name,
+  ``removed_indices`` = the folded segments), committed with the commit loop: a concurrent append
+  is kept (the manifest is rebuilt on top of it; its fragments stay unindexed), a concurrent
+  compaction or index change makes the commit fail with RetryableCommitConflictError.
+
+Every kind is checked against ``UPDATERS`` before anything is written: a kind without an updater
+is refused with UnsupportedError naming the index. Index directories written for a commit that
+definitely failed are removed; when the outcome is unknown they are kept.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid as uuid_mod
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from lance_ops._proto import table_pb2, transaction_pb2
+from lance_ops.errors import CommitOutcomeUnknownError, InvalidArgumentError, UnsupportedError
+from lance_ops.maintenance.compaction.remap import discard_index_dirs
+from lance_ops.maintenance.index_upkeep.base import UpkeepOutcome, UpkeepRequest
+from lance_ops.maintenance.index_upkeep.registry import REFUSALS, UPDATERS
+from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
+from lance_ops.table.commit.properties import CommitProperties
+from lance_ops.table.index_files import set_index_files
+from lance_ops.table.indices import SYSTEM_PREFIX, fragment_ids, index_kind
+from lance_ops.table.manifest import naming
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class IndexUpkeep:
+    """What ``optimize_indices`` did (or would do) for one index name."""
+
+    name: str
+    kind: str
+    unindexed_fragments: list[int]
+    merged_segments: list[str]
+    new_segment: str | None = None
+    fragment_ids: list[int] = field(default_factory=list)
+    skipped: str | None = None  # the reason nothing was written for this index
+
+
+@dataclass
+class UpkeepResult:
+    """The outcome of one ``optimize_indices`` call: the committed version (None: nothing to do)."""
+
+    version: int | None
+    read_version: int
+    indices: list[IndexUpkeep] = field(default_factory=list)
+
+    @property
+    def committed(self) -> bool:
+        """Whether a CreateIndex version was committed."""
+        return self.version is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (JSON output, XCom)."""
+        return {"version": self.version, "read_version": self.read_version, "committed": self.committed,
+                "indices": [vars(i).copy() for i in self.indices]}
+
+
+def _is_vector(kind: str) -> bool:
+    return kind.startswith("IVF_")
+
+
+def _segments_by_name(ds: Any) -> dict[str, list[table_pb2.IndexMetadata]]:
+    section = ds.manifest_file.index_section
+    out: dict[str, list[table_pb2.IndexMetadata]] = {}
+    for index in (section.indices if section is not None else []):
+        if not index.name.startswith(SYSTEM_PREFIX):
+            out.setdefault(index.name, []).append(index)
+    return out
+
+
+def _select(segments: Sequence[table_pb2.IndexMetadata], kind: str,
+            num_indices_to_merge: int | None) -> list[table_pb2.IndexMetadata]:
+    """The newest segments to fold in (pylance's policy, see the module docstring)."""
+    if num_indices_to_merge is None:
+        count = 0 if _is_vector(kind) else 1
+    else:
+        count = min(int(num_indices_to_merge), len(segments))
+    return list(segments[len(segments) - count:]) if count else []
+
+
+@dataclass
+class _Planned:
+    name: str
+    kind: str
+    segments: list[table_pb2.IndexMetadata]
+    merged: list[table_pb2.IndexMetadata]
+    unindexed: list[table_pb2.DataFragment]
+
+
+def plan_upkeep(ds: Any, index_names: Sequence[str] | None = None,
+                num_indices_to_merge: int | None = None) -> list[tuple[IndexUpkeep, _Planned | None]]:
+    """Per index name: what would be done; refuses (UnsupportedError / InvalidArgumentError) before
+    anything is written when an index is unknown or its kind has no updater."""
+    if num_indices_to_merge is not None and int(num_indices_to_merge) < 0:
+        raise InvalidArgumentError(f"num_indices_to_merge must be >= 0, got {num_indices_to_merge}")
+    by_name = _segments_by_name(ds)
+    names = list(by_name) if index_names is None else list(index_names)
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise InvalidArgumentError(f"{ds.uri}: no index named {missing[0]!r} (indices: {sorted(by_name)})")
+    live = list(ds.manifest.fragments)
+    plans: list[tuple[IndexUpkeep, _Planned | None]] = []
+    refused = []
+    for name in names:
+        segments = by_name[name]
+        kind = index_kind(ds, segments[-1])
+        covered: set[int] = set()
+        for seg in segments:
+            covered.update(fragment_ids(seg))
+        unindexed = [f for f in live if int(f.id) not in covered]
+        merged = _select(segments, kind, num_indices_to_merge)
+        info = IndexUpkeep(name, kind, [int(f.id) for f in unindexed],
+                           [str(uuid_mod.UUID(bytes=bytes(s.uuid.uuid))) for s in merged])
+        if not unindexed and len(merged) <= 1:
+            info.skipped = "every live fragment is indexed"
+            info.merged_segments = []
+            plans.append((info, None))
+            continue
+        if kind not in UPDATERS:
+            refused.append(f"{name!r} ({kind})")
+        plans.append((info, _Planned(name, kind, segments, merged, unindexed)))
+    if refused:
+        raise UnsupportedError(
+            f"{ds.uri}: lance_ops cannot bring these indices up to date yet: {', '.join(refused)} "
+            f"(supported kinds: {sorted(UPDATERS)}); pass index_names= to update the others. Nothing was written.")
+    return plans
+
+
+def _new_metadata(ds: Any, plan: _Planned, new_uuid: str, outcome: UpkeepOutcome) -> table_pb2.IndexMetadata:
+    template = plan.segments[-1]
+    meta = table_pb2.IndexMetadata()
+    meta.uuid.uuid = uuid_mod.UUID(new_uuid).bytes
+    meta.fields.extend(template.fields)
+    meta.name = plan.name
+    if outcome.dataset_version is not None:
+        meta.dataset_version = int(outcome.dataset_version)
+    elif plan.merged:
+        meta.dataset_version = int(plan.merged[0].dataset_version)  # the oldest folded (pylance)
+    else:
+        meta.dataset_version = int(ds.version)
+    from pyroaring import BitMap
+
+    meta.fragment_bitmap = BitMap(sorted(outcome.fragment_ids)).serialize()
+    if outcome.index_details is not None:
+        meta.index_details.CopyFrom(outcome.index_details)
+    elif template.HasField("index_details"):
+        meta.index_details.CopyFrom(template.index_details)
+    meta.index_version = int(outcome.index_version if outcome.index_version is not None
+                             else template.index_version)
+    meta.created_at = int(time.time() * 1000)
+    if template.HasField("base_id"):
+        meta.base_id = template.base_id
+    set_index_files(meta, sorted(outcome.files))
+    return meta
+
+
+def optimize_indices(ds: Any, *, index_names: Sequence[str] | None = None,
+                     num_indices_to_merge: int | None = None, retrain: bool = False) -> UpkeepResult:
+    """Extend the indices of ``ds`` to the fragments they do not cover (pylance's
+    ``ds.optimize.optimize_indices``; see the module docstring). The dataset object moves to the
+    committed version."""
+    plans = plan_upkeep(ds, index_names, num_indices_to_merge)
+    result = UpkeepResult(None, int(ds.version), [info for info, _ in plans])
+    work = sorted(((info, plan) for info, plan in plans if plan is not None), key=lambda p: p[0].name)
+    if not work:
+        log.info("%s: every index covers every live fragment; nothing to commit", ds.uri)
+        return result
+    store, base = ds.store, ds.base
+    written: list[str] = []
+    new_indices: list[table_pb2.IndexMetadata] = []
+    requests = [UpkeepRequest(store=store, base=base, dataset=ds, index_name=plan.name, kind=plan.kind,
+                              merged=plan.merged, template=plan.segments[-1], new_fragments=plan.unindexed,
+                              new_uuid=str(uuid_mod.uuid4()), retrain=retrain) for _, plan in work]
+    refusals = [f"{r.index_name!r}: {why}" for r in requests
+                if r.kind in REFUSALS and (why := REFUSALS[r.kind](r)) is not None]
+    if refusals:
+        raise UnsupportedError(f"{ds.uri}: lance_ops cannot bring these indices up to date: "
+                               f"{'; '.join(refusals)}. Nothing was written.")
+    try:
+        for (info, plan), request in zip(work, requests):
+            new_uuid = request.new_uuid
+            written.append(request.new_dir)
+            outcome = UPDATERS[plan.kind](request)
+            meta = _new_metadata(ds, plan, new_uuid, outcome)
+            new_indices.append(meta)
+            info.new_segment, info.fragment_ids = new_uuid, sorted(int(i) for i in outcome.fragment_ids)
+        txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=int(ds.version))
+        txn.create_index.new_indices.extend(new_indices)
+        txn.create_index.removed_indices.extend(m for _, p in work for m in p.merged)
+        mf = commit_transaction(store, base, txn, CommitContext(ds.manifest_file),
+                                CommitOptions(data_storage_version=ds.manifest.data_format.version or "2.0"),
+                                properties=CommitProperties("create_index",
+                                                            extra={"lance_ops.operation": "optimize_indices"}))
+    except CommitOutcomeUnknownError:
+        log.warning("%s: the CreateIndex commit may have landed; keeping index directories %s", ds.uri, written)
+        raise
+    except BaseException:
+        discard_index_dirs(store, written)
+        raise
+    result.version = int(mf.version)
+    ds.move_to(mf)
+    log.info("%s: optimize_indices committed version %d (%s)", ds.uri, mf.version,
+             ", ".join(f"{i.name}: {i.fragment_ids}" for i, _ in work))
+    return result
