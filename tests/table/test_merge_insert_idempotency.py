@@ -1,5 +1,5 @@
 """``merge_insert(...).execute(data, idempotency_key=...)``: a key already committed lands no
-second version (lance_ops' addition for Airflow retries, ADR 0026); pylance reads the result."""
+second version (lance_ops' addition for Airflow retries, ADR 0027); pylance reads the result."""
 from __future__ import annotations
 
 import pyarrow as pa
