@@ -102,7 +102,7 @@ def open_file_reader(path: str, storage_options: Mapping[str, Any] | None = None
             f"{store.uri(path)}: Lance file version {major}.{minor} is pylance's unstable 'next' format "
             "(pylance warns its files may not be readable in the future); lance_ops reads 0.1, 2.0, 2.1 and 2.2")
     if major == 2:
-        return LanceFileReaderV21(path, store=store)
+        return LanceFileReaderV21(path, store=store, _tail=tail)
     raise UnsupportedError(f"{store.uri(path)}: unknown Lance file version {major}.{minor}")
 
 

@@ -326,15 +326,20 @@ def _started(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask],
              pool: ThreadPoolExecutor) -> Iterator["pa.Table | _Probe"]:
     """:func:`_start` of each task, in order, computed on ``pool`` a window ahead."""
     window: deque[tuple[FragmentScanTask, Future]] = deque()
+    in_window: dict[int, int] = {}  # fragment id -> its tasks in the window
     rows = 0
     for task in tasks:
         size = task.planned_rows
-        while window and (rows + size > _WINDOW_ROWS or len(window) >= _WINDOW_TASKS
-                          or any(t.fragment_id == task.fragment_id for t, _ in window)):
+        fid = task.fragment_id
+        while window and (rows + size > _WINDOW_ROWS or len(window) >= _WINDOW_TASKS or fid in in_window):
             done, fut = window.popleft()
             rows -= done.planned_rows
+            left = in_window.pop(done.fragment_id) - 1
+            if left:
+                in_window[done.fragment_id] = left
             yield fut.result()
         window.append((task, pool.submit(_start, ds, task)))
+        in_window[fid] = in_window.get(fid, 0) + 1
         rows += size
     while window:
         yield window.popleft()[1].result()

@@ -210,3 +210,30 @@ def test_global_buffers_and_metadata(tmp_path):
     assert r.schema.equals(table.schema, check_metadata=False)
     with pytest.raises(IndexError):
         r.read_global_buffer(5)
+
+
+# --------------------------------------------------------------------------------------------
+# small files: one read (ADR 0022)
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("version", ["2.0", *VERSIONS])
+def test_small_file_is_read_with_its_tail(tmp_path, version):
+    """A file smaller than the tail read costs one GET: the dispatch's tail read is handed to the
+    reader, which serves every later range from it; reads equal pylance's."""
+    from lance_ops.format.registry import open_file_reader
+
+    import os
+
+    table = make_table(40, seed=3)
+    path = write(tmp_path / "small.lance", table, version)
+    assert os.path.getsize(path) < 64 * 1024
+    store, p = open_store(path)
+    store.metrics.reset()
+    r = open_file_reader(p, store=store)
+    got_all = r.read_all()
+    got_range = r.read_range(17, 20)
+    got_take = r.take_rows([3, 20, 39])
+    assert store.metrics.snapshot()["get_requests"] == 1
+    ref = lance_file.LanceFileReader(path)
+    assert_tables_equal(got_all, pylance_all(path))
+    assert_tables_equal(got_range, ref.read_range(17, 20).to_table())
+    assert_tables_equal(got_take, ref.take_rows([3, 20, 39]).to_table())

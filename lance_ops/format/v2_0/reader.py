@@ -89,6 +89,7 @@ class LanceFileReader(V2ReaderBase):
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *,
                  store: Optional[ObjectStore] = None, _tail: Optional[tuple[bytes, int]] = None) -> None:
         self._given_tail = _tail  # (last bytes, file size) already read by the version dispatch
+        self._whole: Optional[bytes] = None  # the whole file, when the tail read held all of it
         self._bind(path, storage_options, store)
         self._columns: dict[int, ColumnState] = {}
         self._encodings = ENCODINGS_CACHE
@@ -193,6 +194,9 @@ class LanceFileReader(V2ReaderBase):
         tail_start = size - len(tail)
         region_start = tail_start
         region = bytes(tail)
+        if tail_start == 0:
+            # a small file came whole with its tail: later reads are served from it (no I/O)
+            self._whole = region
 
         def ensure(start: int, extra: Optional[tuple[int, int]] = None) -> None:
             nonlocal region, region_start
@@ -418,6 +422,12 @@ class LanceFileReader(V2ReaderBase):
         arr = np.asarray(requests, dtype=np.int64).reshape(-1, 2)
         if not len(arr):
             return []
+        whole = self._whole
+        if whole is not None:
+            pairs = arr.tolist()
+            if any(s < 0 or n < 0 or s + n > len(whole) for s, n in pairs):
+                raise self._corrupt("a read would go past the end of the file")
+            return [whole[s:s + n] for s, n in pairs]
         gap = int(getattr(self._store, "coalesce_gap", 4096))
         if len(arr) <= SMALL_RANGE_COUNT:  # the usual case: a few pages' buffers
             pairs = arr.tolist()

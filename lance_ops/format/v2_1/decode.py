@@ -25,10 +25,7 @@ _Layout = TypeVar("_Layout", pb.MiniBlockLayout, pb.FullZipLayout, pb.AllNullLay
 
 def unknown(msg: Message) -> dict[int, Any]:
     """Fields of ``msg`` that our compiled proto does not know (newer upstream additions)."""
-    out: dict[int, Any] = {}
-    for u in unknown_fields.UnknownFieldSet(msg):
-        out[u.field_number] = u.data
-    return out
+    return {u.field_number: u.data for u in unknown_fields.UnknownFieldSet(msg)}
 
 
 def layout_name(layout: pb.PageLayout) -> str:
@@ -80,12 +77,8 @@ def select_rows(levels: rd.Levels, values: Vals, canon: rd.Canonical, ra: np.nda
     ``run_ends`` (level positions, increasing): where runs of chunks that were decoded back to back
     end; a row never extends past the end of its run (the next run may begin with the tail of a
     row that is not wanted)."""
-    if canon.max_rep and levels.rep is not None:
-        starts = np.flatnonzero(levels.rep == canon.max_rep)
-        nrows = len(starts)
-    else:
-        starts = None
-        nrows = levels.n
+    starts = np.flatnonzero(levels.rep == canon.max_rep) if canon.max_rep and levels.rep is not None else None
+    nrows = levels.n if starts is None else len(starts)
     if len(ra) > 1 and (run_ends is None or starts is None):  # merge touching ranges (e.g. whole pages)
         touch = rb[:-1] == ra[1:]
         if bool(touch.any()):
@@ -304,6 +297,10 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
         self.chunk_first_row = np.concatenate([[0], np.cumsum(self.chunk_row_starts)]).astype(np.int64)
         if nchunks and self.chunk_first_row[-1] != self.num_rows:
             raise EncodingCorrupt(f"chunks hold {int(self.chunk_first_row[-1])} rows, page says {self.num_rows}")
+        # plan_part() of all rows, when every chunk starts a row: every chunk, one range, rows as written
+        whole = bool(nchunks and self.num_rows and (self.chunk_row_starts > 0).all())
+        self.whole_plan = ([(int(data_pos), int(self.chunk_offsets[-1]))], (np.arange(nchunks), np.zeros(1, np.int64),
+                           np.full(1, self.num_rows, np.int64))) if whole else None
         self.ready = True
 
     def plan(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, DecodeFn]:
@@ -321,6 +318,8 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
         a, b = starts[keep], ends[keep]
         if not len(a) or nch == 0:
             return [], None
+        if self.whole_plan is not None and len(a) == 1 and int(a[0]) == 0 and int(b[0]) == self.num_rows:
+            return self.whole_plan  # the whole page (what scans read), planned once by init()
         fr_end = self.chunk_first_row[1:]
         c0 = np.searchsorted(fr_end, a, side="right")
         if self.max_rep:  # up to the chunk where row b starts: row b - 1 may run into it

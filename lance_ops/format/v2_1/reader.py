@@ -112,8 +112,10 @@ class LanceFileReaderV21(V2ReaderBase):
     """
 
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *,
-                 store: Optional[ObjectStore] = None) -> None:
+                 store: Optional[ObjectStore] = None, _tail: Optional[tuple[bytes, int]] = None) -> None:
         self._bind(path, storage_options, store)
+        self._given_tail = _tail  # (last bytes, file size) already read by the version dispatch
+        self._whole: Optional[bytes] = None  # the whole file, when the tail read held all of it
         self._pages: dict = {}
         self._described: Optional[list] = None  # the schema tree with blob descriptions
         self._guard(self._open)
@@ -177,7 +179,8 @@ class LanceFileReaderV21(V2ReaderBase):
 
     # --- opening -------------------------------------------------------------------------
     def _open(self) -> None:
-        tail, size = self._store.read_tail(self._path, TAIL_READ_BYTES)
+        given, self._given_tail = self._given_tail, None
+        tail, size = given if given is not None else self._store.read_tail(self._path, TAIL_READ_BYTES)
         self._file_size = size
         footer = Footer.unpack(tail, size, self._uri)
         self._footer = footer
@@ -186,6 +189,9 @@ class LanceFileReaderV21(V2ReaderBase):
             raise UnsupportedError(f"{self._uri}: Lance file version {self._version} is not read by the 2.1+ reader")
         tail = bytes(tail)
         region_start = size - len(tail)
+        if region_start == 0:
+            # a small file came whole with its tail: later reads are served from it (no I/O)
+            self._whole = tail
         gbo_end = footer.gbo_table_start + 16 * footer.num_global_buffers
         need_start = footer.column_meta_start
         if footer.gbo_table_start < region_start:
@@ -222,14 +228,11 @@ class LanceFileReaderV21(V2ReaderBase):
             raise self._corrupt(f"global buffer 0 (FileDescriptor) does not decode: {exc}") from None
         self._descriptor = descriptor
         self._num_rows = int(descriptor.length)
-        try:
-            fields = blob_v2.attach_descriptor_fields(descriptor.schema.fields)
-            self._schema = from_lance_fields(fields, dict(descriptor.schema.metadata))
-            self._tree = field_tree(fields)
-        except CorruptFileError as exc:
-            raise self._corrupt(f"schema: {exc.problem}") from None
-        except UnsupportedTypeError as exc:
-            raise UnsupportedTypeError(f"{self._uri}: {exc}") from None
+        layout = _schema_layout(descriptor.schema, self._uri)
+        if layout.num_columns != footer.num_columns:
+            raise self._corrupt(f"schema has {layout.num_columns} leaf fields but the file has {footer.num_columns} columns")
+        self._schema, self._tree = layout.schema, layout.tree
+        self._leaves, self._leaf_ids, self._by_column = layout.leaves, layout.leaf_ids, layout.by_column
         cmo = np.frombuffer(take(footer.cmo_table_start, 16 * footer.num_columns), dtype="<u8").reshape(-1, 2).astype(np.int64)
         self._column_meta: list[file2_pb2.ColumnMetadata] = []
         for i, (pos, length) in enumerate(cmo.tolist()):
@@ -242,37 +245,10 @@ class LanceFileReaderV21(V2ReaderBase):
             except DecodeError as exc:
                 raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
             self._column_meta.append(meta)
-        # leaves -> columns
-        self._leaves: dict[int, _Leaf] = {}
-        self._leaf_ids: dict[int, list[int]] = {}
-        counter = [0]
-
-        def walk(node: FieldNode, prefix: str, kinds: list[str]) -> list[int]:
-            path = f"{prefix}{node.proto.name}"
-            t = node.arrow.type
-            if pa.types.is_struct(t) and not _is_packed(node) and node.children:
-                ids: list[int] = []
-                for c in node.children:
-                    ids.extend(walk(c, path + ".", kinds + [rd.ITEM]))
-            elif _is_list(t) and node.children:
-                ids = walk(node.children[0], path + ".", kinds + [rd.LIST])
-            else:
-                col = counter[0]
-                counter[0] += 1
-                canon = rd.Canonical(tuple(reversed(kinds + [rd.ITEM])))
-                self._leaves[node.id] = _Leaf(col, node, path, canon, self._ctx_for(t, canon))
-                ids = [node.id]
-            self._leaf_ids[node.id] = ids
-            return ids
-
-        for top in self._tree:
-            walk(top, "", [])
-        if counter[0] != footer.num_columns:
-            raise self._corrupt(f"schema has {counter[0]} leaf fields but the file has {footer.num_columns} columns")
-        self._by_column = {leaf.column: leaf for leaf in self._leaves.values()}
 
     @staticmethod
-    def _ctx_for(t: pa.DataType, canon: rd.Canonical) -> dec.PageCtx:
+    def ctx_for(t: pa.DataType, canon: rd.Canonical) -> dec.PageCtx:
+        """What the page decoders of a leaf column of Arrow type ``t`` need to know about it."""
         vt = t.value_type if pa.types.is_dictionary(t) else t
         if (pa.types.is_string(vt) or pa.types.is_binary(vt) or pa.types.is_large_string(vt)
                 or pa.types.is_large_binary(vt)):
@@ -527,4 +503,74 @@ class LanceFileReaderV21(V2ReaderBase):
         for pos, size in reqs:
             if pos < 0 or size < 0 or pos + size > body_end:
                 raise self._corrupt(f"data range {pos}..{pos + size} lies outside the file")
+        whole = self._whole
+        if whole is not None:
+            return [whole[pos:pos + size] for pos, size in reqs]
         return self._store.read_ranges(self._path, reqs)
+
+
+@dataclass(frozen=True)
+class _SchemaLayout:
+    """A file schema's Arrow schema, field tree and leaf columns: a pure function of the schema
+    bytes, shared (read-only) by every reader of files with that schema (see ``_schema_layout``)."""
+
+    schema: pa.Schema
+    tree: list[FieldNode]
+    leaves: dict[int, _Leaf]
+    leaf_ids: dict[int, list[int]]
+    by_column: dict[int, _Leaf]
+    num_columns: int
+
+
+#: schema bytes -> its layout; files of one dataset share a schema, so each is parsed once
+_SCHEMA_LAYOUTS: dict[bytes, _SchemaLayout] = {}
+_SCHEMA_LAYOUTS_LIMIT = 256
+
+
+def _schema_layout(schema_proto: file_pb2.Schema, uri: str) -> _SchemaLayout:
+    """The :class:`_SchemaLayout` of a file's schema message (memoised by its bytes: the result
+    depends on nothing else, and is never mutated by readers)."""
+    key = schema_proto.SerializeToString(deterministic=True)
+    got = _SCHEMA_LAYOUTS.get(key)
+    if got is not None:
+        return got
+    try:
+        fields = blob_v2.attach_descriptor_fields(schema_proto.fields)
+        schema = from_lance_fields(fields, dict(schema_proto.metadata))
+        tree = field_tree(fields)
+    except CorruptFileError as exc:
+        raise CorruptFileError(uri, f"schema: {exc.problem}") from None
+    except UnsupportedTypeError as exc:
+        raise UnsupportedTypeError(f"{uri}: {exc}") from None
+    leaves: dict[int, _Leaf] = {}
+    leaf_ids: dict[int, list[int]] = {}
+    counter = [0]
+
+    def walk(node: FieldNode, prefix: str, kinds: list[str]) -> list[int]:
+        path = f"{prefix}{node.proto.name}"
+        t = node.arrow.type
+        if pa.types.is_struct(t) and not _is_packed(node) and node.children:
+            ids: list[int] = []
+            for c in node.children:
+                ids.extend(walk(c, path + ".", kinds + [rd.ITEM]))
+        elif _is_list(t) and node.children:
+            ids = walk(node.children[0], path + ".", kinds + [rd.LIST])
+        else:
+            col = counter[0]
+            counter[0] += 1
+            canon = rd.Canonical(tuple(reversed(kinds + [rd.ITEM])))
+            leaves[node.id] = _Leaf(col, node, path, canon, LanceFileReaderV21.ctx_for(t, canon))
+            ids = [node.id]
+        leaf_ids[node.id] = ids
+        return ids
+
+    for top in tree:
+        walk(top, "", [])
+    layout = _SchemaLayout(schema, tree, leaves, leaf_ids, {leaf.column: leaf for leaf in leaves.values()}, counter[0])
+    if len(_SCHEMA_LAYOUTS) >= _SCHEMA_LAYOUTS_LIMIT:
+        try:
+            del _SCHEMA_LAYOUTS[next(iter(_SCHEMA_LAYOUTS))]
+        except (StopIteration, KeyError, RuntimeError):  # another thread evicted first
+            pass
+    _SCHEMA_LAYOUTS[key] = layout
+    return layout
