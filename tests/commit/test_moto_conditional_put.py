@@ -34,10 +34,11 @@ def _free_port() -> int:
 
 @pytest.fixture
 def endpoint():
-    server = moto_server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    port = _free_port()
+    server = moto_server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
-        yield f"http://127.0.0.1:{server._port}"
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
 
