@@ -7,7 +7,8 @@ pylance 14.0.2's semantics (index-facts.md §4, docs/adr/0026-index-upkeep.md):
   ``dataset_version`` = the read version; the old segments stay);
 * ``num_indices_to_merge=N`` folds the newest ``N`` segments (manifest order) and the new data into
   one segment that keeps the oldest folded segment's ``dataset_version``; the default (None) is 1
-  for scalar kinds and "all segments" for vector kinds;
+  for scalar kinds and 0 (a delta segment) for vector kinds: what pylance does when no partition
+  needs splitting or joining (ADR 0020; lance_ops keeps the centroids, it never splits or joins);
 * nothing to do for an index (no unindexed fragment and at most one segment to fold) skips it;
   nothing to do at all commits nothing;
 * every new segment goes into ONE CreateIndex transaction (``new_indices`` sorted by name,
@@ -31,7 +32,7 @@ from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import CommitOutcomeUnknownError, InvalidArgumentError, UnsupportedError
 from lance_ops.maintenance.compaction.remap import discard_index_dirs
 from lance_ops.maintenance.index_upkeep.base import UpkeepOutcome, UpkeepRequest
-from lance_ops.maintenance.index_upkeep.registry import UPDATERS
+from lance_ops.maintenance.index_upkeep.registry import REFUSALS, UPDATERS
 from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.commit.properties import CommitProperties
 from lance_ops.table.index_files import set_index_files
@@ -90,7 +91,7 @@ def _select(segments: Sequence[table_pb2.IndexMetadata], kind: str,
             num_indices_to_merge: int | None) -> list[table_pb2.IndexMetadata]:
     """The newest segments to fold in (pylance's policy, see the module docstring)."""
     if num_indices_to_merge is None:
-        count = len(segments) if _is_vector(kind) else 1
+        count = 0 if _is_vector(kind) else 1
     else:
         count = min(int(num_indices_to_merge), len(segments))
     return list(segments[len(segments) - count:]) if count else []
@@ -186,12 +187,17 @@ def optimize_indices(ds: Any, *, index_names: Sequence[str] | None = None,
     store, base = ds.store, ds.base
     written: list[str] = []
     new_indices: list[table_pb2.IndexMetadata] = []
+    requests = [UpkeepRequest(store=store, base=base, dataset=ds, index_name=plan.name, kind=plan.kind,
+                              merged=plan.merged, template=plan.segments[-1], new_fragments=plan.unindexed,
+                              new_uuid=str(uuid_mod.uuid4()), retrain=retrain) for _, plan in work]
+    refusals = [f"{r.index_name!r}: {why}" for r in requests
+                if r.kind in REFUSALS and (why := REFUSALS[r.kind](r)) is not None]
+    if refusals:
+        raise UnsupportedError(f"{ds.uri}: lance_ops cannot bring these indices up to date: "
+                               f"{'; '.join(refusals)}. Nothing was written.")
     try:
-        for info, plan in work:
-            new_uuid = str(uuid_mod.uuid4())
-            request = UpkeepRequest(store=store, base=base, dataset=ds, index_name=plan.name, kind=plan.kind,
-                                    merged=plan.merged, template=plan.segments[-1], new_fragments=plan.unindexed,
-                                    new_uuid=new_uuid, retrain=retrain)
+        for (info, plan), request in zip(work, requests):
+            new_uuid = request.new_uuid
             written.append(request.new_dir)
             outcome = UPDATERS[plan.kind](request)
             meta = _new_metadata(ds, plan, new_uuid, outcome)

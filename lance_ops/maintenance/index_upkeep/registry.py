@@ -4,8 +4,11 @@ Kinds missing here are refused with ``UnsupportedError`` before anything is writ
 """
 from __future__ import annotations
 
-from lance_ops.maintenance.index_upkeep.base import Updater
+from typing import Callable
+
+from lance_ops.maintenance.index_upkeep.base import UpkeepRequest, Updater
 from lance_ops.maintenance.index_upkeep.scalar import update_bitmap, update_btree
+from lance_ops.maintenance.index_upkeep.vector import UPDATABLE_KINDS, plan_refusal, update_vector
 
 #: kind (``lance_ops.table.indices.index_kind``) -> updater; each kind module adds its entry here
 UPDATERS: dict[str, Updater] = {
@@ -13,3 +16,9 @@ UPDATERS: dict[str, Updater] = {
     "BITMAP": update_bitmap,
     "LABEL_LIST": update_bitmap,
 }
+# IVF_FLAT / IVF_PQ / IVF_SQ (IVF_HNSW_* are not here: new rows would need HNSW graph insertion)
+UPDATERS.update({kind: update_vector for kind in UPDATABLE_KINDS})
+
+#: kind -> a check that says why its updater would refuse a request (None: it can write it); asked
+#: for every index before any updater runs, so a refusal leaves nothing written
+REFUSALS: dict[str, Callable[[UpkeepRequest], str | None]] = {kind: plan_refusal for kind in UPDATABLE_KINDS}
