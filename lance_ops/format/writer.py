@@ -56,6 +56,7 @@ from lance_ops.format.v2_1.blob_v2 import BlobV2FieldEncoder, SideFiles
 from lance_ops.format.version import V2_WRITABLE, FileVersion
 from lance_ops.io.base import ObjectStore, ObjectWriter
 from lance_ops.schema import conform_batch, to_lance_fields
+from lance_ops.format.batch_argument import batch_argument
 
 DEFAULT_CACHE_BYTES_PER_COLUMN = 8 * 1024 * 1024
 DEFAULT_MAX_PAGE_BYTES = 32 * 1024 * 1024
@@ -324,14 +325,7 @@ class V2FileWriter:
     def write_batch(self, batch: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None, *,
                     data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None) -> None:
         """Append ``batch`` (pylance's keyword): a RecordBatch, a Table or an iterable of batches."""
-        if data is not None:  # the earlier lance_ops keyword
-            import warnings
-
-            warnings.warn("write_batch(data=...) is deprecated: pass batch= (pylance's keyword)", DeprecationWarning,
-                          stacklevel=2)
-            batch = data
-        if batch is None:
-            raise TypeError("write_batch() missing required argument: 'batch'")
+        batch = batch_argument(batch, data)
         self._check_open()
         if isinstance(batch, pa.Table):
             batches: Iterable[pa.RecordBatch] = batch.to_batches()

@@ -53,6 +53,7 @@ from lance_ops.format.proto_wire import serialize_like_upstream as _serialize
 from lance_ops.format.version import FileVersion
 from lance_ops.io.base import ObjectStore, ObjectWriter
 from lance_ops.schema import FieldNode, conform_batch, field_tree, to_lance_fields
+from lance_ops.format.batch_argument import batch_argument
 
 __all__ = ["LegacyFileWriter", "DEFAULT_MAX_ROWS_PER_GROUP", "LEGACY_DATA_FILE_VERSION"]
 
@@ -261,14 +262,7 @@ class LegacyFileWriter:
                     data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None) -> None:
         """Append ``batch`` (pylance's keyword): a RecordBatch, a Table or an iterable of batches; full
         groups are written at once."""
-        if data is not None:  # the earlier lance_ops keyword
-            import warnings
-
-            warnings.warn("write_batch(data=...) is deprecated: pass batch= (pylance's keyword)", DeprecationWarning,
-                          stacklevel=2)
-            batch = data
-        if batch is None:
-            raise TypeError("write_batch() missing required argument: 'batch'")
+        batch = batch_argument(batch, data)
         self._check_open()
         if isinstance(batch, pa.Table):
             if self._schema is None:
