@@ -104,7 +104,7 @@ class LanceOptimizeIndicesOperator(LanceBaseOperator):
         work = [n for n in selected if coverage[n]["unindexed_rows"] > 0]
         if not work:
             return self._nothing(ds.version, "coverage is already complete: every index covers every live "
-                                 f"fragment ({', '.join(selected)})", metrics)
+                                 f"fragment ({', '.join(sorted(selected))})", metrics)
         threshold = as_optional_float(self.unindexed_rows_threshold_pct) or 0.0
         worst = max(work, key=lambda n: coverage[n]["unindexed_pct"])
         if coverage[worst]["unindexed_pct"] <= threshold:
