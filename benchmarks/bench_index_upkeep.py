@@ -1,12 +1,14 @@
 """lance_ops vs pylance: ``optimize_indices`` on scalar indices (issue 22).
 
-    .venv/bin/python benchmarks/bench_index_upkeep.py [--rows 1000000] [--new 100000] [--dir /tmp]
+    .venv/bin/python benchmarks/bench_index_upkeep.py [--rows 1000000] [--new 100000] [--rounds 3]
+        [--max-ratio 1.5] [--profile] [--dir /tmp]
 
 Builds one 2.2 dataset of ``rows`` rows with BTREE (id), BITMAP (k) and LABEL_LIST (labels)
 indices, 10% deleted, then appends ``new`` rows. pylance's ``ds.optimize.optimize_indices()`` runs
 on one copy, ``lance_ops.maintenance.optimize_indices`` on another (default policy: the newest
-segment folded with the new rows). Prints wall times and the ours/pylance ratio, and the cProfile
-call counts of lance_ops' run (``--profile``). Timings are printed, never asserted.
+segment folded with the new rows). Rounds alternate A/B on fresh copies (copy untimed), the minimum
+of each side is kept; prints the ratio table (ours/pylance, lower is better) and exits 1 above
+``--max-ratio``; ``--profile`` adds the cProfile of one more lance_ops run.
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import pstats
 import shutil
 import sys
 import tempfile
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import lance  # noqa: E402
 
+from benchmarks.bench_file_v22 import ab_rounds, report  # noqa: E402
 from lance_ops.maintenance import optimize_indices  # noqa: E402
 from lance_ops.table.dataset import LanceDataset  # noqa: E402
 
@@ -44,6 +46,8 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=100_000)
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-ratio", type=float, default=1.5)
     args = parser.parse_args()
     root = os.path.join(args.dir, "bench_index_upkeep")
     shutil.rmtree(root, ignore_errors=True)
@@ -55,26 +59,26 @@ def main() -> None:
     ds.create_scalar_index("labels", "LABEL_LIST")
     lance.dataset(base).delete("id % 10 = 3")
     lance.write_dataset(table(args.rows, args.new), base, mode="append")
-    theirs, ours = os.path.join(root, "pylance"), os.path.join(root, "ours")
-    shutil.copytree(base, theirs)
-    shutil.copytree(base, ours)
-    start = time.perf_counter()
-    lance.dataset(theirs).optimize.optimize_indices()
-    t_pylance = time.perf_counter() - start
-    profile = cProfile.Profile() if args.profile else None
-    start = time.perf_counter()
-    if profile is not None:
+    work = [os.path.join(root, "ours"), os.path.join(root, "pylance")]
+
+    def fresh(side: int) -> None:
+        shutil.rmtree(work[side], ignore_errors=True)
+        shutil.copytree(base, work[side])
+        os.sync()
+
+    t_ours, t_pylance, _, _ = ab_rounds(args.rounds, lambda: optimize_indices(LanceDataset(work[0])),
+                                        lambda: lance.dataset(work[1]).optimize.optimize_indices(), setup=fresh)
+    over = report(f"optimize_indices, BTREE + BITMAP + LABEL_LIST: {args.rows} indexed + {args.new} new rows",
+                  [("three scalar indices", t_ours, t_pylance, None, None)], None, args.max_ratio)
+    if args.profile:
+        fresh(0)
+        profile = cProfile.Profile()
         profile.enable()
-    optimize_indices(LanceDataset(ours))
-    if profile is not None:
+        optimize_indices(LanceDataset(work[0]))
         profile.disable()
-    t_ours = time.perf_counter() - start
-    print(f"rows={args.rows} new={args.new}: pylance {t_pylance:.2f}s, lance_ops {t_ours:.2f}s, "
-          f"ours/pylance {t_ours / t_pylance:.2f}")
-    if profile is not None:
         pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
     shutil.rmtree(root, ignore_errors=True)
-
+    sys.exit(1 if over else 0)
 
 if __name__ == "__main__":
     main()

@@ -1,13 +1,14 @@
 """lance_ops vs pylance: adding appended rows to an IVF vector index (issue 22, vector updater).
 
     .venv/bin/python benchmarks/bench_index_upkeep_vector.py [--rows 1000000] [--new 100000] [--dim 32]
-        [--kind IVF_PQ] [--partitions 64] [--dir /tmp]
+        [--kind IVF_PQ] [--partitions 64] [--rounds 3] [--max-ratio 1.5] [--dir /tmp]
 
 Builds one 2.2 dataset (``rows`` indexed rows, then ``new`` appended unindexed rows), then on two
 copies: pylance's ``optimize_indices(num_indices_to_merge=n)`` and lance_ops' vector updater
 (``index_upkeep.vector.update_vector`` writing the segment; committed with pylance's CreateIndex, the
-core ``optimize_indices`` lives on another branch). ``n`` = 0 (delta) then 1 (merged). Prints wall
-times and the ours/pylance ratio; timings are printed, never asserted.
+core ``optimize_indices`` lives on another branch). ``n`` = 0 (delta) then 1 (merged). Rounds
+alternate A/B on fresh copies (copy untimed) and the minimum of each side is kept; prints the ratio
+table (ours/pylance, lower is better) and exits 1 when a ratio is above ``--max-ratio``.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 import uuid
 
 import numpy as np
@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import lance  # noqa: E402
 from lance.dataset import Index, IndexFile  # noqa: E402
 
+from benchmarks.bench_file_v22 import ab_rounds, report  # noqa: E402
 from lance_ops.maintenance.index_upkeep.base import UpkeepRequest  # noqa: E402
 from lance_ops.maintenance.index_upkeep.vector import update_vector  # noqa: E402
 from lance_ops.table.dataset import LanceDataset  # noqa: E402
@@ -78,26 +79,33 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=32)
     parser.add_argument("--kind", default="IVF_PQ")
     parser.add_argument("--partitions", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-ratio", type=float, default=1.5)
     parser.add_argument("--dir", default=tempfile.gettempdir())
     args = parser.parse_args()
     root = tempfile.mkdtemp(dir=args.dir)
+    rows = []
     try:
         src = os.path.join(root, "src")
         build(src, args.rows, args.new, args.dim, args.kind, args.partitions)
         for merge in (False, True):
-            a, b = os.path.join(root, f"a{merge}"), os.path.join(root, f"b{merge}")
-            shutil.copytree(src, a)
-            shutil.copytree(src, b)
-            start = time.perf_counter()
-            lance.dataset(a).optimize.optimize_indices(num_indices_to_merge=1 if merge else 0)
-            theirs = time.perf_counter() - start
-            start = time.perf_counter()
-            ours(b, merge)
-            mine = time.perf_counter() - start
-            print(f"{args.kind} rows={args.rows} new={args.new} dim={args.dim} merge={merge}: "
-                  f"pylance {theirs:.2f}s lance_ops {mine:.2f}s ratio {mine / theirs:.2f}")
+            work = [os.path.join(root, "ours"), os.path.join(root, "theirs")]
+
+            def fresh(side: int) -> None:
+                shutil.rmtree(work[side], ignore_errors=True)
+                shutil.copytree(src, work[side])
+                os.sync()
+
+            t_o, t_t, _, _ = ab_rounds(
+                args.rounds, lambda: ours(work[0], merge),
+                lambda: lance.dataset(work[1]).optimize.optimize_indices(num_indices_to_merge=1 if merge else 0),
+                setup=fresh)
+            rows.append((f"{args.kind} {'merged' if merge else 'delta'}", t_o, t_t, None, None))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    over = report(f"optimize_indices, {args.kind}: {args.rows} indexed + {args.new} new rows, dim {args.dim}, "
+                  f"{args.partitions} partitions", rows, None, args.max_ratio)
+    sys.exit(1 if over else 0)
 
 
 if __name__ == "__main__":

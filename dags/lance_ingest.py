@@ -8,6 +8,14 @@ idempotency key and commits nothing new).
 
     airflow dags test lance_ingest -c '{"dataset_uri": "/data/events.lance", "source_path": "/raw/day=1"}'
 
+`mode=upsert` (with `on`, the key columns) skips both and runs `ingest.upsert` instead: the
+source (Parquet or Arrow files) is merged in the task with `merge_insert(on)`: rows whose key
+matches are updated, the rest inserted, committed once under the run's idempotency key (a re-run
+over the same source leaves the same rows).
+
+    airflow dags test lance_ingest -c '{"dataset_uri": "/data/events.lance", "source_path": "/raw/fix.parquet",
+                                        "mode": "upsert", "on": ["id"]}'
+
 **Asset.** `dataset_uri` is a run-time Param, so the asset another DAG can be scheduled on must be
 fixed when the file is parsed: the commit task emits an event for
 `Asset(name="lance_ingest", uri=$LANCE_OPS_INGEST_ASSET_URI or "lance://ingest")`, whose extra
@@ -56,8 +64,14 @@ with DAG(
                              title="Source path", description="input files (a file or directory Spark can read)"),
         "source_format": Param("parquet", type="string", enum=["parquet", "csv", "json", "orc"], title="Source format",
                                description="format of the input files"),
-        "mode": Param("append", type="string", enum=["append", "overwrite", "create"], title="Write mode",
-                      description="append to the dataset, overwrite it, or create it (fails if it exists)"),
+        "mode": Param("append", type="string", enum=["append", "overwrite", "create", "upsert"], title="Write mode",
+                      description="append to the dataset, overwrite it, create it (fails if it exists), or "
+                                  "upsert: update the rows whose `on` key matches and insert the rest"),
+        "on": Param(None, type=["null", "array"], items={"type": "string", "minLength": 1, "maxLength": 256},
+                    minItems=1, maxItems=32, uniqueItems=True,
+                    title="Key columns (upsert)",
+                    description='columns matching source rows with dataset rows, e.g. ["id"]; required when '
+                                "mode is upsert, ignored otherwise"),
         "partitions": Param(None, type=["null", "integer"], minimum=1, maximum=100_000, title="Spark partitions",
                             description="repartition the input into this many Spark tasks (empty: as read)"),
         "max_rows_per_file": Param(None, type=["null", "integer"], minimum=1, maximum=1 << 31,
@@ -71,6 +85,7 @@ with DAG(
         source_path="{{ params.source_path }}",
         source_format="{{ params.source_format }}",
         mode="{{ params.mode }}",
+        on="{{ params.on }}",
         partitions="{{ params.partitions }}",
         max_rows_per_file="{{ params.max_rows_per_file }}",
         spark_conf={"spark.ui.enabled": "false"},

@@ -131,7 +131,7 @@ with DAG(
             description="segments folded into the new one (empty: pylance's default, 1 for scalar "
                         "indices, a delta segment for vector indices; 0: always a delta segment)"),
         "index_names": Param(
-            None, type=["null", "array"], items={"type": "string", "minLength": 1, "maxLength": 256}, maxItems=100,
+            None, type=["null", "array"], items={"type": "string", "minLength": 1, "maxLength": 256}, minItems=1, maxItems=100,
             title="Indices to optimize",
             description="only these indices, e.g. [\"id_idx\"] (empty: every index; kinds lance_ops cannot "
                         "update are then skipped with their reason; named ones fail the task instead)"),

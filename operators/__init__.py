@@ -8,7 +8,8 @@ Installed with the distribution (``pip install lance-ops[airflow]``) as
 Submodules: :mod:`lance_ops_airflow.operators.hooks` (LanceHook), :mod:`lance_ops_airflow.operators.base` (shared behaviour:
 idempotency keys, asset events, lineage), :mod:`lance_ops_airflow.operators.lance` (in-process operators),
 :mod:`lance_ops_airflow.operators.indices` (index upkeep),
-:mod:`lance_ops_airflow.operators.spark` (Spark job + commit task groups), :mod:`lance_ops_airflow.operators.report` (the run report
+:mod:`lance_ops_airflow.operators.spark` (Spark job + commit task groups), :mod:`lance_ops_airflow.operators.merge`
+(upserts: ``merge_insert`` on key columns), :mod:`lance_ops_airflow.operators.report` (the run report
 that fails a maintenance run naming its failed steps), :mod:`lance_ops_airflow.operators.summary`
 (the task log summary), :mod:`lance_ops_airflow.operators.lineage` (OpenLineage datasets and facets).
 """
@@ -29,6 +30,7 @@ from lance_ops_airflow.operators.lance import (
     LanceRefreshRowIdIndexOperator,
     LanceVerifyOperator,
 )
+from lance_ops_airflow.operators.merge import LanceMergeInsertOperator
 from lance_ops_airflow.operators.report import LanceRunReportOperator
 from lance_ops_airflow.operators.spark import (
     LanceCompactionCommitOperator,
@@ -49,6 +51,7 @@ __all__ = [
     "LanceHealthOperator",
     "LanceHook",
     "LanceMaterializeDeletionsOperator",
+    "LanceMergeInsertOperator",
     "LanceOptimizeIndicesOperator",
     "LanceRebuildStatisticsOperator",
     "LanceRefreshRowIdIndexOperator",

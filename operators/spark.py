@@ -36,6 +36,7 @@ from airflow.sdk import TaskGroup
 from lance_ops_airflow.operators.base import idempotency_key, skip
 from lance_ops_airflow.operators.hooks import LanceHook, normalize_conn_id
 from lance_ops_airflow.operators.lance import LanceCommitStagedOperator, LanceCompactionOperator
+from lance_ops_airflow.operators.merge import LanceMergeInsertOperator
 
 NONE_FAILED_MIN_ONE_SUCCESS = "none_failed_min_one_success"
 
@@ -64,6 +65,16 @@ def _clean_args(args: Sequence[Any]) -> list[str]:
     return out
 
 
+def _arg_value(args: Sequence[str], flag: str) -> str | None:
+    """The value following ``flag`` in rendered job arguments (None if absent)."""
+    for i, item in enumerate(args[:-1]):
+        if item == flag:
+            return str(args[i + 1]).strip()
+    return None
+
+
+#: the write mode that merges on key columns instead of ingesting with Spark
+UPSERT = "upsert"
 #: what a failed lance_ops job prints first, and its exit code when a retry cannot help
 #: (lance_ops.spark._common.ERROR_PREFIX / EXIT_NOT_RETRYABLE, repeated here so that parsing a DAG
 #: does not import lance_ops)
@@ -141,6 +152,8 @@ class LanceSparkSubmitOperator(SparkSubmitOperator):
         storage_args, secret_env = hook.spark_arguments()
         key = idempotency_key(context, self.idempotency_scope)
         args = _clean_args(self.job_args)
+        if self.job == "ingest" and _arg_value(args, "--mode") == UPSERT:
+            skip(self.log, "mode is 'upsert': the group's upsert task merges the source (no Spark ingest)")
         if self.job == "compact":
             plan = context["ti"].xcom_pull(task_ids=self.plan_task_id) if self.plan_task_id else None
             if self.plan_task_id:
@@ -259,12 +272,17 @@ def lance_ingest_group(
     outlets: list[Any] | None = None,
     spark_kwargs: dict[str, Any] | None = None,
     commit_kwargs: dict[str, Any] | None = None,
+    on: Any = None,
 ) -> TaskGroup:
-    """A TaskGroup ``<group_id>.spark_stage >> <group_id>.commit`` ingesting files into a dataset.
+    """A TaskGroup ``<group_id>.spark_stage >> <group_id>.commit`` ingesting files into a dataset,
+    and, when ``on`` is given, ``<group_id>.upsert`` beside them (a :class:`LanceMergeInsertOperator`
+    on the key columns ``on``).
 
-    ``dataset_uri``, ``source_path``, ``mode``, ``partitions`` and ``max_rows_per_file`` may be
-    templates. ``outlets`` (e.g. a fixed ``Asset``) go on the commit task, which also emits the
-    dataset's own asset event.
+    ``mode`` ``append``/``overwrite``/``create`` runs the Spark pair and skips ``upsert``;
+    ``mode`` ``upsert`` skips the Spark pair and merges the source in the ``upsert`` task (the
+    Spark merge job is issue 23 item 2). ``dataset_uri``, ``source_path``, ``mode``, ``on``,
+    ``partitions`` and ``max_rows_per_file`` may be templates. ``outlets`` (e.g. a fixed
+    ``Asset``) go on the commit and upsert tasks, which also emit the dataset's own asset event.
     """
     job_args = ["--format", source_format, "--path", source_path, "--mode", mode]
     if partitions is not None:
@@ -285,6 +303,12 @@ def lance_ingest_group(
             idempotency_scope=scope, outlets=list(outlets or []), **(commit_kwargs or {}),
         )
         stage >> commit
+        if on is not None:  # a DAG offering mode=upsert (on: a template of its key-columns Param)
+            LanceMergeInsertOperator(
+                task_id="upsert", dataset_uri=dataset_uri, lance_conn_id=lance_conn_id, on=on,
+                source_path=source_path, source_format=source_format, mode=mode,
+                idempotency_scope=scope, outlets=list(outlets or []), **(commit_kwargs or {}),
+            )
     return group
 
 

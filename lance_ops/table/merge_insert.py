@@ -17,7 +17,7 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +26,7 @@ from lance_ops._proto import transaction_pb2
 from lance_ops.errors import AmbiguousMergeError, InvalidArgumentError, MergeMatchError, UnsupportedError
 from lance_ops.table import scan
 from lance_ops.table.commit.loop import CommitContext
+from lance_ops.table.commit.properties import CommitProperties
 from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.rewrite_rows import RewriteTarget, RowsRewrite, build_transaction, refuse_unwritable, run
@@ -317,12 +318,17 @@ class MergeInsertBuilder:
         """Accepted for pylance compatibility (matches are found by a hash join of the key columns)."""
         return self
 
-    def execute(self, data_obj: Any, *, schema: pa.Schema | None = None) -> dict[str, int]:
+    def execute(self, data_obj: Any, *, schema: pa.Schema | None = None, idempotency_key: str | None = None,
+                transaction_properties: Mapping[str, str] | None = None) -> dict[str, int]:
         """Run the merge with ``data_obj`` (a table, batches, a reader or a pandas frame, as
-        ``write_dataset`` takes) as the source; pylance's result counts."""
+        ``write_dataset`` takes) as the source; pylance's result counts. ``idempotency_key`` and
+        ``transaction_properties`` (lance_ops additions, as ``write_dataset``'s) go on the commit:
+        the commit loop does not land a second version under a key already committed."""
         from lance_ops.table.write import as_storage_types, to_reader
 
         source = as_storage_types(to_reader(data_obj, schema)).read_all()
         spec = self._spec
+        properties = CommitProperties.from_keywords("merge_insert", idempotency_key=idempotency_key,
+                                                    transaction_properties=transaction_properties)
         return dict(run(self._dataset, lambda ds: plan_merge(ds, spec, source), "merge_insert",
-                        conflict_retries=self._retries))
+                        conflict_retries=self._retries, properties=properties))

@@ -9,6 +9,7 @@ as they are (pylance leaves them: the old fragments stay covered, the new ones a
 """
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
@@ -20,6 +21,7 @@ from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import RetryableCommitConflictError, UnsupportedError
 from lance_ops.format.version import FileVersion
 from lance_ops.table import deletion, rowids
+from lance_ops.table.commit import idempotency
 from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.commit.properties import CommitProperties
 from lance_ops.table.manifest import feature_flags
@@ -31,6 +33,8 @@ from lance_ops.table.write import as_storage_types, to_reader, write_fragments
 
 #: deletion files written at once
 _WRITERS = 8
+#: the transaction property holding a keyed rewrite's result (what a retry under the key returns)
+RESULT_PROPERTY = "lance_ops.rewrite_rows.result"
 #: rows per new data file (pylance's default ``max_rows_per_file``)
 MAX_ROWS_PER_FILE = 1024 * 1024
 
@@ -151,18 +155,31 @@ def build_transaction(dataset: RewriteTarget, fragments: Iterable[LanceFragment]
 
 
 def run(dataset: RewriteTarget, plan: Callable[[Any], tuple[transaction_pb2.Transaction, CommitContext, Any]],
-        operation: str, *, conflict_retries: int = 10) -> Any:
+        operation: str, *, conflict_retries: int = 10, properties: CommitProperties | None = None) -> Any:
     """Plan (``plan(version) -> (transaction, context, result)``) and commit a row rewrite
     (``update``, ``merge_insert``), re-planning on the newest version when a concurrent commit
     preempts it (up to ``conflict_retries`` times, as pylance); ``dataset`` moves to the new
-    version. Returns the plan's result."""
-    properties = CommitProperties.from_keywords(operation)
+    version. Returns the plan's result. ``properties`` (an idempotency key, extra transaction
+    properties) go on the commit; by default only the operation's. With a key already committed
+    (an Airflow retry) nothing is planned: the dataset moves to that version and its recorded
+    result is returned."""
+    properties = properties or CommitProperties.from_keywords(operation)
+    key = properties.idempotency_key
+    if key:
+        # the key ledger knows keys of versions cleanup removed (table/commit/idempotency.py)
+        earlier = idempotency.lookup(dataset.store, dataset.base, key, "update")
+        if earlier is not None:
+            mf = idempotency.manifest_of(dataset.store, dataset.base, earlier)
+            dataset.move_to(mf if mf is not None else dataset.reopen_latest().manifest_file)
+            return json.loads(earlier.properties.get(RESULT_PROPERTY) or "{}")
     ds: Any = dataset
     for attempt in range(conflict_retries + 1):
         feature_flags.check_writer_flags(ds.manifest.writer_feature_flags, ds.uri)
         try:
             txn, ctx, result = plan(ds)
             txn.read_version = ds.version
+            if key:  # a retry under the key reports what this commit did
+                txn.transaction_properties[RESULT_PROPERTY] = json.dumps(result, sort_keys=True)
             mf = commit_transaction(ds.store, ds.base, txn, ctx,
                                     CommitOptions(data_storage_version=ds.data_storage_version),
                                     properties=properties)
@@ -172,5 +189,9 @@ def run(dataset: RewriteTarget, plan: Callable[[Any], tuple[transaction_pb2.Tran
             ds = ds.reopen_latest()
             continue
         dataset.move_to(mf)
+        if key:
+            idempotency.remember(dataset.store, dataset.base, mf)
+            if mf.transaction is not None and mf.transaction.uuid != txn.uuid:  # an earlier try won
+                return json.loads(mf.transaction.transaction_properties.get(RESULT_PROPERTY) or "{}")
         return result
     raise AssertionError("unreachable")

@@ -112,7 +112,7 @@ def test_compaction_params_are_validated(dagbag):
 # -- Params (issue 21, acceptance item 3) --------------------------------------------------------------
 #: the bound keywords a Param of each JSON type must carry
 BOUNDS = {"integer": {"minimum", "maximum"}, "number": {"minimum", "maximum"}, "boolean": set(),
-          "array": {"maxItems"}}
+          "array": {"minItems", "maxItems", "items"}}
 
 
 def test_every_param_has_title_description_type_and_bounds(dagbag):
@@ -131,6 +131,8 @@ def test_every_param_has_title_description_type_and_bounds(dagbag):
                     assert {"maxLength", "enum"} & set(schema), f"{where}: a string needs maxLength or enum"
                 else:
                     assert BOUNDS[kind] <= set(schema), f"{where}: {kind} needs {BOUNDS[kind]}"
+                if kind == "array" and schema["items"].get("type") == "string":
+                    assert "maxLength" in schema["items"], f"{where}: string items need maxLength"
             seen += 1
     assert seen >= 30
 

@@ -59,22 +59,59 @@ def _expected(outcome, appenders, deleters):
     return table.filter(pa.array(keep))
 
 
+def _history(uri, storage_options):
+    """Every manifest in ``_versions/``: version, stored time, transaction uuid and operation."""
+    from lance_ops.io.factory import open_store
+    from lance_ops.table.commit.transaction_file import load_transaction
+    from lance_ops.table.manifest import naming
+    from lance_ops.table.manifest.codec import read_manifest
+
+    store, base = open_store(uri, storage_options)
+    lines = []
+    for loc in naming.list_versions(store, base):
+        try:
+            mf = read_manifest(store, loc.path)
+            txn = load_transaction(store, base, mf)
+            rows = sum(f.physical_rows for f in mf.manifest.fragments)
+            what = (f"txn {txn.uuid if txn else '?'} {txn.WhichOneof('operation') if txn else '?'} "
+                    f"read_version {txn.read_version if txn else '?'} file {mf.manifest.transaction_file} "
+                    f"fragments {len(mf.manifest.fragments)} physical_rows {rows}")
+        except Exception as exc:  # noqa: BLE001 - evidence only
+            what = f"unreadable: {type(exc).__name__}: {exc}"
+        lines.append(f"  v{loc.version} {loc.last_modified} {what}")
+    return "\n".join(lines)
+
+
+def _data_check(uri, storage_options, expected):
+    """(lance_ops equal, pylance equal, no duplicate ids, detail) of the final dataset."""
+    ours = lance_ops.dataset(uri, storage_options=storage_options).to_table().sort_by("id")
+    theirs = lance.dataset(uri, storage_options=storage_options).to_table().sort_by("id")
+    unique = len(np.unique(ours["id"].to_numpy())) == ours.num_rows
+    writers = pc.value_counts(ours["writer"]).to_pylist()
+    return (ours.equals(expected), theirs.equals(expected), unique,
+            f"rows {ours.num_rows} (expected {expected.num_rows}); rows per writer {writers}")
+
+
 def _check(uri, storage_options, outcome, appenders, deleters):
     errors = {k: v for k, v in outcome.items() if v[0] == "error"}
     assert not errors, errors
     # Every writer committed or failed with a clear lance_ops commit error.
     assert all(kind in ("ok", "conflict") for kind, _, _ in outcome.values())
-    ok_versions = [v for kind, v, _ in outcome.values() if kind == "ok"]
-    assert len(ok_versions) == len(set(ok_versions)), "two writers claim the same version"
+    # The data check runs first, so that a failure below always says whether rows were lost.
     expected = _expected(outcome, appenders, deleters).sort_by("id")
-    ours = lance_ops.dataset(uri, storage_options=storage_options).to_table().sort_by("id")
-    assert ours.equals(expected)
-    assert len(np.unique(ours["id"].to_numpy())) == ours.num_rows  # no duplicates
-    theirs = lance.dataset(uri, storage_options=storage_options).to_table().sort_by("id")
-    assert theirs.equals(expected)
-    for name, predicate in deleters.items():
-        if outcome[name][0] == "ok":
-            assert outcome[name][2] == {"num_deleted_rows": BASE_ROWS // 10}
+    ours_ok, theirs_ok, unique, detail = _data_check(uri, storage_options, expected)
+    ok_versions = [v for kind, v, _ in outcome.values() if kind == "ok"]
+    deleted_ok = all(outcome[n][2] == {"num_deleted_rows": BASE_ROWS // 10}
+                     for n in deleters if outcome[n][0] == "ok")
+    if not (len(ok_versions) == len(set(ok_versions)) and ours_ok and theirs_ok and unique and deleted_ok):
+        evidence = "\n".join(
+            [f"data check: lance_ops equal={ours_ok} pylance equal={theirs_ok} unique ids={unique}; {detail}",
+             "outcomes:"]
+            + [f"  {name}: {kind} version={version} {str(d)[:300]}" for name, (kind, version, d) in sorted(outcome.items())]
+            + ["_versions/:", _history(uri, storage_options)])
+        print(evidence)  # (also in the assertion message: -rA or the report shows it)
+        assert len(ok_versions) == len(set(ok_versions)), "two writers claim the same version\n" + evidence
+        assert ours_ok and theirs_ok and unique and deleted_ok, "data check failed\n" + evidence
 
 
 def _seed(uri, storage_options):

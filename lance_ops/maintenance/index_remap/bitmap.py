@@ -67,15 +67,26 @@ def write_bitmap_file(store: ObjectStore, base: str, uuid: str, keys: pa.Array |
     key (``keys[i]`` -> ``sets[i]``), keys whose set is empty left out, the rest in key order (NULL
     first), ``lance:index_stats`` counting them; ``nulls`` (LABEL_LIST's NULL-list rows) as global
     buffer 1 named by ``lance:label_list_nulls``. ``schema`` / ``metadata``: the old file's."""
+    encoded = [codecs.encode_row_addr_treemap(s.addresses, s.whole_fragments) for s in sets]
+    null_bytes = codecs.encode_row_addr_treemap(nulls.addresses, nulls.whole_fragments) if nulls is not None else None
+    return write_encoded_bitmap_file(store, base, uuid, keys, encoded, schema, metadata, version, null_bytes,
+                                     storage_options)
+
+
+def write_encoded_bitmap_file(store: ObjectStore, base: str, uuid: str, keys: pa.Array | pa.ChunkedArray,
+                              encoded: Sequence[bytes], schema: pa.Schema, metadata: Mapping[str, str],
+                              version: FileVersion, nulls: bytes | None = None,
+                              storage_options: Mapping[str, Any] | None = None) -> tuple[str, int]:
+    """:func:`write_bitmap_file` with the bitmaps (and ``nulls``) already serialized as
+    RowAddrTreeMaps (a count of 0 entries is an empty set, left out): lets an update keep the
+    bytes of bitmaps it does not change."""
     buffers: dict[str, bytes] = {}
     if nulls is not None:
-        buffers[LIST_NULLS_KEY] = codecs.encode_row_addr_treemap(nulls.addresses, nulls.whole_fragments)
-    encoded = pa.array([codecs.encode_row_addr_treemap(s.addresses, s.whole_fragments) for s in sets],
-                       type=schema.field("bitmaps").type)
-    table = pa.table([pa.chunked_array([keys]) if isinstance(keys, pa.Array) else keys, encoded],
+        buffers[LIST_NULLS_KEY] = nulls
+    column = pa.array(encoded, type=schema.field("bitmaps").type)
+    table = pa.table([pa.chunked_array([keys]) if isinstance(keys, pa.Array) else keys, column],
                      schema=pa.schema([schema.field("keys"), schema.field("bitmaps")]))
-    table = table.filter(pa.array([len(s.addresses) > 0 or len(s.whole_fragments) > 0 for s in sets],
-                                  type=pa.bool_()))
+    table = table.filter(pa.array([raw[:4] != b"\0\0\0\0" for raw in encoded], type=pa.bool_()))
     table = table.take(pc.array_sort_indices(table.column("keys").combine_chunks(), null_placement="at_start"))
     out = {k: v for k, v in metadata.items() if k != LIST_NULLS_KEY}
     out[STATS_KEY] = json.dumps({"num_bitmaps": table.num_rows}, separators=(",", ":"))

@@ -127,6 +127,40 @@ def encode_row_addr_treemap(addresses: np.ndarray, whole_fragments: np.ndarray |
     return b"".join(out)
 
 
+def split_row_addr_treemap(data: bytes | memoryview) -> list[tuple[int, bytes]]:
+    """The entries of a serialized RowAddrTreeMap as (fragment id, entry bytes: its 8-byte header
+    and bitmap) without decoding the bitmaps; a whole-fragment entry has no bitmap bytes."""
+    view = memoryview(data).cast("B")
+    _check(len(view) >= 4, "RowAddrTreeMap header")
+    (count,) = _U32.unpack_from(view, 0)
+    pos = 4
+    entries: list[tuple[int, bytes]] = []
+    for _ in range(count):
+        _check(pos + 8 <= len(view), "RowAddrTreeMap entry")
+        fragment, length = struct.unpack_from("<II", view, pos)
+        _check(pos + 8 + length <= len(view), "RowAddrTreeMap bitmap")
+        entries.append((fragment, bytes(view[pos:pos + 8 + length])))
+        pos += 8 + length
+    return entries
+
+
+def row_addr_treemap_entries(addresses: np.ndarray) -> list[tuple[int, bytes]]:
+    """(fragment id, entry bytes) of sorted unique ``addresses``, as :func:`encode_row_addr_treemap`
+    writes them (one entry per fragment, ascending)."""
+    out = []
+    for key, low in _split_by_high(addresses):
+        body = _bitmap_of(low).serialize()
+        out.append((key, struct.pack("<II", key, len(body)) + body))
+    return out
+
+
+def join_row_addr_treemap(entries: Sequence[tuple[int, bytes]]) -> bytes:
+    """A RowAddrTreeMap of entries (from :func:`split_row_addr_treemap` or
+    :func:`row_addr_treemap_entries`, distinct fragments), written in fragment order."""
+    ordered = sorted(entries, key=lambda e: e[0])
+    return _U32.pack(len(ordered)) + b"".join(body for _, body in ordered)
+
+
 def decode_roaring_treemap(data: bytes | memoryview) -> np.ndarray:
     """Decode a roaring-rs RoaringTreemap to sorted uint64 values (CRoaring's 64-bit portable
     format is the same layout)."""

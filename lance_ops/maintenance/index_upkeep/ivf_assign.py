@@ -15,7 +15,10 @@ IVF_PQ / IVF_SQ with l2, cosine and dot; the tests compare the codes it writes):
   and saturated to 0..255 (upstream ``scale_to_u8``), with the stored bounds (never widened);
 * **FLAT** (``flat``): the vector itself.
 
-Work is vectorised per batch; distance matrices are bounded by :data:`MAX_DISTANCE_CELLS`.
+Work is vectorised per batch; distance matrices are bounded by :data:`MAX_DISTANCE_CELLS`. The
+nearest centroid / codebook entry is screened in float32 (:func:`nearest_screened_stacked`, one
+small BLAS product per chunk) and only near ties are decided in float64, which gives the float64
+choice for every row (ADR 0028).
 """
 from __future__ import annotations
 
@@ -31,6 +34,11 @@ from lance_ops.maintenance.index_remap.ivf_files import IVF_METADATA_KEY, IndexF
 
 #: at most this many distances are held at once (rows x centroids), ~64 MiB of f64
 MAX_DISTANCE_CELLS = 1 << 23
+#: rows x points x dimensions of one float32 screening product: at most OpenBLAS' threshold for
+#: running a GEMM on the calling thread (65536 x 4), so no thread pool is woken per chunk
+SCREEN_CELLS = 1 << 18
+#: float32 screening margin, in units of the rounding-error bound (generous: near ties go to float64)
+SCREEN_SLACK = 4.0
 #: IVF message field of the centroids tensor and of the training loss (a double)
 _CENTROIDS_FIELD = 4
 _LOSS_FIELD = 5
@@ -176,15 +184,21 @@ def _nearest(x: np.ndarray, points: np.ndarray, dot: bool, with_distance: bool =
 
 
 def assign(x: np.ndarray, centres: np.ndarray, distance_type: str) -> tuple[np.ndarray, float]:
-    """Partition of each prepared vector and the summed distance to it (the IVF loss), in chunks."""
-    step = max(1, MAX_DISTANCE_CELLS // max(1, len(centres)))
-    parts, loss = [], 0.0
+    """Partition of each prepared vector (:func:`nearest_screened`) and the summed float64 distance
+    to it (the IVF loss: squared l2 to the centroid, or ``1 - x.c`` for dot)."""
+    dot = distance_type == "dot"
+    best = nearest_screened(x, centres, dot)
+    loss = 0.0
+    step = max(1, MAX_DISTANCE_CELLS // max(1, x.shape[1] if x.ndim == 2 else 1))
     for start in range(0, len(x), step):
-        best, dist = _nearest(x[start:start + step], centres, distance_type == "dot")
-        parts.append(best)
-        loss += float(dist.sum())
-    out = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    return out.astype(np.int64), loss
+        x64 = x[start:start + step].astype(np.float64)
+        picked = centres[best[start:start + step]]
+        if dot:
+            loss += float((1.0 - np.einsum("ij,ij->i", x64, picked)).sum())
+        else:
+            diff = x64 - picked
+            loss += float(np.einsum("ij,ij->i", diff, diff).sum())
+    return best, loss
 
 
 def encode(q: Quantizer, x: np.ndarray, partition: np.ndarray, centres: np.ndarray) -> np.ndarray:
@@ -202,14 +216,59 @@ def encode(q: Quantizer, x: np.ndarray, partition: np.ndarray, centres: np.ndarr
     assert q.codebook is not None
     m, _, sub = q.codebook.shape
     residual = x - centres[partition].astype(np.float32) if q.distance_type != "dot" else x
-    codes = np.empty((len(x), m), dtype=np.uint8)
-    step = max(1, MAX_DISTANCE_CELLS // 256)
-    for i in range(m):
-        book = q.codebook[i]
-        for start in range(0, len(x), step):
-            chunk = residual[start:start + step, i * sub:(i + 1) * sub]
-            codes[start:start + step, i] = _nearest(chunk, book, q.distance_type == "dot", False)[0]
-    return codes
+    stacked = np.ascontiguousarray(residual.reshape(len(x), m, sub).transpose(1, 0, 2))
+    return nearest_screened_stacked(stacked, q.codebook, q.distance_type == "dot").T.astype(np.uint8)
+
+
+def nearest_screened(x: np.ndarray, points: np.ndarray, dot: bool) -> np.ndarray:
+    """The index :func:`_nearest` (float64) picks for each row of ``x`` (float32), found in float32
+    (:func:`nearest_screened_stacked` with one group)."""
+    return nearest_screened_stacked(x[None], points[None], dot)[0]
+
+
+def nearest_screened_stacked(x: np.ndarray, points: np.ndarray, dot: bool) -> np.ndarray:
+    """For each group ``g`` (a PQ sub-vector), the index :func:`_nearest` (float64) picks among
+    ``points[g]`` for each row of ``x[g]`` (float32), found in float32; ``x``: groups x rows x K.
+
+    The float32 scores ``|p|^2 - 2 x.p`` (or ``-x.p`` for dot) come from one stacked BLAS product per
+    chunk of rows, each matrix small enough (:data:`SCREEN_CELLS`) for OpenBLAS to run it on the
+    calling thread and in cache (larger products start its thread pool, which costs more than it
+    saves on a shared machine). They pick the nearest point whenever the runner-up is further than
+    twice a bound of the float32 and float64 rounding errors; then the float64 argmin is the same
+    point. The few rows under that margin (near ties) are decided by :func:`_nearest` itself, so
+    the result is the float64 one (which matches pylance's codes)."""
+    groups, count, width = x.shape
+    out = np.empty((groups, count), dtype=np.int64)
+    if not count:
+        return out
+    weights = np.ascontiguousarray((points.astype(np.float32) * np.float32(-1.0 if dot else -2.0)).transpose(0, 2, 1))
+    squares = (points * points).sum(2)
+    norms = (np.zeros_like(squares) if dot else squares).astype(np.float32)[:, None, :]
+    # |score error| <= (K + 4) u (|p|^2 + 2 |x| |p|) in float32 (u = 2^-24), far less in float64:
+    # SCREEN_SLACK x eps (= 2u) per unit of that magnitude covers both with a wide margin
+    point_norm = np.sqrt(squares.max(1))[:, None]
+    magnitude_base = np.abs(norms[:, 0, :]).max(1)[:, None].astype(np.float64)
+    slack = SCREEN_SLACK * (width + 4) * float(np.finfo(np.float32).eps)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    x_norms = np.sqrt(np.einsum("gij,gij->gi", x, x, dtype=np.float64))
+    step = max(1, SCREEN_CELLS // max(1, points.shape[1] * width))
+    doubt = np.zeros((groups, count), dtype=bool)
+    for start in range(0, count, step):
+        scores = x[:, start:start + step] @ weights
+        if not dot:
+            scores += norms
+        best = scores.argmin(axis=2)[:, :, None]
+        best_score = np.take_along_axis(scores, best, 2)[:, :, 0].astype(np.float64)
+        np.put_along_axis(scores, best, np.float32(np.inf), 2)
+        runner_up = scores.min(axis=2).astype(np.float64)
+        size = scores.shape[1]
+        bound = slack * (magnitude_base + 2.0 * x_norms[:, start:start + size] * point_norm)
+        doubt[:, start:start + size] = ~((runner_up - best_score) > 2.0 * bound)
+        out[:, start:start + size] = best[:, :, 0]
+    for g in np.flatnonzero(doubt.any(axis=1)).tolist():
+        redo = np.flatnonzero(doubt[g])
+        out[g, redo] = _nearest(x[g][redo], points[g], dot, False)[0]
+    return out
 
 
 def transpose_codes(codes: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -9,6 +9,9 @@ unindexed fragments, as pylance 14.0.2's ``optimize_indices`` does (index-facts.
   BTREE stores row addresses there too (index_version 1) and is filtered by fragment;
 * the new fragments are scanned with their deletion vectors applied: deleted rows never enter;
 * the new segment's fragment bitmap is the old segments' live fragments plus the new ones;
+* BITMAP / LABEL_LIST folding one segment whose fragments all remain (row addresses) keep the
+  old bitmaps' bytes and add the entries of the new fragments (nothing decoded or re-encoded;
+  the bytes the decode / re-encode path would write);
 * LABEL_LIST folding more than one segment is rebuilt from the live rows of all its fragments, its
   ``dataset_version`` the read version (what pylance 14.0.2 was seen to do).
 
@@ -190,6 +193,60 @@ def _group(keys: pa.Array, addresses: np.ndarray) -> tuple[pa.Array, list[codecs
     return dictionary, sets
 
 
+def _new_key_rows(request: UpkeepRequest, key_type: pa.DataType, label_list: bool,
+                  stable: bool) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """(key of each new (row, label) pair, its row id / address, ids of the rows whose list is NULL)."""
+    column, new_ids = _new_rows(request, _column(request), row_ids=stable)
+    column = column.combine_chunks() if len(column) else pa.array([], column.type)
+    if not label_list:
+        return column.cast(key_type), new_ids, codecs.EMPTY
+    nulls = new_ids[np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)]
+    parents = pc.list_parent_indices(column).to_numpy(zero_copy_only=False).astype(np.int64)
+    return pc.list_flatten(column).cast(key_type), new_ids[parents], nulls
+
+
+def _merge_entries(old_raw: bytes | None, new_addresses: np.ndarray) -> bytes:
+    """One key's RowAddrTreeMap: the old entries' bytes kept, entries of the new rows' fragments
+    added; a fragment in both (not expected: the new fragments are not in the segment) is decoded
+    and re-encoded whole."""
+    old_entries = codecs.split_row_addr_treemap(old_raw) if old_raw is not None else []
+    new_entries = codecs.row_addr_treemap_entries(new_addresses)
+    if {f for f, _ in old_entries} & {f for f, _ in new_entries}:
+        old = codecs.decode_row_addr_treemap(old_raw) if old_raw is not None else codecs.RowAddrSet(codecs.EMPTY)
+        return codecs.encode_row_addr_treemap(np.union1d(old.addresses, new_addresses), old.whole_fragments)
+    return codecs.join_row_addr_treemap(old_entries + new_entries)
+
+
+def _fold_bytes(request: UpkeepRequest, key_type: pa.DataType,
+                label_list: bool) -> tuple[pa.Array, list[bytes], bytes | None] | None:
+    """Keys, serialized bitmaps and NULL-list bitmap of one folded segment whose fragments all
+    still exist plus the new rows (row addresses), without decoding the old bitmaps: every old
+    entry stays as stored, as the decode / re-encode path would write it. None when an old bitmap
+    holds a whole-fragment entry (that path expands it)."""
+    old = codecs.read_index_file(request.store, request.base, segment_uuid(request.merged[0]),
+                                 bitmap_files.LOOKUP_FILE)
+    raws: list[bytes | None] = old.table.column("bitmaps").to_pylist()
+    for raw in raws:
+        if raw is not None and any(len(body) == 8 for _, body in codecs.split_row_addr_treemap(raw)):
+            return None
+    old_keys = old.table.column("keys").combine_chunks().cast(key_type)
+    new_keys, new_addresses, new_nulls = _new_key_rows(request, key_type, label_list, stable=False)
+    distinct, sets = _group(new_keys, new_addresses.astype(np.uint64, copy=False))
+    found = pc.fill_null(pc.index_in(distinct, value_set=old_keys, skip_nulls=False), -1)
+    at = found.to_numpy(zero_copy_only=False).astype(np.int64)
+    by_old = {int(i): sets[j].addresses for j, i in enumerate(at.tolist()) if i >= 0}
+    encoded = [_merge_entries(raw, by_old.get(i, codecs.EMPTY)) if i in by_old else
+               (raw if raw is not None else codecs.join_row_addr_treemap([])) for i, raw in enumerate(raws)]
+    fresh = np.flatnonzero(at < 0)
+    encoded += [codecs.encode_row_addr_treemap(sets[j].addresses) for j in fresh.tolist()]
+    keys_out = pa.concat_arrays([old_keys, distinct.take(pa.array(fresh, pa.int64())).cast(key_type)])
+    null_bytes = None
+    old_nulls = old.buffer_for(bitmap_files.LIST_NULLS_KEY)
+    if label_list or old_nulls is not None:
+        null_bytes = _merge_entries(old_nulls, np.unique(new_nulls))
+    return keys_out, encoded, null_bytes
+
+
 def update_bitmap(request: UpkeepRequest) -> UpkeepOutcome:
     """Fold the merged BITMAP / LABEL_LIST segments and the new rows into one bitmap file."""
     ds, store = request.dataset, request.store
@@ -201,6 +258,17 @@ def update_bitmap(request: UpkeepRequest) -> UpkeepOutcome:
     # LABEL_LIST folding several segments: pylance 14.0.2 rebuilds it from the live rows (and the
     # segment gets the read version as its dataset_version)
     rebuild = label_list and len(request.merged) > 1
+    if not stable and not rebuild and len(request.merged) == 1 and set(fragment_ids(request.merged[0])) <= effective:
+        folded = _fold_bytes(request, key_type, label_list)
+        if folded is not None:  # the old bitmaps' bytes kept, the new rows' fragments added
+            keys_out, encoded, null_bytes = folded
+            if null_bytes is None and template.buffer_for(bitmap_files.LIST_NULLS_KEY) is not None:
+                null_bytes = codecs.join_row_addr_treemap([])
+            version = codecs.index_file_version(ds, template.version)
+            written = bitmap_files.write_encoded_bitmap_file(
+                store, request.base, request.new_uuid, keys_out, encoded, template.table.schema, template.metadata,
+                version, null_bytes, codecs.storage_options_of(ds))
+            return UpkeepOutcome(files=[written], fragment_ids=_outcome_fragments(request, effective))
     live_ids = _live_row_ids(request, effective) if stable and not rebuild else None
     keys: list[pa.Array] = []
     addresses: list[np.ndarray] = []

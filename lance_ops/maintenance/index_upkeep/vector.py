@@ -32,6 +32,9 @@ import pyarrow as pa
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, UnsupportedError
+from lance_ops.format.legacy.reader import LegacyFileReader
+from lance_ops.format.registry import open_file_reader
+from lance_ops.io.base import ObjectStore
 from lance_ops.maintenance.index_remap.ivf_files import (IVF_METADATA_KEY, IndexFile, read_index_file,
                                                          with_partitions, write_index_file)
 from lance_ops.maintenance.index_remap.ivf_storage import ROW_ID_COLUMN, exclusive_cumsum, partition_layout
@@ -56,6 +59,16 @@ def _segment_files(request: UpkeepRequest, index: table_pb2.IndexMetadata) -> tu
         raise UnsupportedError(f"index {request.index_name!r} ({request.kind}) has no {AUXILIARY_FILE}: the "
                                "legacy (v1) vector layout, which lance_ops does not update; nothing was written")
     return f"{folder}/{INDEX_FILE}", aux
+
+
+def _read_header(store: ObjectStore, path: str) -> IndexFile:
+    """An index file's schema (with its metadata), global buffers and version, without its rows
+    (the template's storage gives the quantizer and layout only; its rows are read when merged)."""
+    reader = open_file_reader(path, store=store)
+    if isinstance(reader, LegacyFileReader):
+        raise CorruptFileError(store.uri(path), "vector index files are Lance v2 files; this one is a legacy (v0.1) file")
+    buffers = [bytes(reader.read_global_buffer(i)) for i in range(1, reader.num_global_buffers)]
+    return IndexFile(table=reader.schema.empty_table(), buffers=buffers, version=reader.version)
 
 
 def _index_meta(index: IndexFile, path: str) -> tuple[str, str]:
@@ -171,7 +184,7 @@ def update_vector(request: UpkeepRequest) -> UpkeepOutcome:
     index = read_index_file(store, index_path)
     kind, distance = _index_meta(index, store.uri(index_path))
     _check(request, kind, distance, store.uri(index_path))
-    template_aux = read_index_file(store, aux_path)
+    template_aux = _read_header(store, aux_path)
     centres = ivf_assign.centroids(index, store.uri(index_path))
     q = ivf_assign.Quantizer.of(template_aux, kind.rsplit("_", 1)[1], distance, centres.shape[1], store.uri(aux_path))
     partitions = len(centres)
@@ -248,7 +261,7 @@ def _storage_file(template: IndexFile, q: ivf_assign.Quantizer, rows: Sequence[n
     if missing:
         raise UnsupportedError(f"{path}: storage columns {missing} are not ones lance_ops writes; nothing was written")
     table = pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
-    position, _, _ = partition_layout(template, path)
+    position = template.buffer_index(IVF_METADATA_KEY, path)  # template: header only (_read_header)
     buffers = list(template.buffers)
     buffers[position] = with_partitions(buffers[position], exclusive_cumsum(lengths), lengths)
     return IndexFile(table, buffers, template.version), lengths

@@ -14,7 +14,10 @@ the rest: one listing after the put decides.
   next version decides by content when it exists and its operation copies the fragments it
   does not touch (Append, Delete, Rewrite, ...): if a fragment of ours it did not touch is not
   there as it is, ours is an orphan; if a fragment only ours had (new data or deletion files) is
-  there, or among the fragments it rewrote, it was built on ours. Otherwise a newer version
+  there, or among the fragments it rewrote, it was built on ours. A delete that rebased onto ours
+  replaces our deletion files with merged ones: if ours only added deletions (and removed
+  fragments) and every row we deleted is deleted there too, the history holds all of our
+  commit and it is acknowledged (:func:`_deletions_kept`). Otherwise a newer version
   stored strictly before ours means an orphan (a version built on ours is stored after it);
   anything else is UNKNOWN (a commit whose only change is an index or the config, overtaken
   within one request: rare, and never guessed).
@@ -24,7 +27,10 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from lance_ops.errors import ObjectNotFoundError
+from lance_ops.table import deletion
 from lance_ops.table.commit import conflicts
 from lance_ops.table.commit.transaction_file import load_transaction
 from lance_ops.table.manifest import naming
@@ -78,7 +84,48 @@ def _by_content(store: ObjectStore, base: str, path: str, ours: table_pb2.Manife
     rewritten = {_key(f) for g in rewrite_groups(txn) for f in g.old_fragments} if txn.HasField("rewrite") else set()
     if any(k in theirs or k in rewritten for k in made):
         return Standing.FOLLOWED  # a fragment only our manifest had is there (or was rewritten)
+    if _deletions_kept(store, base, ours, previous, mf.manifest):
+        return Standing.FOLLOWED
     return None
+
+
+def _deletions_kept(store: ObjectStore, base: str, ours: table_pb2.Manifest, previous: table_pb2.Manifest,
+                    theirs: table_pb2.Manifest) -> bool:
+    """Whether ``ours`` only deleted rows (new deletion vectors, removed fragments) and ``theirs``
+    (the next version) has every one of those rows deleted too.
+
+    A delete that rebased onto ours writes merged deletion files, so no fragment of ours is left
+    as it was; its vectors then contain ours. Were ours an orphan, ``theirs`` would contain our
+    rows only if other writers deleted exactly those rows as well: either way every effect of our
+    commit is in the history, which is what an acknowledgement promises.
+    """
+    before = {f.id: f for f in previous.fragments}
+    mine = {f.id: f for f in ours.fragments}
+    now = {f.id: f for f in theirs.fragments}
+    if any(i not in before for i in mine) or any(i in now for i in before if i not in mine):
+        return False  # ours added a fragment (data), or a fragment ours removed is still there
+    changed = [f for f in ours.fragments if _key(f) != _key(before[f.id])]
+    if not changed:
+        return False  # nothing of ours to find (its change is elsewhere: index, config, schema)
+    for frag in changed:
+        old = before[frag.id]
+        if [(d.path, list(d.fields)) for d in frag.files] != [(d.path, list(d.fields)) for d in old.files]:
+            return False  # not a deletion-only change
+        there = now.get(frag.id)
+        if there is None:
+            continue  # the fragment was removed since: all its rows are deleted
+        if [(d.path, list(d.fields)) for d in there.files] != [(d.path, list(d.fields)) for d in frag.files]:
+            return False
+        try:
+            deleted = deletion.read_deletion_offsets(
+                store, base, frag.id, frag.deletion_file if frag.HasField("deletion_file") else None)
+            kept = deletion.read_deletion_offsets(
+                store, base, there.id, there.deletion_file if there.HasField("deletion_file") else None)
+        except ObjectNotFoundError:
+            return False
+        if deleted.size > kept.size or np.setdiff1d(deleted, kept, assume_unique=True).size:
+            return False
+    return True
 
 
 def standing(store: ObjectStore, base: str, version: int, ours: table_pb2.Manifest,

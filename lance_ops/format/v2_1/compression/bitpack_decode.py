@@ -8,8 +8,8 @@ lane the values are packed back to back, least significant bits first, so value 
 words). Value ``r`` of lane ``l`` is logical element ``FL_ORDER[r // 8] * 16 + (r % 8) * 128 + l``
 with ``FL_ORDER = (0, 4, 2, 6, 1, 5, 3, 7)``.
 
-Everything below is vectorised over all blocks and lanes; the only Python loop runs over the
-``T`` rows of a lane (at most 64 iterations for any number of values).
+Everything below is vectorised over all blocks, lanes and rows: a gather of the source word of
+every row (ordered so rows come out in logical order), shifts, and a gather of the spill words.
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 BLOCK = 1024
-_FEW_BLOCKS = 48  # up to this many blocks, unpack all rows at once instead of row by row
 FL_ORDER = (0, 4, 2, 6, 1, 5, 3, 7)
 _UINT: dict[int, type[np.unsignedinteger[Any]]] = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
@@ -38,14 +37,22 @@ def words_per_block(t_bits: int, width: int) -> int:
     return BLOCK * width // t_bits
 
 
-def unpack_blocks(words: np.ndarray, t_bits: int, width: int, nblocks: int | None = None) -> np.ndarray:
+def unpack_blocks(words: np.ndarray, t_bits: int, width: int, nblocks: int | None = None,
+                  out: np.ndarray | None = None) -> np.ndarray:
     """Unpack ``nblocks`` FastLanes blocks (``words``: 1-d array of uint<T>, ``nblocks * 1024 * W / T``
-    words) into ``nblocks * 1024`` values of uint<T>."""
+    words) into ``nblocks * 1024`` values of uint<T>.
+
+    ``out``, when given, is a C-contiguous uint<T> array of exactly that many values that receives
+    them (saves the caller a copy into a bigger result); it is also what is returned."""
     dtype = _UINT[t_bits]
     words = np.asarray(words, dtype=dtype)
     lanes = BLOCK // t_bits
     if width == 0:
-        return np.zeros((nblocks or 0) * BLOCK, dtype=dtype)
+        zeros = np.zeros((nblocks or 0) * BLOCK, dtype=dtype)
+        if out is not None:
+            out.reshape(-1)[...] = zeros
+            return out
+        return zeros
     if width > t_bits:
         raise ValueError(f"bit width {width} exceeds the {t_bits}-bit word")
     wpb = words_per_block(t_bits, width)
@@ -53,58 +60,45 @@ def unpack_blocks(words: np.ndarray, t_bits: int, width: int, nblocks: int | Non
         raise ValueError(f"{len(words)} words is not a whole number of {width}-bit FastLanes blocks")
     nblocks = len(words) // wpb
     packed = words.reshape(nblocks, width, lanes)  # [block, word k, lane]
-    if nblocks <= _FEW_BLOCKS:
-        return _unpack_few(packed, t_bits, width)
-    # value r of every lane lands in one contiguous run of ``lanes`` logical elements
-    out = np.empty((nblocks, BLOCK), dtype=dtype)
-    mask = dtype((1 << width) - 1) if width < t_bits else None
-    tmp = np.empty((nblocks, lanes), dtype=dtype)
-    for r in range(t_bits):
-        base = FL_ORDER[r // 8] * 16 + (r % 8) * 128
-        dst = out[:, base:base + lanes]
-        if mask is None:
-            dst[...] = packed[:, r, :]
-            continue
-        # value r of a lane is bits [r*W, r*W + W) of the lane's LSB-first word stream
-        k, s = divmod(r * width, t_bits)
-        if s:
-            np.right_shift(packed[:, k, :], dtype(s), out=dst)
-        else:
-            dst[...] = packed[:, k, :]
-        if s + width > t_bits:
-            np.left_shift(packed[:, k + 1, :], dtype(t_bits - s), out=tmp)
-            dst |= tmp
-        dst &= mask
-    return out.reshape(-1)
+    k, shift, k2, spill_shift, spills = _row_plan(t_bits, width)
+    # rows come out in logical order (the FastLanes row order is folded into the plan), so one
+    # gather per word stream and no reordering pass
+    if out is not None:
+        if out.dtype != dtype or out.size != nblocks * BLOCK or not out.flags.c_contiguous:
+            raise ValueError("unpack_blocks: out must be a C-contiguous array of the unpacked values")
+        rows = np.take(packed, k, axis=1, out=out.reshape(nblocks, t_bits, lanes))
+    else:
+        rows = np.take(packed, k, axis=1)
+    if width == t_bits:
+        return rows.reshape(-1) if out is None else out
+    rows >>= shift
+    if spills:
+        # rows that do not spill read an all-zero word (index ``width``): no masking pass
+        padded = np.zeros((nblocks, width + 1, lanes), dtype=dtype)
+        padded[:, :width] = packed
+        spill = np.take(padded, k2, axis=1)
+        spill <<= spill_shift
+        rows |= spill
+    rows &= dtype((1 << width) - 1)
+    return rows.reshape(-1) if out is None else out
 
 
 @lru_cache(maxsize=None)
-def _row_plan(t_bits: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per lane row r: source word k, right shift, spill word, left shift and spill mask; and the
-    gather order from row-major (r, lane) to logical element order."""
+def _row_plan(t_bits: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """For each output row of ``LANES`` logical elements (in logical order): its lane row's source
+    word, right shift, spill word (``width``, an all-zero word, when the value does not spill) and
+    left shift; and whether any value spills."""
     dtype = _UINT[t_bits]
+    lanes = BLOCK // t_bits
     r = np.arange(t_bits)
     k, s = np.divmod(r * width, t_bits)
     spill = s + width > t_bits
-    k2 = np.where(spill, k + 1, k)
+    k2 = np.where(spill, k + 1, width)
     hs = np.where(spill, t_bits - s, 0).astype(dtype)
-    smask = np.where(spill, np.iinfo(dtype).max, 0).astype(dtype)
-    order = np.argsort(lane_positions(t_bits))
-    return k, s.astype(dtype)[None, :, None], k2, hs[None, :, None], smask[None, :, None], order
-
-
-def _unpack_few(packed: np.ndarray, t_bits: int, width: int) -> np.ndarray:
-    """``unpack_blocks`` for a few blocks: every row at once (a handful of numpy calls)."""
-    nblocks, _, lanes = packed.shape
-    k, s, k2, hs, smask, order = _row_plan(t_bits, width)
-    if width == t_bits:
-        rows = packed
-    else:
-        dtype = _UINT[t_bits]
-        rows = packed[:, k, :] >> s
-        rows |= (packed[:, k2, :] << hs) & smask
-        rows &= dtype((1 << width) - 1)
-    return rows.reshape(nblocks, BLOCK)[:, order].reshape(-1)
+    # lane row r holds logical elements lane_positions[r * LANES] + 0..LANES: output row q of r
+    order = np.argsort(lane_positions(t_bits)[::lanes] // lanes)
+    return (k[order], s.astype(dtype)[order][None, :, None], k2[order], hs[order][None, :, None],
+            bool(spill.any()))
 
 
 def unpack_zero_width(nblocks: int, t_bits: int) -> np.ndarray:

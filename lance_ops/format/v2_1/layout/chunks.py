@@ -68,6 +68,15 @@ def gather(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, spare: int = 0
     if k == 1 or bool(np.all(starts[1:] == starts[:-1] + lens[:-1])):
         s = int(starts[0])
         return buf[s:s + total + spare]
+    if k > 2 and total >= 32 * k:
+        body = _uniform_body(buf, starts, lens)
+        if body is not None:  # equal chunks at an equal stride (all but the last): one strided copy
+            out = np.empty(total + spare, np.uint8)
+            n = body.size
+            out[:n].reshape(body.shape)[...] = body
+            s = int(starts[-1])
+            out[n:total] = buf[s:s + int(lens[-1])]
+            return out
     if total >= 32 * k:  # long spans: slice and concatenate (no index array)
         parts = [buf[s:s + n] for s, n in zip(starts.tolist(), lens.tolist())]
         if not spare:
@@ -80,6 +89,19 @@ def gather(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, spare: int = 0
         np.take(buf, spans_index(starts, starts + lens), out=out[:total])
         return out
     return buf[spans_index(starts, starts + lens)]
+
+
+def _uniform_body(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> Optional[np.ndarray]:
+    """A (k - 1, length) strided view of all spans but the last when they have one length and
+    follow each other at one stride (the usual shape of a page's chunks); else None."""
+    head, step = lens[:-1], np.diff(starts[:-1])
+    length = int(head[0])
+    stride = int(starts[1] - starts[0])
+    if stride < length or length == 0 or bool(np.any(head != length)) or bool(np.any(step != stride)):
+        return None
+    first = buf[int(starts[0]):]
+    return np.lib.stride_tricks.as_strided(first, shape=(len(head), length), strides=(stride * buf.strides[0], buf.strides[0]),
+                                           writeable=False)
 
 
 def _pad8(x: np.ndarray) -> np.ndarray:
@@ -332,11 +354,12 @@ def _inline(buf: np.ndarray, spans: Spans, counts: np.ndarray, t_bits: int) -> n
             continue
         nbytes = w * (bp.BLOCK // 8)
         words = np.ascontiguousarray(window(buf, p, nbytes)).reshape(-1).view(dt)
-        vals = bp.unpack_blocks(words, t_bits, w, len(p)).reshape(len(p), bp.BLOCK)
-        if sel is None and len(dst) == total_blocks and bool(np.all(dst == np.arange(total_blocks))):
-            out = vals
+        d0 = int(dst[0])
+        if int(dst[-1]) - d0 + 1 == len(dst) and bool(np.all(np.diff(dst) == 1)):
+            # blocks of one width usually follow each other: unpack straight into the result
+            bp.unpack_blocks(words, t_bits, w, len(p), out=out[d0:d0 + len(dst)])
         else:
-            out[dst] = vals
+            out[dst] = bp.unpack_blocks(words, t_bits, w, len(p)).reshape(len(p), bp.BLOCK)
     flat = out.reshape(-1)
     if len(counts) == 1 or not bool(np.any(counts[:-1] % bp.BLOCK)):
         return flat[:total]
