@@ -4,16 +4,27 @@
 `maintenance_needed` (deferrable sensor, soft_fail) -> `compaction` (bin-packs small fragments;
 plan in-process, small plans compact right there, big ones go to Spark and a commit task) ->
 `materialize_deletions` (rewrites fragments whose deleted-row ratio exceeds the threshold, whatever
-their size) -> `rebuild_statistics` -> `refresh_row_id_index` -> `verify` -> `cleanup` -> `health`
+their size) -> `optimize_indices` (extends every index to the fragments it does not cover, as
+pylance's `optimize_indices`) -> `rebuild_statistics` -> `refresh_row_id_index` -> `verify` -> `cleanup` -> `health`
 (the report: fragments, rows, deletions, versions, and every index with its kind, columns, uuids,
 coverage and index version) -> `run_report`.
 
 **The run never stalls.** A failed or refused step (compaction refusing a dataset, a statistics
-failure) does not stop the steps after it: `materialize_deletions`, `rebuild_statistics`,
+failure) does not stop the steps after it: `materialize_deletions`, `optimize_indices`, `rebuild_statistics`,
 `refresh_row_id_index`, `verify` and `health` use the trigger rule `none_skipped` (run when the
 step before them succeeded, failed or did not run because of a failure; skip only when it was
 skipped, i.e. when the sensor skipped the run). Each step reads the dataset's latest committed
 version, so a failed step leaves nothing half-done for the next one (commits are atomic).
+
+**Index upkeep.** `optimize_indices` runs after compaction and materialization, so it indexes the
+fragments they wrote too. It writes nothing and logs `skipped: <reason>` when the Param
+`optimize_indices` is off, the dataset has no index, coverage is already complete (every index
+covers every live fragment), or no index leaves more than `unindexed_rows_threshold_pct` percent
+of the rows unindexed; the task then succeeds with that reason (a `skipped` state would skip the
+steps after it). Index kinds lance_ops cannot update (INVERTED, IVF_HNSW_*, ...) are reported with
+their reason and skipped while the others are updated, unless they are named in `index_names`
+(then the task fails). The sensor also counts unindexed rows above the threshold as a reason
+to run.
 
 **verify gates cleanup.** `verify` checks that every file the latest manifest references exists
 with its recorded size and decodes (`verify_deep` also decodes every page). If anything is wrong the
@@ -57,6 +68,7 @@ from lance_ops_airflow.operators import (
     LanceCleanupOperator,
     LanceHealthOperator,
     LanceMaterializeDeletionsOperator,
+    LanceOptimizeIndicesOperator,
     LanceRebuildStatisticsOperator,
     LanceRefreshRowIdIndexOperator,
     LanceRunReportOperator,
@@ -76,7 +88,7 @@ SCHEDULED_URI = os.environ.get("LANCE_OPS_DATASET_URI", "").strip()
 
 with DAG(
     dag_id="lance_maintenance",
-    description="Compaction, deletion materialization, statistics, row-id index and cleanup of a Lance dataset",
+    description="Compaction, deletion materialization, index upkeep, statistics, row-id index and cleanup of a Lance dataset",
     # no dataset configured: not scheduled at all (a daily run could only fail); trigger it by hand
     schedule="@daily" if SCHEDULED_URI else None,
     start_date=datetime(2024, 1, 1),
@@ -107,6 +119,22 @@ with DAG(
         "spark_threshold_rows": Param(
             5_000_000, type=["null", "integer"], minimum=0, maximum=1 << 40, title="Spark threshold (rows)",
             description="compactions rewriting more rows run on Spark; smaller ones in the task (empty: never Spark)"),
+        "optimize_indices": Param(
+            True, type="boolean", title="Optimize indices",
+            description="bring every index up to date with the fragments it does not cover (pylance's optimize_indices)"),
+        "unindexed_rows_threshold_pct": Param(
+            0, type="number", minimum=0, maximum=100, title="Unindexed rows threshold (%)",
+            description="optimize indices only when some index leaves more than this percent of the rows "
+                        "unindexed (0-100; 0: whenever anything is unindexed); also makes maintenance needed"),
+        "num_indices_to_merge": Param(
+            None, type=["null", "integer"], minimum=0, maximum=1000, title="Index segments to merge",
+            description="segments folded into the new one (empty: pylance's default, 1 for scalar "
+                        "indices, a delta segment for vector indices; 0: always a delta segment)"),
+        "index_names": Param(
+            None, type=["null", "array"], items={"type": "string", "minLength": 1, "maxLength": 256}, minItems=1, maxItems=100,
+            title="Indices to optimize",
+            description="only these indices, e.g. [\"id_idx\"] (empty: every index; kinds lance_ops cannot "
+                        "update are then skipped with their reason; named ones fail the task instead)"),
         "verify_deep": Param(
             False, type="boolean", title="Deep verify",
             description="verify: also decode every page of every data file (reads all data)"),
@@ -137,6 +165,7 @@ with DAG(
         versions_to_clean_threshold="{{ params.versions_to_clean_threshold }}",
         materialize_deletions_threshold="{{ params.materialize_deletions_threshold }}",
         cleanup_older_than="{{ params.cleanup_older_than }}",
+        unindexed_rows_threshold_pct="{{ params.unindexed_rows_threshold_pct if params.optimize_indices else None }}",
         wait_timeout="{{ params.sensor_timeout }}",
         deferrable=True,
         soft_fail=True,
@@ -159,6 +188,17 @@ with DAG(
         lance_conn_id=CONN,
         threshold="{{ params.materialize_deletions_threshold }}",
         dry_run="{{ params.dry_run }}",
+        trigger_rule=AFTER_ANY_OUTCOME,
+    )
+    indices = LanceOptimizeIndicesOperator(
+        task_id="optimize_indices",
+        dataset_uri=URI,
+        lance_conn_id=CONN,
+        enabled="{{ params.optimize_indices and not params.dry_run }}",
+        index_names="{{ params.index_names }}",
+        num_indices_to_merge="{{ params.num_indices_to_merge }}",
+        unindexed_rows_threshold_pct="{{ params.unindexed_rows_threshold_pct }}",
+        skip_when_nothing_to_do=False,  # a skipped state would skip the none_skipped steps after it
         trigger_rule=AFTER_ANY_OUTCOME,
     )
     statistics = LanceRebuildStatisticsOperator(task_id="rebuild_statistics", dataset_uri=URI, lance_conn_id=CONN,
@@ -185,4 +225,4 @@ with DAG(
         trigger_rule=AFTER_ANY_OUTCOME,
     )
     report = LanceRunReportOperator(task_id="run_report")
-    needed >> compaction >> materialize >> statistics >> rowid_index >> verify >> cleanup >> health >> report
+    needed >> compaction >> materialize >> indices >> statistics >> rowid_index >> verify >> cleanup >> health >> report

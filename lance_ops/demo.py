@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     _say(f"  deleted {deleted:,} rows")
     before = health(uri, target)
 
-    _say("[5/6] lance_maintenance (sensor -> compaction -> materialization -> statistics -> row-id index -> verify -> cleanup)")
+    _say("[5/6] lance_maintenance (sensor -> compaction -> materialization -> index upkeep -> statistics -> row-id index -> verify -> cleanup)")
     conf = {
         "dataset_uri": uri, "target_rows_per_fragment": target, "small_fragments_threshold": 4,
         "deleted_ratio_threshold": 0.05, "materialize_deletions_threshold": 0.1,

@@ -54,8 +54,9 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
 }
 
 HOOK = "lance_ops_airflow.operators.hooks.LanceHook"
-OPERATOR_MODULES = ["lance_ops_airflow.operators.lance", "lance_ops_airflow.operators.spark",
-                    "lance_ops_airflow.operators.report", "lance_ops_airflow.operators.merge"]
+OPERATOR_MODULES = ["lance_ops_airflow.operators.lance", "lance_ops_airflow.operators.indices",
+                    "lance_ops_airflow.operators.spark", "lance_ops_airflow.operators.report",
+                    "lance_ops_airflow.operators.merge"]
 SENSOR_MODULES = ["lance_ops_airflow.sensors.lance"]
 TRIGGER_MODULES = ["lance_ops_airflow.sensors.triggers"]
 INTEGRATION = "Lance"
@@ -74,8 +75,8 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "lance-ops",
         "name": "Lance",
-        "description": "Lance datasets in Airflow: Spark ingest, upserts, compaction, cleanup, verify, "
-                       "deferrable version and maintenance sensors (pure-Python Lance format).",
+        "description": "Lance datasets in Airflow: Spark ingest, upserts, compaction, index upkeep, cleanup, verify, "
+                       "deferrable version, maintenance and unindexed-rows sensors (pure-Python Lance format).",
         "versions": [_version()],
         "integrations": [{"integration-name": INTEGRATION, "external-doc-url": "https://lancedb.github.io/lance/",
                           "tags": ["software"]}],

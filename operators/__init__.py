@@ -7,6 +7,7 @@ Installed with the distribution (``pip install lance-ops[airflow]``) as
 
 Submodules: :mod:`lance_ops_airflow.operators.hooks` (LanceHook), :mod:`lance_ops_airflow.operators.base` (shared behaviour:
 idempotency keys, asset events, lineage), :mod:`lance_ops_airflow.operators.lance` (in-process operators),
+:mod:`lance_ops_airflow.operators.indices` (index upkeep),
 :mod:`lance_ops_airflow.operators.spark` (Spark job + commit task groups), :mod:`lance_ops_airflow.operators.merge`
 (upserts: ``merge_insert`` on key columns), :mod:`lance_ops_airflow.operators.report` (the run report
 that fails a maintenance run naming its failed steps), :mod:`lance_ops_airflow.operators.summary`
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from lance_ops_airflow.operators.base import LANCE_ASSET_ALIAS, LanceBaseOperator, dataset_asset_uri, idempotency_key
 from lance_ops_airflow.operators.hooks import LanceHook
+from lance_ops_airflow.operators.indices import LanceOptimizeIndicesOperator
 from lance_ops_airflow.operators.lance import (
     LanceAppendOperator,
     LanceCleanupOperator,
@@ -50,6 +52,7 @@ __all__ = [
     "LanceHook",
     "LanceMaterializeDeletionsOperator",
     "LanceMergeInsertOperator",
+    "LanceOptimizeIndicesOperator",
     "LanceRebuildStatisticsOperator",
     "LanceRefreshRowIdIndexOperator",
     "LanceRunReportOperator",

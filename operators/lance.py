@@ -604,7 +604,9 @@ class LanceHealthOperator(LanceBaseOperator):
     :func:`lance_ops.maintenance.health.dataset_health`).
 
     The XCom is the usual result dict with the report under ``metrics``; the log has one line per
-    index. Indices with unindexed rows are named in ``metrics["indices_with_unindexed_rows"]``
+    index (with its unindexed share in %; ``metrics["index_coverage"]`` has name, kind, indexed /
+    unindexed rows and ``unindexed_pct`` per user index, ``metrics["max_unindexed_pct"]`` the
+    largest). Indices with unindexed rows are named in ``metrics["indices_with_unindexed_rows"]``
     (pylance's ``optimize_indices`` adds them; queries still scan those rows, so they stay exact).
 
     :param target_rows_per_fragment: fragments below this count as small. (templated)
@@ -625,7 +627,7 @@ class LanceHealthOperator(LanceBaseOperator):
 
     def run(self, context: Any, uri: str, storage_options: dict[str, str], key: str) -> dict[str, Any]:
         """Compute the health report of the latest version and log its indices."""
-        from lance_ops.maintenance.health import dataset_health
+        from lance_ops.maintenance.health import dataset_health, unindexed_pct
 
         ds = self.open_dataset(uri, storage_options)
         threshold = as_optional_float(self.materialize_deletions_threshold)
@@ -634,10 +636,11 @@ class LanceHealthOperator(LanceBaseOperator):
                                 materialize_deletions_threshold=0.1 if threshold is None else threshold)
         report = health.to_dict()
         for info in health.indices:
-            self.log.info("index %s: %s on %s; indexed %d rows in %d fragments, unindexed %d rows in %d "
+            self.log.info("index %s: %s on %s; indexed %d rows in %d fragments, unindexed %d rows (%.1f%%) in %d "
                           "fragments; index version %d; uuid %s", info.name, info.kind,
                           ", ".join(info.columns) or "-", info.indexed_rows, info.indexed_fragments,
-                          info.unindexed_rows, info.unindexed_fragments, info.index_version,
+                          info.unindexed_rows, unindexed_pct(info), info.unindexed_fragments, info.index_version,
                           ", ".join(info.uuids))
         report["indices_with_unindexed_rows"] = [i.name for i in health.indices if i.unindexed_rows and not i.system]
+        report["max_unindexed_pct"] = round(health.max_unindexed_pct(), 3)
         return {"version": ds.version, "changed": False, "metrics": report}

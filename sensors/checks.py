@@ -52,12 +52,14 @@ def check_maintenance(dataset_uri: str, lance_conn_id: str | None = None, *,
                       deleted_ratio_threshold: float | None = 0.1,
                       versions_to_clean_threshold: int | None = 20,
                       materialize_deletions_threshold: float = 0.1,
-                      cleanup_older_than_seconds: float = 14 * 24 * 3600) -> tuple[bool, dict[str, Any]]:
+                      cleanup_older_than_seconds: float = 14 * 24 * 3600,
+                      unindexed_rows_threshold_pct: float | None = None) -> tuple[bool, dict[str, Any]]:
     """``(needed, {"uri", "health": {...}, "reasons": [...]})`` from ``dataset_health``.
 
     Maintenance is needed when any enabled threshold is reached: ``small_fragments >=
     small_fragments_threshold``, ``deleted_ratio >= deleted_ratio_threshold`` (and > 0),
-    ``versions_awaiting_cleanup >= versions_to_clean_threshold``. None disables a threshold.
+    ``versions_awaiting_cleanup >= versions_to_clean_threshold``, some index leaving more than
+    ``unindexed_rows_threshold_pct`` percent of the rows unindexed. None disables a threshold.
     """
     from lance_ops.maintenance.health import dataset_health
 
@@ -80,4 +82,39 @@ def check_maintenance(dataset_uri: str, lance_conn_id: str | None = None, *,
             and health["versions_awaiting_cleanup"] >= max(1, int(versions_to_clean_threshold)):
         reasons.append(f"{health['versions_awaiting_cleanup']} versions awaiting cleanup "
                        f"(threshold {versions_to_clean_threshold})")
+    if unindexed_rows_threshold_pct is not None:
+        over = _over_threshold(health["index_coverage"], float(unindexed_rows_threshold_pct))
+        if over:
+            reasons.append(_unindexed_reason(over, float(unindexed_rows_threshold_pct)))
     return bool(reasons), jsonable({"uri": uri, "health": health, "reasons": reasons})
+
+
+def _over_threshold(coverage: list[dict[str, Any]], threshold_pct: float) -> list[dict[str, Any]]:
+    return [c for c in coverage if c["unindexed_rows"] > 0 and c["unindexed_pct"] > threshold_pct]
+
+
+def _unindexed_reason(over: list[dict[str, Any]], threshold_pct: float) -> str:
+    return "unindexed rows above {:g}%: {}".format(threshold_pct, ", ".join(
+        f"{c['name']} ({c['kind']}) {c['unindexed_rows']} rows, {c['unindexed_pct']:.1f}%" for c in over))
+
+
+def check_unindexed_rows(dataset_uri: str, lance_conn_id: str | None = None, *, threshold_pct: float = 0.0,
+                         index_names: list[str] | None = None) -> tuple[bool, dict[str, Any]]:
+    """``(over, {"uri", "version", "indices": [coverage...], "over": [names], "reasons"})``: ``over``
+    when some index (of ``index_names``, default every user index) leaves more than
+    ``threshold_pct`` percent (0-100) of the live rows unindexed. A missing dataset or one without
+    an index is never over."""
+    from lance_ops.maintenance.health import index_coverage
+    from lance_ops.table.indices import list_indices
+
+    uri, ds = _open(dataset_uri, lance_conn_id)
+    if ds is None:
+        return False, {"uri": uri, "version": None, "indices": [], "over": [], "reasons": [], "missing": True}
+    coverage = [index_coverage(i) for i in list_indices(ds) if not i.system]
+    if index_names:
+        coverage = [c for c in coverage if c["name"] in set(index_names)]
+    over = _over_threshold(coverage, float(threshold_pct))
+    reasons = [_unindexed_reason(over, float(threshold_pct))] if over else []
+    return bool(over), jsonable({"uri": uri, "version": ds.version, "indices": coverage,
+                                 "over": [c["name"] for c in over], "reasons": reasons,
+                                 "threshold_pct": float(threshold_pct)})

@@ -22,8 +22,12 @@ from typing import Any
 from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue
 
 from lance_ops_airflow.operators.base import as_optional_float, as_optional_int, classify_failure, parse_duration, skip
-from lance_ops_airflow.sensors.checks import check_maintenance, check_new_version
-from lance_ops_airflow.sensors.triggers import LanceMaintenanceNeededTrigger, LanceNewVersionTrigger
+from lance_ops_airflow.sensors.checks import check_maintenance, check_new_version, check_unindexed_rows
+from lance_ops_airflow.sensors.triggers import (
+    LanceMaintenanceNeededTrigger,
+    LanceNewVersionTrigger,
+    LanceUnindexedRowsTrigger,
+)
 
 
 class _LanceSensor(BaseSensorOperator):
@@ -159,11 +163,14 @@ class LanceMaintenanceNeededSensor(_LanceSensor):
     :param materialize_deletions_threshold: per-fragment ratio reported in the health. (templated)
     :param cleanup_older_than: versions older than this await cleanup: a duration (``"14d"``) or
         seconds. (templated) ``cleanup_older_than_seconds`` is the earlier name, in seconds.
+    :param unindexed_rows_threshold_pct: some index leaving more than this percent (0-100) of the
+        rows unindexed needs index upkeep (default None: never for this reason). (templated)
     """
 
     template_fields = _LanceSensor.template_fields + (
         "target_rows_per_fragment", "small_fragments_threshold", "deleted_ratio_threshold",
         "versions_to_clean_threshold", "materialize_deletions_threshold", "cleanup_older_than",
+        "unindexed_rows_threshold_pct",
     )
 
     def __init__(self, *, target_rows_per_fragment: int | str = 1024 * 1024,
@@ -172,8 +179,9 @@ class LanceMaintenanceNeededSensor(_LanceSensor):
                  versions_to_clean_threshold: int | str | None = 20,
                  materialize_deletions_threshold: float | str = 0.1,
                  cleanup_older_than: str | float = "14d", cleanup_older_than_seconds: float | str | None = None,
-                 **kwargs: Any) -> None:
+                 unindexed_rows_threshold_pct: float | str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.unindexed_rows_threshold_pct = unindexed_rows_threshold_pct
         self.target_rows_per_fragment = target_rows_per_fragment
         self.small_fragments_threshold = small_fragments_threshold
         self.deleted_ratio_threshold = deleted_ratio_threshold
@@ -193,6 +201,7 @@ class LanceMaintenanceNeededSensor(_LanceSensor):
             "materialize_deletions_threshold": default(as_optional_float(self.materialize_deletions_threshold), 0.1),
             "cleanup_older_than_seconds": default(parse_duration(self.cleanup_older_than, "cleanup_older_than"),
                                                   14 * 24 * 3600.0),
+            "unindexed_rows_threshold_pct": as_optional_float(self.unindexed_rows_threshold_pct),
         }
 
     def check(self) -> tuple[bool, Any]:
@@ -202,3 +211,44 @@ class LanceMaintenanceNeededSensor(_LanceSensor):
         return LanceMaintenanceNeededTrigger(dataset_uri=self.dataset_uri, lance_conn_id=self.lance_conn_id,
                                              thresholds=self.thresholds(), poll_interval=self.poke_interval,
                                              deadline=deadline)
+
+
+class LanceUnindexedRowsSensor(_LanceSensor):
+    """Wait until some index leaves more than ``threshold_pct`` percent of the live rows unindexed
+    (fragments appended since the index was built; :class:`LanceOptimizeIndicesOperator
+    <lance_ops_airflow.operators.indices.LanceOptimizeIndicesOperator>` brings it up to date).
+
+    Reads manifests only (cheap to poll); deferrable like the other Lance sensors. XCom: ``{"uri",
+    "version", "indices": [{"name", "kind", "indexed_rows", "unindexed_rows", "unindexed_pct",
+    ...}], "over": [names], "reasons", "threshold_pct"}``. A dataset without an index never fires.
+
+    :param threshold_pct: percent (0-100) of unindexed rows above which the sensor fires; 0: any
+        unindexed row. (templated)
+    :param index_names: watch only these indices (default: every user index). (templated)
+    """
+
+    template_fields = _LanceSensor.template_fields + ("threshold_pct", "index_names")
+
+    def __init__(self, *, threshold_pct: float | str = 0.0, index_names: list[str] | str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.threshold_pct = threshold_pct
+        self.index_names = index_names
+
+    def _args(self) -> tuple[float, list[str] | None]:
+        from lance_ops_airflow.operators.indices import parse_index_names
+
+        pct = as_optional_float(self.threshold_pct) or 0.0
+        if not 0.0 <= pct <= 100.0:
+            raise ValueError(f"threshold_pct must be between 0 and 100, got {pct:g}")
+        return pct, parse_index_names(self.index_names)
+
+    def check(self) -> tuple[bool, Any]:
+        pct, names = self._args()
+        return check_unindexed_rows(self.dataset_uri, self.lance_conn_id, threshold_pct=pct, index_names=names)
+
+    def make_trigger(self, deadline: float):
+        pct, names = self._args()
+        return LanceUnindexedRowsTrigger(dataset_uri=self.dataset_uri, lance_conn_id=self.lance_conn_id,
+                                         threshold_pct=pct, index_names=names, poll_interval=self.poke_interval,
+                                         deadline=deadline)

@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from lance_ops_airflow.sensors.checks import check_maintenance, check_new_version
+from lance_ops_airflow.sensors.checks import check_maintenance, check_new_version, check_unindexed_rows
 
 
 class _PollingTrigger(BaseTrigger):
@@ -101,3 +101,20 @@ class LanceMaintenanceNeededTrigger(_PollingTrigger):
 
     def _check(self) -> tuple[bool, Any]:
         return check_maintenance(self.dataset_uri, self.lance_conn_id, **self.thresholds)
+
+
+class LanceUnindexedRowsTrigger(_PollingTrigger):
+    """Fires when some index leaves more than ``threshold_pct`` percent of the rows unindexed."""
+
+    def __init__(self, *, threshold_pct: float = 0.0, index_names: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.threshold_pct = float(threshold_pct)
+        self.index_names = list(index_names) if index_names else None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("lance_ops_airflow.sensors.triggers.LanceUnindexedRowsTrigger",
+                {**self._base_kwargs(), "threshold_pct": self.threshold_pct, "index_names": self.index_names})
+
+    def _check(self) -> tuple[bool, Any]:
+        return check_unindexed_rows(self.dataset_uri, self.lance_conn_id, threshold_pct=self.threshold_pct,
+                                    index_names=self.index_names)

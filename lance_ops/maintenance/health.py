@@ -42,8 +42,27 @@ class DatasetHealth:
     indices: list[IndexInfo] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (for XCom / logs)."""
-        return asdict(self)
+        """Plain dict (for XCom / logs); ``index_coverage`` adds each user index's unindexed share."""
+        out = asdict(self)
+        out["index_coverage"] = [index_coverage(info) for info in self.indices if not info.system]
+        return out
+
+    def max_unindexed_pct(self) -> float:
+        """The largest share (0-100) of unindexed rows among the user indices (0.0 without any)."""
+        return max((unindexed_pct(info) for info in self.indices if not info.system), default=0.0)
+
+
+def unindexed_pct(info: IndexInfo) -> float:
+    """Percent (0-100) of the rows of the live fragments that ``info`` does not cover yet."""
+    total = info.indexed_rows + info.unindexed_rows
+    return 100.0 * info.unindexed_rows / total if total else 0.0
+
+
+def index_coverage(info: IndexInfo) -> dict[str, Any]:
+    """One index's coverage in a few numbers: name, kind, indexed / unindexed rows and unindexed %."""
+    return {"name": info.name, "kind": info.kind, "indexed_rows": info.indexed_rows,
+            "unindexed_rows": info.unindexed_rows, "unindexed_fragments": info.unindexed_fragments,
+            "unindexed_pct": round(unindexed_pct(info), 3)}
 
 
 def dataset_health(

@@ -51,23 +51,29 @@ def test_maintenance_dag_shape(dagbag):
     assert dag.catchup is False
     assert dag.schedule is None  # no LANCE_OPS_DATASET_URI in the tests' environment: not scheduled
     order = ["maintenance_needed", "compaction.plan", "compaction.spark_rewrite", "compaction.commit",
-             "materialize_deletions", "rebuild_statistics", "refresh_row_id_index", "verify", "cleanup", "health",
-             "run_report"]
+             "materialize_deletions", "optimize_indices", "rebuild_statistics", "refresh_row_id_index", "verify",
+             "cleanup", "health", "run_report"]
     assert set(dag.task_dict) == set(order)
     assert dag.task_dict["materialize_deletions"].upstream_task_ids == {"compaction.commit"}
+    # index upkeep after compaction and materialization, before statistics (issue 22)
+    assert dag.task_dict["optimize_indices"].upstream_task_ids == {"materialize_deletions"}
+    assert dag.task_dict["rebuild_statistics"].upstream_task_ids == {"optimize_indices"}
+    assert dag.task_dict["optimize_indices"].skip_when_nothing_to_do is False
     assert dag.task_dict["compaction.commit"].upstream_task_ids == {"compaction.plan", "compaction.spark_rewrite"}
     assert dag.task_dict["cleanup"].upstream_task_ids == {"verify"}
     assert dag.task_dict["health"].upstream_task_ids == {"cleanup"}
     assert dag.task_dict["run_report"].upstream_task_ids == {"health"}
     # never stalls: a failed step does not stop the later ones; verify still gates cleanup
     rules = {t: getattr(dag.task_dict[t].trigger_rule, "value", dag.task_dict[t].trigger_rule) for t in order}
-    for t in ("materialize_deletions", "rebuild_statistics", "refresh_row_id_index", "verify", "health"):
+    for t in ("materialize_deletions", "optimize_indices", "rebuild_statistics", "refresh_row_id_index", "verify",
+              "health"):
         assert rules[t] == "none_skipped", (t, rules[t])
     assert rules["cleanup"] == "all_success" and rules["run_report"] == "all_done"
     sensor = dag.task_dict["maintenance_needed"]
     assert sensor.deferrable and sensor.soft_fail
     for name in ("dataset_uri", "lance_conn_id", "small_fragments_threshold", "deleted_ratio_threshold",
-                 "versions_to_clean_threshold", "cleanup_older_than", "sensor_timeout", "dry_run"):
+                 "versions_to_clean_threshold", "cleanup_older_than", "sensor_timeout", "dry_run",
+                 "optimize_indices", "unindexed_rows_threshold_pct", "num_indices_to_merge", "index_names"):
         assert name in dag.params
 
 

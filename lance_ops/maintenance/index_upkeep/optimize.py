@@ -145,6 +145,40 @@ def plan_upkeep(ds: Any, index_names: Sequence[str] | None = None,
     return plans
 
 
+def upkeep_refusals(ds: Any, index_names: Sequence[str] | None = None) -> dict[str, str]:
+    """Index name -> why ``optimize_indices`` would refuse it (its kind has no updater, or the
+    kind's updater cannot write it), for the indices that have work; nothing is written.
+
+    Lets a scheduled caller update the indices it can and report the others instead of failing.
+    """
+    by_name = _segments_by_name(ds)
+    names = [n for n in (by_name if index_names is None else index_names) if n in by_name]
+    live = list(ds.manifest.fragments)
+    out: dict[str, str] = {}
+    for name in names:
+        segments = by_name[name]
+        kind = index_kind(ds, segments[-1])
+        covered: set[int] = set()
+        for seg in segments:
+            covered.update(fragment_ids(seg))
+        unindexed = [f for f in live if int(f.id) not in covered]
+        if not unindexed:
+            continue
+        if kind not in UPDATERS:
+            out[name] = f"kind {kind} cannot be brought up to date by lance_ops (supported: {sorted(UPDATERS)})"
+            continue
+        check = REFUSALS.get(kind)
+        if check is None:
+            continue
+        request = UpkeepRequest(store=ds.store, base=ds.base, dataset=ds, index_name=name, kind=kind,
+                                merged=_select(segments, kind, None), template=segments[-1],
+                                new_fragments=unindexed, new_uuid=str(uuid_mod.uuid4()))
+        why = check(request)
+        if why is not None:
+            out[name] = why
+    return out
+
+
 def _new_metadata(ds: Any, plan: _Planned, new_uuid: str, outcome: UpkeepOutcome) -> table_pb2.IndexMetadata:
     template = plan.segments[-1]
     meta = table_pb2.IndexMetadata()
