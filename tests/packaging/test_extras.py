@@ -68,8 +68,9 @@ def test_airflow_extra_registers_the_provider_and_loads_the_dags(wheel, wheelhou
     modules = {key: [m for entry in out["info"][key] for m in entry["python-modules"]]
                for key in ("operators", "sensors", "triggers", "hooks")}
     assert modules == {
-        "operators": ["lance_ops_airflow.operators.lance", "lance_ops_airflow.operators.spark",
-                      "lance_ops_airflow.operators.report", "lance_ops_airflow.operators.merge"],
+        "operators": ["lance_ops_airflow.operators.lance", "lance_ops_airflow.operators.indices",
+                      "lance_ops_airflow.operators.spark", "lance_ops_airflow.operators.report",
+                      "lance_ops_airflow.operators.merge"],
         "sensors": ["lance_ops_airflow.sensors.lance"],
         "triggers": ["lance_ops_airflow.sensors.triggers"],
         "hooks": ["lance_ops_airflow.operators.hooks"],
