@@ -112,13 +112,17 @@ def encode_value(text: str) -> bytes:
     return struct.pack(">II", _SCALAR, tag | len(body)) + body
 
 
+def _storage(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One contiguous array of the values as stored (extension types unwrapped)."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    return array.storage if isinstance(array, pa.ExtensionArray) else array
+
+
 def encode(array: pa.Array | pa.ChunkedArray, column: str) -> pa.Array:
     """``array`` (JSON text: ``arrow.json`` or its string storage) as a ``large_binary`` array of
     JSONB; invalid JSON raises :class:`InvalidJsonError` naming the column and the row."""
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    if isinstance(array, pa.ExtensionArray):
-        array = array.storage
+    array = _storage(array)
     out: list[bytes | None] = []
     for i, text in enumerate(array.to_pylist()):  # one JSON parse per value (see module docstring)
         if text is None:
@@ -210,10 +214,7 @@ def decode_value(b: bytes) -> str:
 
 def decode(array: pa.Array | pa.ChunkedArray, column: str = "") -> pa.Array:
     """A ``lance.json`` (JSONB ``large_binary``) array as ``arrow.json`` text."""
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    if isinstance(array, pa.ExtensionArray):
-        array = array.storage
+    array = _storage(array)
     out: list[str | None] = []
     for i, b in enumerate(array.to_pylist()):  # one value at a time (see module docstring)
         try:

@@ -70,9 +70,14 @@ def _literal(value: object) -> str:
     return f'"{value}"' if isinstance(value, str) else str(value)
 
 
-def _ambiguous(keys: pa.Table, position: int) -> AmbiguousMergeError:
+def _key_values(keys: pa.Table, position: int) -> str:
+    """``k = v, ...`` of one row's key columns, as pylance's messages name a row."""
     row = keys.slice(position, 1).to_pylist()[0]
-    where = ", ".join(f"{k} = {_literal(row[k])}" for k in keys.column_names)
+    return ", ".join(f"{k} = {_literal(row[k])}" for k in keys.column_names)
+
+
+def _ambiguous(keys: pa.Table, position: int) -> AmbiguousMergeError:
+    where = _key_values(keys, position)
     return AmbiguousMergeError(
         f"Ambiguous merge inserts are prohibited: multiple source rows match the same target row on ({where}). "
         "Please ensure each target row is matched by at most one source row.")
@@ -159,9 +164,8 @@ def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) ->
     order = np.lexsort((src, pos))
     pos, src = pos[order], src[order]
     if spec.matched == "fail" and pos.size:
-        row = target.select(spec.on).slice(int(pos[0]), 1).to_pylist()[0]
         raise MergeMatchError("Merge insert failed: found matching row with key values: "
-                              + ", ".join(f"{k} = {_literal(row[k])}" for k in spec.on))
+                              + _key_values(target.select(spec.on), int(pos[0])))
     if (spec.update or spec.matched == "delete") and pos.size > 1:
         dup = np.flatnonzero(pos[1:] == pos[:-1])
         if dup.size:

@@ -97,6 +97,19 @@ def _select(segments: Sequence[table_pb2.IndexMetadata], kind: str,
     return list(segments[len(segments) - count:]) if count else []
 
 
+def _unindexed(segments: Sequence[table_pb2.IndexMetadata],
+               live: Sequence[table_pb2.DataFragment]) -> list[table_pb2.DataFragment]:
+    """The live fragments no segment of an index names."""
+    covered = {int(i) for seg in segments for i in fragment_ids(seg)}
+    return [f for f in live if int(f.id) not in covered]
+
+
+def _refusal(request: UpkeepRequest) -> str | None:
+    """Why the kind's updater would refuse ``request`` (None: it can write it, or has no check)."""
+    check = REFUSALS.get(request.kind)
+    return None if check is None else check(request)
+
+
 @dataclass
 class _Planned:
     name: str
@@ -123,10 +136,7 @@ def plan_upkeep(ds: Any, index_names: Sequence[str] | None = None,
     for name in names:
         segments = by_name[name]
         kind = index_kind(ds, segments[-1])
-        covered: set[int] = set()
-        for seg in segments:
-            covered.update(fragment_ids(seg))
-        unindexed = [f for f in live if int(f.id) not in covered]
+        unindexed = _unindexed(segments, live)
         merged = _select(segments, kind, num_indices_to_merge)
         info = IndexUpkeep(name, kind, [int(f.id) for f in unindexed],
                            [str(uuid_mod.UUID(bytes=bytes(s.uuid.uuid))) for s in merged])
@@ -158,22 +168,16 @@ def upkeep_refusals(ds: Any, index_names: Sequence[str] | None = None) -> dict[s
     for name in names:
         segments = by_name[name]
         kind = index_kind(ds, segments[-1])
-        covered: set[int] = set()
-        for seg in segments:
-            covered.update(fragment_ids(seg))
-        unindexed = [f for f in live if int(f.id) not in covered]
+        unindexed = _unindexed(segments, live)
         if not unindexed:
             continue
         if kind not in UPDATERS:
             out[name] = f"kind {kind} cannot be brought up to date by lance_ops (supported: {sorted(UPDATERS)})"
             continue
-        check = REFUSALS.get(kind)
-        if check is None:
-            continue
         request = UpkeepRequest(store=ds.store, base=ds.base, dataset=ds, index_name=name, kind=kind,
                                 merged=_select(segments, kind, None), template=segments[-1],
                                 new_fragments=unindexed, new_uuid=str(uuid_mod.uuid4()))
-        why = check(request)
+        why = _refusal(request)
         if why is not None:
             out[name] = why
     return out
@@ -224,8 +228,7 @@ def optimize_indices(ds: Any, *, index_names: Sequence[str] | None = None,
     requests = [UpkeepRequest(store=store, base=base, dataset=ds, index_name=plan.name, kind=plan.kind,
                               merged=plan.merged, template=plan.segments[-1], new_fragments=plan.unindexed,
                               new_uuid=str(uuid_mod.uuid4()), retrain=retrain) for _, plan in work]
-    refusals = [f"{r.index_name!r}: {why}" for r in requests
-                if r.kind in REFUSALS and (why := REFUSALS[r.kind](r)) is not None]
+    refusals = [f"{r.index_name!r}: {why}" for r in requests if (why := _refusal(r)) is not None]
     if refusals:
         raise UnsupportedError(f"{ds.uri}: lance_ops cannot bring these indices up to date: "
                                f"{'; '.join(refusals)}. Nothing was written.")
