@@ -154,3 +154,36 @@ def test_stage_only_then_a_rerun_commits_the_stage(spark, tmp_path: Path) -> Non
     assert stats.index_stats("id_idx")["num_unindexed_rows"] == 0
     assert stats.index_stats("vec_idx")["num_unindexed_rows"] == 0
     assert stats.index_stats("cat_idx")["num_unindexed_rows"] > 0  # not asked for
+
+
+def test_stage_overtaken_by_a_compaction_is_discarded_and_a_rerun_plans_again(spark, tmp_path: Path) -> None:
+    """A staged upkeep whose commit meets a concurrent compaction fails cleanly: nothing is
+    committed, the stage and its index directories are removed, and the same key then re-plans
+    from the latest version."""
+    import lance_ops
+    from lance_ops.errors import RetryableCommitConflictError
+    from lance_ops.maintenance.staged_commit import commit_staged
+    from lance_ops.spark.optimize_indices import run
+
+    from lance_ops.table.commit.staging import read_staged
+
+    src = _build(tmp_path / "src")
+    dirs = _index_dirs(src)
+    run(spark, _job_args(src, "--index", "id_idx", "--idempotency-key", "k3", "--stage-only"))
+    (staged_dir,) = _index_dirs(src) - dirs
+    stage = read_staged(LanceDataset(str(src)).store, LanceDataset(str(src)).base, "k3")
+    assert [i["new_segment"] for i in stage.indices["upkeep"]] == [staged_dir]
+    lance_ops.dataset(str(src)).optimize.compact_files(target_rows_per_fragment=10_000)
+    compacted = LanceDataset(str(src)).version
+    with pytest.raises(RetryableCommitConflictError):
+        commit_staged(str(src), "k3")
+    assert LanceDataset(str(src)).version == compacted
+    assert not (src / "_staging" / "k3.json").exists()
+    assert staged_dir not in _index_dirs(src)  # the staged segment is gone with its stage
+    again = run(spark, _job_args(src, "--index", "id_idx", "--idempotency-key", "k3"))
+    assert again["committed"] and not again.get("resumed")
+    ds = lance.dataset(str(src))
+    assert ds.stats.index_stats("id_idx")["num_unindexed_rows"] == 0
+    assert sorted(ds.to_table(filter="id >= 5990 and id < 6010", columns=["id"])["id"].to_pylist()) == \
+        [i for i in range(5990, 6010) if i % 10 != 3 and i != 6005]
+
