@@ -117,8 +117,10 @@ def _segment_dir(request: UpkeepRequest, seg: object) -> str:
 #: pylance's page_data order: values ascending, NULLs first, then row id / address
 _BTREE_ORDER = [("values", "ascending", "at_start"), ("ids", "ascending", "at_start")]
 #: rows handed to the file writer per call when writing ``page_data`` (a multiple of the lookup's
-#: batch size): one call per 4Ki-row lookup page cost more in per-call overhead than the encoding
-WRITE_ROWS = 1 << 16
+#: batch size): one call per 4Ki-row lookup page cost more in per-call overhead (a hand-off to the
+#: encoding threads each, slow on a loaded machine) than the encoding; the writer still cuts its
+#: Lance pages by size (8 MiB per column: about 1Mi rows of 8-byte values, as pylance's)
+WRITE_ROWS = 1 << 20
 
 
 def _merge_sorted(old_values: pa.Array, old_ids: np.ndarray, new: pa.Table) -> pa.Table | None:
