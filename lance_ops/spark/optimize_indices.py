@@ -99,14 +99,13 @@ def _resume(summary: dict[str, Any], args: argparse.Namespace, ds: Any, key: str
 
 def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     """Run the index upkeep with an existing SparkSession; returns the summary dict."""
-    from functools import partial
-
     from lance_ops.io.options import parse_storage_option_args
     from lance_ops.maintenance.compaction.remap import discard_index_dirs
-    from lance_ops.maintenance.index_upkeep.distributed import encode_slice, plan_slices, with_encoded
+    from lance_ops.maintenance.index_upkeep.distributed import plan_slices, with_encoded
     from lance_ops.maintenance.index_upkeep.optimize import prepare_upkeep, write_segments
     from lance_ops.maintenance.index_upkeep.staged import OPERATION, staged_indices
     from lance_ops.spark._common import commit_or_stage
+    from lance_ops.spark._upkeep_tasks import EncodeSliceTask
     from lance_ops.table.commit.staging import StagedResult, sanitize_key, write_staged
     from lance_ops.table.dataset import LanceDataset
 
@@ -129,11 +128,11 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
         return summary
     tasks = plan_slices(work, args.rows_per_task)
     payload = [json.dumps(t) for t in tasks]
-    encode = partial(encode_slice, uri=uri, version=int(ds.version), storage_options=storage_options)
+    encode = EncodeSliceTask(uri, int(ds.version), storage_options)
     t1 = time.perf_counter()
     results = spark.sparkContext.parallelize(payload, len(payload)).map(encode).collect()
     encode_seconds = time.perf_counter() - t1
-    work = with_encoded(work, tasks, results)
+    work = with_encoded(work, tasks, [data for _, data in results])
     rows = sum(t.num_rows for w in work for t in (w.request.encoded or []))
     written: list[str] = []
     try:
@@ -149,7 +148,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
         discard_index_dirs(ds.store, written)
         raise
     summary.update(indices=[vars(i).copy() for i in result.indices], tasks=len(tasks), rows=rows,
-                   encode_seconds=encode_seconds)
+                   retried_tasks=sum(1 for attempt, _ in results if attempt > 0), encode_seconds=encode_seconds)
     out = commit_or_stage(summary, args, uri, key, storage_options, ds.version)
     out["seconds"] = time.perf_counter() - t0
     return out

@@ -140,16 +140,28 @@ def test_spark_job_equals_local_and_pylance_and_reruns_write_nothing(spark, tmp_
 
 
 def test_stage_only_then_a_rerun_commits_the_stage(spark, tmp_path: Path) -> None:
+    """Every task's first attempt fails (retried by Spark); the stage-only run writes nothing to the
+    version; the re-run with the key commits the stage; the segments equal the local call's."""
+    import lance_ops
     from lance_ops.spark.optimize_indices import run
+    from tests.spark._support import fail_first_attempts
 
     src = _build(tmp_path / "src")
+    local = _copy(src, "local")
+    lance_ops.dataset(str(local)).optimize.optimize_indices(index_names=["id_idx", "vec_idx"])
     before = LanceDataset(str(src)).version
-    staged = run(spark, _job_args(src, "--index", "id_idx", "--index", "vec_idx", "--idempotency-key", "k2",
-                                  "--stage-only"))
-    assert not staged["committed"] and LanceDataset(str(src)).version == before
+    with fail_first_attempts(spark):
+        staged = run(spark, _job_args(src, "--index", "id_idx", "--index", "vec_idx", "--idempotency-key", "k2",
+                                      "--stage-only", "--rows-per-task", "300"))
+    assert not staged["committed"] and staged["tasks"] == 2 * 4 and LanceDataset(str(src)).version == before
+    assert staged["retried_tasks"] == 8  # every task's attempt 0 failed and was retried
     assert (src / "_staging" / "k2.json").exists()
     done = run(spark, _job_args(src, "--index", "id_idx", "--index", "vec_idx", "--idempotency-key", "k2"))
     assert done["resumed"] and done["committed"] and done["version"] == before + 1
+    ours, theirs = _segments(str(src)), _segments(str(local))
+    assert [_meta(i) for i in ours["id_idx"]] == [_meta(i) for i in theirs["id_idx"]]
+    assert _decoded(str(src), ours["id_idx"][-1]) == _decoded(str(local), theirs["id_idx"][-1])
+    assert partition_contents(newest_segment_of(src)[2]) == partition_contents(newest_segment_of(local)[2])
     stats = lance.dataset(str(src)).stats
     assert stats.index_stats("id_idx")["num_unindexed_rows"] == 0
     assert stats.index_stats("vec_idx")["num_unindexed_rows"] == 0
