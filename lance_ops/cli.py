@@ -252,7 +252,7 @@ def cmd_append(args: argparse.Namespace) -> dict[str, Any]:
         if not args.create:
             raise DatasetNotFoundError(f"Dataset at path {args.uri} was not found (pass --create to create it)")
         current = None
-    schema = current.schema if current is not None else None
+    schema = current.storage_schema if current is not None else None
     progress = _progress(args, "appending rows")
     reader, total = _read_input(args.file, args.format, schema)
     try:
