@@ -62,15 +62,23 @@ def test_filter(uri, flt):
     same(lambda lib: lib.dataset(uri).count_rows(flt))
 
 
-def test_like_escape_other_than_backslash_is_a_lance_ops_extra(uri):
-    """pylance 14 refuses ``ESCAPE '!'`` (only backslash); lance-ops reads it as SQL does
-    (docs/pylance-parity.md lists the difference)."""
-    import lance_ops
+@pytest.mark.parametrize("escape, match", [
+    ("'!'", "other than the backslash"), ("'%'", "other than the backslash"), ("'é'", "other than the backslash"),
+    ("''", "expected a single character, got ''"), ("'!!'", "expected a single character, got '!!'"),
+    ("NULL", "single quotes, got NULL")])
+@pytest.mark.parametrize("op", ["LIKE", "NOT LIKE", "ILIKE"])
+def test_like_escape_other_than_backslash_is_refused(uri, escape, match, op):
+    """pylance 14 takes only the backslash as LIKE's escape; lance-ops refuses the same texts with
+    the same error class (a ValueError) and a message naming the escape."""
+    same(lambda lib: lib.dataset(uri).to_table(columns=["id"], filter=f"name {op} 'a!%b' ESCAPE {escape}"),
+         error_match=match)
+    same(lambda lib: lib.dataset(uri).to_table(columns={"m": f"name {op} 'a!%b' ESCAPE {escape}"}),
+         error_match=match)
 
-    with pytest.raises(ValueError, match="escape_char other than the backslash"):
-        lance.dataset(uri).to_table(filter="name LIKE 'a!%b' ESCAPE '!'")
-    got = lance_ops.dataset(uri).to_table(columns=["id"], filter="name LIKE 'a!%b' ESCAPE '!'")
-    assert got.column("id").to_pylist() == [4]
+
+@pytest.mark.parametrize("op", ["LIKE", "NOT LIKE", "ILIKE"])
+def test_like_escape_backslash(uri, op):
+    same(lambda lib: lib.dataset(uri).to_table(columns=["id"], filter=f"name {op} 'a\\%b' ESCAPE '\\'"))
 
 
 def test_a_list_filter_survives_pickling(uri):

@@ -137,17 +137,3 @@ def int_bounds(op: str, v: float | int, typ: pa.DataType) -> tuple[str, Value]:
 def exact_decimal(v: Value) -> decimal.Decimal:
     """A numeric literal as an exact Decimal (from its SQL text when it has one)."""
     return decimal.Decimal(v.text if v.text and is_floating(v.type) else str(v.scalar.as_py()))
-
-
-def rewrite_escape(pattern: str, escape: str) -> str:
-    """Rewrite a LIKE pattern using ``escape`` into pyarrow's backslash-escaped form."""
-    out, i = [], 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == escape and i + 1 < len(pattern):
-            out.append("\\" + pattern[i + 1])
-            i += 2
-            continue
-        out.append("\\\\" if ch == "\\" else ch)
-        i += 1
-    return "".join(out)
