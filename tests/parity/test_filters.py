@@ -91,3 +91,49 @@ def test_a_list_filter_survives_pickling(uri):
     ds = lance_ops.dataset(uri)
     filt = pickle.loads(pickle.dumps(compile_filter("array_has_any(tags, ['t3'])", ds.schema)))
     assert ds.to_table(columns=["id"], filter=filt.expression).column("id").to_pylist() == [1, 3]
+
+
+#: regexp_match as a computed column: pylance returns the first match's capture groups as a list
+PROJECTIONS = [
+    "regexp_match(name, 'a(.)')",
+    "regexp_match(name, 'an+')",
+    "regexp_match(name, '(a)(n|_)')",
+    "regexp_match(name, '(x)?(a)')",
+    "regexp_match(name, '(?P<first>a)(b)?')",
+    "regexp_match(name, '[(]|(p+)')",
+    "regexp_match(name, 'A(.)', 'i')",
+    "regexp_match(name, 'a (n) # comment', 'ix')",
+    "regexp_match(name, '^B', NULL)",
+    "regexp_match(name, NULL)",
+    "regexp_match(id, '1')",
+    "regexp_match(name, 'a') IS NULL",
+    "regexp_match(name, 'a') IS NOT NULL",
+    "name IS NULL",
+    "flag IS NOT TRUE",
+]
+
+
+@pytest.mark.parametrize("sql", PROJECTIONS)
+def test_regexp_match_projection(uri, sql):
+    same(lambda lib: lib.dataset(uri).to_table(columns={"m": sql}))
+
+
+@pytest.mark.parametrize("flt", ["regexp_match(name, 'an')", "NOT regexp_match(name, 'an')",
+                                 "regexp_match(name, 'an') AND id > 0", "regexp_match(name, 'x') OR id = 5",
+                                 "regexp_match(name, 'A', 'i')", "regexp_match(name, 'b') IS NULL"])
+def test_regexp_match_is_a_predicate_in_filters(uri, flt):
+    """In a filter pylance coerces regexp_match to "matched" (never null: NOT keeps null names)."""
+    same(lambda lib: lib.dataset(uri).to_table(columns=["id"], filter=flt))
+    same(lambda lib: lib.dataset(uri).count_rows(flt))
+
+
+@pytest.mark.parametrize("sql", ["regexp_match(name, 'b') = true", "regexp_match(name, 'b') IS TRUE",
+                                 "regexp_match(name, 'a', 'g')", "regexp_match(name, '[')"])
+def test_regexp_match_refusals(uri, sql):
+    """pylance refuses these with a ValueError (ArrowInvalid for the last two; lance-ops' FilterError
+    is a ValueError too)."""
+    import lance_ops
+
+    for lib in (lance, lance_ops):
+        with pytest.raises(ValueError):
+            lib.dataset(uri).to_table(columns=["id"], filter=sql)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
 from lance_ops.errors import FilterError, InvalidArgumentTypeError
 from lance_ops.table.filters.sql import SqlCompiler
@@ -45,5 +46,8 @@ def compile_expression(sql: str, schema: pa.Schema) -> Projection:
     except RecursionError:
         raise FilterError(f"Invalid expression: nested too deeply ({len(sql)} characters)") from None
     expression = v.expr if v.lit is None else pc.scalar(v.lit)
+    # IS [NOT] NULL never gives null: pylance marks such output fields non-nullable (not IS TRUE)
+    top = node.this.unnest() if isinstance(node, exp.Not) else node.unnest()
+    never_null = isinstance(top, exp.Is) and isinstance(top.expression, exp.Null)
     return Projection(expression, v.type, frozenset(compiler.columns), compiler.finish_sql(node),
-                      nullable=v.lit is None or not v.lit.is_valid)
+                      nullable=not never_null and (v.lit is None or not v.lit.is_valid))

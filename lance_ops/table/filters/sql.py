@@ -152,6 +152,8 @@ class SqlCompiler(SqlFunctions):
     def _compile(self) -> Filter:
         node = self.parse()
         v = self.visit(node)
+        if v.as_predicate is not None:
+            v = v.as_predicate
         if v.type != pa.bool_():
             raise self._fail(node, f"the filter does not return a boolean (it is {v.type})")
         v = self._predicate(v, node)
@@ -229,6 +231,8 @@ class SqlCompiler(SqlFunctions):
         """``v`` as a boolean operand, with its pruning tree filled in."""
         if is_null_literal(v):
             v = literal(pa.scalar(None, pa.bool_()))
+        if v.as_predicate is not None:
+            v = v.as_predicate
         if v.type != pa.bool_():
             raise self._fail(node, f"{node.sql(dialect=LanceSQL)} is not a boolean "
                                    f"(it is {v.type})")
@@ -520,7 +524,10 @@ class SqlCompiler(SqlFunctions):
             out = self._call(node, "is_null", [v])
             return self._with_tree(out, sp.IsNull(".".join(v.path)) if v.path else sp.UNKNOWN)
         if isinstance(rhs, exp.Boolean):
-            b = self._predicate(self.visit(node.this), node.this)
+            v = self.visit(node.this)
+            if v.as_predicate is not None:  # pylance: a list is not a boolean here
+                raise self._fail(node.this, f"{node.this.sql(dialect=LanceSQL)} is not a boolean (it is {v.type})")
+            b = self._predicate(v, node.this)
             if not rhs.this:
                 b = self._with_tree(self._call(node, "invert", [b]), sp.Not(b.pruning))
             out = self._call(node, "coalesce", [b, literal(pa.scalar(False))])

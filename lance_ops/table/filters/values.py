@@ -33,6 +33,9 @@ class Value:
     path: tuple[str, ...] | None = None  # the column path, when a plain column reference
     text: str | None = None             # a numeric literal's SQL text (exact decimals)
     tree: sp.Node | None = None         # pruning form (boolean values)
+    #: the boolean this value stands for where a predicate is expected (``regexp_match``'s list:
+    #: pylance coerces it to "matched", never null), None when it is no predicate
+    as_predicate: "Value | None" = None
 
     @property
     def scalar(self) -> pa.Scalar:
