@@ -80,7 +80,7 @@ def regexp_groups(pattern: str, flags: str | None) -> str:
         unknown = sorted(set(flags) - _REGEXP_FLAGS - {"x", "u"})
         if unknown:
             raise ValueError(f"regexp_match flags {unknown} are not supported by lance-ops (it takes i, m, s, U, u, x)")
-    verbose = bool(flags) and "x" in flags
+    verbose = "x" in (flags or "")
     out: list[str] = []
     n, i, in_class = 0, 0, False
     while i < len(pattern):
@@ -253,8 +253,8 @@ class SqlFunctions:
             out = literal(pa.scalar(None, out_type))
         else:
             try:
-                pattern = regexp_groups(pat.lit.as_py(), None if flags is None or is_null_literal(flags)
-                                        else flags.lit.as_py())
+                pattern = regexp_groups(pat.scalar.as_py(), None if flags is None or is_null_literal(flags)
+                                        else flags.scalar.as_py())
             except ValueError as exc:
                 raise self._fail(node, str(exc)) from None
             source = x.expr if pa.types.is_string(x.type) else x.expr.cast(pa.utf8())
