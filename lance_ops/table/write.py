@@ -80,7 +80,7 @@ def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReade
         batch = data if schema is None else pa.Table.from_batches([data]).cast(schema).to_batches()[0]
         return pa.RecordBatchReader.from_batches(batch.schema, [batch])
     if type(data).__module__.startswith("pandas"):
-        table = pa.Table.from_pandas(data, schema=schema, preserve_index=False)
+        table = pa.Table.from_pandas(data, schema=schema)  # as pylance: an index other than a RangeIndex is a column
         return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
     if hasattr(data, "__arrow_c_stream__"):
         return pa.RecordBatchReader.from_stream(data, schema=schema)
