@@ -147,7 +147,9 @@ def _read_input(path: str, fmt: str, schema: pa.Schema | None = None) -> tuple[p
         if fmt == "csv":
             import pyarrow.csv as pcsv
 
-            convert = pcsv.ConvertOptions(column_types={f.name: f.type for f in schema} if schema else None)
+            types = {f.name: f.type.storage_type if isinstance(f.type, pa.BaseExtensionType) else f.type
+                     for f in schema} if schema else None  # CSV reads no extension types; they are cast after
+            convert = pcsv.ConvertOptions(column_types=types)
             return pcsv.open_csv(path, convert_options=convert), None
         if fmt == "arrow":
             try:
@@ -252,7 +254,7 @@ def cmd_append(args: argparse.Namespace) -> dict[str, Any]:
         if not args.create:
             raise DatasetNotFoundError(f"Dataset at path {args.uri} was not found (pass --create to create it)")
         current = None
-    schema = current.storage_schema if current is not None else None
+    schema = current.schema if current is not None else None
     progress = _progress(args, "appending rows")
     reader, total = _read_input(args.file, args.format, schema)
     try:
