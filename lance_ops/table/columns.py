@@ -119,7 +119,8 @@ class ColumnPlan:
             return pa.schema(fields, metadata=self._ds.storage_schema.metadata)
         if self.computed is None:
             return scan.output_schema(self._ds, self.read, with_row_id, with_row_address, blobs)
-        fields = [pa.field(name, p.type, nullable=p.nullable) for name, p in self.computed]
+        fields = [p.source.with_name(name).with_nullable(p.nullable) if p.source is not None
+                  else pa.field(name, p.type, nullable=p.nullable) for name, p in self.computed]
         fields += [pa.field(c, pa.uint64()) for c in scan.output_names([], with_row_id, with_row_address)]
         return pa.schema(fields)
 
@@ -137,8 +138,10 @@ class ColumnPlan:
         for c in scan.output_names([], with_row_id, with_row_address):
             projection[c] = pds.field(c)
         out = pds.dataset(source).to_table(columns=projection)
+        stored = self._schema(with_row_id, with_row_address, "blobs_descriptions")
         want = self.schema(with_row_id, with_row_address, "blobs_descriptions")
-        return out if out.schema.equals(want) else out.cast(want)
+        out = out if out.schema.equals(stored) else out.cast(stored)
+        return out.cast(want) if want is stored else restore_extension_types(out, want)
 
     def _apply_extended(self, table: pa.Table, with_row_id: bool, with_row_address: bool) -> pa.Table:
         assert self.extended is not None

@@ -108,3 +108,12 @@ def test_file_writer_and_reader(tmp_path, name):
             w.write_batch(table.to_batches()[0])
     same(lambda lib: lib.file.LanceFileReader(str(tmp_path / f"{name}-{lib.__name__}-schema.lance")
                                               ).read_all().to_table())
+
+
+@pytest.mark.parametrize("writer", ["lance", "lance_ops"])
+def test_computed_columns_referencing_extension_columns(uris, writer):
+    """A computed column that names an extension column (or a struct field) shows its type as a scan does."""
+    uri = uris[writer]
+    same(lambda lib: lib.dataset(uri).to_table(columns={"m": "json", "n": "id + 1", "u": "uuid"}))
+    same(lambda lib: lib.dataset(uri).to_table(columns={"s": "struct_json", "t": "fixed_shape_tensor"}))
+    same(lambda lib: lib.dataset(uri).scanner(columns={"s": "struct_json", "b": "bfloat16"}).projected_schema)
