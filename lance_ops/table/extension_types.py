@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
+from lance_ops.errors import InvalidInputError
 from lance_ops.table import jsonb
 
 _EXTENSION_KEY = b"ARROW:extension:name"
@@ -166,10 +167,28 @@ def storage_field(f: pa.Field) -> pa.Field:
     return _map_fields(f, _storage_one)
 
 
+def _has_json(dt: pa.DataType) -> bool:
+    return jsonb.is_arrow_json(dt) or (not isinstance(dt, pa.BaseExtensionType)
+                                       and any(_has_json(c.type) for c in _children(dt)))
+
+
+def _refuse_json_in_fixed_size_lists(f: pa.Field, path: str) -> None:
+    name = f"{path}.{f.name}" if path else f.name
+    if pa.types.is_fixed_size_list(f.type) and _has_json(f.type.value_type):
+        raise InvalidInputError(f"field {name!r}: arrow.json inside a fixed-size list cannot be stored "
+                                "(pylance refuses it too); use a list; nothing was written")
+    if not isinstance(f.type, pa.BaseExtensionType):
+        for c in _children(f.type):
+            _refuse_json_in_fixed_size_lists(c, name)
+
+
 def storage_schema(schema: pa.Schema) -> pa.Schema:
-    """:func:`storage_field` of each field; ``schema`` itself when nothing is converted."""
+    """:func:`storage_field` of each field; ``schema`` itself when nothing is converted. JSON inside
+    a fixed-size list raises :class:`~lance_ops.errors.InvalidInputError` (an OSError, as pylance's)."""
     if not any(_converted(f.type) for f in schema):
         return schema
+    for f in schema:
+        _refuse_json_in_fixed_size_lists(f, "")
     return pa.schema([storage_field(f) for f in schema], metadata=schema.metadata)
 
 

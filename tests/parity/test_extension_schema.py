@@ -117,3 +117,10 @@ def test_computed_columns_referencing_extension_columns(uris, writer):
     same(lambda lib: lib.dataset(uri).to_table(columns={"m": "json", "n": "id + 1", "u": "uuid"}))
     same(lambda lib: lib.dataset(uri).to_table(columns={"s": "struct_json", "t": "fixed_shape_tensor"}))
     same(lambda lib: lib.dataset(uri).scanner(columns={"s": "struct_json", "b": "bfloat16"}).projected_schema)
+
+
+def test_json_in_a_fixed_size_list_is_refused_as_pylance(tmp_path):
+    arr = pa.FixedSizeListArray.from_arrays(pa.array(["1", "[2]"], JSON), 1)
+    same(lambda lib: lib.write_dataset(pa.table({"x": arr}), str(tmp_path / f"{lib.__name__}.lance")),
+         error_match="fixed-size list")
+    assert not (tmp_path / "lance_ops.lance" / "_versions").exists()
