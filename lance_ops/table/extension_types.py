@@ -92,7 +92,8 @@ def _rebuild(arr: pa.Array, want: pa.DataType, convert: Callable[[pa.Array, pa.D
     """``arr`` (a struct or list) with its children converted to ``want``'s children by ``convert``."""
     mask = arr.is_null() if arr.null_count else None
     if pa.types.is_struct(want):
-        kids = [convert(arr.field(i), want.field(i).type) for i in range(want.num_fields)]  # sliced as arr
+        # flatten: children sliced as ``arr`` and null where it is (no value behind a null struct is decoded)
+        kids = [convert(k, want.field(i).type) for i, k in enumerate(arr.flatten())]
         return pa.StructArray.from_arrays(kids, fields=list(_children(want)), mask=mask)
     if pa.types.is_fixed_size_list(want):
         size = want.list_size
