@@ -129,9 +129,9 @@ NOTES = {
     "lance_ops.optimize.CompactionPlan.json": "lance-ops' JSON, not pylance's",
     "lance_ops.optimize.RewriteResult.json": "lance-ops' JSON, not pylance's",
     "lance_ops.api.LanceDataset.to_table:filter": (
-        "SQL: `regexp_match` takes a literal pattern (pylance also a column) and the flags i, m, s, U, u, x "
-        "(pylance also R); a pattern that does not compile raises FilterError, a ValueError (pylance: "
-        "pyarrow's ArrowInvalid, also a ValueError)"),
+        "SQL: `regexp_match` takes the flags i, m, s, U, u, x (pylance also R) as literals; a pattern that "
+        "does not compile raises FilterError, a ValueError (pylance: pyarrow's ArrowInvalid, also a "
+        "ValueError)"),
 }
 
 

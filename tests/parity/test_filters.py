@@ -104,6 +104,8 @@ PROJECTIONS = [
     "regexp_match(name, 'A(.)', 'i')",
     "regexp_match(name, 'a (n) # comment', 'ix')",
     "regexp_match(name, '^B', NULL)",
+    "regexp_match(name, name)",
+    "regexp_match('A_B apple', name, 'i')",
     "regexp_match(name, NULL)",
     "regexp_match(id, '1')",
     "regexp_match(name, 'a') IS NULL",
@@ -120,7 +122,8 @@ def test_regexp_match_projection(uri, sql):
 
 @pytest.mark.parametrize("flt", ["regexp_match(name, 'an')", "NOT regexp_match(name, 'an')",
                                  "regexp_match(name, 'an') AND id > 0", "regexp_match(name, 'x') OR id = 5",
-                                 "regexp_match(name, 'A', 'i')", "regexp_match(name, 'b') IS NULL"])
+                                 "regexp_match(name, 'A', 'i')", "regexp_match(name, 'b') IS NULL",
+                                 "regexp_match(name, name)"])
 def test_regexp_match_is_a_predicate_in_filters(uri, flt):
     """In a filter pylance coerces regexp_match to "matched" (never null: NOT keeps null names)."""
     same(lambda lib: lib.dataset(uri).to_table(columns=["id"], filter=flt))

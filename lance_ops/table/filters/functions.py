@@ -125,11 +125,9 @@ def regexp_groups(pattern: str, flags: str | None) -> str:
     return text
 
 
-def _regexp_match(ctx: Any, strings: Any, pattern: Any) -> pa.Array:
-    """Each string's first match of ``pattern`` (named groups ``_g0``...) as the list of the groups
+def _match_lists(arr: pa.Array, text: str) -> pa.Array:
+    """Each string's first match of ``text`` (named groups ``_g0``...) as the list of the groups
     that took part in it (as DataFusion: a group that did not is left out), NULL without a match."""
-    arr = _as_array(strings)
-    text = pattern.as_py() if isinstance(pattern, pa.Scalar) else _as_array(pattern)[0].as_py()
     groups = pc.extract_regex(arr, pattern=text)
     spans = pc.extract_regex_span(arr, pattern=text)  # null where a group did not take part
     n, rows = groups.type.num_fields, len(arr)
@@ -144,15 +142,41 @@ def _regexp_match(ctx: Any, strings: Any, pattern: Any) -> pa.Array:
                                     mask=pa.array(~matched) if not matched.all() else None)
 
 
+def _regexp_match(ctx: Any, strings: Any, patterns: Any, flags: Any) -> pa.Array:
+    """``regexp_match`` over a batch: one pattern (a scalar), or one per row (a column), each
+    distinct pattern compiled once and run over its rows."""
+    if isinstance(strings, pa.Scalar):  # a constant text matched against a column of patterns
+        n = 1 if isinstance(patterns, pa.Scalar) else len(patterns)
+        arr = pa.array([strings.as_py()] * n, pa.utf8())
+    else:
+        arr = _as_array(strings)
+    fl = (flags.as_py() if isinstance(flags, pa.Scalar) else _as_array(flags)[0].as_py()) or None
+    if isinstance(patterns, pa.Scalar):
+        return _match_lists(arr, regexp_groups(patterns.as_py(), fl))
+    codes = pc.dictionary_encode(_as_array(patterns))
+    which = np.asarray(codes.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    pieces, rows = [], []
+    for k, text in enumerate(codes.dictionary.to_pylist()):  # one pass per distinct pattern, not per row
+        sel = np.flatnonzero(which == k)
+        pieces.append(_match_lists(arr.take(pa.array(sel)), regexp_groups(text, fl)))
+        rows.append(sel)
+    nulls = np.flatnonzero(which < 0)
+    pieces.append(pa.nulls(len(nulls), pa.list_(pa.utf8())))
+    rows.append(nulls)
+    inverse = np.empty(len(arr), dtype=np.int64)
+    inverse[np.concatenate(rows)] = np.arange(len(arr))
+    return pa.concat_arrays(pieces).take(pa.array(inverse))
+
+
 def ensure_regexp_function() -> str:
-    """The registered name of the ``regexp_match`` UDF (utf8 strings, a pattern of named groups)."""
+    """The registered name of the ``regexp_match`` UDF (utf8 strings, patterns and flags)."""
     name = "lance_ops_regexp_match"
     with _LOCK:
         if name not in _REGISTERED:
             try:
                 pc.register_scalar_function(
                     _regexp_match, name, {"summary": "regexp_match", "description": "DataFusion's regexp_match"},
-                    {"strings": pa.utf8(), "pattern": pa.utf8()}, pa.list_(pa.utf8()))
+                    {"strings": pa.utf8(), "patterns": pa.utf8(), "flags": pa.utf8()}, pa.list_(pa.utf8()))
             except pa.ArrowKeyError:  # registered already (by an earlier import of this module)
                 pass
             _REGISTERED.add(name)
@@ -239,27 +263,30 @@ class SqlFunctions:
         expected (a filter, NOT, AND, OR) pylance coerces it to "matched" (never null)."""
         x, pat = self.visit(x_node), self.visit(pat_node)
         flags = self.visit(flags_node) if flags_node is not None else None
-        if pat.lit is None or not (is_stringy(pat.type) or is_null_literal(pat)):
-            raise self._unsupported(node, "regexp_match with a non-literal pattern")
+        if not (is_stringy(pat.type) or is_null_literal(pat)):
+            raise self._fail(node, f"regexp_match needs a string pattern, not {pat.type}")
         if flags is not None and (flags.lit is None or not (is_stringy(flags.type) or is_null_literal(flags))):
             raise self._unsupported(node, "regexp_match with non-literal flags")
         if is_null_literal(x) or pa.types.is_integer(x.type):
             x = Value(x.expr.cast(pa.utf8()), pa.utf8())
         elif not is_stringy(x.type):
             raise self._fail(node, f"regexp_match needs a string operand, not {x.type}")
+        no_flags = flags is None or is_null_literal(flags)
+        flag_text = "" if no_flags else str(flags.scalar.as_py())  # type: ignore[union-attr]
         view = not pa.types.is_string(x.type) or is_null_literal(pat) or (flags is not None and is_null_literal(flags))
         out_type = pa.list_(pa.string_view() if view else pa.utf8())
         if is_null_literal(pat):
             out = literal(pa.scalar(None, out_type))
         else:
-            try:
-                pattern = regexp_groups(pat.scalar.as_py(), None if flags is None or is_null_literal(flags)
-                                        else flags.scalar.as_py())
-            except ValueError as exc:
-                raise self._fail(node, str(exc)) from None
+            if pat.lit is not None:
+                try:  # a literal pattern is checked here, so its errors point at the text
+                    regexp_groups(pat.scalar.as_py(), flag_text or None)
+                except ValueError as exc:
+                    raise self._fail(node, str(exc)) from None
             source = x.expr if pa.types.is_string(x.type) else x.expr.cast(pa.utf8())
+            patterns = pat.expr if pa.types.is_string(pat.type) else pat.expr.cast(pa.utf8())
             name = ensure_regexp_function()
-            out = Value(pc.Expression._call(name, [source, pc.scalar(pattern)]), pa.list_(pa.utf8()))
+            out = Value(pc.Expression._call(name, [source, patterns, pc.scalar(flag_text)]), pa.list_(pa.utf8()))
             if view:
                 out = Value(out.expr.cast(out_type), out_type)
         matched = self._call(node, "is_valid", [out])
