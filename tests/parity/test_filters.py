@@ -63,17 +63,34 @@ def test_filter(uri, flt):
 
 
 @pytest.mark.parametrize("escape, match", [
-    ("'!'", "other than the backslash"), ("'%'", "other than the backslash"), ("'é'", "other than the backslash"),
     ("''", "expected a single character, got ''"), ("'!!'", "expected a single character, got '!!'"),
     ("NULL", "single quotes, got NULL")])
 @pytest.mark.parametrize("op", ["LIKE", "NOT LIKE", "ILIKE"])
-def test_like_escape_other_than_backslash_is_refused(uri, escape, match, op):
-    """pylance 14 takes only the backslash as LIKE's escape; lance-ops refuses the same texts with
-    the same error class (a ValueError) and a message naming the escape."""
+def test_like_escape_that_is_not_one_character_is_refused(uri, escape, match, op):
+    """An empty, multi-character or NULL escape: refused by both, with the same error class (a
+    ValueError) and a message naming the escape."""
     same(lambda lib: lib.dataset(uri).to_table(columns=["id"], filter=f"name {op} 'a!%b' ESCAPE {escape}"),
          error_match=match)
     same(lambda lib: lib.dataset(uri).to_table(columns={"m": f"name {op} 'a!%b' ESCAPE {escape}"}),
          error_match=match)
+
+
+@pytest.mark.parametrize("escape, pattern, backslashed", [
+    ("!", "a!%b", "a\\%b"), ("!", "a!_b", "a\\_b"), ("%", "a%%b", "a\\%b"), ("é", "aé_b", "a\\_b"),
+    ("!", "a\\%", "a\\\\%")])
+@pytest.mark.parametrize("op", ["LIKE", "NOT LIKE", "ILIKE"])
+def test_like_escape_other_character_is_deprecated(uri, escape, pattern, backslashed, op):
+    """pylance 14 refuses an escape other than the backslash; lance-ops callers that used one keep
+    working (issue 24 item 3): the same rows as the backslash form, with a DeprecationWarning."""
+    import lance_ops
+
+    with pytest.raises(ValueError):
+        lance.dataset(uri).to_table(columns=["id"], filter=f"name {op} '{pattern}' ESCAPE '{escape}'")
+    ds = lance_ops.dataset(uri)
+    with pytest.warns(DeprecationWarning, match=f"ESCAPE '{escape}': pylance takes only the backslash"):
+        got = ds.to_table(columns=["id"], filter=f"name {op} '{pattern}' ESCAPE '{escape}'")
+    want = lance.dataset(uri).to_table(columns=["id"], filter=f"name {op} '{backslashed}'")
+    assert got.column("id").to_pylist() == want.column("id").to_pylist()
 
 
 @pytest.mark.parametrize("op", ["LIKE", "NOT LIKE", "ILIKE"])

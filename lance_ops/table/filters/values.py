@@ -140,3 +140,20 @@ def int_bounds(op: str, v: float | int, typ: pa.DataType) -> tuple[str, Value]:
 def exact_decimal(v: Value) -> decimal.Decimal:
     """A numeric literal as an exact Decimal (from its SQL text when it has one)."""
     return decimal.Decimal(v.text if v.text and is_floating(v.type) else str(v.scalar.as_py()))
+
+
+def escape_with_backslash(pattern: str, escape: str) -> str:
+    """A LIKE pattern written with ``escape`` as its escape character, rewritten with the backslash
+    (the only escape pyarrow's ``match_like`` and pylance know): ``escape`` + c becomes ``\\c``, and
+    a literal backslash is doubled so it stays literal. A trailing lone ``escape`` stays as is."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):  # one literal pattern per query, not a per-row loop
+        ch = pattern[i]
+        if ch == escape and i + 1 < len(pattern):
+            out.append("\\" + pattern[i + 1])
+            i += 2
+            continue
+        out.append("\\\\" if ch == "\\" else ch)
+        i += 1
+    return "".join(out)
