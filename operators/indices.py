@@ -13,7 +13,7 @@ With ``spark_threshold_rows`` set, an upkeep indexing more unindexed rows than t
 Spark job ``lance_ops/spark/optimize_indices.py`` (executors encode the new rows, its driver
 writes the segments and commits ONE CreateIndex with this task's idempotency key), submitted from
 this task through the Spark connection; smaller ones run in the task (the same threshold rule as
-the compaction step; ADR 0030).
+the compaction step; ADR 0031).
 """
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ Updater = Callable[[UpkeepRequest], UpkeepOutcome]
 
 @dataclass(frozen=True)
 class Encoder:
-    """The parallel half of an updater (distributed upkeep, ADR 0030): ``reads(request)`` lists
+    """The parallel half of an updater (distributed upkeep, ADR 0031): ``reads(request)`` lists
     the fragment ids whose rows the updater encodes, in order; ``encode(request, ids)`` encodes the
     rows of a contiguous slice of that list. Concatenating the encodings of consecutive slices
     equals encoding the whole list, so executors may encode slices and the updater joins them

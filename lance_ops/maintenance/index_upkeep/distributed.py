@@ -7,7 +7,7 @@ the summed IVF loss). :func:`plan_slices` cuts every index's list into slices of
 ``rows_per_task`` physical rows (whole fragments), :func:`encode_slice` encodes one slice where it
 runs (a Spark executor) and returns it as compressed Arrow IPC bytes, and :func:`with_encoded`
 hands the slices, in order, to the updaters (``UpkeepRequest.encoded``), which then write the same
-segment as when they read the rows themselves (ADR 0030).
+segment as when they read the rows themselves (ADR 0031).
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ UPDATERS.update({kind: update_vector for kind in UPDATABLE_KINDS})
 #: for every index before any updater runs, so a refusal leaves nothing written
 REFUSALS: dict[str, Callable[[UpkeepRequest], str | None]] = {kind: plan_refusal for kind in UPDATABLE_KINDS}
 
-#: kind -> the encoder executors run on slices of the new rows (distributed upkeep, ADR 0030);
+#: kind -> the encoder executors run on slices of the new rows (distributed upkeep, ADR 0031);
 #: every kind in ``UPDATERS`` has one
 ENCODERS: dict[str, Encoder] = {kind: Encoder(scalar_reads, encode_scalar) for kind in ("BTREE", "BITMAP", "LABEL_LIST")}
 ENCODERS.update({kind: Encoder(vector_reads, encode_vector) for kind in UPDATABLE_KINDS})

@@ -77,7 +77,7 @@ def encode_scalar(request: UpkeepRequest, fragments: Sequence[int]) -> pa.Table:
     """``value`` (the indexed column) and ``id`` (row id or address, uint64) of the live rows of
     ``fragments`` (deletion vectors applied)."""
     column = _column(request)
-    value_type = request.dataset.schema.field(column).type
+    value_type = request.dataset.storage_schema.field(column).type
     if not fragments:
         return pa.table({"value": pa.array([], value_type), "id": pa.array([], pa.uint64())})
     row_ids = _row_ids(request)

@@ -1,6 +1,6 @@
 """Staged index upkeep: the hand-off between a distributed ``optimize_indices`` and its one commit.
 
-The Spark job (:mod:`lance_ops.spark.optimize_indices`, ADR 0030) writes the new segments, then
+The Spark job (:mod:`lance_ops.spark.optimize_indices`, ADR 0031) writes the new segments, then
 stages *what* it wrote as a ``create_index`` result under ``_staging/{key}.json``: the new
 segments' and the folded segments' ``IndexMetadata`` (base64 protobuf) and the per-index report.
 :func:`commit_staged_upkeep` (called by ``staged_commit.commit_result``) commits it as ONE
