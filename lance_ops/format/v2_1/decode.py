@@ -237,6 +237,13 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
             m.value_compression.SerializeToString(), tuple(m.layers), self.num_buffers, self.large,
             self.has_rep, self.has_def)
 
+    def prototype(self) -> "MiniBlockPage":
+        """This page as constructed, without buffers (what later pages of its encoding copy)."""
+        proto = MiniBlockPage.__new__(MiniBlockPage)
+        proto.__dict__.update(self.__dict__)
+        proto.offsets, proto.sizes, proto.ready = [], [], False
+        return proto
+
     def init_ranges(self) -> Ranges:
         """Chunk metadata, then the dictionary and the repetition index when the page has them."""
         out = [self.buf(0)]
@@ -250,27 +257,11 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
 
     def init(self, data: Sequence[bytes]) -> None:
         """Parse chunk sizes and counts, the dictionary and the repetition index: where each row lives."""
-        meta = bytes(data[0])
-        word = 4 if self.large else 2
-        if len(meta) % word:
-            raise EncodingCorrupt(f"chunk metadata of {len(meta)} bytes is not a whole number of words")
-        words = np.frombuffer(meta, dtype=f"<u{word}").astype(np.int64)
-        nchunks = len(words)
-        sizes = ((words >> 4) + 1) * 8
-        logs = words & 0xF
-        counts = np.where(np.arange(nchunks) < nchunks - 1, np.left_shift(1, logs), 0).astype(np.int64)
-        if nchunks:
-            last = self.num_items - int(counts[:-1].sum())
-            if last < 0:
-                raise EncodingCorrupt("chunk value counts exceed the page's item count")
-            counts[-1] = last
-        elif self.num_items:
-            raise EncodingCorrupt("page has items but no chunks")
-        self.chunk_sizes = sizes
-        self.chunk_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         data_pos, data_size = self.buf(1)
-        if nchunks and self.chunk_offsets[-1] > data_size:
-            raise EncodingCorrupt("mini-block chunks run past their buffer")
+        sizes, self.chunk_offsets, counts, counts_from0 = chunks.chunk_table(
+            bytes(data[0]), self.large, self.num_items, data_size)
+        nchunks = len(sizes)
+        self.chunk_sizes = sizes
         self.data_pos = data_pos
         self.chunk_counts = counts
         pos = 1
@@ -293,8 +284,9 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
                 raise EncodingUnsupported("list page without a repetition index")
         else:
             starts = counts
-        self.chunk_row_starts = starts.astype(np.int64)  # rows starting in each chunk
-        self.chunk_first_row = np.concatenate([[0], np.cumsum(self.chunk_row_starts)]).astype(np.int64)
+        self.chunk_row_starts = starts  # rows starting in each chunk (int64)
+        self.chunk_first_row = counts_from0 if starts is counts else \
+            np.concatenate([[0], np.cumsum(starts)]).astype(np.int64)
         if nchunks and self.chunk_first_row[-1] != self.num_rows:
             raise EncodingCorrupt(f"chunks hold {int(self.chunk_first_row[-1])} rows, page says {self.num_rows}")
         # plan_part() of all rows, when every chunk starts a row: every chunk, one range, rows as written

@@ -18,7 +18,7 @@ import os
 import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
@@ -233,6 +233,7 @@ class LanceFileReaderV21(V2ReaderBase):
             raise self._corrupt(f"schema has {layout.num_columns} leaf fields but the file has {footer.num_columns} columns")
         self._schema, self._tree = layout.schema, layout.tree
         self._leaves, self._leaf_ids, self._by_column = layout.leaves, layout.leaf_ids, layout.by_column
+        self._layout = layout
         cmo = np.frombuffer(take(footer.cmo_table_start, 16 * footer.num_columns), dtype="<u8").reshape(-1, 2).astype(np.int64)
         self._column_meta: list[file2_pb2.ColumnMetadata] = []
         for i, (pos, length) in enumerate(cmo.tolist()):
@@ -278,6 +279,7 @@ class LanceFileReaderV21(V2ReaderBase):
             return self._pages[column]
         leaf = self._by_column[column]
         meta = self._column_meta[column]
+        protos = self._layout.page_protos.setdefault(self._version, {})
         pages = []
         first = 0
         for i, p in enumerate(meta.pages):
@@ -285,8 +287,20 @@ class LanceFileReaderV21(V2ReaderBase):
             if enc.WhichOneof("location") != "direct":
                 raise UnsupportedError(f"{self._uri}: column {column} ({leaf.path}) page {i}: "
                                        f"{enc.WhichOneof('location')} page encodings are not supported")
+            raw = enc.direct.encoding
+            proto = protos.get((column, raw))
+            if proto is not None:
+                # a mini-block page of an encoding already seen (files of one dataset share them):
+                # what its constructor derives from the encoding is copied, not recomputed
+                page = dec.MiniBlockPage.__new__(dec.MiniBlockPage)
+                page.__dict__.update(proto.__dict__)
+                page.offsets, page.sizes = list(p.buffer_offsets), list(p.buffer_sizes)
+                page.num_rows, page.first_row = int(p.length), first
+                pages.append(page)
+                first += int(p.length)
+                continue
             anym = any_pb2.Any()
-            anym.ParseFromString(enc.direct.encoding)
+            anym.ParseFromString(raw)
             if anym.type_url != PAGE_LAYOUT_URL:
                 raise UnsupportedError(f"{self._uri}: column {column} ({leaf.path}) page {i}: "
                                        f"encoding {anym.type_url!r} is not a 2.1+ page layout")
@@ -295,6 +309,8 @@ class LanceFileReaderV21(V2ReaderBase):
             page = self._make_page(layout, p, first, leaf, column, i)
             page.page_layout = layout
             page.leaf = leaf
+            if type(page) is dec.MiniBlockPage and len(protos) < _PAGE_PROTOS_LIMIT:
+                protos[(column, bytes(raw))] = page.prototype()
             pages.append(page)
             first += int(p.length)
         if first != self._num_rows and meta.pages:
@@ -577,11 +593,15 @@ class _SchemaLayout:
     leaf_ids: dict[int, list[int]]
     by_column: dict[int, _Leaf]
     num_columns: int
+    #: file version -> (column, page encoding bytes) -> an uninitialised mini-block page of that
+    #: encoding (bounded by ``_PAGE_PROTOS_LIMIT``): what pages copy instead of re-deriving it
+    page_protos: dict = field(default_factory=dict, compare=False)
 
 
 #: schema bytes -> its layout; files of one dataset share a schema, so each is parsed once
 _SCHEMA_LAYOUTS: dict[bytes, _SchemaLayout] = {}
 _SCHEMA_LAYOUTS_LIMIT = 256
+_PAGE_PROTOS_LIMIT = 4096
 
 
 def _schema_layout(schema_proto: file_pb2.Schema, uri: str) -> _SchemaLayout:
