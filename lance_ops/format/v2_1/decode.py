@@ -305,13 +305,13 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
     def plan_part(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, Optional[tuple]]:
         """Byte ranges of the chunks holding the rows and what :func:`decode_group` needs:
         (chunk ids, row ranges numbered within those chunks), or None when no rows are wanted."""
+        if self.whole_plan is not None and len(starts) == 1 and int(starts[0]) == 0 and int(ends[0]) == self.num_rows:
+            return self.whole_plan  # the whole page (what scans read), planned once by init()
         nch = len(self.chunk_sizes)
         keep = ends > starts
         a, b = starts[keep], ends[keep]
         if not len(a) or nch == 0:
             return [], None
-        if self.whole_plan is not None and len(a) == 1 and int(a[0]) == 0 and int(b[0]) == self.num_rows:
-            return self.whole_plan  # the whole page (what scans read), planned once by init()
         fr_end = self.chunk_first_row[1:]
         c0 = np.searchsorted(fr_end, a, side="right")
         if self.max_rep:  # up to the chunk where row b starts: row b - 1 may run into it

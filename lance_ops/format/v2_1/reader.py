@@ -422,7 +422,12 @@ class LanceFileReaderV21(V2ReaderBase):
         for lid in leaf_ids:
             column = self._leaves[lid].column
             for rdr, (starts, ends) in segments:
+                whole = len(starts) == 1 and int(starts[0]) == 0 and int(ends[0]) == rdr._num_rows
                 for page in rdr._read_pages(column):
+                    if whole:  # every row of the file: each page whole (shared read-only ranges)
+                        if page.num_rows:
+                            work.append((lid, rdr, page, _whole_page(page.num_rows)))
+                        continue
                     a0, b0 = page.first_row, page.first_row + page.num_rows
                     lo = int(np.searchsorted(ends, a0, side="right"))
                     hi = int(np.searchsorted(starts, b0, side="left"))
@@ -536,6 +541,21 @@ class LanceFileReaderV21(V2ReaderBase):
         if whole is not None:
             return [whole[pos:pos + size] for pos, size in reqs]
         return self._store.read_ranges(self._path, reqs)
+
+
+_WHOLE_PAGES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _whole_page(num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The page-relative row ranges of a whole page of ``num_rows`` rows (read-only, memoised)."""
+    got = _WHOLE_PAGES.get(num_rows)
+    if got is None:
+        got = (np.zeros(1, np.int64), np.full(1, num_rows, np.int64))
+        for a in got:
+            a.flags.writeable = False
+        if len(_WHOLE_PAGES) < 4096:
+            _WHOLE_PAGES[num_rows] = got
+    return got
 
 
 def _decode_all(jobs: list) -> list:
