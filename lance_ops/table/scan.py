@@ -620,8 +620,8 @@ def _finish_batch(ds: DatasetSnapshot, probes: list[_Probe], filtered: list[pa.T
     """:func:`_finish` of each probe; the other columns of whole small fragments (probes started
     by :func:`_start_batch`) are read together for all of them, then the matching rows taken."""
     rest = probes[0].rest
-    if not rest or len(probes) == 1 or any(p.offsets is not None or p.rest != rest or not _batch_probe(p)
-                                           for p in probes):
+    if (not rest or len(probes) == 1 or any(blob_v2.has_blobs(ds.schema.field(c)) for c in rest)
+            or any(p.offsets is not None or p.rest != rest or not _batch_probe(p) for p in probes)):
         return [_finish(ds, p, f) for p, f in zip(probes, filtered)]
     matched = [i for i, f in enumerate(filtered) if f.num_rows]
     got = _read_together(ds, [probes[i].frag for i in matched], rest) if matched else ([], [])
