@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from lance_ops._proto import table_pb2
 from lance_ops.errors import InvalidArgumentError
 from lance_ops.format import blob_v2
+from lance_ops.format.v2_0.reader import LanceFileReader
 from lance_ops.format.v2_1.reader import LanceFileReaderV21
 from lance_ops.table.stats import prune as stats_prune
 from lance_ops.table.filters import Filter, compile_filter
@@ -350,8 +351,9 @@ def _started(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask],
         yield from window.popleft()[1].result()
 
 
-#: fragments of at most this many rows stored in one data file are read in batches: their files
-#: are planned and decoded together (``LanceFileReaderV21.read_all_of``)
+#: fragments of at most this many rows stored in one 2.x data file are read in batches: 2.1+ files
+#: are planned and decoded together (``LanceFileReaderV21.read_all_of``), and the rows of a batch
+#: are masked by their deletion vectors and cut into per-task tables at once
 _BATCH_FILE_ROWS = 1 << 14
 #: a batch holds at most this many tasks and about this many rows
 _BATCH_TASKS = 128
@@ -370,7 +372,7 @@ def _batches(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask]) -> Iterator
             ok = simple[key] = _simple_columns(ds, task)
         frag = task.fragment
         if not (ok and task.offsets is None and task.ranges is None and len(frag.files) == 1
-                and frag.physical_rows <= _BATCH_FILE_ROWS and _v21_file(frag.files[0])):
+                and frag.physical_rows <= _BATCH_FILE_ROWS and _v2_file(frag.files[0])):
             if batch:
                 yield batch
                 batch, rows = [], 0
@@ -387,8 +389,8 @@ def _batches(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask]) -> Iterator
         yield batch
 
 
-def _v21_file(df: table_pb2.DataFile) -> bool:
-    return (int(df.file_major_version), int(df.file_minor_version)) >= (2, 1)
+def _v2_file(df: table_pb2.DataFile) -> bool:
+    return int(df.file_major_version) >= 2  # 2.0 and later (legacy 0.x files are read one by one)
 
 
 def _simple_columns(ds: DatasetSnapshot, task: FragmentScanTask) -> bool:
@@ -451,11 +453,17 @@ def _read_together(ds: DatasetSnapshot, frags: list[LanceFragment], columns: lis
         elif stored != names:
             return None
         reader = frag.data_file_reader(0)
-        if not isinstance(reader, LanceFileReaderV21):
+        if not isinstance(reader, (LanceFileReaderV21, LanceFileReader)):
             return None
         readers.append(reader)
     assert names is not None
-    table = LanceFileReaderV21.read_all_of(readers, names)
+    if all(isinstance(r, LanceFileReaderV21) for r in readers):
+        table = LanceFileReaderV21.read_all_of(readers, names)  # decoded together
+    else:  # 2.0 files: decoded one by one, masked and cut together
+        try:
+            table = pa.concat_tables([r.read_all(columns=names) for r in readers])
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
     fields = [ds.schema.field(c) for c in columns]
     arrays = []
     for field, name in zip(fields, names):
@@ -645,7 +653,7 @@ def _batch_probe(p: _Probe) -> bool:
     """Whether a probe reads a whole small fragment of one 2.1+ data file (see :func:`_batches`)."""
     frag = p.task.fragment
     return (p.task.ranges is None and len(frag.files) == 1 and frag.physical_rows <= _BATCH_FILE_ROWS
-            and _v21_file(frag.files[0]))
+            and _v2_file(frag.files[0]))
 
 
 def _select(table: pa.Table, names: list[str]) -> pa.Table:
