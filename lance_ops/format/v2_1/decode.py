@@ -258,7 +258,7 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
     def init(self, data: Sequence[bytes]) -> None:
         """Parse chunk sizes and counts, the dictionary and the repetition index: where each row lives."""
         data_pos, data_size = self.buf(1)
-        sizes, self.chunk_offsets, counts, counts_from0 = chunks.chunk_table(
+        sizes, self.chunk_offsets, counts, counts_from0, all_counted = chunks.chunk_table(
             bytes(data[0]), self.large, self.num_items, data_size)
         nchunks = len(sizes)
         self.chunk_sizes = sizes
@@ -290,9 +290,9 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
         if nchunks and self.chunk_first_row[-1] != self.num_rows:
             raise EncodingCorrupt(f"chunks hold {int(self.chunk_first_row[-1])} rows, page says {self.num_rows}")
         # plan_part() of all rows, when every chunk starts a row: every chunk, one range, rows as written
-        whole = bool(nchunks and self.num_rows and (self.chunk_row_starts > 0).all())
-        self.whole_plan = ([(int(data_pos), int(self.chunk_offsets[-1]))], (np.arange(nchunks), np.zeros(1, np.int64),
-                           np.full(1, self.num_rows, np.int64))) if whole else None
+        whole = bool(nchunks and self.num_rows and (all_counted if starts is counts else (starts > 0).all()))
+        self.whole_plan = ([(int(data_pos), int(self.chunk_offsets[-1]))], chunks.whole_part(nchunks, self.num_rows)) \
+            if whole else None
         self.ready = True
 
     def plan(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, DecodeFn]:

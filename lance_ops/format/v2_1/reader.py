@@ -439,40 +439,52 @@ class LanceFileReaderV21(V2ReaderBase):
         for _, rdr, p, _ in work:
             if not p.ready and id(p) not in seen:  # each page once, in first-seen order
                 seen[id(p)] = (rdr, p)
+        # (failures of a page's metadata or planning name its file, column and row: ``cur``)
         init_reqs, owners = [], []
-        for rdr, p in seen.values():
-            rr = rdr._wrap(p, p.init_ranges)
-            init_reqs.extend((rdr, r) for r in rr)
-            owners.append(len(rr))
-        datas = _fetch_from(init_reqs)
-        pos = 0
-        for (rdr, p), k in zip(seen.values(), owners):
-            rdr._wrap(p, lambda: p.init(datas[pos:pos + k]))
-            pos += k
-        # round 2: data; small parts of consecutive mini-block pages with the same encodings
-        # (of one file or of several files with this layout) decode as one batch
-        reqs: list = []
-        plans: list = []
-        group = None
-        for lid, rdr, page, rr in work:
-            key = getattr(page, "batch_key", None)
-            if key is None:
-                kw = {"describe": True} if describe and isinstance(page, dec.BlobPage) else {}
-                r, fn = rdr._wrap(page, lambda: page.plan(*rr, **kw))
-                plans.append((lid, rdr, page, fn, len(r)))
-                group = None
-            else:
-                r, part = rdr._wrap(page, lambda: page.plan_part(*rr))
-                small = sum([n for _, n in r]) <= GROUP_MAX_PART_BYTES
-                if part is not None and small and group is not None and group[:2] == (lid, key):
-                    group[2].append((page, part))  # the group's decoder sees the appended page
-                    first_lid, first_rdr, first_page, fn, k = plans[-1]
-                    plans[-1] = (first_lid, first_rdr, first_page, fn, k + len(r))
+        cur: tuple = (self, None)
+        try:
+            for cur in seen.values():
+                rdr, p = cur
+                rr = p.init_ranges()
+                init_reqs.extend((rdr, r) for r in rr)
+                owners.append(len(rr))
+            cur = (self, None)  # a failed fetch is not a page's failure
+            datas = _fetch_from(init_reqs)
+            pos = 0
+            for cur, k in zip(seen.values(), owners):
+                cur[1].init(datas[pos:pos + k])
+                pos += k
+            # round 2: data; small parts of consecutive mini-block pages with the same encodings
+            # (of one file or of several files with this layout) decode as one batch
+            reqs: list = []
+            plans: list = []
+            group = None
+            for lid, rdr, page, rr in work:
+                cur = (rdr, page)
+                key = getattr(page, "batch_key", None)
+                if key is None:
+                    kw = {"describe": True} if describe and isinstance(page, dec.BlobPage) else {}
+                    r, fn = page.plan(*rr, **kw)
+                    plans.append((lid, rdr, page, fn, len(r)))
+                    group = None
                 else:
-                    items = [(page, part)] if part is not None else []
-                    plans.append((lid, rdr, page, _group_decoder(page, items), len(r)))
-                    group = (lid, key, items) if part is not None and small else None
-            reqs.extend((rdr, q) for q in r)
+                    r, part = page.plan_part(*rr)
+                    small = sum([n for _, n in r]) <= GROUP_MAX_PART_BYTES
+                    if part is not None and small and group is not None and group[:2] == (lid, key):
+                        group[2].append((page, part))  # the group's decoder sees the appended page
+                        first_lid, first_rdr, first_page, fn, k = plans[-1]
+                        plans[-1] = (first_lid, first_rdr, first_page, fn, k + len(r))
+                    else:
+                        items = [(page, part)] if part is not None else []
+                        plans.append((lid, rdr, page, _group_decoder(page, items), len(r)))
+                        group = (lid, key, items) if part is not None and small else None
+                reqs.extend((rdr, q) for q in r)
+        except Exception as exc:
+            rdr, page = cur
+            err = rdr._page_failure(page, exc) if page is not None else None
+            if err is None:
+                raise
+            raise err from None
         datas = _fetch_from(reqs)
         jobs, pos = [], 0
         for _, rdr, page, fn, k in plans:
@@ -512,17 +524,26 @@ class LanceFileReaderV21(V2ReaderBase):
 
     def _wrap(self, page: dec.AnyPage, fn: Callable[[], _T]) -> _T:
         """``fn()`` with decoding failures turned into errors naming this file, the page's column and row."""
-        leaf = self._by_column_of_page(page)
         try:
             return fn()
-        except EncodingUnsupported as exc:
-            raise UnsupportedError(f"{self._uri}: column {leaf.column} ({leaf.path}): unsupported encoding: {exc}") from None
-        except LanceOpsError:
-            raise
-        except (EncodingCorrupt, struct.error, IndexError, ValueError, TypeError, OverflowError,
-                pa.ArrowException, DecodeError, AssertionError) as exc:
-            raise self._corrupt(f"column {leaf.column} ({leaf.path}) page at row {page.first_row}: "
-                                f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:
+            err = self._page_failure(page, exc)
+            if err is None:
+                raise
+            raise err from None
+
+    def _page_failure(self, page: dec.AnyPage, exc: Exception) -> Optional[Exception]:
+        """The error to raise for ``exc``, raised by work on ``page`` of this file (None: ``exc`` itself)."""
+        leaf = self._by_column_of_page(page)
+        if isinstance(exc, EncodingUnsupported):
+            return UnsupportedError(f"{self._uri}: column {leaf.column} ({leaf.path}): unsupported encoding: {exc}")
+        if isinstance(exc, LanceOpsError):
+            return None
+        if isinstance(exc, (EncodingCorrupt, struct.error, IndexError, ValueError, TypeError, OverflowError,
+                            pa.ArrowException, DecodeError, AssertionError)):
+            return self._corrupt(f"column {leaf.column} ({leaf.path}) page at row {page.first_row}: "
+                                 f"{type(exc).__name__}: {exc}")
+        return None
 
     @staticmethod
     def _by_column_of_page(page: dec.AnyPage) -> _Leaf:

@@ -30,14 +30,15 @@ Spans = tuple[np.ndarray, np.ndarray]  # (start, size) per chunk, int64
 # --------------------------------------------------------------------------------------------
 #: (chunk metadata bytes, word size, items, data buffer size) -> :func:`chunk_table` (read-only
 #: arrays): a pure function of the key; small files of one dataset often repeat the same table
-_TABLES: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+_TABLES: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]] = {}
 _TABLES_LIMIT = 4096
 
 
 def chunk_table(meta: bytes, large: bool, num_items: int, data_size: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
     """A mini-block page's chunk table from its metadata buffer: (chunk sizes, chunk start offsets
-    with the end appended, value counts, value counts' prefix sums from 0), int64, read-only."""
+    with the end appended, value counts, value counts' prefix sums from 0; int64, read-only), and
+    whether every chunk holds a value."""
     key = (meta, large, num_items, data_size)
     got = _TABLES.get(key)
     if got is not None:
@@ -60,13 +61,30 @@ def chunk_table(meta: bytes, large: bool, num_items: int, data_size: int
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     if nchunks and offsets[-1] > data_size:
         raise EncodingCorrupt("mini-block chunks run past their buffer")
-    table = (sizes, offsets, counts, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
-    for a in table:
+    arrays = (sizes, offsets, counts, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    for a in arrays:
         a.flags.writeable = False
+    table = (*arrays, bool((counts > 0).all()))
     if len(_TABLES) >= _TABLES_LIMIT:
         _TABLES.clear()
     _TABLES[key] = table
     return table
+
+
+_WHOLE_PARTS: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def whole_part(nchunks: int, num_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What a mini-block page plans to decode all its rows (every chunk id, rows ``[0, num_rows)``),
+    read-only and memoised: pages of many small files share it."""
+    got = _WHOLE_PARTS.get((nchunks, num_rows))
+    if got is None:
+        got = (np.arange(nchunks), np.zeros(1, np.int64), np.full(1, num_rows, np.int64))
+        for a in got:
+            a.flags.writeable = False
+        if len(_WHOLE_PARTS) < _TABLES_LIMIT:
+            _WHOLE_PARTS[(nchunks, num_rows)] = got
+    return got
 
 
 # --------------------------------------------------------------------------------------------
