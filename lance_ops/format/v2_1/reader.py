@@ -619,7 +619,7 @@ def _others(segments: Sequence[tuple["LanceFileReaderV21", Any]]) -> str:
     """For errors of a read of several files: which files were read together."""
     if len(segments) <= 1:
         return ""
-    names = [r._uri for r, _ in segments]
+    names = [r.path for r, _ in segments]
     return f" (read together with {len(names) - 1} other file(s) of the same layout: {names[1:4]}...)"
 
 
