@@ -435,13 +435,14 @@ def _start_batch(ds: DatasetSnapshot, tasks: list[FragmentScanTask]) -> list["pa
 def _read_together(ds: DatasetSnapshot, frags: list[LanceFragment], columns: list[str]
                    ) -> tuple[list[pa.Table], list[np.ndarray | None]] | None:
     """The live rows of ``columns`` of each fragment (what :func:`_read_rows` returns for all rows)
-    and each fragment's live mask, with every file read in one :meth:`read_all_of`; None when
-    the fragments' files do not allow it (not all 2.1+, a column outside the one data file)."""
+    and each fragment's live mask: 2.1+ files decoded together (``read_all_of``), 2.0 files one by
+    one, then masked and cut at once; None when the fragments' files do not allow it (a legacy
+    file, a column outside the one data file, files that disagree on names or types)."""
     if not columns:
         return None
     ids = ds.top_field_ids
     fids = [ids[c] for c in columns]
-    readers: list[LanceFileReaderV21] = []
+    readers: list[LanceFileReaderV21 | LanceFileReader] = []
     names: list[str] | None = None
     for frag in frags:
         located = frag.locate_fields(fids)
@@ -457,8 +458,9 @@ def _read_together(ds: DatasetSnapshot, frags: list[LanceFragment], columns: lis
             return None
         readers.append(reader)
     assert names is not None
-    if all(isinstance(r, LanceFileReaderV21) for r in readers):
-        table = LanceFileReaderV21.read_all_of(readers, names)  # decoded together
+    v21 = [r for r in readers if isinstance(r, LanceFileReaderV21)]
+    if len(v21) == len(readers):
+        table = LanceFileReaderV21.read_all_of(v21, names)  # decoded together
     else:  # 2.0 files: decoded one by one, masked and cut together
         try:
             table = pa.concat_tables([r.read_all(columns=names) for r in readers])
@@ -650,7 +652,7 @@ def _finish_batch(ds: DatasetSnapshot, probes: list[_Probe], filtered: list[pa.T
 
 
 def _batch_probe(p: _Probe) -> bool:
-    """Whether a probe reads a whole small fragment of one 2.1+ data file (see :func:`_batches`)."""
+    """Whether a probe reads a whole small fragment of one 2.x data file (see :func:`_batches`)."""
     frag = p.task.fragment
     return (p.task.ranges is None and len(frag.files) == 1 and frag.physical_rows <= _BATCH_FILE_ROWS
             and _v2_file(frag.files[0]))

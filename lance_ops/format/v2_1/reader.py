@@ -280,7 +280,7 @@ class LanceFileReaderV21(V2ReaderBase):
         leaf = self._by_column[column]
         meta = self._column_meta[column]
         protos = self._layout.page_protos.setdefault(self._version, {})
-        pages = []
+        pages: list[dec.AnyPage] = []
         first = 0
         for i, p in enumerate(meta.pages):
             enc = p.encoding
@@ -292,11 +292,11 @@ class LanceFileReaderV21(V2ReaderBase):
             if proto is not None:
                 # a mini-block page of an encoding already seen (files of one dataset share them):
                 # what its constructor derives from the encoding is copied, not recomputed
-                page = dec.MiniBlockPage.__new__(dec.MiniBlockPage)
-                page.__dict__.update(proto.__dict__)
-                page.offsets, page.sizes = list(p.buffer_offsets), list(p.buffer_sizes)
-                page.num_rows, page.first_row = int(p.length), first
-                pages.append(page)
+                copied = dec.MiniBlockPage.__new__(dec.MiniBlockPage)
+                copied.__dict__.update(proto.__dict__)
+                copied.offsets, copied.sizes = list(p.buffer_offsets), list(p.buffer_sizes)
+                copied.num_rows, copied.first_row = int(p.length), first
+                pages.append(copied)
                 first += int(p.length)
                 continue
             anym = any_pb2.Any()
@@ -309,7 +309,8 @@ class LanceFileReaderV21(V2ReaderBase):
             page = self._make_page(layout, p, first, leaf, column, i)
             page.page_layout = layout
             page.leaf = leaf
-            if type(page) is dec.MiniBlockPage and len(protos) < _PAGE_PROTOS_LIMIT:
+            if isinstance(page, dec.MiniBlockPage) and type(page) is dec.MiniBlockPage \
+                    and len(protos) < _PAGE_PROTOS_LIMIT:
                 protos[(column, bytes(raw))] = page.prototype()
             pages.append(page)
             first += int(p.length)
@@ -440,7 +441,8 @@ class LanceFileReaderV21(V2ReaderBase):
             if not p.ready and id(p) not in seen:  # each page once, in first-seen order
                 seen[id(p)] = (rdr, p)
         # (failures of a page's metadata or planning name its file, column and row: ``cur``)
-        init_reqs, owners = [], []
+        init_reqs: list[tuple[LanceFileReaderV21, tuple[int, int]]] = []
+        owners: list[int] = []
         cur: tuple = (self, None)
         try:
             for cur in seen.values():
