@@ -156,7 +156,7 @@ def resolve_columns(ds: DatasetSnapshot, columns: Sequence[str] | str | None) ->
     """The columns a scan of ``columns`` outputs (None: every column of the schema);
     InvalidArgumentError naming the unknown ones."""
     if columns is None:
-        return [f.name for f in ds.schema]
+        return [f.name for f in ds.storage_schema]
     if isinstance(columns, str):
         columns = [columns]
     known = ds.top_field_ids
@@ -179,7 +179,7 @@ def output_names(out_columns: Iterable[str], with_row_id: bool, with_row_address
 
 def output_field(ds: DatasetSnapshot, name: str, blobs: str) -> pa.Field:
     """The field of column ``name`` as a read with ``blob_handling=blobs`` returns it."""
-    f = ds.schema.field(name)
+    f = ds.storage_schema.field(name)
     if not blob_v2.has_blobs(f):
         return f
     return blob_v2.binary_field(f) if blobs == "all_binary" else blob_v2.described_field(f)
@@ -191,12 +191,12 @@ def output_schema(ds: DatasetSnapshot, out_columns: Iterable[str], with_row_id: 
     special = {ROW_ID: pa.field(ROW_ID, pa.uint64()), ROW_ADDR: pa.field(ROW_ADDR, pa.uint64())}
     fields = [special[c] if c in special else output_field(ds, c, blobs)
               for c in output_names(out_columns, with_row_id, with_row_address)]
-    return pa.schema(fields, metadata=ds.schema.metadata)
+    return pa.schema(fields, metadata=ds.storage_schema.metadata)
 
 
 # --- planning ----------------------------------------------------------------------------------
 def _compile(ds: DatasetSnapshot, filter: str | pc.Expression | Filter | None) -> Filter | None:
-    return filter if isinstance(filter, Filter) else compile_filter(filter, ds.schema)
+    return filter if isinstance(filter, Filter) else compile_filter(filter, ds.storage_schema)
 
 
 def _fragment_id(f: int | LanceFragment | table_pb2.DataFragment) -> int:
@@ -401,7 +401,7 @@ def _simple_columns(ds: DatasetSnapshot, task: FragmentScanTask) -> bool:
     if names & {ROW_ID, ROW_ADDR}:
         return False
     ids = ds.top_field_ids
-    return not any(blob_v2.has_blobs(ds.schema.field(c)) for c in names if c in ids)
+    return not any(blob_v2.has_blobs(ds.storage_schema.field(c)) for c in names if c in ids)
 
 
 def _start_batch(ds: DatasetSnapshot, tasks: list[FragmentScanTask]) -> list["pa.Table | _Probe"]:
@@ -466,7 +466,7 @@ def _read_together(ds: DatasetSnapshot, frags: list[LanceFragment], columns: lis
             table = pa.concat_tables([r.read_all(columns=names) for r in readers])
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             return None
-    fields = [ds.schema.field(c) for c in columns]
+    fields = [ds.storage_schema.field(c) for c in columns]
     arrays = []
     for field, name in zip(fields, names):
         col = table.column(name)
@@ -616,7 +616,7 @@ def _finish(ds: DatasetSnapshot, p: _Probe, probe: pa.Table) -> pa.Table:
         scanned = p.probe.num_rows
         positions = probe.column(_POSITION).to_numpy()
         if positions.size <= _LATE_MATERIALIZE_FRACTION * scanned:
-            extra = p.frag.read([ds.schema.field(c) for c in p.rest], [top_ids[c] for c in p.rest],
+            extra = p.frag.read([ds.storage_schema.field(c) for c in p.rest], [top_ids[c] for c in p.rest],
                                 _take_offsets(p.phys, positions), blob_handling=blobs)
         else:
             full, _ = _read_rows(ds, p.frag, p.rest, p.offsets, False, False, blobs)
@@ -630,7 +630,7 @@ def _finish_batch(ds: DatasetSnapshot, probes: list[_Probe], filtered: list[pa.T
     """:func:`_finish` of each probe; the other columns of whole small fragments (probes started
     by :func:`_start_batch`) are read together for all of them, then the matching rows taken."""
     rest = probes[0].rest
-    if (not rest or len(probes) == 1 or any(blob_v2.has_blobs(ds.schema.field(c)) for c in rest)
+    if (not rest or len(probes) == 1 or any(blob_v2.has_blobs(ds.storage_schema.field(c)) for c in rest)
             or any(p.offsets is not None or p.rest != rest or not _batch_probe(p) for p in probes)):
         return [_finish(ds, p, f) for p, f in zip(probes, filtered)]
     matched = [i for i, f in enumerate(filtered) if f.num_rows]
@@ -672,7 +672,7 @@ def _read_rows(ds: DatasetSnapshot, frag: LanceFragment, columns: list[str], off
     addresses, the offsets come as a lazy :class:`_LiveOffsets`.
     """
     ids = ds.top_field_ids
-    table = frag.read([ds.schema.field(c) for c in columns], [ids[c] for c in columns], offsets,
+    table = frag.read([ds.storage_schema.field(c) for c in columns], [ids[c] for c in columns], offsets,
                       blob_handling=blobs)
     phys: np.ndarray | _LiveOffsets
     if offsets is None:
