@@ -28,6 +28,7 @@ from lance_ops.errors import (
 from lance_ops.io import ObjectStore, open_store
 from lance_ops.io.redact import RedactedOptions
 from lance_ops.table import blobs as blobs_mod
+from lance_ops.table import deletion as deletion_mod
 from lance_ops.table import scan
 from lance_ops.table import tags as tags_mod
 from lance_ops.table.manifest import feature_flags
@@ -387,13 +388,15 @@ class LanceDataset:
         Without a filter this reads only the manifest and deletion counts; with one, a single
         column is scanned (the planner prunes fragments by statistics)."""
         filt = compile_filter(filter, self.storage_schema)
-        frags = [f for f in self.get_fragments() if fragment_ids is None or f.fragment_id in fragment_ids]
+        wanted = None if fragment_ids is None else set(fragment_ids)
+        protos = [f for f in self.manifest.fragments if wanted is None or f.id in wanted]
         if filt is None or filt.constant is True:
-            return sum(f.count_rows() for f in frags)
+            # the manifest's counts (no fragment objects: thousands of fragments are common)
+            return sum(deletion_mod.live_rows(f) for f in protos)
         if filt.constant is False:
             return 0
         cols = [c for c in filt.columns if c in self._top_field_ids][:1]
-        return sum(t.num_rows for t in self._fragment_tables(cols, filt, False, False, {f.fragment_id for f in frags}))
+        return sum(t.num_rows for t in self._fragment_tables(cols, filt, False, False, {int(f.id) for f in protos}))
 
     def scanner(self, columns: Sequence[str] | Mapping[str, str] | None = None,
                 filter: str | pc.Expression | None = None, limit: int | None = None,

@@ -119,20 +119,26 @@ def decode_arrow_deletions(data: bytes, path: str = "<deletion file>") -> np.nda
     """The offsets of an ``.arrow`` deletion file as sorted unique ``uint32``; CorruptFileError
     (naming ``path``) unless it is one non-null integer column of an Arrow IPC file."""
     try:
-        reader = ipc.open_file(pa.BufferReader(data), options=_IPC_READ)
-        table = reader.read_all()
+        # the file reader over a buffer, batch by batch: a third of ``open_file(...).read_all()``'s
+        # fixed cost, which dominated scans of thousands of fragments with deletions
+        reader = ipc.RecordBatchFileReader(pa.py_buffer(data), options=_IPC_READ)
+        schema = reader.schema
+        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
         raise CorruptFileError(path, f"not a readable Arrow IPC file: {e}") from e
-    if table.num_columns != 1:
+    if len(schema) != 1:
         raise CorruptFileError(
-            path, f"deletion file must have exactly one column, found {table.schema}"
+            path, f"deletion file must have exactly one column, found {schema}"
         )
-    col = table.column(0)
-    if col.type != pa.uint32() and col.type != pa.int32():
-        raise CorruptFileError(path, f"deletion offsets must be uint32, found {col.type}")
-    if col.null_count:
+    typ = schema.field(0).type
+    if typ != pa.uint32() and typ != pa.int32():
+        raise CorruptFileError(path, f"deletion offsets must be uint32, found {typ}")
+    if any(b.column(0).null_count for b in batches):
         raise CorruptFileError(path, "deletion offsets contain nulls")
-    values = col.chunk(0).to_numpy() if col.num_chunks == 1 else col.to_numpy()
+    if len(batches) == 1:
+        values = batches[0].column(0).to_numpy()
+    else:
+        values = np.concatenate([b.column(0).to_numpy() for b in batches] or [np.zeros(0, typ.to_pandas_dtype())])
     if values.dtype.kind == "i" and values.size and values.min() < 0:
         raise CorruptFileError(path, "deletion offsets contain negative values")
     # sorted unique uint32 (upstream writes them in hash-set order)

@@ -28,6 +28,8 @@ import pyarrow.compute as pc
 from lance_ops._proto import table_pb2
 from lance_ops.errors import InvalidArgumentError
 from lance_ops.format import blob_v2
+from lance_ops.format.v2_0.reader import LanceFileReader
+from lance_ops.format.v2_1.reader import LanceFileReaderV21
 from lance_ops.table.stats import prune as stats_prune
 from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.fragment import LanceFragment
@@ -324,25 +326,160 @@ def execute_many(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask]) -> Iter
 
 def _started(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask],
              pool: ThreadPoolExecutor) -> Iterator["pa.Table | _Probe"]:
-    """:func:`_start` of each task, in order, computed on ``pool`` a window ahead."""
-    window: deque[tuple[FragmentScanTask, Future]] = deque()
+    """:func:`_start` of each task, in order, computed on ``pool`` a window ahead; runs of small
+    fragments are started as one batch (:func:`_start_batch`)."""
+    window: deque[tuple[list[FragmentScanTask], Future]] = deque()
     in_window: dict[int, int] = {}  # fragment id -> its tasks in the window
     rows = 0
-    for task in tasks:
-        size = task.planned_rows
-        fid = task.fragment_id
-        while window and (rows + size > _WINDOW_ROWS or len(window) >= _WINDOW_TASKS or fid in in_window):
+    for batch in _batches(ds, tasks):
+        size = sum(t.planned_rows for t in batch)
+        fids = [t.fragment_id for t in batch]
+        while window and (rows + size > _WINDOW_ROWS or len(window) >= _WINDOW_TASKS
+                          or any(f in in_window for f in fids)):
             done, fut = window.popleft()
-            rows -= done.planned_rows
-            left = in_window.pop(done.fragment_id) - 1
-            if left:
-                in_window[done.fragment_id] = left
-            yield fut.result()
-        window.append((task, pool.submit(_start, ds, task)))
-        in_window[fid] = in_window.get(fid, 0) + 1
+            for t in done:
+                rows -= t.planned_rows
+                left = in_window.pop(t.fragment_id) - 1
+                if left:
+                    in_window[t.fragment_id] = left
+            yield from fut.result()
+        window.append((batch, pool.submit(_start_batch, ds, batch)))
+        for f in fids:
+            in_window[f] = in_window.get(f, 0) + 1
         rows += size
     while window:
-        yield window.popleft()[1].result()
+        yield from window.popleft()[1].result()
+
+
+#: fragments of at most this many rows stored in one 2.x data file are read in batches: 2.1+ files
+#: are planned and decoded together (``LanceFileReaderV21.read_all_of``), and the rows of a batch
+#: are masked by their deletion vectors and cut into per-task tables at once
+_BATCH_FILE_ROWS = 1 << 14
+#: a batch holds at most this many tasks and about this many rows
+_BATCH_TASKS = 128
+_BATCH_ROWS = 1 << 15
+
+
+def _batches(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask]) -> Iterator[list[FragmentScanTask]]:
+    """``tasks`` in order, in lists: runs of tasks that :func:`_start_batch` reads together, else one each."""
+    batch: list[FragmentScanTask] = []
+    rows = 0
+    simple: dict[tuple, bool] = {}  # (columns, filter) -> no blob or row id columns among them
+    for task in tasks:
+        key = (task.columns, id(task.filter))
+        ok = simple.get(key)
+        if ok is None:
+            ok = simple[key] = _simple_columns(ds, task)
+        frag = task.fragment
+        if not (ok and task.offsets is None and task.ranges is None and len(frag.files) == 1
+                and frag.physical_rows <= _BATCH_FILE_ROWS and _v2_file(frag.files[0])):
+            if batch:
+                yield batch
+                batch, rows = [], 0
+            yield [task]
+            continue
+        if batch and (rows + frag.physical_rows > _BATCH_ROWS or len(batch) >= _BATCH_TASKS
+                      or batch[0].columns != task.columns or batch[0].filter is not task.filter
+                      or batch[0].blob_handling != task.blob_handling):
+            yield batch
+            batch, rows = [], 0
+        batch.append(task)
+        rows += frag.physical_rows
+    if batch:
+        yield batch
+
+
+def _v2_file(df: table_pb2.DataFile) -> bool:
+    return int(df.file_major_version) >= 2  # 2.0 and later (legacy 0.x files are read one by one)
+
+
+def _simple_columns(ds: DatasetSnapshot, task: FragmentScanTask) -> bool:
+    """Whether a task reads only plain data columns (no blobs, no row ids or addresses)."""
+    if task.with_row_id or task.with_row_address:
+        return False
+    names = set(task.columns) | (set(task.filter.columns) if task.filter is not None else set())
+    if names & {ROW_ID, ROW_ADDR}:
+        return False
+    ids = ds.top_field_ids
+    return not any(blob_v2.has_blobs(ds.storage_schema.field(c)) for c in names if c in ids)
+
+
+def _start_batch(ds: DatasetSnapshot, tasks: list[FragmentScanTask]) -> list["pa.Table | _Probe"]:
+    """:func:`_start` of each of ``tasks`` (a run made by :func:`_batches`), their files read together."""
+    if len(tasks) == 1:
+        return [_start(ds, tasks[0])]
+    first = tasks[0]
+    for t in tasks:
+        if t.version != ds.version:
+            raise InvalidArgumentError(f"{ds.uri}: a scan task of version {t.version} cannot run on version {ds.version}")
+    top_ids = ds.top_field_ids
+    filt = first.filter
+    data_cols = [c for c in first.columns if c in top_ids]
+    read_cols = data_cols if filt is None else [c for c in filt.columns if c in top_ids]
+    frags = [LanceFragment(ds, t.fragment) for t in tasks]
+    got = _read_together(ds, frags, read_cols)
+    if got is None:
+        return [_start(ds, t) for t in tasks]
+    tables, masks = got
+    names = output_names(first.columns, False, False)
+    if filt is None:
+        return [_select(t, names) for t in tables]
+    rest = [c for c in data_cols if c not in read_cols]
+    out: list[pa.Table | _Probe] = []
+    for task, frag, table, mask in zip(tasks, frags, tables, masks):
+        probe = table.append_column(_POSITION, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        out.append(_Probe(task, frag, None, names, rest, probe, _LiveOffsets(frag.physical_rows, mask)))
+    return out
+
+
+def _read_together(ds: DatasetSnapshot, frags: list[LanceFragment], columns: list[str]
+                   ) -> tuple[list[pa.Table], list[np.ndarray | None]] | None:
+    """The live rows of ``columns`` of each fragment (what :func:`_read_rows` returns for all rows)
+    and each fragment's live mask: 2.1+ files decoded together (``read_all_of``), 2.0 files one by
+    one, then masked and cut at once; None when the fragments' files do not allow it (a legacy
+    file, a column outside the one data file, files that disagree on names or types)."""
+    if not columns:
+        return None
+    ids = ds.top_field_ids
+    fids = [ids[c] for c in columns]
+    readers: list[LanceFileReaderV21 | LanceFileReader] = []
+    names: list[str] | None = None
+    for frag in frags:
+        located = frag.locate_fields(fids)
+        if len(located) != len(fids) or any(i != 0 for i, _ in located.values()):
+            return None
+        stored = [located[fid][1] for fid in fids]
+        if names is None:
+            names = stored
+        elif stored != names:
+            return None
+        reader = frag.data_file_reader(0)
+        if not isinstance(reader, (LanceFileReaderV21, LanceFileReader)):
+            return None
+        readers.append(reader)
+    assert names is not None
+    v21 = [r for r in readers if isinstance(r, LanceFileReaderV21)]
+    if len(v21) == len(readers):
+        table = LanceFileReaderV21.read_all_of(v21, names)  # decoded together
+    else:  # 2.0 files: decoded one by one, masked and cut together
+        try:
+            table = pa.concat_tables([r.read_all(columns=names) for r in readers])
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+    fields = [ds.storage_schema.field(c) for c in columns]
+    arrays = []
+    for field, name in zip(fields, names):
+        col = table.column(name)
+        arrays.append(col.cast(field.type) if col.type != field.type else col)
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    masks = [frag.live_mask() for frag in frags]
+    rows = [frag.physical_rows for frag in frags]
+    if any(m is not None for m in masks):
+        keep = np.concatenate([np.ones(n, dtype=bool) if m is None else m for m, n in zip(masks, rows)])
+        table = table.filter(pa.array(keep))
+        rows = [n if m is None else int(np.count_nonzero(m)) for m, n in zip(masks, rows)]
+    bounds = np.concatenate([[0], np.cumsum(rows)]).tolist()
+    return [table.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:])], masks
 
 
 def _grouped(ds: DatasetSnapshot, started: Iterable["pa.Table | _Probe"],
@@ -389,13 +526,14 @@ def _flush(ds: DatasetSnapshot, pending: list["_Probe | pa.Table"],
         filtered = _filter_together([p.probe for p in probes], filt.expression)
     if filtered is None:
         filtered = [p.probe.filter(p.task.filter.expression) for p in probes]  # type: ignore[union-attr]
-    finished: Iterator[Any]
-    if pool is not None and len(probes) > 1:
-        finished = iter([pool.submit(_finish, ds, p, f) for p, f in zip(probes, filtered)])
-    else:
-        finished = iter([_Done(_finish(ds, p, f)) for p, f in zip(probes, filtered)])
+    jobs: list[Any] = []
+    for lo in range(0, len(probes), _BATCH_TASKS):
+        some, their = probes[lo:lo + _BATCH_TASKS], filtered[lo:lo + _BATCH_TASKS]
+        jobs.append(pool.submit(_finish_batch, ds, some, their) if pool is not None and len(probes) > 1
+                    else _Done(_finish_batch(ds, some, their)))
+    finished = (table for job in jobs for table in job.result())
     for p in pending:
-        yield p if isinstance(p, pa.Table) else next(finished).result()
+        yield p if isinstance(p, pa.Table) else next(finished)
 
 
 class _Done:
@@ -403,10 +541,10 @@ class _Done:
 
     __slots__ = ("value",)
 
-    def __init__(self, value: pa.Table) -> None:
+    def __init__(self, value: list[pa.Table]) -> None:
         self.value = value
 
-    def result(self) -> pa.Table:
+    def result(self) -> list[pa.Table]:
         return self.value
 
 
@@ -486,6 +624,38 @@ def _finish(ds: DatasetSnapshot, p: _Probe, probe: pa.Table) -> pa.Table:
         for c in p.rest:
             probe = probe.append_column(output_field(ds, c, blobs), extra.column(c))
     return _select(probe, p.names)
+
+
+def _finish_batch(ds: DatasetSnapshot, probes: list[_Probe], filtered: list[pa.Table]) -> list[pa.Table]:
+    """:func:`_finish` of each probe; the other columns of whole small fragments (probes started
+    by :func:`_start_batch`) are read together for all of them, then the matching rows taken."""
+    rest = probes[0].rest
+    if (not rest or len(probes) == 1 or any(blob_v2.has_blobs(ds.storage_schema.field(c)) for c in rest)
+            or any(p.offsets is not None or p.rest != rest or not _batch_probe(p) for p in probes)):
+        return [_finish(ds, p, f) for p, f in zip(probes, filtered)]
+    matched = [i for i, f in enumerate(filtered) if f.num_rows]
+    got = _read_together(ds, [probes[i].frag for i in matched], rest) if matched else ([], [])
+    if got is None:
+        return [_finish(ds, p, f) for p, f in zip(probes, filtered)]
+    fulls = dict(zip(matched, got[0]))
+    blobs = probes[0].task.blob_handling
+    fields = [output_field(ds, c, blobs) for c in rest]
+    out = []
+    for i, (p, probe) in enumerate(zip(probes, filtered)):
+        full = fulls.get(i)
+        for field in fields:
+            col = (full.column(field.name).take(probe.column(_POSITION)) if full is not None
+                   else pa.chunked_array([], field.type))
+            probe = probe.append_column(field, col)
+        out.append(_select(probe, p.names))
+    return out
+
+
+def _batch_probe(p: _Probe) -> bool:
+    """Whether a probe reads a whole small fragment of one 2.x data file (see :func:`_batches`)."""
+    frag = p.task.fragment
+    return (p.task.ranges is None and len(frag.files) == 1 and frag.physical_rows <= _BATCH_FILE_ROWS
+            and _v2_file(frag.files[0]))
 
 
 def _select(table: pa.Table, names: list[str]) -> pa.Table:

@@ -165,3 +165,69 @@ def test_execute_many_filters_groups_of_tasks_as_execute_does_one(uri, monkeypat
 
     assert ds.to_table(columns=columns, filter=predicate, with_row_id=row_id).equals(
         lance.dataset(uri).to_table(columns=columns, filter=predicate, with_row_id=row_id))
+
+
+@pytest.fixture(scope="module", params=["2.0", "2.2"])
+def small_v22(tmp_path_factory, request):
+    """Many small fragments (2.0 and 2.2) written by pylance, with deletions; the later ones after
+    an ``add_columns`` (so the earlier fragments have two data files, the later ones one)."""
+    import lance
+
+    path = str(tmp_path_factory.mktemp("scan_small") / "ds")
+    version = request.param
+
+    def rows(start: int, n: int, with_w: bool = False) -> pa.Table:
+        ids = np.arange(start, start + n)
+        cols = {"id": pa.array(ids, pa.int64()), "v": pa.array(ids * 0.25 - 20),
+                "s": pa.array([f"s{i}" * (i % 4) for i in ids])}
+        if with_w:
+            cols["w"] = pa.array(ids * 2, pa.int64())
+        return pa.table(cols)
+
+    for i in range(4):
+        lance.write_dataset(rows(i * 60, 60), path, mode="create" if i == 0 else "append",
+                            max_rows_per_file=20, data_storage_version=version)
+    lance.dataset(path).delete("id % 7 = 2")
+    lance.dataset(path).add_columns({"w": "id * 2"})
+    lance.write_dataset(rows(240, 100, True), path, mode="append", max_rows_per_file=20)
+    lance.dataset(path).delete("id % 11 = 5")
+    return path
+
+
+@pytest.mark.parametrize("columns, predicate", [
+    (None, None),
+    (["s", "id"], None),
+    (None, "v > 10 AND id % 3 = 0"),    # filter columns probed in batches, the others read together
+    (["s"], "id % 5 = 1"),
+    (["w", "v"], "v < -100"),           # nothing matches
+])
+def test_small_fragments_read_together_equal_one_by_one_and_pylance(small_v22, monkeypatch, columns, predicate):
+    import lance
+    from lance_ops.format.v2_1.reader import LanceFileReaderV21
+
+    ds = lance_ops.dataset(small_v22)
+    tasks = scan.plan(ds, columns, predicate)
+    one_by_one = [scan.execute(ds, t) for t in tasks]
+    calls, together_reads = [], []
+    real = LanceFileReaderV21.read_all_of
+    monkeypatch.setattr(LanceFileReaderV21, "read_all_of",
+                        staticmethod(lambda readers, cols: calls.append(len(readers)) or real(readers, cols)))
+    real_together = scan._read_together
+
+    def spy(ds, frags, cols):
+        got = real_together(ds, frags, cols)
+        together_reads.append(len(frags) if got is not None else 0)
+        return got
+
+    monkeypatch.setattr(scan, "_read_together", spy)
+    for batch_tasks in (2, 5, 128):
+        monkeypatch.setattr(scan, "_BATCH_TASKS", batch_tasks)
+        together = list(scan.execute_many(ds, tasks))
+        assert len(together) == len(one_by_one)
+        for a, b in zip(together, one_by_one):
+            assert a.schema == b.schema and a.combine_chunks().equals(b.combine_chunks())
+    assert max(together_reads) > 1  # fragments were read as batches
+    if ds.data_storage_version != "2.0":
+        assert calls and max(calls) > 1  # 2.1+ files were decoded together
+    assert ds.to_table(columns=columns, filter=predicate).equals(
+        lance.dataset(small_v22).to_table(columns=columns, filter=predicate))

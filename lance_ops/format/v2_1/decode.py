@@ -237,6 +237,13 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
             m.value_compression.SerializeToString(), tuple(m.layers), self.num_buffers, self.large,
             self.has_rep, self.has_def)
 
+    def prototype(self) -> "MiniBlockPage":
+        """This page as constructed, without buffers (what later pages of its encoding copy)."""
+        proto = MiniBlockPage.__new__(MiniBlockPage)
+        proto.__dict__.update(self.__dict__)
+        proto.offsets, proto.sizes, proto.ready = [], [], False
+        return proto
+
     def init_ranges(self) -> Ranges:
         """Chunk metadata, then the dictionary and the repetition index when the page has them."""
         out = [self.buf(0)]
@@ -250,27 +257,11 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
 
     def init(self, data: Sequence[bytes]) -> None:
         """Parse chunk sizes and counts, the dictionary and the repetition index: where each row lives."""
-        meta = bytes(data[0])
-        word = 4 if self.large else 2
-        if len(meta) % word:
-            raise EncodingCorrupt(f"chunk metadata of {len(meta)} bytes is not a whole number of words")
-        words = np.frombuffer(meta, dtype=f"<u{word}").astype(np.int64)
-        nchunks = len(words)
-        sizes = ((words >> 4) + 1) * 8
-        logs = words & 0xF
-        counts = np.where(np.arange(nchunks) < nchunks - 1, np.left_shift(1, logs), 0).astype(np.int64)
-        if nchunks:
-            last = self.num_items - int(counts[:-1].sum())
-            if last < 0:
-                raise EncodingCorrupt("chunk value counts exceed the page's item count")
-            counts[-1] = last
-        elif self.num_items:
-            raise EncodingCorrupt("page has items but no chunks")
-        self.chunk_sizes = sizes
-        self.chunk_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         data_pos, data_size = self.buf(1)
-        if nchunks and self.chunk_offsets[-1] > data_size:
-            raise EncodingCorrupt("mini-block chunks run past their buffer")
+        sizes, self.chunk_offsets, counts, counts_from0, all_counted = chunks.chunk_table(
+            bytes(data[0]), self.large, self.num_items, data_size)
+        nchunks = len(sizes)
+        self.chunk_sizes = sizes
         self.data_pos = data_pos
         self.chunk_counts = counts
         pos = 1
@@ -293,14 +284,15 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
                 raise EncodingUnsupported("list page without a repetition index")
         else:
             starts = counts
-        self.chunk_row_starts = starts.astype(np.int64)  # rows starting in each chunk
-        self.chunk_first_row = np.concatenate([[0], np.cumsum(self.chunk_row_starts)]).astype(np.int64)
+        self.chunk_row_starts = starts  # rows starting in each chunk (int64)
+        self.chunk_first_row = counts_from0 if starts is counts else \
+            np.concatenate([[0], np.cumsum(starts)]).astype(np.int64)
         if nchunks and self.chunk_first_row[-1] != self.num_rows:
             raise EncodingCorrupt(f"chunks hold {int(self.chunk_first_row[-1])} rows, page says {self.num_rows}")
         # plan_part() of all rows, when every chunk starts a row: every chunk, one range, rows as written
-        whole = bool(nchunks and self.num_rows and (self.chunk_row_starts > 0).all())
-        self.whole_plan = ([(int(data_pos), int(self.chunk_offsets[-1]))], (np.arange(nchunks), np.zeros(1, np.int64),
-                           np.full(1, self.num_rows, np.int64))) if whole else None
+        whole = bool(nchunks and self.num_rows and (all_counted if starts is counts else (starts > 0).all()))
+        self.whole_plan = ([(int(data_pos), int(self.chunk_offsets[-1]))], chunks.whole_part(nchunks, self.num_rows)) \
+            if whole else None
         self.ready = True
 
     def plan(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, DecodeFn]:
@@ -313,13 +305,13 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
     def plan_part(self, starts: np.ndarray, ends: np.ndarray) -> tuple[Ranges, Optional[tuple]]:
         """Byte ranges of the chunks holding the rows and what :func:`decode_group` needs:
         (chunk ids, row ranges numbered within those chunks), or None when no rows are wanted."""
+        if self.whole_plan is not None and len(starts) == 1 and int(starts[0]) == 0 and int(ends[0]) == self.num_rows:
+            return self.whole_plan  # the whole page (what scans read), planned once by init()
         nch = len(self.chunk_sizes)
         keep = ends > starts
         a, b = starts[keep], ends[keep]
         if not len(a) or nch == 0:
             return [], None
-        if self.whole_plan is not None and len(a) == 1 and int(a[0]) == 0 and int(b[0]) == self.num_rows:
-            return self.whole_plan  # the whole page (what scans read), planned once by init()
         fr_end = self.chunk_first_row[1:]
         c0 = np.searchsorted(fr_end, a, side="right")
         if self.max_rep:  # up to the chunk where row b starts: row b - 1 may run into it

@@ -18,7 +18,7 @@ import os
 import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
@@ -233,6 +233,7 @@ class LanceFileReaderV21(V2ReaderBase):
             raise self._corrupt(f"schema has {layout.num_columns} leaf fields but the file has {footer.num_columns} columns")
         self._schema, self._tree = layout.schema, layout.tree
         self._leaves, self._leaf_ids, self._by_column = layout.leaves, layout.leaf_ids, layout.by_column
+        self._layout = layout
         cmo = np.frombuffer(take(footer.cmo_table_start, 16 * footer.num_columns), dtype="<u8").reshape(-1, 2).astype(np.int64)
         self._column_meta: list[file2_pb2.ColumnMetadata] = []
         for i, (pos, length) in enumerate(cmo.tolist()):
@@ -278,15 +279,28 @@ class LanceFileReaderV21(V2ReaderBase):
             return self._pages[column]
         leaf = self._by_column[column]
         meta = self._column_meta[column]
-        pages = []
+        protos = self._layout.page_protos.setdefault(self._version, {})
+        pages: list[dec.AnyPage] = []
         first = 0
         for i, p in enumerate(meta.pages):
             enc = p.encoding
             if enc.WhichOneof("location") != "direct":
                 raise UnsupportedError(f"{self._uri}: column {column} ({leaf.path}) page {i}: "
                                        f"{enc.WhichOneof('location')} page encodings are not supported")
+            raw = enc.direct.encoding
+            proto = protos.get((column, raw))
+            if proto is not None:
+                # a mini-block page of an encoding already seen (files of one dataset share them):
+                # what its constructor derives from the encoding is copied, not recomputed
+                copied = dec.MiniBlockPage.__new__(dec.MiniBlockPage)
+                copied.__dict__.update(proto.__dict__)
+                copied.offsets, copied.sizes = list(p.buffer_offsets), list(p.buffer_sizes)
+                copied.num_rows, copied.first_row = int(p.length), first
+                pages.append(copied)
+                first += int(p.length)
+                continue
             anym = any_pb2.Any()
-            anym.ParseFromString(enc.direct.encoding)
+            anym.ParseFromString(raw)
             if anym.type_url != PAGE_LAYOUT_URL:
                 raise UnsupportedError(f"{self._uri}: column {column} ({leaf.path}) page {i}: "
                                        f"encoding {anym.type_url!r} is not a 2.1+ page layout")
@@ -295,6 +309,9 @@ class LanceFileReaderV21(V2ReaderBase):
             page = self._make_page(layout, p, first, leaf, column, i)
             page.page_layout = layout
             page.leaf = leaf
+            if isinstance(page, dec.MiniBlockPage) and type(page) is dec.MiniBlockPage \
+                    and len(protos) < _PAGE_PROTOS_LIMIT:
+                protos[(column, bytes(raw))] = page.prototype()
             pages.append(page)
             first += int(p.length)
         if first != self._num_rows and meta.pages:
@@ -373,70 +390,120 @@ class LanceFileReaderV21(V2ReaderBase):
 
     def _read_inner(self, nodes: list[FieldNode], ranges: tuple[np.ndarray, np.ndarray], inverse: Optional[np.ndarray],
                     describe: bool = False) -> pa.Table:
+        table = self._read_segments([(self, ranges)], nodes, describe)
+        if inverse is not None:
+            table = table.take(pa.array(inverse))
+        return table
+
+    @staticmethod
+    def read_all_of(readers: Sequence["LanceFileReaderV21"], columns: Sequence[str]) -> pa.Table:
+        """Every row of ``columns`` of each of ``readers``, back to back in reader order: what
+        ``concat_tables([r.read_all(columns) for r in readers])`` returns, as one chunk.
+
+        Files written with one schema share one schema layout; their pages are then planned and
+        decoded together (the chunks of equal-encoding mini-block pages of many small files decode
+        as one batch, and the Arrow arrays are assembled once), which is what makes scans of many
+        small files cheap. Readers of other layouts are read one by one."""
+        if not readers:
+            raise ValueError("read_all_of needs at least one reader")
+        first = readers[0]
+        if any(r._leaves is not first._leaves for r in readers):
+            return pa.concat_tables([r.read_all(columns) for r in readers]).combine_chunks()
+        nodes = first._select(columns)
+        segments = [(r, _ranges([(0, r._num_rows)])) for r in readers]
+        return first._guard(lambda: first._read_segments(segments, nodes, False))
+
+    def _read_segments(self, segments: Sequence[tuple["LanceFileReaderV21", tuple[np.ndarray, np.ndarray]]],
+                       nodes: list[FieldNode], describe: bool = False) -> pa.Table:
+        """The rows of every (reader, row ranges) segment, back to back, of ``nodes`` (fields of
+        this reader's tree; every reader shares this reader's schema layout)."""
         leaf_ids = [i for n in nodes for i in self._leaf_ids[n.id]]
-        starts, ends = ranges
         # which pages, which page-relative row ranges
-        work = []  # (leaf id, page, (page starts, page ends))
+        work = []  # (leaf id, reader, page, (page starts, page ends))
         for lid in leaf_ids:
-            leaf = self._leaves[lid]
-            for page in self._read_pages(leaf.column):
-                a0, b0 = page.first_row, page.first_row + page.num_rows
-                lo = int(np.searchsorted(ends, a0, side="right"))
-                hi = int(np.searchsorted(starts, b0, side="left"))
-                if hi > lo:
-                    rr = (np.maximum(starts[lo:hi], a0) - a0, np.minimum(ends[lo:hi], b0) - a0)
-                    work.append((lid, page, rr))
+            column = self._leaves[lid].column
+            for rdr, (starts, ends) in segments:
+                whole = len(starts) == 1 and int(starts[0]) == 0 and int(ends[0]) == rdr._num_rows
+                for page in rdr._read_pages(column):
+                    if whole:  # every row of the file: each page whole (shared read-only ranges)
+                        if page.num_rows:
+                            work.append((lid, rdr, page, _whole_page(page.num_rows)))
+                        continue
+                    a0, b0 = page.first_row, page.first_row + page.num_rows
+                    lo = int(np.searchsorted(ends, a0, side="right"))
+                    hi = int(np.searchsorted(starts, b0, side="left"))
+                    if hi > lo:
+                        rr = (np.maximum(starts[lo:hi], a0) - a0, np.minimum(ends[lo:hi], b0) - a0)
+                        work.append((lid, rdr, page, rr))
         # round 1: page metadata
-        init_pages = [w[1] for w in work if not w[1].ready]
-        init_pages = list({id(p): p for p in init_pages}.values())  # each page once, in first-seen order
-        reqs, owners = [], []
-        for p in init_pages:
-            rr = self._wrap(p, p.init_ranges)
-            reqs.extend(rr)
-            owners.append(len(rr))
-        datas = self._fetch(reqs)
-        pos = 0
-        for p, k in zip(init_pages, owners):
-            self._wrap(p, lambda: p.init(datas[pos:pos + k]))
-            pos += k
-        # round 2: data; small parts of consecutive mini-block pages with the same encodings
-        # decode as one batch
-        reqs, plans, group = [], [], None
-        for lid, page, rr in work:
-            key = getattr(page, "batch_key", None)
-            if key is None:
-                kw = {"describe": True} if describe and isinstance(page, dec.BlobPage) else {}
-                r, fn = self._wrap(page, lambda: page.plan(*rr, **kw))
-                plans.append((lid, page, fn, len(r)))
-                group = None
-            else:
-                r, part = self._wrap(page, lambda: page.plan_part(*rr))
-                small = sum([n for _, n in r]) <= GROUP_MAX_PART_BYTES
-                if part is not None and small and group is not None and group[:2] == (lid, key):
-                    group[2].append((page, part))  # the group's decoder sees the appended page
-                    first_lid, first_page, fn, k = plans[-1]
-                    plans[-1] = (first_lid, first_page, fn, k + len(r))
+        seen: dict[int, tuple] = {}
+        for _, rdr, p, _ in work:
+            if not p.ready and id(p) not in seen:  # each page once, in first-seen order
+                seen[id(p)] = (rdr, p)
+        # (failures of a page's metadata or planning name its file, column and row: ``cur``)
+        init_reqs: list[tuple[LanceFileReaderV21, tuple[int, int]]] = []
+        owners: list[int] = []
+        cur: tuple = (self, None)
+        try:
+            for cur in seen.values():
+                rdr, p = cur
+                rr = p.init_ranges()
+                init_reqs.extend((rdr, r) for r in rr)
+                owners.append(len(rr))
+            cur = (self, None)  # a failed fetch is not a page's failure
+            datas = _fetch_from(init_reqs)
+            pos = 0
+            for cur, k in zip(seen.values(), owners):
+                cur[1].init(datas[pos:pos + k])
+                pos += k
+            # round 2: data; small parts of consecutive mini-block pages with the same encodings
+            # (of one file or of several files with this layout) decode as one batch
+            reqs: list = []
+            plans: list = []
+            group = None
+            for lid, rdr, page, rr in work:
+                cur = (rdr, page)
+                key = getattr(page, "batch_key", None)
+                if key is None:
+                    kw = {"describe": True} if describe and isinstance(page, dec.BlobPage) else {}
+                    r, fn = page.plan(*rr, **kw)
+                    plans.append((lid, rdr, page, fn, len(r)))
+                    group = None
                 else:
-                    items = [(page, part)] if part is not None else []
-                    plans.append((lid, page, _group_decoder(page, items), len(r)))
-                    group = (lid, key, items) if part is not None and small else None
-            reqs.extend(r)
-        datas = self._fetch(reqs)
+                    r, part = page.plan_part(*rr)
+                    small = sum([n for _, n in r]) <= GROUP_MAX_PART_BYTES
+                    if part is not None and small and group is not None and group[:2] == (lid, key):
+                        group[2].append((page, part))  # the group's decoder sees the appended page
+                        first_lid, first_rdr, first_page, fn, k = plans[-1]
+                        plans[-1] = (first_lid, first_rdr, first_page, fn, k + len(r))
+                    else:
+                        items = [(page, part)] if part is not None else []
+                        plans.append((lid, rdr, page, _group_decoder(page, items), len(r)))
+                        group = (lid, key, items) if part is not None and small else None
+                reqs.extend((rdr, q) for q in r)
+        except Exception as exc:
+            rdr, page = cur
+            err = rdr._page_failure(page, exc) if page is not None else None
+            if err is None:
+                raise
+            raise err from None
+        datas = _fetch_from(reqs)
         jobs, pos = [], 0
-        for _, page, fn, k in plans:
-            jobs.append((page, fn, datas[pos:pos + k]))
+        for _, rdr, page, fn, k in plans:
+            jobs.append((rdr, page, fn, datas[pos:pos + k]))
             pos += k
         per_leaf: dict[int, list] = {lid: [] for lid in leaf_ids}
-        for (lid, _, _, _), got in zip(plans, self._decode_all(jobs)):
+        for (lid, _, _, _, _), got in zip(plans, _decode_all(jobs)):
             per_leaf[lid].append(got)
-        nsel = int((ends - starts).sum())
+        nsel = sum(int((ends - starts).sum()) for _, (starts, ends) in segments)
         states = {}
         for lid in leaf_ids:
             leaf = self._leaves[lid]
             parts = per_leaf[lid]
             d = dec.Decoded.concat(parts) if parts else dec.empty_decoded(leaf.ctx)
             if d.num_rows != nsel:
-                raise self._corrupt(f"column {leaf.column} ({leaf.path}) produced {d.num_rows} rows, expected {nsel}")
+                raise self._corrupt(f"column {leaf.column} ({leaf.path}) produced {d.num_rows} rows, expected {nsel}"
+                                    + _others(segments))
             states[lid] = assemble.LeafState(d.levels, d.values, leaf.canon, None,
                                         leaf.canon.max_rep, len(leaf.canon.kinds) - 1)
         arrays = []
@@ -444,51 +511,41 @@ class LanceFileReaderV21(V2ReaderBase):
             try:
                 arr = assemble.build_array(n, states, lambda node: self._leaf_ids[node.id])
             except EncodingUnsupported as exc:
-                raise UnsupportedError(f"{self._uri}: field {n.proto.name!r}: {exc}") from None
+                raise UnsupportedError(f"{self._uri}: field {n.proto.name!r}: {exc}{_others(segments)}") from None
             except EncodingCorrupt as exc:
-                raise self._corrupt(f"field {n.proto.name!r}: {exc}") from None
+                raise self._corrupt(f"field {n.proto.name!r}: {exc}{_others(segments)}") from None
             if len(arr) != nsel:
-                raise self._corrupt(f"field {n.proto.name!r} assembled {len(arr)} rows, expected {nsel}")
+                raise self._corrupt(f"field {n.proto.name!r} assembled {len(arr)} rows, expected {nsel}"
+                                    + _others(segments))
             arrays.append(arr)
         fields = [self._schema.field(n.proto.name) for n in nodes]
         if describe:
             fields = [blob_v2.described_field(f) for f in fields]
         schema = pa.schema(fields, metadata=self._schema.metadata)
-        table = pa.Table.from_arrays(arrays, schema=schema)
-        if inverse is not None:
-            table = table.take(pa.array(inverse))
-        return table
-
-    def _decode_all(self, jobs: list) -> list:
-        """Run the decode step of every (page, decode function, data) job; big batches go to a small
-        thread pool (numpy and Arrow release the GIL in the heavy loops). Pages whose decoding reads
-        more data (blobs) run here, in order."""
-        def one(job: tuple[dec.AnyPage, dec.DecodeFn, Sequence[bytes]]) -> dec.Decoded:
-            page, fn, blobs = job
-            return self._wrap(page, lambda: fn(blobs))
-
-        sizes = [sum(map(len, blobs)) for _, _, blobs in jobs]
-        pool = _decode_pool() if len(jobs) > 1 and sum(sizes) >= PARALLEL_MIN_BYTES else None
-        if pool is None:
-            return [one(j) for j in jobs]
-        futures = {}
-        for i in sorted(range(len(jobs)), key=lambda i: -sizes[i]):  # largest first
-            if not getattr(jobs[i][0], "decode_reads", False):
-                futures[i] = pool.submit(one, jobs[i])
-        return [futures[i].result() if i in futures else one(j) for i, j in enumerate(jobs)]
+        return pa.Table.from_arrays(arrays, schema=schema)
 
     def _wrap(self, page: dec.AnyPage, fn: Callable[[], _T]) -> _T:
-        leaf = self._by_column_of_page(page)
+        """``fn()`` with decoding failures turned into errors naming this file, the page's column and row."""
         try:
             return fn()
-        except EncodingUnsupported as exc:
-            raise UnsupportedError(f"{self._uri}: column {leaf.column} ({leaf.path}): unsupported encoding: {exc}") from None
-        except LanceOpsError:
-            raise
-        except (EncodingCorrupt, struct.error, IndexError, ValueError, TypeError, OverflowError,
-                pa.ArrowException, DecodeError, AssertionError) as exc:
-            raise self._corrupt(f"column {leaf.column} ({leaf.path}) page at row {page.first_row}: "
-                                f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:
+            err = self._page_failure(page, exc)
+            if err is None:
+                raise
+            raise err from None
+
+    def _page_failure(self, page: dec.AnyPage, exc: Exception) -> Optional[Exception]:
+        """The error to raise for ``exc``, raised by work on ``page`` of this file (None: ``exc`` itself)."""
+        leaf = self._by_column_of_page(page)
+        if isinstance(exc, EncodingUnsupported):
+            return UnsupportedError(f"{self._uri}: column {leaf.column} ({leaf.path}): unsupported encoding: {exc}")
+        if isinstance(exc, LanceOpsError):
+            return None
+        if isinstance(exc, (EncodingCorrupt, struct.error, IndexError, ValueError, TypeError, OverflowError,
+                            pa.ArrowException, DecodeError, AssertionError)):
+            return self._corrupt(f"column {leaf.column} ({leaf.path}) page at row {page.first_row}: "
+                                 f"{type(exc).__name__}: {exc}")
+        return None
 
     @staticmethod
     def _by_column_of_page(page: dec.AnyPage) -> _Leaf:
@@ -509,6 +566,65 @@ class LanceFileReaderV21(V2ReaderBase):
         return self._store.read_ranges(self._path, reqs)
 
 
+_WHOLE_PAGES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _whole_page(num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The page-relative row ranges of a whole page of ``num_rows`` rows (read-only, memoised)."""
+    got = _WHOLE_PAGES.get(num_rows)
+    if got is None:
+        got = (np.zeros(1, np.int64), np.full(1, num_rows, np.int64))
+        for a in got:
+            a.flags.writeable = False
+        if len(_WHOLE_PAGES) < 4096:
+            _WHOLE_PAGES[num_rows] = got
+    return got
+
+
+def _decode_all(jobs: list) -> list:
+    """Run the decode step of every (reader, page, decode function, data) job; big batches go to a
+    small thread pool (numpy and Arrow release the GIL in the heavy loops). Pages whose decoding
+    reads more data (blobs) run here, in order."""
+    def one(job: tuple[LanceFileReaderV21, dec.AnyPage, dec.DecodeFn, Sequence[bytes]]) -> dec.Decoded:
+        rdr, page, fn, blobs = job
+        return rdr._wrap(page, lambda: fn(blobs))
+
+    sizes = [sum(map(len, job[3])) for job in jobs]
+    pool = _decode_pool() if len(jobs) > 1 and sum(sizes) >= PARALLEL_MIN_BYTES else None
+    if pool is None:
+        return [one(j) for j in jobs]
+    futures = {}
+    for i in sorted(range(len(jobs)), key=lambda i: -sizes[i]):  # largest first
+        if not getattr(jobs[i][1], "decode_reads", False):
+            futures[i] = pool.submit(one, jobs[i])
+    return [futures[i].result() if i in futures else one(j) for i, j in enumerate(jobs)]
+
+
+def _fetch_from(reqs: Sequence[tuple["LanceFileReaderV21", tuple[int, int]]]) -> list:
+    """The bytes of (reader, (position, size)) requests, in order: one fetch per reader."""
+    if not reqs:
+        return []
+    first = reqs[0][0]
+    if all(r is first for r, _ in reqs):
+        return list(first._fetch([q for _, q in reqs]))
+    by_reader: dict[int, tuple[LanceFileReaderV21, list[int]]] = {}
+    for i, (r, _) in enumerate(reqs):
+        by_reader.setdefault(id(r), (r, []))[1].append(i)
+    out: list = [None] * len(reqs)
+    for r, idx in by_reader.values():
+        for i, got in zip(idx, r._fetch([reqs[i][1] for i in idx])):
+            out[i] = got
+    return out
+
+
+def _others(segments: Sequence[tuple["LanceFileReaderV21", Any]]) -> str:
+    """For errors of a read of several files: which files were read together."""
+    if len(segments) <= 1:
+        return ""
+    names = [r.path for r, _ in segments]
+    return f" (read together with {len(names) - 1} other file(s) of the same layout: {names[1:4]}...)"
+
+
 @dataclass(frozen=True)
 class _SchemaLayout:
     """A file schema's Arrow schema, field tree and leaf columns: a pure function of the schema
@@ -520,11 +636,15 @@ class _SchemaLayout:
     leaf_ids: dict[int, list[int]]
     by_column: dict[int, _Leaf]
     num_columns: int
+    #: file version -> (column, page encoding bytes) -> an uninitialised mini-block page of that
+    #: encoding (bounded by ``_PAGE_PROTOS_LIMIT``): what pages copy instead of re-deriving it
+    page_protos: dict = field(default_factory=dict, compare=False)
 
 
 #: schema bytes -> its layout; files of one dataset share a schema, so each is parsed once
 _SCHEMA_LAYOUTS: dict[bytes, _SchemaLayout] = {}
 _SCHEMA_LAYOUTS_LIMIT = 256
+_PAGE_PROTOS_LIMIT = 4096
 
 
 def _schema_layout(schema_proto: file_pb2.Schema, uri: str) -> _SchemaLayout:

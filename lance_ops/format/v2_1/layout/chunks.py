@@ -26,6 +26,68 @@ Spans = tuple[np.ndarray, np.ndarray]  # (start, size) per chunk, int64
 
 
 # --------------------------------------------------------------------------------------------
+# chunk tables
+# --------------------------------------------------------------------------------------------
+#: (chunk metadata bytes, word size, items, data buffer size) -> :func:`chunk_table` (read-only
+#: arrays): a pure function of the key; small files of one dataset often repeat the same table
+_TABLES: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]] = {}
+_TABLES_LIMIT = 4096
+
+
+def chunk_table(meta: bytes, large: bool, num_items: int, data_size: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """A mini-block page's chunk table from its metadata buffer: (chunk sizes, chunk start offsets
+    with the end appended, value counts, value counts' prefix sums from 0; int64, read-only), and
+    whether every chunk holds a value."""
+    key = (meta, large, num_items, data_size)
+    got = _TABLES.get(key)
+    if got is not None:
+        return got
+    word = 4 if large else 2
+    if len(meta) % word:
+        raise EncodingCorrupt(f"chunk metadata of {len(meta)} bytes is not a whole number of words")
+    words = np.frombuffer(meta, dtype=f"<u{word}").astype(np.int64)
+    nchunks = len(words)
+    sizes = ((words >> 4) + 1) * 8
+    logs = words & 0xF
+    counts = np.where(np.arange(nchunks) < nchunks - 1, np.left_shift(1, logs), 0).astype(np.int64)
+    if nchunks:
+        last = num_items - int(counts[:-1].sum())
+        if last < 0:
+            raise EncodingCorrupt("chunk value counts exceed the page's item count")
+        counts[-1] = last
+    elif num_items:
+        raise EncodingCorrupt("page has items but no chunks")
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    if nchunks and offsets[-1] > data_size:
+        raise EncodingCorrupt("mini-block chunks run past their buffer")
+    arrays = (sizes, offsets, counts, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    for a in arrays:
+        a.flags.writeable = False
+    table = (*arrays, bool((counts > 0).all()))
+    if len(_TABLES) >= _TABLES_LIMIT:
+        _TABLES.clear()
+    _TABLES[key] = table
+    return table
+
+
+_WHOLE_PARTS: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def whole_part(nchunks: int, num_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What a mini-block page plans to decode all its rows (every chunk id, rows ``[0, num_rows)``),
+    read-only and memoised: pages of many small files share it."""
+    got = _WHOLE_PARTS.get((nchunks, num_rows))
+    if got is None:
+        got = (np.arange(nchunks), np.zeros(1, np.int64), np.full(1, num_rows, np.int64))
+        for a in got:
+            a.flags.writeable = False
+        if len(_WHOLE_PARTS) < _TABLES_LIMIT:
+            _WHOLE_PARTS[(nchunks, num_rows)] = got
+    return got
+
+
+# --------------------------------------------------------------------------------------------
 # byte helpers
 # --------------------------------------------------------------------------------------------
 def window(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
