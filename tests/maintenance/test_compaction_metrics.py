@@ -40,7 +40,7 @@ def test_counts_bytes_and_seconds_are_measured(tmp_path, monkeypatch):
     live = ds.count_rows()
     source_bytes = sum(os.path.getsize(os.path.join(uri, "data", p)) for p in before)
 
-    # every fragment read, one by one or in a batch of small fragments (ADR 0031), locates its columns
+    # every fragment read, one by one or in a batch of small fragments (ADR 0033), locates its columns
     real = LanceFragment.locate_fields
 
     def slow_read(*args, **kwargs):
