@@ -9,14 +9,15 @@ deletes of them), no rejected append's rows, every acknowledged delete applied w
 count, nothing of a rejected delete applied; no two acknowledged operations at one version; no
 transaction uuid at two of the versions left; pylance reads every version left.
 
-``LANCE_OPS_RACE_SECONDS`` sets the duration per store (default 60, so both tests take about
-two minutes); ``LANCE_OPS_RACE_MIN_AGE`` cleanup's ``min_superseded_age`` in seconds (default 5:
-versions are removed five seconds after they stop being the latest, far below the 5-minute
-default, so commits and compactions keep meeting versions that vanished since they read the
-dataset). The minimum age must exceed the longest stall between a commit's last listing and its
-manifest put (see lance_ops.table.commit.loop): 0 is unsafe with concurrent writers by design, and a
-loaded CI machine can stall a process for a second or two. ``LANCE_OPS_RACE_LOGS`` keeps the
-operation logs (and the local dataset) in that directory for diagnosis.
+``LANCE_OPS_RACE_SECONDS`` sets the duration per store (default 30, so both tests take about a
+minute and a half, within the suite's CI budget; set it higher for reproduction loops);
+``LANCE_OPS_RACE_MIN_AGE`` cleanup's ``min_superseded_age`` in seconds (default 5: versions are
+removed five seconds after they stop being the latest, far below the 5-minute default, so commits
+and compactions keep meeting versions that vanished since they read the dataset). The minimum age
+must exceed the longest stall between a commit's last listing and its manifest put (see
+lance_ops.table.commit.loop): 0 is unsafe with concurrent writers by design, and a loaded CI
+machine can stall a process for a second or two. ``LANCE_OPS_RACE_LOGS`` keeps the operation logs
+(and the local dataset) in that directory for diagnosis.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from lance_ops.table.manifest.codec import read_manifest
 from lance_ops.table.commit.transaction_file import load_transaction
 from tests.safety import race_workers as W
 
-SECONDS = float(os.environ.get("LANCE_OPS_RACE_SECONDS", "60"))
+SECONDS = float(os.environ.get("LANCE_OPS_RACE_SECONDS", "30"))
 #: keep the operation logs (and the local dataset) here (default: the test's tmp_path, removed later by pytest)
 LOGS = os.environ.get("LANCE_OPS_RACE_LOGS")
 MIN_AGE = float(os.environ.get("LANCE_OPS_RACE_MIN_AGE", "5"))
