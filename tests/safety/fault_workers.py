@@ -1,6 +1,7 @@
 """Worker processes of the fault-proxy soak (module level so 'spawn' can import them).
 
-Each worker loops until its deadline and appends one JSON line per finished operation to its
+Each worker loops until its deadline (a ``time.time()`` value, or a shared ``multiprocessing.Value``
+holding one, which the test may move later while the workers run) and appends one JSON line per finished operation to its
 log file: what it did (batch ids, predicate), the outcome ("ok", "error" = failed and known not
 committed, "unknown" = CommitOutcomeUnknownError, "crash" = not a LanceOpsError), the version
 it reports, how long it took and how many S3 read retries it made. A line is written only
@@ -117,14 +118,19 @@ class _Log:
         return outcome, result
 
 
-def append_worker(uri: str, options: dict, worker: int, deadline: float, log_path: str,
+def _deadline(deadline: Any) -> float:
+    """The current deadline: a float, or the value of a shared ``multiprocessing.Value``."""
+    return float(deadline.value) if hasattr(deadline, "value") else float(deadline)
+
+
+def append_worker(uri: str, options: dict, worker: int, deadline: Any, log_path: str,
                   delete_own: bool = False, pause: float = 0.5) -> None:
     """Append batches until the deadline; with ``delete_own``, then delete the odd ids of each."""
     import lance_ops
 
     log = _Log(log_path, _retry_counter())
     seq = 0
-    while time.time() < deadline:
+    while time.time() < _deadline(deadline):
         lo, hi = batch_ids(worker, seq)
         tag = f"w{worker}-{seq}"
         outcome, _ = log.run(
@@ -133,7 +139,7 @@ def append_worker(uri: str, options: dict, worker: int, deadline: float, log_pat
                                             storage_options=options,
                                             transaction_properties={BATCH_KEY: tag}),
         )
-        if delete_own and outcome == "ok" and time.time() < deadline:
+        if delete_own and outcome == "ok" and time.time() < _deadline(deadline):
             predicate = f"id >= {lo} AND id < {hi} AND id % 2 = 1"
 
             def delete() -> dict:
@@ -153,14 +159,14 @@ def _compact(ds: Any) -> dict:
     return metrics
 
 
-def maintenance_worker(uri: str, options: dict, deadline: float, log_path: str,
+def maintenance_worker(uri: str, options: dict, deadline: Any, log_path: str,
                        older_than_s: float) -> None:
     """Compact and clean up old versions in turns until the deadline."""
     import lance_ops
 
     log = _Log(log_path, _retry_counter())
     turn = 0
-    while time.time() < deadline:
+    while time.time() < _deadline(deadline):
         if turn % 2 == 0:
             log.run({"op": "compact"},
                     lambda: _compact(lance_ops.dataset(uri, storage_options=options)))

@@ -1,6 +1,7 @@
 """Processes of the race test (tests/safety/test_race.py); module-level so 'spawn' can import them.
 
-Every worker loops until ``deadline`` (a ``time.time()`` value) and writes one JSON line per
+Every worker loops until ``deadline`` (a ``time.time()`` value, or a shared ``multiprocessing.Value``
+holding one, which the test may move later while the workers run) and writes one JSON line per
 operation to its own log: ``{"op", "status": "ok" | "rejected" | "unknown" | "bug", ...}``.
 "ok" means acknowledged; "rejected" a LanceOpsError other than CommitOutcomeUnknownError
 (nothing may have been committed); "unknown" a CommitOutcomeUnknownError; "bug" anything else.
@@ -54,10 +55,15 @@ class _Log:
         os.fsync(self._f.fileno())
 
 
-def _run(log_path: str, deadline: float, one) -> None:
+def _deadline(deadline) -> float:
+    """The current deadline: a float, or the value of a shared ``multiprocessing.Value``."""
+    return float(deadline.value) if hasattr(deadline, "value") else float(deadline)
+
+
+def _run(log_path: str, deadline, one) -> None:
     log = _Log(log_path)
     i = 0
-    while time.time() < deadline:
+    while time.time() < _deadline(deadline):
         try:
             entry = one(i)
         except Exception as exc:  # noqa: BLE001 - classified and logged

@@ -9,14 +9,17 @@ deletes of them), no rejected append's rows, every acknowledged delete applied w
 count, nothing of a rejected delete applied; no two acknowledged operations at one version; no
 transaction uuid at two of the versions left; pylance reads every version left.
 
-``LANCE_OPS_RACE_SECONDS`` sets the duration per store (default 60, so both tests take about
-two minutes); ``LANCE_OPS_RACE_MIN_AGE`` cleanup's ``min_superseded_age`` in seconds (default 5:
-versions are removed five seconds after they stop being the latest, far below the 5-minute
-default, so commits and compactions keep meeting versions that vanished since they read the
-dataset). The minimum age must exceed the longest stall between a commit's last listing and its
-manifest put (see lance_ops.table.commit.loop): 0 is unsafe with concurrent writers by design, and a
-loaded CI machine can stall a process for a second or two. ``LANCE_OPS_RACE_LOGS`` keeps the
-operation logs (and the local dataset) in that directory for diagnosis.
+``LANCE_OPS_RACE_SECONDS`` sets the duration per store (default 30, within the suite's CI budget);
+if by then the operation log has fewer acknowledged operations than the floors checked below (a
+slow or loaded machine), the race goes on in 5-second steps until it has them, up to
+``LANCE_OPS_RACE_MAX_SECONDS`` (default 60); set both higher for reproduction loops;
+``LANCE_OPS_RACE_MIN_AGE`` cleanup's ``min_superseded_age`` in seconds (default 5: versions are
+removed five seconds after they stop being the latest, far below the 5-minute default, so commits
+and compactions keep meeting versions that vanished since they read the dataset). The minimum age
+must exceed the longest stall between a commit's last listing and its manifest put (see
+lance_ops.table.commit.loop): 0 is unsafe with concurrent writers by design, and a loaded CI
+machine can stall a process for a second or two. ``LANCE_OPS_RACE_LOGS`` keeps the operation logs
+(and the local dataset) in that directory for diagnosis.
 """
 from __future__ import annotations
 
@@ -37,18 +40,48 @@ from lance_ops.table.manifest.codec import read_manifest
 from lance_ops.table.commit.transaction_file import load_transaction
 from tests.safety import race_workers as W
 
-SECONDS = float(os.environ.get("LANCE_OPS_RACE_SECONDS", "60"))
+SECONDS = float(os.environ.get("LANCE_OPS_RACE_SECONDS", "30"))
 #: keep the operation logs (and the local dataset) here (default: the test's tmp_path, removed later by pytest)
 LOGS = os.environ.get("LANCE_OPS_RACE_LOGS")
 MIN_AGE = float(os.environ.get("LANCE_OPS_RACE_MIN_AGE", "5"))
+MAX_SECONDS = max(SECONDS, float(os.environ.get("LANCE_OPS_RACE_MAX_SECONDS", "60")))
 APPENDERS = 2
+#: acknowledged operations of each kind that _check requires (the race runs on until it has them)
+FLOORS = {"append": 10, "delete": 5, "compact": 1, "cleanup": 3}
+
+
+def _acknowledged(log_dir) -> Counter:
+    """Acknowledged operations per kind in the logs so far (a line being written is skipped)."""
+    counts = Counter()
+    for name in os.listdir(log_dir):
+        with open(os.path.join(log_dir, name), encoding="utf-8") as f:
+            for line in f:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                if e.get("status") == "ok":
+                    counts[e.get("op")] += 1
+    return counts
+
+
+def _wait_for_floors(deadline, limit: float, log_dir) -> None:
+    """Until the shared ``deadline``: then move it on by 5 s while the logs lack any of FLOORS,
+    never past ``limit``."""
+    while True:
+        time.sleep(max(0.0, deadline.value - 2 - time.time()))
+        counts = _acknowledged(log_dir)
+        if all(counts[op] >= n for op, n in FLOORS.items()) or deadline.value >= limit:
+            return
+        deadline.value = min(limit, deadline.value + 5)
 
 
 def _race(uri, opts, log_dir):
     lance_ops.write_dataset(W.rows(np.arange(W.BASE_ROWS), "base"), uri, storage_options=opts,
                             max_rows_per_file=W.BASE_FILE_ROWS)
     ctx = mp.get_context("spawn")
-    deadline = time.time() + SECONDS + 10  # (spawned interpreters need a few seconds to start)
+    start = time.time() + 10  # (spawned interpreters need a few seconds to start)
+    deadline = ctx.Value("d", start + SECONDS)  # a lock-guarded double the workers read each loop
     log = lambda name: os.path.join(log_dir, f"{name}.jsonl")  # noqa: E731
     procs = [ctx.Process(target=W.appender, args=(uri, opts, w, deadline, log(f"append{w}")))
              for w in range(APPENDERS)]
@@ -57,8 +90,9 @@ def _race(uri, opts, log_dir):
     procs.append(ctx.Process(target=W.cleaner, args=(uri, opts, deadline, log("cleanup"), MIN_AGE)))
     for p in procs:
         p.start()
+    _wait_for_floors(deadline, start + MAX_SECONDS, log_dir)
     for p in procs:
-        p.join(timeout=SECONDS + 300)
+        p.join(timeout=MAX_SECONDS + 300)
     assert all(p.exitcode == 0 for p in procs), [(p.name, p.exitcode) for p in procs]
     entries = []
     for name in sorted(os.listdir(log_dir)):

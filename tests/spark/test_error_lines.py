@@ -6,6 +6,7 @@ translation of Spark's exceptions in-process (the shared session) to keep JVM st
 from __future__ import annotations
 
 import io
+import os
 import re
 
 import pyarrow as pa
@@ -28,10 +29,14 @@ def first_error_line(text: str) -> str:
 @pytest.mark.slow
 @needs_spark
 def test_missing_input_path_is_one_line_and_not_retryable(tmp_path):
+    """Also the failed job of tests/spark/test_submit.py (one JVM start for both): an overwrite whose
+    input is missing fails and leaves the dataset at its previous version, with no staging left."""
+    import lance
+
     uri = str(tmp_path / "ds.lance")
-    lance_ops.write_dataset(pa.table({"id": pa.array(range(10), pa.int64())}), uri)
+    lance_ops.write_dataset(pa.table({"id": pa.array(range(1000), pa.int64())}), uri)
     missing = str(tmp_path / "raw" / "day=2024-01-01")
-    proc = spark_submit("ingest.py", ["--path", missing, "--uri", uri, "--mode", "append",
+    proc = spark_submit("ingest.py", ["--path", missing, "--uri", uri, "--mode", "overwrite",
                                       "--idempotency-key", "missing-input-1"])
     assert proc.returncode == EXIT_NOT_RETRYABLE, proc.stdout[-3000:]
     # spark-submit (client mode) carries the Python driver's stderr on its stdout
@@ -44,6 +49,9 @@ def test_missing_input_path_is_one_line_and_not_retryable(tmp_path):
     # no Java stack trace for a missing path anywhere (Spark's reader never saw it)
     assert "\tat org.apache" not in proc.stderr and "\tat org.apache" not in driver
     assert lance_ops.dataset(uri).version == 1
+    ds = lance.dataset(uri)  # pylance: the overwrite never happened
+    assert ds.version == 1 and ds.count_rows() == 1000
+    assert not os.path.exists(os.path.join(uri, "_staging"))
 
 
 def test_usage_errors_exit_2_before_spark_starts(capsys):

@@ -1,8 +1,10 @@
 """Real ``spark-submit --master local[2,2]`` runs of the jobs (each costs one JVM start, ~10 s).
 
-Four job runs plus one ``--help`` (which exits before any SparkContext exists): ingest 1M rows
+Three job runs plus one ``--help`` (which exits before any SparkContext exists): ingest 1M rows
 into a new dataset; append 1M rows to a pylance-made dataset while every first task attempt
-fails; compaction from a plan file; and a job that fails and must leave the dataset untouched.
+fails; and compaction from a plan file. The job that fails and must leave the dataset untouched
+(an overwrite whose input is missing) is checked with the one spark-submit run of
+``tests/spark/test_error_lines.py::test_missing_input_path_is_one_line_and_not_retryable``.
 """
 from __future__ import annotations
 
@@ -84,16 +86,3 @@ def test_compact_from_a_plan_file_matches_compact_files(tmp_path):
     assert [f.count_rows() for f in b.get_fragments()] == [f.count_rows() for f in a.get_fragments()]
     assert lance.dataset(distributed).to_table().equals(lance.dataset(local).to_table())
     assert os.path.exists(os.path.join(distributed, "_staging", "compact-plan-1.json"))
-
-
-def test_failed_job_leaves_the_dataset_at_its_previous_version(tmp_path):
-    uri = str(tmp_path / "ds.lance")
-    lance_ops.write_dataset(make_rows(0, 1000), uri)
-    proc = spark_submit("ingest.py", ["--path", str(tmp_path / "does-not-exist"), "--uri", uri,
-                                      "--mode", "overwrite"])
-    assert proc.returncode == 2  # not retryable (tests/spark/test_error_lines.py has the details)
-    assert f"lance-ops: error: InputNotFoundError: input path does not exist: {tmp_path / 'does-not-exist'}" \
-        in proc.stdout  # client mode: the driver's stderr reaches spark-submit's stdout
-    ds = lance.dataset(uri)
-    assert ds.version == 1 and ds.count_rows() == 1000
-    assert not os.path.exists(os.path.join(uri, "_staging"))
