@@ -109,7 +109,7 @@ class TaskReader:
     """Reads a task's fragments (of the dataset ``view`` at the task's read version) group by group."""
 
     def __init__(self, view: Any, fragments: Sequence[table_pb2.DataFragment], live_rows: Sequence[int],
-                 stats: dict[str, int]):
+                 stats: dict[str, int]) -> None:
         self._view = view
         self._schema: pa.Schema = view.schema
         self._ids = [view.top_field_ids[name] for name in self._schema.names]
@@ -124,7 +124,8 @@ class TaskReader:
     def _open(self, item: tuple[table_pb2.DataFragment, int | None]) -> _Source:
         proto, expected = item
         frag = LanceFragment(self._view, proto)
-        reader, names = None, ()
+        reader: Any = None
+        names: tuple[str, ...] = ()
         if self._direct_ok and len(proto.files) == 1:
             located = frag.locate_fields(self._ids)  # opens the file and checks it against the manifest
             if len(located) == len(self._ids) and all(index == 0 for index, _ in located.values()):
@@ -187,8 +188,8 @@ class TaskReader:
         """The group's live rows, as tables in fragment order."""
         sources = list(pool.map(self._open, group)) if len(group) > 1 else [self._open(group[0])]
         runs: list[list[_Source]] = []
-        for key, run in itertools.groupby(sources, key=lambda s: s.batch_key(self._remote)):
-            members = list(run)
+        for key, same in itertools.groupby(sources, key=lambda s: s.batch_key(self._remote)):
+            members = list(same)
             if key is None or len(members) == 1:
                 runs.extend([s] for s in members)
             else:
