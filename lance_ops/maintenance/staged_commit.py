@@ -7,7 +7,9 @@ executors and stages *what* it wrote under ``_staging/{key}.json`` (see
 * ``append``    -> an Append transaction (creates the dataset when it is missing and the staged
   result carries a schema);
 * ``overwrite`` -> an Overwrite transaction (creates the dataset when it is missing);
-* ``rewrite``   -> the compaction commit (:func:`lance_ops.maintenance.compaction.commit_compaction`).
+* ``rewrite``   -> the compaction commit (:func:`lance_ops.maintenance.compaction.commit_compaction`);
+* ``create_index`` -> index upkeep's CreateIndex
+  (:func:`lance_ops.maintenance.index_upkeep.staged.commit_staged_upkeep`).
 
 The key is recorded in the transaction properties (``lance_ops.idempotency_key``) and in the
 dataset's key ledger (:mod:`lance_ops.table.commit.idempotency`), which cleanup carries forward; before
@@ -120,7 +122,7 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     store, base = open_store(uri, storage_options)
     key = result.key
     op = result.operation
-    if op not in ("append", "overwrite", "rewrite"):
+    if op not in ("append", "overwrite", "rewrite", "create_index"):
         raise LanceOpsError(f"{uri}: staged result {key!r} has unknown operation {op!r}")
     current = _latest(store, base, uri)
     if current is not None and key:
@@ -135,6 +137,12 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
 
     if op == "rewrite":
         return _commit_rewrite(uri, result, storage_options)
+    if op == "create_index":
+        from lance_ops.maintenance.index_upkeep.staged import commit_staged_upkeep
+
+        index_version = commit_staged_upkeep(uri, store, base, result)
+        _mark(store, base, key, index_version)
+        return _result(index_version, op, False, _staged_metrics(result))
 
     properties = CommitProperties.from_keywords(stage_kind(op), idempotency_key=key,
                                                 transaction_properties=transaction_properties)
@@ -227,7 +235,7 @@ def commit_staged(uri: str, key: str, *, storage_options: Mapping[str, Any] | No
     if staged is None:
         # the stage may be gone because it was committed and cleanup removed it: ask the ledger
         if _latest(store, base, uri) is not None:
-            earlier = idempotency.lookup(store, base, key, ("write", "rewrite"))
+            earlier = idempotency.lookup(store, base, key, ("write", "rewrite", "create_index"))
             if earlier is not None:
                 log.info("%s: key %s was already committed as version %d", uri, key, earlier.version)
                 return _result(earlier.version, earlier.operation, True, _replayed(None, earlier))

@@ -73,7 +73,7 @@ class StagedResult:
     """What one write step produced, ready to be committed by a separate step."""
 
     key: str
-    #: "append" | "overwrite" | "rewrite"
+    #: "append" | "overwrite" | "rewrite" | "create_index"
     operation: str
     read_version: int
     fragments: list[table_pb2.DataFragment] = field(default_factory=list)
@@ -84,13 +84,18 @@ class StagedResult:
     schema_metadata: dict[str, str] = field(default_factory=dict)
     data_storage_version: str = "2.0"
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: for "create_index": {"new": [b64 IndexMetadata], "removed": [...], "upkeep": [...]}
+    indices: dict[str, Any] = field(default_factory=dict)
     #: set by the commit step once the result is committed (the version it landed in)
     committed_version: int | None = None
 
     def to_json(self) -> str:
         """The staged file's content: sorted-key JSON, fragments as base64 protobuf;
         ``committed_version`` only once the result is committed."""
-        extra = {} if self.committed_version is None else {"committed_version": int(self.committed_version)}
+        extra: dict[str, Any] = {} if self.committed_version is None else {
+            "committed_version": int(self.committed_version)}
+        if self.indices:
+            extra["indices"] = self.indices
         return json.dumps({
             **extra,
             "key": self.key,
@@ -117,6 +122,7 @@ class StagedResult:
                 schema_metadata=dict(raw.get("schema_metadata", {})),
                 data_storage_version=raw.get("data_storage_version", "2.0"),
                 metrics=dict(raw.get("metrics", {})),
+                indices=dict(raw.get("indices", {})),
                 committed_version=(int(raw["committed_version"]) if raw.get("committed_version") is not None
                                    else None),
             )
