@@ -1,6 +1,6 @@
 """The source rows of a compaction task: every column of its fragments' live rows, in order.
 
-Compaction copies whole fragments, so it reads them differently from a scan (ADR 0030):
+Compaction copies whole fragments, so it reads them differently from a scan (ADR 0033):
 
 * The task's fragments are cut into consecutive groups of about ``GROUP_ROWS`` rows /
   ``GROUP_BYTES`` bytes (a bigger fragment is a group of its own); one table of live rows comes
@@ -111,7 +111,7 @@ class TaskReader:
     def __init__(self, view: Any, fragments: Sequence[table_pb2.DataFragment], live_rows: Sequence[int],
                  stats: dict[str, int]) -> None:
         self._view = view
-        self._schema: pa.Schema = view.schema
+        self._schema: pa.Schema = view.storage_schema  # extension columns as stored, as the writer takes them
         self._ids = [view.top_field_ids[name] for name in self._schema.names]
         # blob columns (bytes, descriptors, side files) are the scan's business
         self._direct_ok = not any(blob_v2.has_blobs(f) for f in self._schema)
