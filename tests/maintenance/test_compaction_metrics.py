@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import lance_ops
-from lance_ops.maintenance.compaction import RewriteResult, compact_files
+from lance_ops.maintenance.compaction import RewriteResult, compact_files, source
 from lance_ops.table import scan
 from lance_ops.table.fragment import LanceFragment
 
@@ -40,15 +40,15 @@ def test_counts_bytes_and_seconds_are_measured(tmp_path, monkeypatch):
     live = ds.count_rows()
     source_bytes = sum(os.path.getsize(os.path.join(uri, "data", p)) for p in before)
 
-    # every fragment read, one by one or in a batch of small fragments (ADR 0033), locates its columns
-    real = LanceFragment.locate_fields
+    real = LanceFragment.locate_fields  # once per source fragment, whichever way it is read
 
-    def slow_read(*args, **kwargs):
+    def slow_open(*args, **kwargs):
         time.sleep(SLOW)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(LanceFragment, "locate_fields", slow_read)
+    monkeypatch.setattr(LanceFragment, "locate_fields", slow_open)
     monkeypatch.setattr(scan, "_WORKERS", 2)
+    monkeypatch.setattr(source, "_WORKERS", 2)
     t0 = time.perf_counter()
     metrics = compact_files(ds, target_rows_per_fragment=10_000)
     wall = time.perf_counter() - t0
@@ -62,8 +62,8 @@ def test_counts_bytes_and_seconds_are_measured(tmp_path, monkeypatch):
     assert metrics["rows_read"] == metrics["rows_written"] == live == after_ds.count_rows() == 390
     assert metrics["bytes_written"] == sum(os.path.getsize(os.path.join(uri, "data", p)) for p in added)
     assert metrics["bytes_read"] == source_bytes
-    # four slowed fragment reads, at most two at a time on the scan pool: the rewrite and the
-    # whole call both took at least two of them
+    # four slowed fragment opens, two at a time on the reading pool: the rewrite and the whole
+    # call both took at least two of them
     assert metrics["rewrite_seconds"] >= 2 * SLOW
     assert metrics["seconds"] >= metrics["rewrite_seconds"]
     assert metrics["seconds"] <= wall

@@ -1,12 +1,10 @@
 """Compaction execution: rewrite a task's fragments into new data files (committed by ``commit``).
 
-Execution streams: the task's fragments are read one at a time through the scan planner (every
-column, live rows; :mod:`lance_ops.table.scan`) in consecutive groups of about ``_GROUP_ROWS`` rows / ``_GROUP_BYTES`` bytes (a bigger fragment
-is a group of its own); the next group is read in a background thread while the current one is
-written, which hides store latency. A group's live rows are gathered into one contiguous table (one
-copy, and far fewer, larger batches for the writer), and the
-rows are cut into new fragments of exactly the sizes the plan fixed; memory is bounded by two
-groups plus one group's copy and the file writer's buffers, never by the task. New fragments
+Execution streams: the task's fragments are read in consecutive groups of about 128k rows /
+32 MiB (:mod:`.source`: every column, live rows; the next group is read in a background thread
+while the current one is written), and the rows are cut into new fragments of exactly the sizes
+the plan fixed; memory is bounded by two groups plus one group's copy and the file writer's
+buffers, never by the task. New fragments
 carry id 0 and are written with the dataset's own storage version (a version lance_ops cannot
 write is refused before anything is written). The dataset is opened at the task's read
 version, whose fragments must be the task's byte for byte.
@@ -24,150 +22,30 @@ Row ids
 """
 from __future__ import annotations
 
-import itertools
-import json
 import logging
 import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
 
-from lance_ops._proto import table_pb2, transaction_pb2
+from lance_ops._proto import table_pb2
 from lance_ops.errors import LanceOpsError, RetryableCommitConflictError, UnsupportedError
 from lance_ops.io.base import ObjectStore
-from lance_ops.table import scan
 from lance_ops.table import deletion, rowids, versions
-from lance_ops.table.commit import idempotency
 from lance_ops.table.manifest import naming
-from lance_ops.table.commit import locate
-from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
-from lance_ops.table.commit.loop import (
-    CommitContext,
-    CommitOptions,
-    commit_transaction,
-)
-from lance_ops.table.fragment import LanceFragment
-from lance_ops.table.manifest.codec import read_manifest
 from lance_ops.table.paths import resolve_inside
 from lance_ops.table.write import write_fragments
 
 from lance_ops.maintenance.compaction.indices import RUNNABLE_ACTIONS, check_fragments_remappable
+from lance_ops.maintenance.compaction.source import TaskReader
 from lance_ops.maintenance.compaction.model import (
     RewriteResult,
     RewriteTask,
     same_fragment,
-    zero_metrics,
 )
 
 log = logging.getLogger(__name__)
-
-# --- reading the source fragments ----------------------------------------------------------------
-#: consecutive source fragments are gathered until a group holds this many rows or bytes
-_GROUP_ROWS = 128 * 1024
-_GROUP_BYTES = 32 << 20
-
-
-def _source_file_size(view: Any, df: table_pb2.DataFile) -> int:
-    """Bytes of one source data file: the size the manifest records, else (older manifests
-    record none) the size the store reports. The store's request counters are per store
-    object, shared by concurrent tasks, so they cannot attribute bytes to one task."""
-    if df.file_size_bytes:
-        return int(df.file_size_bytes)
-    store, base = view.store, view.base
-    return int(store.size(store.join(base, naming.DATA_DIR, df.path)))
-
-
-def _take_live(tables: list[pa.Table], deleted: list[bool]) -> pa.Table:
-    """Several fragments' live rows as one table (one chunk per column); ``deleted``: whether
-    each fragment had deleted rows (its table was filtered by the scan)."""
-    if len(tables) == 1 and not deleted[0]:
-        return tables[0]  # nothing dropped, nothing to merge: no copy
-    try:
-        return pa.concat_tables(tables).combine_chunks()
-    except pa.ArrowException:  # e.g. dictionary columns whose chunks do not share a dictionary
-        return pa.concat_tables(tables)
-
-
-def _groups(task: RewriteTask) -> list[list[tuple[table_pb2.DataFragment, int | None]]]:
-    """The task's fragments (with their planned live rows), cut into consecutive groups."""
-    expected: list[int | None] = list(task.live_rows) or [None] * len(task.fragments)
-    groups: list[list[tuple[table_pb2.DataFragment, int | None]]] = []
-    current: list[tuple[table_pb2.DataFragment, int | None]] = []
-    rows = size = 0
-    for proto, n in zip(task.fragments, expected):
-        current.append((proto, n))
-        rows += proto.physical_rows
-        size += sum(df.file_size_bytes for df in proto.files)
-        if rows >= _GROUP_ROWS or size >= _GROUP_BYTES:
-            groups.append(current)
-            current, rows, size = [], 0, 0
-    if current:
-        groups.append(current)
-    return groups
-
-
-def _live_tables(task: RewriteTask, view: Any, schema: pa.Schema, stats: dict[str, int],
-                 prefetch: int = 1) -> Iterator[pa.Table]:
-    """The source fragments' live rows, in order, one table per group of fragments.
-
-    Each fragment is read through the scan planner (every column, blob v2 as written). The next
-    ``prefetch`` groups are read in a background thread while the current one is being written
-    (``prefetch=0``: no thread); see the module docstring for the grouping.
-    """
-    scans = {t.fragment_id: t for t in scan.plan(view, schema.names, fragments=task.fragments,
-                                                 blob_handling="logical")}
-
-    def check(proto: table_pb2.DataFragment, expected_live: int | None, table: pa.Table) -> tuple[pa.Table, bool, int]:
-        """The fragment's live rows, whether it had deleted rows, its live count."""
-        live = table.num_rows
-        if expected_live is not None and live != expected_live:
-            raise LanceOpsError(
-                f"fragment {proto.id}: read {live} live rows but the plan counted "
-                f"{expected_live}; its deletion file or metadata is inconsistent"
-            )
-        return table, live != proto.physical_rows, live
-
-    def load_group(group: Any) -> list[tuple[pa.Table, bool, int]]:
-        # the group's fragments are read side by side (scan.execute_many), then checked in order
-        tables = scan.execute_many(view, [scans[proto.id] for proto, _ in group])
-        return [check(proto, n, table) for (proto, n), table in zip(group, tables)]
-
-    def live_rows(group: Any, loaded: Any) -> pa.Table:
-        # (counted here, in the consuming thread, in group order)
-        stats["rows_read"] += sum(live for _, _, live in loaded)
-        stats["bytes_read"] += sum(_source_file_size(view, df) for proto, _ in group for df in proto.files)
-        return _take_live([t for t, _, _ in loaded], [d for _, d, _ in loaded])
-
-    jobs = iter(_groups(task))
-    if prefetch <= 0:
-        for group in jobs:
-            yield live_rows(group, load_group(group))
-        return
-    # One background thread reads the next groups, in order; the copy of each group's live rows
-    # is made here, next to the writing, which balances the two threads (copies and writes run
-    # without the GIL). A second reader thread does not pay on two cores.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lance-ops-compact-read") as pool:
-        pending: deque = deque()
-        try:
-            for group in itertools.islice(jobs, prefetch):
-                pending.append((group, pool.submit(load_group, group)))
-            while pending:
-                group, fut = pending.popleft()
-                loaded = fut.result()
-                nxt = next(jobs, None)
-                if nxt is not None:
-                    pending.append((nxt, pool.submit(load_group, nxt)))
-                table = live_rows(group, loaded)
-                del loaded
-                yield table
-        finally:
-            for _, fut in pending:
-                fut.cancel()
-
 
 class _RowSource:
     """Hands out batches totalling exactly ``n`` rows from a stream of tables."""
@@ -323,7 +201,7 @@ def execute_task(task: RewriteTask, store: ObjectStore, base: str, *, storage_op
     view = _open_read_version(task, store, base)
     schema = view.storage_schema
     stats = {"rows_read": 0, "bytes_read": 0}
-    source = _RowSource(_live_tables(task, view, schema, stats))
+    source = _RowSource(TaskReader(view, task.fragments, task.live_rows, stats).tables())
     new_fragments: list[table_pb2.DataFragment] = []
     try:
         for size in task.output_rows:
