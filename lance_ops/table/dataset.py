@@ -391,8 +391,10 @@ class LanceDataset:
         wanted = None if fragment_ids is None else set(fragment_ids)
         protos = [f for f in self.manifest.fragments if wanted is None or f.id in wanted]
         if filt is None or filt.constant is True:
-            # the manifest's counts (no fragment objects: thousands of fragments are common)
-            return sum(deletion_mod.live_rows(f) for f in protos)
+            # the manifest's counts (no fragment objects: thousands of fragments are common); a
+            # deletion file without a recorded count (very old writers) is read and counted
+            return sum(deletion_mod.live_rows(f) if deletion_mod.deletion_count_known(f)
+                       else LanceFragment(self, f).count_rows() for f in protos)
         if filt.constant is False:
             return 0
         cols = [c for c in filt.columns if c in self._top_field_ids][:1]

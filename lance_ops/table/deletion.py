@@ -160,9 +160,17 @@ def decode_bitmap_deletions(data: bytes, path: str = "<deletion file>") -> BitMa
 # --- files -----------------------------------------------------------------------------------
 def live_rows(fragment: table_pb2.DataFragment) -> int:
     """Rows of the fragment the manifest counts as not deleted (``physical_rows`` minus the deletion
-    file's ``num_deleted_rows``; very old writers left that count at 0)."""
+    file's ``num_deleted_rows``). An upper bound when :func:`deletion_count_known` is False: very
+    old writers left that count at 0 beside a deletion file, which only the file itself can
+    answer (``LanceFragment.num_deletions`` reads it)."""
     deleted = fragment.deletion_file.num_deleted_rows if fragment.HasField("deletion_file") else 0
     return int(fragment.physical_rows) - int(deleted)
+
+
+def deletion_count_known(fragment: table_pb2.DataFragment) -> bool:
+    """Whether the manifest alone tells the fragment's deleted rows: no deletion file, or one with
+    a recorded count (pylance reads a count of 0 beside a deletion file as unknown)."""
+    return not fragment.HasField("deletion_file") or fragment.deletion_file.num_deleted_rows > 0
 
 
 def deletion_file_path(store: ObjectStore, base: str, fragment_id: int,

@@ -85,8 +85,13 @@ class LanceFragment:
 
     @property
     def num_deletions(self) -> int:
-        """Rows of the fragment marked deleted by its deletion file."""
-        return self.proto.deletion_file.num_deleted_rows if self.proto.HasField("deletion_file") else 0
+        """Rows of the fragment marked deleted by its deletion file. The manifest's count is used
+        when it is recorded; a count of 0 beside a deletion file means "unknown" (very old writers
+        left it unset, and pylance then reads the file), so the file is read and counted."""
+        if not self.proto.HasField("deletion_file"):
+            return 0
+        recorded = int(self.proto.deletion_file.num_deleted_rows)
+        return recorded if recorded else int(self.deleted_offsets.size)
 
     def count_rows(self, filter: str | pc.Expression | None = None) -> int:
         """Live rows of the fragment (matching ``filter`` when given)."""
@@ -168,7 +173,7 @@ class LanceFragment:
 
     def live_mask(self) -> np.ndarray | None:
         """Boolean mask over physical rows (None when nothing is deleted)."""
-        if not self.num_deletions:
+        if not self.proto.HasField("deletion_file") or not self.num_deletions:
             return None
         mask = np.ones(self.physical_rows, dtype=bool)
         mask[self.deleted_offsets] = False
