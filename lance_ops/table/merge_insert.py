@@ -70,14 +70,16 @@ def _literal(value: object) -> str:
     return f'"{value}"' if isinstance(value, str) else str(value)
 
 
-def _key_values(keys: pa.Table, position: int) -> str:
+def key_values(keys: pa.Table, position: int) -> str:
     """``k = v, ...`` of one row's key columns, as pylance's messages name a row."""
     row = keys.slice(position, 1).to_pylist()[0]
     return ", ".join(f"{k} = {_literal(row[k])}" for k in keys.column_names)
 
 
-def _ambiguous(keys: pa.Table, position: int) -> AmbiguousMergeError:
-    where = _key_values(keys, position)
+def ambiguous_error(keys: pa.Table, position: int) -> AmbiguousMergeError:
+    """pylance's error for several source rows matching the target row whose key columns are
+    row ``position`` of ``keys`` (also raised by the Spark merge job)."""
+    where = key_values(keys, position)
     return AmbiguousMergeError(
         f"Ambiguous merge inserts are prohibited: multiple source rows match the same target row on ({where}). "
         "Please ensure each target row is matched by at most one source row.")
@@ -165,11 +167,11 @@ def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) ->
     pos, src = pos[order], src[order]
     if spec.matched == "fail" and pos.size:
         raise MergeMatchError("Merge insert failed: found matching row with key values: "
-                              + _key_values(target.select(spec.on), int(pos[0])))
+                              + key_values(target.select(spec.on), int(pos[0])))
     if (spec.update or spec.matched == "delete") and pos.size > 1:
         dup = np.flatnonzero(pos[1:] == pos[:-1])
         if dup.size:
-            raise _ambiguous(target.select(spec.on), int(pos[dup[0]]))
+            raise ambiguous_error(target.select(spec.on), int(pos[dup[0]]))
     upd_pos, upd_src = (pos, src) if spec.update else (pos[:0], src[:0])
     if spec.update and plan.condition is not None and pos.size:
         pairs = pa.table({
