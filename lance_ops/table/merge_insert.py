@@ -101,6 +101,8 @@ class _Plan:
     stable: bool
     #: one integer-like key: its sorted non-null values and their source rows (else None: hash join)
     sorted_source: tuple[np.ndarray, np.ndarray] | None = None
+    #: the sorted source keys are all different (each target row matches at most one source row)
+    unique_source_keys: bool = False
 
 
 def _integer_keys(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
@@ -139,11 +141,17 @@ def _matches(target_keys: pa.Table, plan: "_Plan") -> tuple[np.ndarray, np.ndarr
         col = target_keys.column(0)
         values = _integer_keys(col)
         assert values is not None  # (same type as the source's key)
+        if not keys.size:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         lo = np.searchsorted(keys, values, side="left")
-        if keys.size and (keys.size < 2 or bool((keys[1:] != keys[:-1]).all())):  # unique source keys
-            counts = (keys[np.minimum(lo, keys.size - 1)] == values).astype(np.int64)
-        else:
-            counts = np.searchsorted(keys, values, side="right") - lo
+        if plan.unique_source_keys:  # one source row at most per target row: no expansion needed
+            np.minimum(lo, keys.size - 1, out=lo)
+            hit = keys[lo] == values
+            if col.null_count:
+                hit &= np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            pos = np.flatnonzero(hit)
+            return pos.astype(np.int64, copy=False), rows[lo[pos]]
+        counts = np.searchsorted(keys, values, side="right") - lo
         if col.null_count:
             counts[~np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)] = 0
         total = int(counts.sum())
@@ -163,8 +171,9 @@ def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) ->
     target = scan.execute(dataset, task)
     offsets = (target.column("_rowaddr").to_numpy() & 0xFFFFFFFF).astype(np.uint32)
     pos, src = _matches(target.select(spec.on), plan)
-    order = np.lexsort((src, pos))
-    pos, src = pos[order], src[order]
+    if not (plan.unique_source_keys and plan.sorted_source is not None):  # (else pos is already ascending)
+        order = np.lexsort((src, pos))
+        pos, src = pos[order], src[order]
     if spec.matched == "fail" and pos.size:
         raise MergeMatchError("Merge insert failed: found matching row with key values: "
                               + key_values(target.select(spec.on), int(pos[0])))
@@ -226,8 +235,10 @@ def _prepare(dataset: RewriteTarget, spec: MergeSpec, source: pa.Table) -> _Plan
         condition = compile_filter(spec.condition, both)
         cond_cols = _target_columns(spec.condition, names)
     delete_filter = compile_filter(spec.delete_expr, dataset.schema) if spec.delete_by_source else None
+    ordered = _sorted_source(keys, spec.on)
+    unique = ordered is not None and (ordered[0].size < 2 or bool((ordered[0][1:] != ordered[0][:-1]).all()))
     return _Plan(spec, source, keys, condition, cond_cols or [], delete_filter, dataset.has_stable_row_ids,
-                 _sorted_source(keys, spec.on))
+                 ordered, unique)
 
 
 def plan_merge(dataset: RewriteTarget, spec: MergeSpec,

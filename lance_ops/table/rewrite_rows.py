@@ -88,7 +88,13 @@ class RowsRewrite:
             return
         old = self.deleted.get(fragment_id)
         new = offsets.astype(np.uint32)
-        self.deleted[fragment_id] = np.unique(new if old is None else np.concatenate([old, new]))
+        merged = np.sort(new if old is None else np.concatenate([old, new]), kind="stable")  # (radix sort)
+        if merged.size > 1:
+            keep = np.empty(merged.size, dtype=bool)
+            keep[0] = True
+            np.not_equal(merged[1:], merged[:-1], out=keep[1:])
+            merged = merged[keep]
+        self.deleted[fragment_id] = merged
 
 
 def refuse_unwritable(dataset: RewriteTarget, what: str) -> None:
