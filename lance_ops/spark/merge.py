@@ -32,6 +32,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 import uuid
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -335,14 +336,17 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     from lance_ops.spark.datasource import register
     from lance_ops.spark.ingest import load_source
 
+    t0 = time.perf_counter()
     register(spark)
     on = key_columns(args.on)
     df = load_source(spark, args)
-    return merge_dataframe(df, args.uri, on, storage_options=parse_storage_option_args(args.storage_option),
-                           when_matched=args.when_matched, insert=args.insert,
-                           idempotency_key=args.idempotency_key, conflict_retries=args.conflict_retries,
-                           stage_only=args.stage_only, partitions=args.partitions,
-                           max_rows_per_file=args.max_rows_per_file)
+    out = merge_dataframe(df, args.uri, on, storage_options=parse_storage_option_args(args.storage_option),
+                          when_matched=args.when_matched, insert=args.insert,
+                          idempotency_key=args.idempotency_key, conflict_retries=args.conflict_retries,
+                          stage_only=args.stage_only, partitions=args.partitions,
+                          max_rows_per_file=args.max_rows_per_file)
+    out["seconds"] = time.perf_counter() - t0  # the driver's wall time of the job (Spark already started)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -157,3 +157,11 @@ def test_spark_submit_merge_then_rerun(tmp_path):
     again = summary_of(second)
     assert again["already_committed"] and again["version"] == 2 and {k: again[k] for k in expected} == expected
     assert lance.dataset(ours).version == 2
+
+
+def test_lance_format_upsert_option_names_the_merge_job(spark, tmp_path):
+    ours, _ = pair(tmp_path, target(10))
+    df = spark.createDataFrame(source(5, 15).to_pandas())
+    with pytest.raises(Exception, match=r"lance_ops\.spark\.merge\.merge_dataframe\(df, uri, on=\[\.\.\.\]\)"):
+        df.write.format("lance").option("mode", "upsert").option("on", "id").mode("append").save(ours)
+    assert lance.dataset(ours).version == 1
