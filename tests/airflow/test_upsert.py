@@ -201,3 +201,14 @@ def test_upsert_retry_after_landed_commit_commits_once(airflow_runner, tmp_path,
     txn = lance_ops.dataset(uri, version=3).transaction
     assert txn.WhichOneof("operation") == "update"
     assert txn.transaction_properties[IDEMPOTENCY_KEY] == out["idempotency_key"]
+
+
+def test_ingest_arguments_become_merge_arguments(airflow_home):
+    from lance_ops_airflow.operators.spark import _clean_args, merge_job_args
+
+    rendered = _clean_args(["--format", "parquet", "--path", "/raw/x", "--mode", "upsert", "--partitions", None,
+                            "--on", ["id", "day"]])
+    assert merge_job_args(rendered) == ["--format", "parquet", "--path", "/raw/x", "--on", "id,day"]
+    assert merge_job_args(["--path", "/p", "--mode", "upsert", "--on", '["k"]'])[-2:] == ["--on", "k"]
+    with pytest.raises(ValueError, match=r"Param 'on' is required when mode is 'upsert'"):
+        merge_job_args(_clean_args(["--path", "/p", "--mode", "upsert", "--on", None]))

@@ -121,7 +121,7 @@ def test_stage_preempted_by_a_delete_is_planned_again(spark, tmp_path):
 
 
 def test_duplicate_keys_fail_before_anything_is_written(spark, tmp_path):
-    ours, _ = pair(tmp_path, target(100))
+    ours, oracle = pair(tmp_path, target(100))
     src = pa.concat_tables([source(10, 20), source(15, 16, tag="dup"), source(200, 210)])
     df = spark.createDataFrame(src.to_pandas())
     files = data_files(ours)
@@ -138,6 +138,16 @@ def test_duplicate_keys_fail_before_anything_is_written(spark, tmp_path):
     assert lance.dataset(ours).count_rows("id >= 300") == 4
     with pytest.raises(MergeMatchError, match=r"^Merge insert failed: found matching row with key values: id = (5|300|301)$"):
         merge.merge_dataframe(twice, ours, ["id"], when_matched="fail")
+    # matched rows deleted, as pylance's when_matched_delete() deletes them
+    src_twice = pa.concat_tables([source(300, 302), source(300, 302), source(5, 6)])
+    lance.dataset(oracle).merge_insert("id").when_not_matched_insert_all().execute(src_twice)
+    gone = source(40, 60)
+    expected = lance.dataset(oracle).merge_insert("id").when_matched_delete().execute(gone)
+    out = merge.merge_dataframe(spark.createDataFrame(gone.to_pandas()), ours, ["id"], when_matched="delete",
+                                insert=False)
+    assert {k: out[k] for k in expected} == expected == {"num_inserted_rows": 0, "num_updated_rows": 0,
+                                                         "num_deleted_rows": 20}
+    same_table(ours, oracle)
 
 
 def test_spark_submit_merge_then_rerun(tmp_path):
