@@ -39,7 +39,7 @@ def spark_round(master: str, seed: str, src_path: str, scratch: str) -> tuple[fl
     t0 = time.perf_counter()
     spark = (SparkSession.builder.master(master).appName(f"bench-merge-{master}")
              .config("spark.ui.enabled", "false").config("spark.driver.memory", "3g")
-             .config("spark.sql.shuffle.partitions", "8").getOrCreate())
+             .config("spark.sql.shuffle.partitions", "8").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     start = time.perf_counter() - t0
     assert spark.sparkContext.master == master
