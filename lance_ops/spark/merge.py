@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="rows per new data file / fragment (default: 1048576)")
     run = p.add_argument_group("execution")
     run.add_argument("--partitions", type=int, default=None,
-                     help="write the new rows from at most N Spark tasks (default: as the join gives)")
+                     help="Spark partitions of the join, and so tasks writing new rows and deletion files "
+                          "(default: 2 x the default parallelism)")
     run.add_argument("--idempotency-key", default=None,
                      help="key recorded with the commit; re-running with the same key is a no-op "
                           "(default: a fresh uuid)")
@@ -221,27 +222,28 @@ def stage_merge(source: DataFrame, ds: LanceDataset, on: list[str], key: str, *,
     check_spark_append(ds.schema, spark_to_arrow_schema(source.schema), ds.uri)
     spark = source.sparkSession
     stable = bool(ds.has_stable_row_ids)
-    target = _target_keys(spark, ds, on, stable)
-    src = source.select(*names)
+    # both sides hash-partitioned alike on the keys: the join adds no exchange, and the joined
+    # rows (persisted, then written) come in `parts` partitions, not spark.sql.shuffle.partitions
+    parts = int(partitions or max(1, spark.sparkContext.defaultParallelism * 2))
+    target = _target_keys(spark, ds, on, stable).repartition(parts, *on)
+    src = source.select(*names).repartition(parts, *on)
     how = "left_anti" if when_matched == "keep" else ("left" if insert else "inner")
     joined = src.join(target, on=on, how=how)
     if how == "left_anti":
         joined = joined.withColumn(FRAGMENT_COL, F.lit(None).cast("long")).withColumn(OFFSET_COL, F.lit(None).cast("long"))
     joined = joined.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        matches = joined.where(F.col(FRAGMENT_COL).isNotNull()).select(FRAGMENT_COL, OFFSET_COL)
+        matches = joined.where(F.col(FRAGMENT_COL).isNotNull()).select(*on, FRAGMENT_COL, OFFSET_COL)
         if when_matched == "fail":
-            _refuse_matches(matches, target, on)
+            _refuse_matches(matches, on)
         if when_matched in ("update", "delete"):
-            _refuse_ambiguous(matches, target, on)
-        deletions = (matches.repartition(FRAGMENT_COL).sortWithinPartitions(FRAGMENT_COL, OFFSET_COL)
+            _refuse_ambiguous(matches, on)
+        deletions = (matches.select(FRAGMENT_COL, OFFSET_COL).repartition(parts, FRAGMENT_COL).sortWithinPartitions(FRAGMENT_COL, OFFSET_COL)
                      .mapInArrow(WriteDeletionsTask(ds.uri, dict(ds.storage_options), ds.version), DELETIONS_DDL)
                      .collect()) if when_matched in ("update", "delete") else []
         rows_df = joined if when_matched == "update" else joined.where(F.col(FRAGMENT_COL).isNull())
         if not insert:
             rows_df = rows_df.where(F.col(FRAGMENT_COL).isNotNull())
-        if partitions:
-            rows_df = rows_df.coalesce(int(partitions))
         if ROW_ID_COL not in rows_df.columns:
             rows_df = rows_df.withColumn(ROW_ID_COL, F.lit(None).cast("long"))
         rows_df = rows_df.select(*names, FRAGMENT_COL, ROW_ID_COL)
@@ -297,29 +299,28 @@ def _target_keys(spark: SparkSession, ds: LanceDataset, on: list[str], stable: b
     return frag_df.mapInArrow(task, struct)
 
 
-def _key_row(target: DataFrame, on: list[str], frag: int, off: int) -> Any:
+def _keys_of(row: Any, on: list[str]) -> Any:
+    """The key columns of a Spark row as a one-row Arrow table (what the error messages name)."""
     import pyarrow as pa
-    from pyspark.sql import functions as F
 
-    from lance_ops.spark._merge_tasks import FRAGMENT_COL, OFFSET_COL
-
-    row = target.where((F.col(FRAGMENT_COL) == frag) & (F.col(OFFSET_COL) == off)).select(*on).first()
-    return pa.Table.from_pylist([row.asDict() if row is not None else {k: None for k in on}])
+    return pa.Table.from_pylist([{k: row[k] for k in on}])
 
 
-def _refuse_ambiguous(matches: DataFrame, target: DataFrame, on: list[str]) -> None:
-    """AmbiguousMergeError (pylance's message) when a target row has several source matches."""
+def _refuse_ambiguous(matches: DataFrame, on: list[str]) -> None:
+    """AmbiguousMergeError (pylance's message) when a target row has several source matches.
+    Such matches share their key, so grouping by key + (fragment, offset) needs no new exchange:
+    the joined rows are already hash-partitioned on the key."""
     from pyspark.sql import functions as F
 
     from lance_ops.spark._merge_tasks import FRAGMENT_COL, OFFSET_COL
     from lance_ops.table.merge_insert import ambiguous_error
 
-    dup = matches.groupBy(FRAGMENT_COL, OFFSET_COL).count().where(F.col("count") > 1).limit(1).collect()
+    dup = matches.groupBy(*on, FRAGMENT_COL, OFFSET_COL).count().where(F.col("count") > 1).limit(1).collect()
     if dup:
-        raise ambiguous_error(_key_row(target, on, int(dup[0][0]), int(dup[0][1])), 0)
+        raise ambiguous_error(_keys_of(dup[0], on), 0)
 
 
-def _refuse_matches(matches: DataFrame, target: DataFrame, on: list[str]) -> None:
+def _refuse_matches(matches: DataFrame, on: list[str]) -> None:
     """MergeMatchError (pylance's message) on the first matched target row (``when_matched=fail``)."""
     from lance_ops.errors import MergeMatchError
     from lance_ops.table.merge_insert import key_values
@@ -327,7 +328,7 @@ def _refuse_matches(matches: DataFrame, target: DataFrame, on: list[str]) -> Non
     hit = matches.limit(1).collect()
     if hit:
         raise MergeMatchError("Merge insert failed: found matching row with key values: "
-                              + key_values(_key_row(target, on, int(hit[0][0]), int(hit[0][1])), 0))
+                              + key_values(_keys_of(hit[0], on), 0))
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
