@@ -24,7 +24,9 @@ of the rows unindexed; the task then succeeds with that reason (a `skipped` stat
 steps after it). Index kinds lance_ops cannot update (INVERTED, IVF_HNSW_*, ...) are reported with
 their reason and skipped while the others are updated, unless they are named in `index_names`
 (then the task fails). The sensor also counts unindexed rows above the threshold as a reason
-to run.
+to run. Upkeeps indexing more than `index_spark_threshold_rows` unindexed rows run as the Spark job
+`lance_ops/spark/optimize_indices.py` (submitted from the task; executors encode the new rows, one
+commit), smaller ones in the task.
 
 **verify gates cleanup.** `verify` checks that every file the latest manifest references exists
 with its recorded size and decodes (`verify_deep` also decodes every page). If anything is wrong the
@@ -135,6 +137,10 @@ with DAG(
             title="Indices to optimize",
             description="only these indices, e.g. [\"id_idx\"] (empty: every index; kinds lance_ops cannot "
                         "update are then skipped with their reason; named ones fail the task instead)"),
+        "index_spark_threshold_rows": Param(
+            5_000_000, type=["null", "integer"], minimum=0, maximum=1 << 40, title="Index upkeep Spark threshold (rows)",
+            description="index upkeeps indexing more unindexed rows run as a Spark job; smaller ones in the task "
+                        "(empty: never Spark)"),
         "verify_deep": Param(
             False, type="boolean", title="Deep verify",
             description="verify: also decode every page of every data file (reads all data)"),
@@ -198,6 +204,7 @@ with DAG(
         index_names="{{ params.index_names }}",
         num_indices_to_merge="{{ params.num_indices_to_merge }}",
         unindexed_rows_threshold_pct="{{ params.unindexed_rows_threshold_pct }}",
+        spark_threshold_rows="{{ params.index_spark_threshold_rows }}",
         skip_when_nothing_to_do=False,  # a skipped state would skip the none_skipped steps after it
         trigger_rule=AFTER_ANY_OUTCOME,
     )

@@ -8,6 +8,12 @@ coverage is already complete, the unindexed share is below the threshold, or eve
 is of a kind lance_ops cannot update. Without ``index_names`` such kinds (INVERTED, IVF_HNSW_*, ...)
 are reported (one warning line each, ``metrics["skipped_indices"]``) and the others are updated;
 naming them in ``index_names`` makes the refusal fail the task instead (UnsupportedError).
+
+With ``spark_threshold_rows`` set, an upkeep indexing more unindexed rows than that runs as the
+Spark job ``lance_ops/spark/optimize_indices.py`` (executors encode the new rows, its driver
+writes the segments and commits ONE CreateIndex with this task's idempotency key), submitted from
+this task through the Spark connection; smaller ones run in the task (the same threshold rule as
+the compaction step; ADR 0031).
 """
 from __future__ import annotations
 
@@ -51,10 +57,15 @@ class LanceOptimizeIndicesOperator(LanceBaseOperator):
     :param enabled: False skips the step (a DAG Param turns it off). (templated)
     :param skip_when_nothing_to_do: True: nothing to do puts the task in the ``skipped`` state; False:
         it succeeds with the reason (for DAGs whose later steps use ``none_skipped``).
+    :param spark_threshold_rows: unindexed rows (summed over the indices to update) above which the
+        upkeep runs as a Spark job; None (default): always in the task; 0: always on Spark. (templated)
+    :param spark_conn_id: the Spark connection spark-submit uses.
+    :param spark_conf: extra ``--conf`` settings of the Spark job.
     """
 
     template_fields = LanceBaseOperator.template_fields + (
         "index_names", "num_indices_to_merge", "retrain", "unindexed_rows_threshold_pct", "enabled",
+        "spark_threshold_rows",
     )
     operation = "optimize_indices"
     ui_color = "#d9e8fb"
@@ -63,8 +74,13 @@ class LanceOptimizeIndicesOperator(LanceBaseOperator):
 
     def __init__(self, *, index_names: list[str] | str | None = None, num_indices_to_merge: int | str | None = None,
                  retrain: bool | str = False, unindexed_rows_threshold_pct: float | str | None = 0,
-                 enabled: bool | str = True, skip_when_nothing_to_do: bool = True, **kwargs: Any) -> None:
+                 enabled: bool | str = True, skip_when_nothing_to_do: bool = True,
+                 spark_threshold_rows: int | str | None = None, spark_conn_id: str = "spark_default",
+                 spark_conf: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.spark_threshold_rows = spark_threshold_rows
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = dict(spark_conf or {})
         self.index_names = index_names
         self.num_indices_to_merge = num_indices_to_merge
         self.retrain = retrain
@@ -124,15 +140,66 @@ class LanceOptimizeIndicesOperator(LanceBaseOperator):
                                  metrics)
         self.check_cancelled()
         before = ds.version
-        result = optimize_indices(ds, index_names=work, num_indices_to_merge=as_optional_int(self.num_indices_to_merge),
-                                  retrain=as_bool(self.retrain))
+        rows = sum(coverage[n]["unindexed_rows"] for n in work)
+        threshold = as_optional_int(self.spark_threshold_rows)
+        merge = as_optional_int(self.num_indices_to_merge)
+        if threshold is not None and rows > threshold:
+            self.log.info("%d unindexed rows (> %d): running the Spark optimize_indices job", rows, threshold)
+            upkeep = self._spark(uri, key, work, merge)
+            ds = self.open_dataset(uri, storage_options)
+            committed = bool(upkeep.get("committed"))
+            infos = upkeep.get("indices") or []
+            metrics["engine"] = "spark"
+        else:
+            result = optimize_indices(ds, index_names=work, num_indices_to_merge=merge, retrain=as_bool(self.retrain))
+            upkeep, committed = result.to_dict(), result.committed
+            infos = upkeep["indices"]
+            metrics["engine"] = "local"
         after = {i.name: i.unindexed_rows for i in list_indices(ds) if not i.system}
-        metrics.update(updated=work, upkeep=result.to_dict(),
+        metrics.update(updated=work, upkeep=upkeep,
                        unindexed_rows_before=sum(coverage[n]["unindexed_rows"] for n in selected),
                        unindexed_rows_after=sum(after.get(n, 0) for n in selected),
-                       fragments_indexed=sum(len(i.unindexed_fragments) for i in result.indices if not i.skipped))
-        for info in result.indices:
-            self.log.info("index %-20s %-10s %s", info.name, info.kind,
-                          f"skipped: {info.skipped}" if info.skipped else
-                          f"new segment {info.new_segment} over fragments {info.unindexed_fragments}")
-        return {"version": ds.version, "changed": result.committed and ds.version != before, "metrics": metrics}
+                       fragments_indexed=sum(len(i["unindexed_fragments"]) for i in infos if not i.get("skipped")))
+        for info in infos:
+            self.log.info("index %-20s %-10s %s", info["name"], info["kind"],
+                          f"skipped: {info['skipped']}" if info.get("skipped") else
+                          f"new segment {info.get('new_segment')} over fragments {info['unindexed_fragments']}")
+        return {"version": ds.version, "changed": committed and ds.version != before,
+                "already_committed": bool(upkeep.get("already_committed")), "metrics": metrics}
+
+    def _spark(self, uri: str, key: str, names: list[str], merge: int | None) -> dict[str, Any]:
+        """spark-submit ``lance_ops/spark/optimize_indices.py`` for ``names`` with this task's key;
+        its JSON summary. Its one-line cause is logged first on failure; exit code 2 (a retry
+        cannot help) fails the task at once."""
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from lance_ops_airflow.operators.hooks import LanceHook, normalize_conn_id
+        from lance_ops_airflow.operators.spark import JOB_EXIT_NOT_RETRYABLE, LanceSparkSubmitHook, job_path
+
+        storage_args, secret_env = LanceHook(normalize_conn_id(self.lance_conn_id)).spark_arguments()
+        args = ["--uri", uri, "--idempotency-key", key, *storage_args]
+        for name in names:
+            args += ["--index", name]
+        if merge is not None:
+            args += ["--num-indices-to-merge", str(merge)]
+        hook = LanceSparkSubmitHook(conf=self.spark_conf, conn_id=self.spark_conn_id, name="lance-ops-optimize-indices",
+                                    application_args=args, env_vars=secret_env)
+        try:
+            hook.submit(job_path("optimize_indices"))
+        except AirflowException as exc:
+            lines = list(getattr(hook, "job_error_lines", None) or [])
+            if lines:
+                self.log.error("%s", lines[0])
+                if hook.submit_returncode == JOB_EXIT_NOT_RETRYABLE:
+                    raise AirflowFailException(f"{lines[0]} (spark optimize_indices job exit code "
+                                               f"{hook.submit_returncode}: not retryable)") from exc
+            raise
+        for line in reversed(hook.last_log_lines):
+            text = line.strip()
+            if text.startswith("{") and text.endswith("}"):
+                try:
+                    summary: dict[str, Any] = json.loads(text)
+                    return summary
+                except ValueError:
+                    continue
+        raise AirflowException("the Spark optimize_indices job printed no JSON summary")

@@ -132,6 +132,12 @@ class _LanceSparkSubmitHook(SparkSubmitHook):
         return [str(line) for line in getattr(self, "_last_submit_log_lines", None) or []]
 
 
+#: public names for other operators that submit a lance_ops job from inside their own task
+#: (``LanceOptimizeIndicesOperator`` with ``spark_threshold_rows``)
+LanceSparkSubmitHook = _LanceSparkSubmitHook
+job_path = _job_path
+
+
 class LanceSparkSubmitOperator(SparkSubmitOperator):
     """spark-submit one of lance_ops' Spark jobs in ``--stage-only`` mode for a Lance dataset.
 

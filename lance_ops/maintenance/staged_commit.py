@@ -8,6 +8,8 @@ executors and stages *what* it wrote under ``_staging/{key}.json`` (see
   result carries a schema);
 * ``overwrite`` -> an Overwrite transaction (creates the dataset when it is missing);
 * ``rewrite``   -> the compaction commit (:func:`lance_ops.maintenance.compaction.commit_compaction`);
+* ``create_index`` -> index upkeep's CreateIndex
+  (:func:`lance_ops.maintenance.index_upkeep.staged.commit_staged_upkeep`);
 * ``update``    -> the Update transaction of a merge-insert staged by ``lance_ops.spark.merge``
   (:func:`lance_ops.table.rewrite_rows.commit_staged_update`; a preempted one is not re-planned
   here: RetryableCommitConflictError, the merge job plans it again).
@@ -123,7 +125,7 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     store, base = open_store(uri, storage_options)
     key = result.key
     op = result.operation
-    if op not in ("append", "overwrite", "rewrite", "update"):
+    if op not in ("append", "overwrite", "rewrite", "create_index", "update"):
         raise LanceOpsError(f"{uri}: staged result {key!r} has unknown operation {op!r}")
     current = _latest(store, base, uri)
     if current is not None and key:
@@ -138,6 +140,12 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
 
     if op == "rewrite":
         return _commit_rewrite(uri, result, storage_options)
+    if op == "create_index":
+        from lance_ops.maintenance.index_upkeep.staged import commit_staged_upkeep
+
+        index_version = commit_staged_upkeep(uri, store, base, result)
+        _mark(store, base, key, index_version)
+        return _result(index_version, op, False, _staged_metrics(result))
     if op == "update":
         return _commit_update(store, base, uri, result)
 
@@ -247,7 +255,7 @@ def commit_staged(uri: str, key: str, *, storage_options: Mapping[str, Any] | No
     if staged is None:
         # the stage may be gone because it was committed and cleanup removed it: ask the ledger
         if _latest(store, base, uri) is not None:
-            earlier = idempotency.lookup(store, base, key, ("write", "rewrite", "update"))
+            earlier = idempotency.lookup(store, base, key, ("write", "rewrite", "create_index", "update"))
             if earlier is not None:
                 log.info("%s: key %s was already committed as version %d", uri, key, earlier.version)
                 return _result(earlier.version, earlier.operation, True, _replayed(None, earlier))

@@ -215,11 +215,11 @@ def stage_merge(source: DataFrame, ds: LanceDataset, on: list[str], key: str, *,
     from lance_ops.table.rewrite_rows import refuse_unwritable
 
     refuse_unwritable(ds, "merge_insert")
-    names = ds.schema.names
+    names = ds.storage_schema.names
     for k in on:
         if k not in names:
             raise InvalidArgumentError(f"Merge insert key column '{k}' does not exist in schema")
-    check_spark_append(ds.schema, spark_to_arrow_schema(source.schema), ds.uri)
+    check_spark_append(ds.storage_schema, spark_to_arrow_schema(source.schema), ds.uri)
     spark = source.sparkSession
     stable = bool(ds.has_stable_row_ids)
     # both sides hash-partitioned alike on the keys: the join adds no exchange, and the joined
@@ -286,7 +286,7 @@ def _target_keys(spark: SparkSession, ds: LanceDataset, on: list[str], stable: b
     from lance_ops.spark._common import arrow_to_spark_type
     from lance_ops.spark._merge_tasks import FRAGMENT_COL, OFFSET_COL, ROW_ID_COL, TargetKeysTask
 
-    fields = [T.StructField(k, arrow_to_spark_type(ds.schema.field(k).type), True) for k in on]
+    fields = [T.StructField(k, arrow_to_spark_type(ds.storage_schema.field(k).type), True) for k in on]
     fields += [T.StructField(FRAGMENT_COL, T.LongType(), False), T.StructField(OFFSET_COL, T.LongType(), False)]
     if stable:
         fields.append(T.StructField(ROW_ID_COL, T.LongType(), False))

@@ -188,7 +188,8 @@ def test_maintenance_dag_brings_btree_and_ivf_pq_up_to_date(airflow_runner, tmp_
     assert unindexed(uri) == {"id_idx": 150, "vec_idx": 150}
     query = rows(0, 1)["vec"][0].values.to_numpy()
     conf = {"dataset_uri": uri, "target_rows_per_fragment": 10, "small_fragments_threshold": None,
-            "deleted_ratio_threshold": None, "versions_to_clean_threshold": None, "unindexed_rows_threshold_pct": 5}
+            "deleted_ratio_threshold": None, "versions_to_clean_threshold": None, "unindexed_rows_threshold_pct": 5,
+            "index_spark_threshold_rows": 0}  # the first run's upkeep goes through the Spark job (spark-submit)
     res = airflow_runner.run("lance_maintenance", conf)
     out = capfd.readouterr()
     logs = log_messages(out.out + out.err)
@@ -196,6 +197,8 @@ def test_maintenance_dag_brings_btree_and_ivf_pq_up_to_date(airflow_runner, tmp_
     assert unindexed(uri) == {"id_idx": 0, "vec_idx": 0}
     x = res.xcoms["optimize_indices"]
     assert x["changed"] and sorted(x["metrics"]["updated"]) == ["id_idx", "vec_idx"]
+    assert x["metrics"]["engine"] == "spark" and x["metrics"]["upkeep"]["committed"]
+    assert x["metrics"]["upkeep"]["staged_key"] == x["idempotency_key"]
     assert x["metrics"]["unindexed_rows_before"] == 300 and x["metrics"]["unindexed_rows_after"] == 0
     assert "Lance optimize_indices: changed the dataset, now at version 6" in logs
     # the health step after it sees complete coverage

@@ -310,13 +310,30 @@ def _dict_var(offs: np.ndarray, data: np.ndarray, obits: int, params: Params) ->
     return idx, d_offs, d_data, len(d)
 
 
+def _distinct_u64(u: np.ndarray, budget: int) -> int:
+    """The distinct count of ``u``, or a lower bound of it that is at least ``budget`` (the
+    dictionary is then refused either way): values already in order (a BTREE's sorted values)
+    are counted without a sort, and a prefix just long enough to exceed the budget is sorted first
+    (all-distinct row ids stop there)."""
+    if len(u) > 1:
+        signed = u.view("<i8")
+        if bool(np.all(u[1:] >= u[:-1])) or bool(np.all(signed[1:] >= signed[:-1])):
+            return 1 + int(np.count_nonzero(u[1:] != u[:-1]))
+    need = budget + budget // 64 + 16  # room for a few repeats in the prefix
+    if need < len(u):
+        head = np.sort(u[:need])
+        if 1 + int(np.count_nonzero(head[1:] != head[:-1])) >= budget:
+            return 1 + int(np.count_nonzero(head[1:] != head[:-1]))
+    srt = np.sort(u)
+    return 1 + int(np.count_nonzero(srt[1:] != srt[:-1])) if len(srt) else 0
+
+
 def _dict_fixed(data: np.ndarray, n: int, bits: int, params: Params) -> Optional[tuple]:
     if n < DICT_TOO_SMALL or bits not in (64, 128):
         return None
     if bits == 64:
         u = data.view("<u8")
-        srt = np.sort(u)
-        card = 1 + int(np.count_nonzero(srt[1:] != srt[:-1]))
+        card = _distinct_u64(u, int(n * (params.dict_size_ratio * 8 - 4) / 8) + 1)
         arr = pa.array(u, pa.uint64())
     else:
         arr = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), n, [None, pa.py_buffer(data.tobytes())])

@@ -48,6 +48,12 @@ def read_file(store: ObjectStore, folder: str, name: str) -> tuple[pa.Table, pa.
     return table, reader.schema, reader.version
 
 
+def read_header(store: ObjectStore, folder: str, name: str) -> tuple[pa.Schema, FileVersion]:
+    """``<folder>/<name>``'s schema (with metadata) and file version, without reading its rows."""
+    reader = open_file_reader(store.join(folder, name), store=store)
+    return reader.schema, reader.version
+
+
 def _write(request: RemapRequest, name: str, table: pa.Table, schema: pa.Schema, version: FileVersion,
            batch_rows: int | None = None) -> tuple[str, int]:
     """Write ``_indices/<new uuid>/<name>`` with ``schema``'s fields and metadata; (name, size)."""
@@ -58,8 +64,9 @@ def _write(request: RemapRequest, name: str, table: pa.Table, schema: pa.Schema,
 def write_file(store: ObjectStore, folder: str, name: str, table: pa.Table, schema: pa.Schema,
                version: FileVersion, storage_options: Mapping[str, Any] | None = None,
                batch_rows: int | None = None) -> tuple[str, int]:
-    """Write ``<folder>/<name>`` (a BTREE file) with ``schema``'s fields and metadata, in batches
-    of ``batch_rows`` rows (pylance writes ``page_data`` one page per batch); (name, size)."""
+    """Write ``<folder>/<name>`` (a BTREE file) with ``schema``'s fields and metadata, handing
+    the writer ``batch_rows`` rows at a time (pylance writes ``page_data`` in lookup pages; the
+    writer cuts its Lance pages by size, at a multiple of ``batch_rows``); (name, size)."""
     path = store.join(folder, name)
     writer = LanceFileWriter(store.uri(path), schema.remove_metadata(), version=version,
                              storage_options=dict(storage_options) if storage_options else None)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import pyarrow as pa
+
 from lance_ops._proto import table_pb2
 from lance_ops.io.base import ObjectStore
 
@@ -29,6 +31,10 @@ class UpkeepRequest:
     new_fragments: Sequence[table_pb2.DataFragment]  # live fragments no segment covers yet
     new_uuid: str  # write every file under f"{base}/_indices/{new_uuid}/"
     retrain: bool = False
+    #: the new rows already encoded (distributed upkeep: one table per executor task, in the order
+    #: of :func:`lance_ops.maintenance.index_upkeep.registry.ENCODERS`' fragment list); None: the
+    #: updater reads and encodes the new fragments itself
+    encoded: Sequence[pa.Table] | None = None
 
     @property
     def new_dir(self) -> str:
@@ -48,3 +54,15 @@ class UpkeepOutcome:
 
 
 Updater = Callable[[UpkeepRequest], UpkeepOutcome]
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """The parallel half of an updater (distributed upkeep, ADR 0031): ``reads(request)`` lists
+    the fragment ids whose rows the updater encodes, in order; ``encode(request, ids)`` encodes the
+    rows of a contiguous slice of that list. Concatenating the encodings of consecutive slices
+    equals encoding the whole list, so executors may encode slices and the updater joins them
+    (``UpkeepRequest.encoded``)."""
+
+    reads: Callable[[UpkeepRequest], list[int]]
+    encode: Callable[[UpkeepRequest, Sequence[int]], pa.Table]

@@ -33,13 +33,19 @@ from lance_ops.errors import CommitOutcomeUnknownError, InvalidArgumentError, Un
 from lance_ops.maintenance.compaction.remap import discard_index_dirs
 from lance_ops.maintenance.index_upkeep.base import UpkeepOutcome, UpkeepRequest
 from lance_ops.maintenance.index_upkeep.registry import REFUSALS, UPDATERS
+from lance_ops.io.base import ObjectStore
+from lance_ops.table.commit import idempotency
 from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.commit.properties import CommitProperties
 from lance_ops.table.index_files import set_index_files
 from lance_ops.table.indices import SYSTEM_PREFIX, fragment_ids, index_kind
 from lance_ops.table.manifest import naming
+from lance_ops.table.manifest.codec import ManifestFile
 
 log = logging.getLogger(__name__)
+
+#: the idempotency-key kind (and commit operation) of an index upkeep commit
+KIND = "create_index"
 
 
 @dataclass
@@ -78,7 +84,8 @@ def _is_vector(kind: str) -> bool:
     return kind.startswith("IVF_")
 
 
-def _segments_by_name(ds: Any) -> dict[str, list[table_pb2.IndexMetadata]]:
+def segments_by_name(ds: Any) -> dict[str, list[table_pb2.IndexMetadata]]:
+    """Every user index's segments by name, in manifest order (system indices left out)."""
     section = ds.manifest_file.index_section
     out: dict[str, list[table_pb2.IndexMetadata]] = {}
     for index in (section.indices if section is not None else []):
@@ -125,7 +132,7 @@ def plan_upkeep(ds: Any, index_names: Sequence[str] | None = None,
     anything is written when an index is unknown or its kind has no updater."""
     if num_indices_to_merge is not None and int(num_indices_to_merge) < 0:
         raise InvalidArgumentError(f"num_indices_to_merge must be >= 0, got {num_indices_to_merge}")
-    by_name = _segments_by_name(ds)
+    by_name = segments_by_name(ds)
     names = list(by_name) if index_names is None else list(index_names)
     missing = [n for n in names if n not in by_name]
     if missing:
@@ -161,7 +168,7 @@ def upkeep_refusals(ds: Any, index_names: Sequence[str] | None = None) -> dict[s
 
     Lets a scheduled caller update the indices it can and report the others instead of failing.
     """
-    by_name = _segments_by_name(ds)
+    by_name = segments_by_name(ds)
     names = [n for n in (by_name if index_names is None else index_names) if n in by_name]
     live = list(ds.manifest.fragments)
     out: dict[str, str] = {}
@@ -211,42 +218,77 @@ def _new_metadata(ds: Any, plan: _Planned, new_uuid: str, outcome: UpkeepOutcome
     return meta
 
 
+@dataclass
+class UpkeepWork:
+    """One index with work: what is reported, the plan, and the request its updater gets."""
+
+    info: IndexUpkeep
+    plan: _Planned
+    request: UpkeepRequest
+
+
+def prepare_upkeep(ds: Any, *, index_names: Sequence[str] | None = None, num_indices_to_merge: int | None = None,
+                   retrain: bool = False) -> tuple[UpkeepResult, list[UpkeepWork]]:
+    """Plan ``optimize_indices`` and build every request (sorted by name), refusing (before
+    anything is written) indices an updater could not write; nothing is written here."""
+    plans = plan_upkeep(ds, index_names, num_indices_to_merge)
+    result = UpkeepResult(None, int(ds.version), [info for info, _ in plans])
+    work = [UpkeepWork(info, plan, UpkeepRequest(
+        store=ds.store, base=ds.base, dataset=ds, index_name=plan.name, kind=plan.kind, merged=plan.merged,
+        template=plan.segments[-1], new_fragments=plan.unindexed, new_uuid=str(uuid_mod.uuid4()), retrain=retrain))
+        for info, plan in sorted(((i, p) for i, p in plans if p is not None), key=lambda p: p[0].name)]
+    refusals = [f"{w.request.index_name!r}: {why}" for w in work if (why := _refusal(w.request)) is not None]
+    if refusals:
+        raise UnsupportedError(f"{ds.uri}: lance_ops cannot bring these indices up to date: "
+                               f"{'; '.join(refusals)}. Nothing was written.")
+    return result, work
+
+
+def write_segments(ds: Any, work: Sequence[UpkeepWork], written: list[str]) -> list[table_pb2.IndexMetadata]:
+    """Run each updater (its request may carry executors' encodings) and return the new segments'
+    metadata; every directory about to be written is appended to ``written`` first."""
+    new_indices: list[table_pb2.IndexMetadata] = []
+    for w in work:
+        written.append(w.request.new_dir)
+        outcome = UPDATERS[w.plan.kind](w.request)
+        new_indices.append(_new_metadata(ds, w.plan, w.request.new_uuid, outcome))
+        w.info.new_segment = w.request.new_uuid
+        w.info.fragment_ids = sorted(int(i) for i in outcome.fragment_ids)
+    return new_indices
+
+
+def commit_segments(store: ObjectStore, base: str, read: ManifestFile, new_indices: Sequence[table_pb2.IndexMetadata],
+                    removed: Sequence[table_pb2.IndexMetadata], *,
+                    idempotency_key: str | None = None) -> ManifestFile:
+    """Commit ONE CreateIndex (``new_indices`` + ``removed``) read at ``read``, with the optional
+    idempotency key (recorded in the key ledger once it landed)."""
+    txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=int(read.version))
+    txn.create_index.new_indices.extend(new_indices)
+    txn.create_index.removed_indices.extend(removed)
+    mf = commit_transaction(store, base, txn, CommitContext(read),
+                            CommitOptions(data_storage_version=read.manifest.data_format.version or "2.0"),
+                            properties=CommitProperties(KIND, idempotency_key=idempotency_key,
+                                                        extra={"lance_ops.operation": "optimize_indices"}))
+    if idempotency_key:
+        idempotency.remember(store, base, mf)
+    return mf
+
+
 def optimize_indices(ds: Any, *, index_names: Sequence[str] | None = None,
                      num_indices_to_merge: int | None = None, retrain: bool = False) -> UpkeepResult:
     """Extend the indices of ``ds`` to the fragments they do not cover (pylance's
     ``ds.optimize.optimize_indices``; see the module docstring). The dataset object moves to the
     committed version."""
-    plans = plan_upkeep(ds, index_names, num_indices_to_merge)
-    result = UpkeepResult(None, int(ds.version), [info for info, _ in plans])
-    work = sorted(((info, plan) for info, plan in plans if plan is not None), key=lambda p: p[0].name)
+    result, work = prepare_upkeep(ds, index_names=index_names, num_indices_to_merge=num_indices_to_merge,
+                                  retrain=retrain)
     if not work:
         log.info("%s: every index covers every live fragment; nothing to commit", ds.uri)
         return result
     store, base = ds.store, ds.base
     written: list[str] = []
-    new_indices: list[table_pb2.IndexMetadata] = []
-    requests = [UpkeepRequest(store=store, base=base, dataset=ds, index_name=plan.name, kind=plan.kind,
-                              merged=plan.merged, template=plan.segments[-1], new_fragments=plan.unindexed,
-                              new_uuid=str(uuid_mod.uuid4()), retrain=retrain) for _, plan in work]
-    refusals = [f"{r.index_name!r}: {why}" for r in requests if (why := _refusal(r)) is not None]
-    if refusals:
-        raise UnsupportedError(f"{ds.uri}: lance_ops cannot bring these indices up to date: "
-                               f"{'; '.join(refusals)}. Nothing was written.")
     try:
-        for (info, plan), request in zip(work, requests):
-            new_uuid = request.new_uuid
-            written.append(request.new_dir)
-            outcome = UPDATERS[plan.kind](request)
-            meta = _new_metadata(ds, plan, new_uuid, outcome)
-            new_indices.append(meta)
-            info.new_segment, info.fragment_ids = new_uuid, sorted(int(i) for i in outcome.fragment_ids)
-        txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=int(ds.version))
-        txn.create_index.new_indices.extend(new_indices)
-        txn.create_index.removed_indices.extend(m for _, p in work for m in p.merged)
-        mf = commit_transaction(store, base, txn, CommitContext(ds.manifest_file),
-                                CommitOptions(data_storage_version=ds.manifest.data_format.version or "2.0"),
-                                properties=CommitProperties("create_index",
-                                                            extra={"lance_ops.operation": "optimize_indices"}))
+        new_indices = write_segments(ds, work, written)
+        mf = commit_segments(store, base, ds.manifest_file, new_indices, [m for w in work for m in w.plan.merged])
     except CommitOutcomeUnknownError:
         log.warning("%s: the CreateIndex commit may have landed; keeping index directories %s", ds.uri, written)
         raise
@@ -256,5 +298,5 @@ def optimize_indices(ds: Any, *, index_names: Sequence[str] | None = None,
     result.version = int(mf.version)
     ds.move_to(mf)
     log.info("%s: optimize_indices committed version %d (%s)", ds.uri, mf.version,
-             ", ".join(f"{i.name}: {i.fragment_ids}" for i, _ in work))
+             ", ".join(f"{w.info.name}: {w.info.fragment_ids}" for w in work))
     return result

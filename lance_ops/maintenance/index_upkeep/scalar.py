@@ -21,6 +21,8 @@ and metadata of the index's newest segment.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,17 +54,45 @@ def _column(request: UpkeepRequest) -> str:
     return field_paths(request.dataset.manifest)[fields[0]]
 
 
-def _new_rows(request: UpkeepRequest, column: str, row_ids: bool,
-              also: set[int] | None = None) -> tuple[pa.ChunkedArray, np.ndarray]:
-    """The indexed column and the row ids (or addresses) of the live rows of the new fragments
-    (and of the fragments ``also``)."""
-    ids = sorted({int(f.id) for f in request.new_fragments} | (also or set()))
-    if not ids:
-        return pa.chunked_array([], type=request.dataset.schema.field(column).type), np.zeros(0, np.uint64)
+def _row_ids(request: UpkeepRequest) -> bool:
+    """Whether the segment stores row ids (bitmap kinds on stable-row-id datasets) or addresses."""
+    return request.kind != "BTREE" and bool(request.dataset.has_stable_row_ids)
+
+
+def _rebuild(request: UpkeepRequest) -> bool:
+    """LABEL_LIST folding several segments: pylance 14.0.2 rebuilds it from the live rows."""
+    return request.kind == "LABEL_LIST" and len(request.merged) > 1
+
+
+def scalar_reads(request: UpkeepRequest) -> list[int]:
+    """The fragments whose live rows the updater indexes: the new ones (plus, for a LABEL_LIST
+    rebuild, the folded segments' remaining fragments), sorted."""
+    ids = {int(f.id) for f in request.new_fragments}
+    if _rebuild(request):
+        ids |= effective_fragments(request)
+    return sorted(ids)
+
+
+def encode_scalar(request: UpkeepRequest, fragments: Sequence[int]) -> pa.Table:
+    """``value`` (the indexed column) and ``id`` (row id or address, uint64) of the live rows of
+    ``fragments`` (deletion vectors applied)."""
+    column = _column(request)
+    value_type = request.dataset.storage_schema.field(column).type
+    if not fragments:
+        return pa.table({"value": pa.array([], value_type), "id": pa.array([], pa.uint64())})
+    row_ids = _row_ids(request)
     table = request.dataset.to_table(columns=[column], with_row_id=row_ids, with_row_address=not row_ids,
-                                     fragments=ids)
-    key = "_rowid" if row_ids else "_rowaddr"
-    return table.column(column), table.column(key).to_numpy().astype(np.uint64, copy=False)
+                                     fragments=list(fragments))
+    ids = table.column("_rowid" if row_ids else "_rowaddr").to_numpy().astype(np.uint64, copy=False)
+    return pa.table({"value": table.column(column), "id": pa.array(ids, pa.uint64())})
+
+
+def _new_rows(request: UpkeepRequest) -> tuple[pa.ChunkedArray, np.ndarray]:
+    """The indexed column and the row ids (or addresses) of the rows :func:`scalar_reads` names:
+    the executors' encodings when given, else read here."""
+    tables = list(request.encoded) if request.encoded is not None else [encode_scalar(request, scalar_reads(request))]
+    table = pa.concat_tables(tables) if tables else encode_scalar(request, [])
+    return table.column("value"), table.column("id").to_numpy().astype(np.uint64, copy=False)
 
 
 def _in_fragments(addresses: np.ndarray, fragments: set[int]) -> np.ndarray:
@@ -84,6 +114,40 @@ def _segment_dir(request: UpkeepRequest, seg: object) -> str:
 
 # --- BTREE ------------------------------------------------------------------------------------------
 
+#: pylance's page_data order: values ascending, NULLs first, then row id / address
+_BTREE_ORDER = [("values", "ascending", "at_start"), ("ids", "ascending", "at_start")]
+#: rows handed to the file writer per call when writing ``page_data`` (a multiple of the lookup's
+#: batch size): one call per 4Ki-row lookup page cost more in per-call overhead (a hand-off to the
+#: encoding threads each, slow on a loaded machine) than the encoding; the writer still cuts its
+#: Lance pages by size (8 MiB per column: about 1Mi rows of 8-byte values, as pylance's)
+WRITE_ROWS = 1 << 20
+
+
+def _merge_sorted(old_values: pa.Array, old_ids: np.ndarray, new: pa.Table) -> pa.Table | None:
+    """The old segment's rows (sorted by value, as stored) and the new rows (sorted by value, id)
+    merged by value, old rows first among equal values; None when a sort is needed instead (NULLs,
+    values not numeric, or old values not in order, e.g. NaN)."""
+    new_values = new.column("values").combine_chunks()
+    kind = old_values.type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)) or old_values.null_count or new_values.null_count:
+        return None
+    old_np = old_values.to_numpy(zero_copy_only=False)
+    new_np = new_values.to_numpy(zero_copy_only=False)
+    if len(old_np) > 1 and not bool(np.all(old_np[1:] >= old_np[:-1])):
+        return None
+    total = len(old_np) + len(new_np)
+    at = np.searchsorted(old_np, new_np, side="right") + np.arange(len(new_np))
+    is_new = np.zeros(total, dtype=bool)
+    is_new[at] = True
+    values = np.empty(total, dtype=old_np.dtype)
+    values[at] = new_np
+    values[~is_new] = old_np
+    ids = np.empty(total, dtype=np.uint64)
+    ids[at] = new.column("ids").to_numpy()
+    ids[~is_new] = old_ids
+    return pa.table({"values": pa.array(values, kind), "ids": pa.array(ids, pa.uint64())})
+
+
 def update_btree(request: UpkeepRequest) -> UpkeepOutcome:
     """Fold the merged BTREE segments and the new rows into one sorted ``page_data`` + lookup."""
     ds, store = request.dataset, request.store
@@ -91,8 +155,8 @@ def update_btree(request: UpkeepRequest) -> UpkeepOutcome:
         raise UnsupportedError(f"{ds.uri}: BTREE index {request.index_name!r} (index_version 0) stores row ids on a "
                                "stable-row-id dataset, which lance_ops does not update; nothing was written")
     tdir = _segment_dir(request, request.template)
-    _, data_schema, old_version = btree_files.read_file(store, tdir, btree_files.DATA_FILE)
-    _, lookup_schema, _ = btree_files.read_file(store, tdir, btree_files.LOOKUP_FILE)
+    data_schema, old_version = btree_files.read_header(store, tdir, btree_files.DATA_FILE)
+    lookup_schema, _ = btree_files.read_header(store, tdir, btree_files.LOOKUP_FILE)
     if "ids" not in data_schema.names:
         raise UnsupportedError(f"{ds.uri}: BTREE index {request.index_name!r} has the layout of an older pylance "
                                "(no 'ids' column); compact the dataset first; nothing was written")
@@ -114,18 +178,21 @@ def update_btree(request: UpkeepRequest) -> UpkeepOutcome:
             seg_values, seg_ids = seg_values.filter(pa.array(keep)), seg_ids[keep]
         values.append(seg_values)
         ids.append(seg_ids)
-    new_values, new_ids = _new_rows(request, _column(request), row_ids=False)
-    values.append(new_values.combine_chunks().cast(value_type) if len(new_values) else pa.array([], value_type))
-    ids.append(new_ids)
-    merged = pa.table({"values": pa.concat_arrays(values), "ids": pa.array(np.concatenate(ids), pa.uint64())})
-    order = pc.sort_indices(merged, sort_keys=[("values", "ascending", "at_start"), ("ids", "ascending", "at_start")])
-    merged = merged.take(order)
+    new_values, new_ids = _new_rows(request)
+    new = pa.table({"values": new_values.combine_chunks().cast(value_type) if len(new_values)
+                    else pa.array([], value_type), "ids": pa.array(new_ids, pa.uint64())})
+    new = new.take(pc.sort_indices(new, sort_keys=_BTREE_ORDER))
+    merged = _merge_sorted(values[0], ids[0], new) if len(values) == 1 else None
+    if merged is None:  # several segments, nulls, non-numeric values: one sort of everything
+        merged = pa.table({"values": pa.concat_arrays([*values, new.column("values").combine_chunks()]),
+                           "ids": pa.array(np.concatenate([*ids, new.column("ids").to_numpy()]), pa.uint64())})
+        merged = merged.take(pc.sort_indices(merged, sort_keys=_BTREE_ORDER))
     lookup = btree_files.page_lookup(merged.column("values").combine_chunks(), batch_size, lookup_schema)
     version = codecs.index_file_version(ds, old_version)
     options = codecs.storage_options_of(ds)
     files = [
         btree_files.write_file(store, request.new_dir, btree_files.DATA_FILE, merged, data_schema, version,
-                               options, batch_size),
+                               options, batch_size * max(1, WRITE_ROWS // batch_size)),
         btree_files.write_file(store, request.new_dir, btree_files.LOOKUP_FILE, lookup, lookup_schema, version,
                                options),
     ]
@@ -193,10 +260,9 @@ def _group(keys: pa.Array, addresses: np.ndarray) -> tuple[pa.Array, list[codecs
     return dictionary, sets
 
 
-def _new_key_rows(request: UpkeepRequest, key_type: pa.DataType, label_list: bool,
-                  stable: bool) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+def _new_key_rows(request: UpkeepRequest, key_type: pa.DataType, label_list: bool) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """(key of each new (row, label) pair, its row id / address, ids of the rows whose list is NULL)."""
-    column, new_ids = _new_rows(request, _column(request), row_ids=stable)
+    column, new_ids = _new_rows(request)
     column = column.combine_chunks() if len(column) else pa.array([], column.type)
     if not label_list:
         return column.cast(key_type), new_ids, codecs.EMPTY
@@ -230,7 +296,7 @@ def _fold_bytes(request: UpkeepRequest, key_type: pa.DataType,
         if raw is not None and any(len(body) == 8 for _, body in codecs.split_row_addr_treemap(raw)):
             return None
     old_keys = old.table.column("keys").combine_chunks().cast(key_type)
-    new_keys, new_addresses, new_nulls = _new_key_rows(request, key_type, label_list, stable=False)
+    new_keys, new_addresses, new_nulls = _new_key_rows(request, key_type, label_list)
     distinct, sets = _group(new_keys, new_addresses.astype(np.uint64, copy=False))
     found = pc.fill_null(pc.index_in(distinct, value_set=old_keys, skip_nulls=False), -1)
     at = found.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -257,7 +323,7 @@ def update_bitmap(request: UpkeepRequest) -> UpkeepOutcome:
     effective = effective_fragments(request)
     # LABEL_LIST folding several segments: pylance 14.0.2 rebuilds it from the live rows (and the
     # segment gets the read version as its dataset_version)
-    rebuild = label_list and len(request.merged) > 1
+    rebuild = _rebuild(request)
     if not stable and not rebuild and len(request.merged) == 1 and set(fragment_ids(request.merged[0])) <= effective:
         folded = _fold_bytes(request, key_type, label_list)
         if folded is not None:  # the old bitmaps' bytes kept, the new rows' fragments added
@@ -285,7 +351,7 @@ def update_bitmap(request: UpkeepRequest) -> UpkeepOutcome:
         buffer = old.buffer_for(bitmap_files.LIST_NULLS_KEY)
         if buffer is not None:
             nulls.append(_keep_old(request, codecs.decode_row_addr_treemap(buffer), effective, live_ids, seg_frags))
-    column, new_ids = _new_rows(request, _column(request), row_ids=stable, also=effective if rebuild else None)
+    column, new_ids = _new_rows(request)
     column = column.combine_chunks() if len(column) else pa.array([], column.type)
     if label_list:
         nulls.append(new_ids[np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)])

@@ -25,6 +25,7 @@ centroids, so its segment stays valid but can differ from pylance's in those cas
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -125,9 +126,10 @@ def _vectors(column: pa.ChunkedArray | pa.Array, dim: int, name: str) -> tuple[n
     return values.reshape(-1, dim), valid
 
 
-def _new_rows(request: UpkeepRequest, column: str, dim: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Batches of (stored row identifiers, vectors) of the live rows of the new fragments."""
-    ids = [int(f.id) for f in request.new_fragments]
+def _new_rows(request: UpkeepRequest, column: str, dim: int,
+              ids: Sequence[int]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Batches of (stored row identifiers, vectors) of the live rows of fragments ``ids``, in order."""
+    ids = list(ids)
     if not ids:
         return
     stable = bool(request.dataset.has_stable_row_ids)
@@ -177,8 +179,20 @@ def _same_quantizer(template: IndexFile, other: IndexFile, q: ivf_assign.Quantiz
                                "(retrained); lance_ops merges segments sharing one quantizer only; nothing was written")
 
 
-def update_vector(request: UpkeepRequest) -> UpkeepOutcome:
-    """Write one IVF segment covering the merged segments and the new fragments (module docstring)."""
+@dataclass(frozen=True)
+class _Model:
+    """The IVF model and quantizer of the template segment (read once per updater / encoder)."""
+
+    index: IndexFile
+    index_path: str
+    template_aux: IndexFile
+    aux_path: str
+    distance: str
+    centres: np.ndarray
+    q: ivf_assign.Quantizer
+
+
+def _model(request: UpkeepRequest) -> _Model:
     store = request.store
     index_path, aux_path = _segment_files(request, request.template)
     index = read_index_file(store, index_path)
@@ -187,6 +201,64 @@ def update_vector(request: UpkeepRequest) -> UpkeepOutcome:
     template_aux = _read_header(store, aux_path)
     centres = ivf_assign.centroids(index, store.uri(index_path))
     q = ivf_assign.Quantizer.of(template_aux, kind.rsplit("_", 1)[1], distance, centres.shape[1], store.uri(aux_path))
+    return _Model(index, index_path, template_aux, aux_path, distance, centres, q)
+
+
+def vector_reads(request: UpkeepRequest) -> list[int]:
+    """The fragments whose rows a vector segment gains: the new fragments, in manifest order."""
+    return [int(f.id) for f in request.new_fragments]
+
+
+#: schema metadata key of an encoding's summed IVF loss (a float64 as text)
+LOSS_KEY = b"lance_ops.loss"
+
+
+def encode_vector(request: UpkeepRequest, fragments: Sequence[int], model: _Model | None = None) -> pa.Table:
+    """The live rows of ``fragments`` with a vector, in scan order, assigned to the template's
+    centroids and encoded with its quantizer: ``row`` (the stored identifier), ``part``
+    (partition), ``code`` (the code column's type); the summed IVF loss in the schema metadata."""
+    model = model or _model(request)
+    q, centres = model.q, model.centres
+    rows_out: list[np.ndarray] = []
+    parts_out: list[np.ndarray] = []
+    codes_out: list[np.ndarray] = []
+    loss = 0.0
+    for rows, vectors in _new_rows(request, _column(request), centres.shape[1], fragments):
+        x = ivf_assign.prepare(vectors, model.distance)
+        parts, batch_loss = ivf_assign.assign(x, centres, model.distance)
+        rows_out.append(rows)
+        parts_out.append(parts)
+        codes_out.append(ivf_assign.encode(q, x, parts, centres))
+        loss += batch_loss
+    width = q.code_type.list_size
+    codes = np.concatenate(codes_out) if codes_out else np.zeros((0, width), q.code_type.value_type.to_pandas_dtype())
+    values = pa.array(np.ascontiguousarray(codes).ravel(), type=q.code_type.value_type)
+    schema = pa.schema([("row", pa.uint64()), ("part", pa.int64()), ("code", q.code_type)],
+                       metadata={LOSS_KEY: repr(float(loss)).encode()})
+    return pa.Table.from_arrays([
+        pa.array(np.concatenate(rows_out) if rows_out else np.zeros(0, np.uint64), pa.uint64()),
+        pa.array(np.concatenate(parts_out) if parts_out else np.zeros(0, np.int64), pa.int64()),
+        pa.FixedSizeListArray.from_arrays(values, type=q.code_type)], schema=schema)
+
+
+def _decoded(table: pa.Table, q: ivf_assign.Quantizer, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """(rows, row-major codes, partitions, loss) of an :func:`encode_vector` table."""
+    code = table.column("code").combine_chunks()
+    if code.type != q.code_type:
+        raise CorruptFileError(path, f"encoded codes are {code.type}, the index stores {q.code_type}")
+    width = q.code_type.list_size
+    codes = code.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+    loss = float((table.schema.metadata or {}).get(LOSS_KEY, b"0"))
+    return (table.column("row").to_numpy().astype(np.uint64, copy=False), codes,
+            table.column("part").to_numpy().astype(np.int64, copy=False), loss)
+
+
+def update_vector(request: UpkeepRequest) -> UpkeepOutcome:
+    """Write one IVF segment covering the merged segments and the new fragments (module docstring)."""
+    store = request.store
+    model = _model(request)
+    index, index_path, aux_path, q, centres = model.index, model.index_path, model.aux_path, model.q, model.centres
+    template_aux = model.template_aux
     partitions = len(centres)
 
     row_parts: list[np.ndarray] = []
@@ -211,13 +283,14 @@ def update_vector(request: UpkeepRequest) -> UpkeepOutcome:
         part_parts.append(parts)
 
     loss = 0.0
-    for rows, vectors in _new_rows(request, _column(request), centres.shape[1]):
-        x = ivf_assign.prepare(vectors, distance)
-        parts, batch_loss = ivf_assign.assign(x, centres, distance)
+    encoded = (list(request.encoded) if request.encoded is not None
+               else [encode_vector(request, vector_reads(request), model)])
+    for table in encoded:
+        rows, codes, parts, part_loss = _decoded(table, q, store.uri(aux_path))
         row_parts.append(rows)
-        code_parts.append(ivf_assign.encode(q, x, parts, centres))
+        code_parts.append(codes)
         part_parts.append(parts)
-        loss += batch_loss
+        loss += part_loss
 
     file, lengths = _storage_file(template_aux, q, row_parts, code_parts, part_parts, partitions, store.uri(aux_path))
     position = index.buffer_index(IVF_METADATA_KEY, store.uri(index_path))

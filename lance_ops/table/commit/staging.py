@@ -73,7 +73,8 @@ class StagedResult:
     """What one write step produced, ready to be committed by a separate step."""
 
     key: str
-    #: "append" | "overwrite" | "rewrite" | "update" (a merge-insert: ``fragments`` are its new ones)
+    #: "append" | "overwrite" | "rewrite" | "create_index" | "update" (a merge-insert: ``fragments``
+    #: are its new ones)
     operation: str
     read_version: int
     fragments: list[table_pb2.DataFragment] = field(default_factory=list)
@@ -84,6 +85,8 @@ class StagedResult:
     schema_metadata: dict[str, str] = field(default_factory=dict)
     data_storage_version: str = "2.0"
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: for "create_index": {"new": [b64 IndexMetadata], "removed": [...], "upkeep": [...]}
+    indices: dict[str, Any] = field(default_factory=dict)
     #: set by the commit step once the result is committed (the version it landed in)
     committed_version: int | None = None
     #: for "update": fragments of the read version with their new deletion files, and the ids of
@@ -94,7 +97,10 @@ class StagedResult:
     def to_json(self) -> str:
         """The staged file's content: sorted-key JSON, fragments as base64 protobuf;
         ``committed_version`` only once the result is committed."""
-        extra: dict[str, Any] = {} if self.committed_version is None else {"committed_version": int(self.committed_version)}
+        extra: dict[str, Any] = {} if self.committed_version is None else {
+            "committed_version": int(self.committed_version)}
+        if self.indices:
+            extra["indices"] = self.indices
         if self.operation == "update":
             extra["updated_fragments"] = [fragment_to_b64(f) for f in self.updated_fragments]
             extra["removed_fragment_ids"] = [int(i) for i in self.removed_fragment_ids]
@@ -124,6 +130,7 @@ class StagedResult:
                 schema_metadata=dict(raw.get("schema_metadata", {})),
                 data_storage_version=raw.get("data_storage_version", "2.0"),
                 metrics=dict(raw.get("metrics", {})),
+                indices=dict(raw.get("indices", {})),
                 committed_version=(int(raw["committed_version"]) if raw.get("committed_version") is not None
                                    else None),
                 updated_fragments=[fragment_from_b64(f) for f in raw.get("updated_fragments", [])],

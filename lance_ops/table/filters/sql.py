@@ -25,6 +25,7 @@ from __future__ import annotations
 import decimal
 import math
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +39,8 @@ from lance_ops.table.filters.functions import SqlFunctions
 from lance_ops.table.filters.parse import LanceSQL, located_error, parse
 from lance_ops.table.filters.values import (
     ARITHMETIC, ARROW_ERRORS, COMPARISONS, FLIPPED, MAX_TERMS, PATTERN_FUNCTIONS, PROMOTING, SQL_TYPES,
-    TIMESTAMP_UNITS, UNARY_FUNCTIONS, SqlType, Value, exact_decimal, int_bounds, is_floating, is_null_literal,
-    is_numeric, is_stringy, literal, rewrite_escape, with_timezone,
+    TIMESTAMP_UNITS, UNARY_FUNCTIONS, SqlType, Value, escape_with_backslash, exact_decimal, int_bounds,
+    is_floating, is_null_literal, is_numeric, is_stringy, literal, with_timezone,
 )
 
 __all__ = ["Filter", "SqlCompiler", "compile_filter", "SPECIAL_COLUMNS", "with_specials"]
@@ -152,6 +153,8 @@ class SqlCompiler(SqlFunctions):
     def _compile(self) -> Filter:
         node = self.parse()
         v = self.visit(node)
+        if v.as_predicate is not None:
+            v = v.as_predicate
         if v.type != pa.bool_():
             raise self._fail(node, f"the filter does not return a boolean (it is {v.type})")
         v = self._predicate(v, node)
@@ -229,6 +232,8 @@ class SqlCompiler(SqlFunctions):
         """``v`` as a boolean operand, with its pruning tree filled in."""
         if is_null_literal(v):
             v = literal(pa.scalar(None, pa.bool_()))
+        if v.as_predicate is not None:
+            v = v.as_predicate
         if v.type != pa.bool_():
             raise self._fail(node, f"{node.sql(dialect=LanceSQL)} is not a boolean "
                                    f"(it is {v.type})")
@@ -520,7 +525,10 @@ class SqlCompiler(SqlFunctions):
             out = self._call(node, "is_null", [v])
             return self._with_tree(out, sp.IsNull(".".join(v.path)) if v.path else sp.UNKNOWN)
         if isinstance(rhs, exp.Boolean):
-            b = self._predicate(self.visit(node.this), node.this)
+            v = self.visit(node.this)
+            if v.as_predicate is not None:  # pylance: a list is not a boolean here
+                raise self._fail(node.this, f"{node.this.sql(dialect=LanceSQL)} is not a boolean (it is {v.type})")
+            b = self._predicate(v, node.this)
             if not rhs.this:
                 b = self._with_tree(self._call(node, "invert", [b]), sp.Not(b.pruning))
             out = self._call(node, "coalesce", [b, literal(pa.scalar(False))])
@@ -646,7 +654,7 @@ class SqlCompiler(SqlFunctions):
         return pa.array(values, vtype) if values else pa.array([], vtype)
 
     # strings -------------------------------------------------------------------------------------
-    def _v_Like(self, node: exp.Expression, escape: str | None = None) -> Value:
+    def _v_Like(self, node: exp.Expression, escape: str = "\\") -> Value:
         x, pat = self.visit(node.this), self.visit(node.expression)
         if pat.lit is None or not (is_stringy(pat.type) or is_null_literal(pat)):
             raise self._unsupported(node, "LIKE with a non-literal pattern")
@@ -657,8 +665,8 @@ class SqlCompiler(SqlFunctions):
             out = literal(pa.scalar(None, pa.bool_()))
         else:
             pattern = pat.lit.as_py()
-            if escape is not None and escape != "\\":
-                pattern = rewrite_escape(pattern, escape)
+            if escape != "\\":
+                pattern = escape_with_backslash(pattern, escape)
             out = self._call(node, "match_like", [x], pattern=pattern, ignore_case=ignore_case)
             tree: sp.Node = sp.UNKNOWN
             if x.path is not None and not ignore_case:
@@ -671,10 +679,22 @@ class SqlCompiler(SqlFunctions):
     _v_ILike = _v_Like
 
     def _v_Escape(self, node: exp.Escape) -> Value:
+        """``x LIKE p ESCAPE '\\'``: as pylance 14, the escape must be one character in quotes, and
+        the backslash (LIKE's own escape) is the one pylance takes. Another single character was
+        accepted by earlier lance-ops releases: it still works, with a DeprecationWarning, so
+        existing callers keep working while they move to the backslash (ADR 0030)."""
         esc = node.expression
-        if not (isinstance(node.this, (exp.Like, exp.ILike)) and isinstance(esc, exp.Literal)
-                and esc.is_string and len(esc.this) == 1):
+        if not isinstance(node.this, (exp.Like, exp.ILike)):
             raise self._unsupported(node, "ESCAPE")
+        if not (isinstance(esc, exp.Literal) and esc.is_string):
+            raise self._fail(esc, "invalid escape character in LIKE: expected a single character in single "
+                                  f"quotes, got {esc.sql(dialect=LanceSQL)}")
+        if len(esc.this) != 1:
+            raise self._fail(esc, f"invalid escape character in LIKE: expected a single character, got '{esc.this}'")
+        if esc.this != "\\":
+            warnings.warn(f"LIKE ... ESCAPE '{esc.this}': pylance takes only the backslash (\\) as LIKE's "
+                          "escape and refuses other characters; lance-ops will too in a future release "
+                          "(escape with a backslash: 'a\\_b')", DeprecationWarning, stacklevel=2)
         return self._v_Like(node.this, escape=esc.this)
 
     def _pattern_func(self, node: exp.Expression, fn: str) -> Value:

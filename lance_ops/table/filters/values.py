@@ -33,6 +33,9 @@ class Value:
     path: tuple[str, ...] | None = None  # the column path, when a plain column reference
     text: str | None = None             # a numeric literal's SQL text (exact decimals)
     tree: sp.Node | None = None         # pruning form (boolean values)
+    #: the boolean this value stands for where a predicate is expected (``regexp_match``'s list:
+    #: pylance coerces it to "matched", never null), None when it is no predicate
+    as_predicate: "Value | None" = None
 
     @property
     def scalar(self) -> pa.Scalar:
@@ -139,10 +142,13 @@ def exact_decimal(v: Value) -> decimal.Decimal:
     return decimal.Decimal(v.text if v.text and is_floating(v.type) else str(v.scalar.as_py()))
 
 
-def rewrite_escape(pattern: str, escape: str) -> str:
-    """Rewrite a LIKE pattern using ``escape`` into pyarrow's backslash-escaped form."""
-    out, i = [], 0
-    while i < len(pattern):
+def escape_with_backslash(pattern: str, escape: str) -> str:
+    """A LIKE pattern written with ``escape`` as its escape character, rewritten with the backslash
+    (the only escape pyarrow's ``match_like`` and pylance know): ``escape`` + c becomes ``\\c``, and
+    a literal backslash is doubled so it stays literal. A trailing lone ``escape`` stays as is."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):  # one literal pattern per query, not a per-row loop
         ch = pattern[i]
         if ch == escape and i + 1 < len(pattern):
             out.append("\\" + pattern[i + 1])

@@ -50,6 +50,10 @@ def install() -> None:
     # ingest's mapInArrow task and the data source's DataWriter both call write_partition
     _tasks.write_partition = _then_fail(_tasks.write_partition)
     _tasks.CompactionTaskRunner.__call__ = _then_fail(_tasks.CompactionTaskRunner.__call__)
+    # the optimize_indices job's tasks (they write nothing: a failed attempt leaves nothing behind)
+    from lance_ops.maintenance.index_upkeep import distributed
+
+    distributed.encode_slice = _then_fail(distributed.encode_slice)
 
 
 if __name__ == "sitecustomize":  # a worker's start-up; the test driver imports the names only
