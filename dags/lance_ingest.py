@@ -8,10 +8,12 @@ idempotency key and commits nothing new).
 
     airflow dags test lance_ingest -c '{"dataset_uri": "/data/events.lance", "source_path": "/raw/day=1"}'
 
-`mode=upsert` (with `on`, the key columns) skips both and runs `ingest.upsert` instead: the
-source (Parquet or Arrow files) is merged in the task with `merge_insert(on)`: rows whose key
-matches are updated, the rest inserted, committed once under the run's idempotency key (a re-run
-over the same source leaves the same rows).
+`mode=upsert` (with `on`, the key columns) runs the Spark merge job in `ingest.spark_stage`
+(`lance_ops/spark/merge.py`: executors join the source with the dataset's key columns and write
+the new fragments and deletion files; the driver commits one Update under the run's idempotency
+key), then `ingest.commit` reports that version: rows whose key matches are updated, the rest
+inserted (a re-run over the same source leaves the same rows). With `upsert_engine=task` both
+skip and `ingest.upsert` merges the source (Parquet or Arrow files) in the task process instead.
 
     airflow dags test lance_ingest -c '{"dataset_uri": "/data/events.lance", "source_path": "/raw/fix.parquet",
                                         "mode": "upsert", "on": ["id"]}'
@@ -72,6 +74,9 @@ with DAG(
                     title="Key columns (upsert)",
                     description='columns matching source rows with dataset rows, e.g. ["id"]; required when '
                                 "mode is upsert, ignored otherwise"),
+        "upsert_engine": Param("spark", type="string", enum=["spark", "task"], title="Upsert engine",
+                               description="mode=upsert: the Spark merge job (default) or a merge in the "
+                                           "Airflow task process (small Parquet/Arrow sources)"),
         "partitions": Param(None, type=["null", "integer"], minimum=1, maximum=100_000, title="Spark partitions",
                             description="repartition the input into this many Spark tasks (empty: as read)"),
         "max_rows_per_file": Param(None, type=["null", "integer"], minimum=1, maximum=1 << 31,
@@ -86,6 +91,7 @@ with DAG(
         source_format="{{ params.source_format }}",
         mode="{{ params.mode }}",
         on="{{ params.on }}",
+        upsert_engine="{{ params.upsert_engine }}",
         partitions="{{ params.partitions }}",
         max_rows_per_file="{{ params.max_rows_per_file }}",
         spark_conf={"spark.ui.enabled": "false"},

@@ -13,8 +13,9 @@ deleted. One ``Update`` version is committed, carrying the task's idempotency ke
 
 Duplicate keys in the source that match one target row fail the task at once (pylance's
 ``AmbiguousMergeError``), before anything is written. Used by the ``lance_ingest`` DAG's
-``mode=upsert``: the group's task runs only when the rendered ``mode`` is ``upsert`` (any other
-value skips it, and the Spark ingest tasks skip on ``upsert``).
+``mode=upsert`` with ``upsert_engine=task``: the group's task runs only when the rendered
+``mode`` is ``upsert`` and ``engine`` is ``task`` (the default engine there is the Spark merge job,
+``lance_ops/spark/merge.py``, ADR 0033).
 """
 from __future__ import annotations
 
@@ -75,11 +76,13 @@ class LanceMergeInsertOperator(LanceBaseOperator):
         for all of them, or a SQL filter restricting which. (templated)
     :param mode: run only when this renders to ``upsert`` (a DAG's write-mode Param); any other
         value skips the task. (templated)
+    :param engine: run only when this renders to ``task`` (default); ``spark`` skips the task (the
+        ``lance_ingest`` group's Spark merge job writes the run). (templated)
     """
 
     template_fields = LanceBaseOperator.template_fields + (
         "on", "data", "source_path", "source_format", "when_matched_update_all", "when_matched_update_condition",
-        "when_not_matched_insert_all", "when_not_matched_by_source_delete", "mode",
+        "when_not_matched_insert_all", "when_not_matched_by_source_delete", "mode", "engine",
     )
     template_fields_renderers = {"data": "json"}
     operation = "merge_insert"
@@ -90,7 +93,7 @@ class LanceMergeInsertOperator(LanceBaseOperator):
                  source_format: str | None = None, when_matched_update_all: bool | str = True,
                  when_matched_update_condition: str | None = None, when_not_matched_insert_all: bool | str = True,
                  when_not_matched_by_source_delete: bool | str = False, mode: str = "upsert",
-                 **kwargs: Any) -> None:
+                 engine: str = "task", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.on = on
         self.data = data
@@ -101,6 +104,7 @@ class LanceMergeInsertOperator(LanceBaseOperator):
         self.when_not_matched_insert_all = when_not_matched_insert_all
         self.when_not_matched_by_source_delete = when_not_matched_by_source_delete
         self.mode = mode
+        self.engine = engine
 
     def lineage_inputs(self) -> list[str]:
         """The source path, when it is known when the DAG is parsed."""
@@ -111,6 +115,9 @@ class LanceMergeInsertOperator(LanceBaseOperator):
         mode = str(self.mode or "").strip()
         if mode != "upsert":
             skip(self.log, f"mode is {mode!r}, not 'upsert': the ingest tasks write this run")
+        engine = str(self.engine or "task").strip().lower()
+        if engine != "task":
+            skip(self.log, f"upsert_engine is {engine!r}: the Spark merge job writes this run")
         on = key_columns(self.on)
         fmt = self._source_format()
         ds = self.open_dataset(uri, storage_options)

@@ -36,7 +36,7 @@ from airflow.sdk import TaskGroup
 from lance_ops_airflow.operators.base import idempotency_key, skip
 from lance_ops_airflow.operators.hooks import LanceHook, normalize_conn_id
 from lance_ops_airflow.operators.lance import LanceCommitStagedOperator, LanceCompactionOperator
-from lance_ops_airflow.operators.merge import LanceMergeInsertOperator
+from lance_ops_airflow.operators.merge import LanceMergeInsertOperator, key_columns
 
 NONE_FAILED_MIN_ONE_SUCCESS = "none_failed_min_one_success"
 
@@ -73,8 +73,29 @@ def _arg_value(args: Sequence[str], flag: str) -> str | None:
     return None
 
 
-#: the write mode that merges on key columns instead of ingesting with Spark
+#: the write mode that merges on key columns instead of appending/overwriting
 UPSERT = "upsert"
+
+
+def _without(args: Sequence[str], flag: str) -> list[str]:
+    """``args`` without every ``flag <value>`` pair."""
+    out: list[str] = []
+    items = list(args)
+    i = 0
+    while i < len(items):
+        if items[i] == flag:
+            i += 2
+            continue
+        out.append(items[i])
+        i += 1
+    return out
+
+
+def merge_job_args(args: Sequence[str]) -> list[str]:
+    """The ingest job's rendered arguments as the merge job's: ``--mode`` dropped, the ``--on``
+    value (a list, JSON text or comma-separated names) checked as :func:`key_columns` does."""
+    on = key_columns(_arg_value(args, "--on"))
+    return [*_without(_without(args, "--mode"), "--on"), "--on", ",".join(on)]
 #: what a failed lance_ops job prints first, and its exit code when a retry cannot help
 #: (lance_ops.spark._common.ERROR_PREFIX / EXIT_NOT_RETRYABLE, repeated here so that parsing a DAG
 #: does not import lance_ops)
@@ -125,22 +146,25 @@ class LanceSparkSubmitOperator(SparkSubmitOperator):
     ``on_kill`` is SparkSubmitOperator's: it kills the spark-submit process (and the driver on a
     cluster).
 
-    :param job: ``ingest`` or ``compact``.
+    :param job: ``ingest`` or ``compact``. An ``ingest`` whose rendered ``--mode`` is ``upsert`` runs
+        the merge job instead (``lance_ops/spark/merge.py`` on the ``--on`` key columns), which
+        commits itself (re-planning when preempted); ``upsert_engine`` other than ``spark`` skips it.
     :param dataset_uri: dataset path or URI. (templated)
     :param lance_conn_id: connection with the storage credentials. (templated)
     :param job_args: job arguments before the ones added here. (templated)
     :param idempotency_scope: shared with the commit task (the group id).
     :param plan_task_id: for ``compact``: the planning task; skipped unless it routed to Spark.
+    :param upsert_engine: ``spark`` (default) or ``task``: who merges a ``mode=upsert`` run. (templated)
     """
 
     template_fields: Sequence[str] = tuple(SparkSubmitOperator.template_fields) + (
-        "dataset_uri", "lance_conn_id", "job_args",
+        "dataset_uri", "lance_conn_id", "job_args", "upsert_engine",
     )
     ui_color = "#ffe5b4"
 
     def __init__(self, *, job: str, dataset_uri: str, lance_conn_id: str | None = None,
                  job_args: list[str] | None = None, idempotency_scope: str | None = None,
-                 plan_task_id: str | None = None, **kwargs: Any) -> None:
+                 plan_task_id: str | None = None, upsert_engine: str = "spark", **kwargs: Any) -> None:
         if job not in ("ingest", "compact"):
             raise ValueError(f"job must be 'ingest' or 'compact', not {job!r}")
         kwargs.setdefault("name", f"lance-ops-{job}")
@@ -151,6 +175,8 @@ class LanceSparkSubmitOperator(SparkSubmitOperator):
         self.job_args = list(job_args or [])
         self.idempotency_scope = idempotency_scope
         self.plan_task_id = plan_task_id
+        self.upsert_engine = upsert_engine
+        self._application = self.application
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = LanceHook(normalize_conn_id(self.lance_conn_id))
@@ -158,8 +184,22 @@ class LanceSparkSubmitOperator(SparkSubmitOperator):
         storage_args, secret_env = hook.spark_arguments()
         key = idempotency_key(context, self.idempotency_scope)
         args = _clean_args(self.job_args)
+        job, stage_only = self.job, ["--stage-only"]
         if self.job == "ingest" and _arg_value(args, "--mode") == UPSERT:
-            skip(self.log, "mode is 'upsert': the group's upsert task merges the source (no Spark ingest)")
+            engine = str(self.upsert_engine or "spark").strip().lower()
+            if engine != "spark":
+                skip(self.log, f"mode is 'upsert' and upsert_engine is {engine!r}: the group's upsert task merges "
+                               "the source (no Spark job)")
+            try:
+                merge_args = merge_job_args(args)
+            except ValueError as exc:  # a bad or missing `on` Param: retrying cannot help
+                from airflow.sdk.exceptions import AirflowFailException
+
+                self.log.error("%s", exc)
+                raise AirflowFailException(str(exc)) from exc
+            job, stage_only, args = "merge", [], merge_args
+        else:
+            args = _without(args, "--on")
         if self.job == "compact":
             plan = context["ti"].xcom_pull(task_ids=self.plan_task_id) if self.plan_task_id else None
             if self.plan_task_id:
@@ -168,19 +208,18 @@ class LanceSparkSubmitOperator(SparkSubmitOperator):
                     skip(self.log, f"compaction plan route is {route!r}: no Spark rewrite needed "
                                    "(the plan task compacted in-process or found nothing to compact)")
                 args += ["--plan-file", plan["plan_file"]]
-        if not self.application:
-            self.application = _job_path(self.job)
-        self.application_args = [*args, "--uri", uri, "--idempotency-key", key, "--stage-only", *storage_args]
+        self.application = self._application or _job_path(job)
+        self.application_args = [*args, "--uri", uri, "--idempotency-key", key, *stage_only, *storage_args]
         self.env_vars = {**(self.env_vars or {}), **secret_env}
         self._hook = None  # built in super().execute() from the arguments above
-        self.log.info("spark %s job for %s, key %s", self.job, uri, key)
+        self.log.info("spark %s job for %s, key %s", job, uri, key)
         try:
             super().execute(context)
         except Exception as exc:  # noqa: BLE001 - classified from the job's exit code and error line
             self._classify_failure(exc)
             raise
         summary = self._summary()
-        return {"uri": uri, "idempotency_key": key, "job": self.job, "summary": summary}
+        return {"uri": uri, "idempotency_key": key, "job": job, "summary": summary}
 
     def _get_hook(self) -> SparkSubmitHook:
         hook = super()._get_hook()
@@ -215,6 +254,26 @@ class LanceSparkSubmitOperator(SparkSubmitOperator):
                 except ValueError:
                     continue
         return None
+
+
+class LanceIngestCommitOperator(LanceCommitStagedOperator):
+    """The ingest group's commit step: commits what ``spark_stage`` staged; after a Spark merge
+    (``mode=upsert``), which commits itself, it finds that version by the run's key and reports
+    it as this run's change (so the asset events fire as for an ingest)."""
+
+    def __init__(self, *, spark_task_id: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spark_task_id = spark_task_id
+
+    def run(self, context, uri, storage_options, key):
+        out = super().run(context, uri, storage_options, key)
+        if out["operation"] == "update" and out["already_committed"]:
+            pushed = context["ti"].xcom_pull(task_ids=self.spark_task_id) or {}
+            summary = pushed.get("summary") or {}
+            if summary.get("committed") and not summary.get("already_committed") and \
+                    summary.get("version") == out["version"]:
+                out.update(changed=True, committed_by=self.spark_task_id)
+        return out
 
 
 class LanceCompactionCommitOperator(LanceCommitStagedOperator):
@@ -279,15 +338,18 @@ def lance_ingest_group(
     spark_kwargs: dict[str, Any] | None = None,
     commit_kwargs: dict[str, Any] | None = None,
     on: Any = None,
+    upsert_engine: str = "spark",
 ) -> TaskGroup:
     """A TaskGroup ``<group_id>.spark_stage >> <group_id>.commit`` ingesting files into a dataset,
     and, when ``on`` is given, ``<group_id>.upsert`` beside them (a :class:`LanceMergeInsertOperator`
     on the key columns ``on``).
 
     ``mode`` ``append``/``overwrite``/``create`` runs the Spark pair and skips ``upsert``;
-    ``mode`` ``upsert`` skips the Spark pair and merges the source in the ``upsert`` task (the
-    Spark merge job is issue 23 item 2). ``dataset_uri``, ``source_path``, ``mode``, ``on``,
-    ``partitions`` and ``max_rows_per_file`` may be templates. ``outlets`` (e.g. a fixed
+    ``mode`` ``upsert`` with ``upsert_engine`` ``spark`` (default) runs the Spark merge job in
+    ``spark_stage`` (it commits, re-planning when preempted) and ``commit`` reports that version
+    (and emits the asset events); with ``upsert_engine`` ``task`` both skip and the ``upsert``
+    task merges the source in its own process. ``dataset_uri``, ``source_path``, ``mode``, ``on``,
+    ``partitions``, ``max_rows_per_file`` and ``upsert_engine`` may be templates. ``outlets`` (e.g. a fixed
     ``Asset``) go on the commit and upsert tasks, which also emit the dataset's own asset event.
     """
     job_args = ["--format", source_format, "--path", source_path, "--mode", mode]
@@ -297,22 +359,24 @@ def lance_ingest_group(
         job_args += ["--max-rows-per-file", str(max_rows_per_file)]
     for k, v in (reader_options or {}).items():
         job_args += ["--option", f"{k}={v}"]
+    if on is not None:
+        job_args += ["--on", on]
     with TaskGroup(group_id, tooltip="Spark stages the new fragments; one small task commits them") as group:
         scope = group.group_id
         stage = LanceSparkSubmitOperator(
             task_id="spark_stage", job="ingest", dataset_uri=dataset_uri, lance_conn_id=lance_conn_id,
             job_args=job_args, idempotency_scope=scope, conn_id=spark_conn_id, conf=spark_conf,
-            **(spark_kwargs or {}),
+            upsert_engine=upsert_engine, **(spark_kwargs or {}),
         )
-        commit = LanceCommitStagedOperator(
-            task_id="commit", dataset_uri=dataset_uri, lance_conn_id=lance_conn_id,
+        commit = LanceIngestCommitOperator(
+            task_id="commit", dataset_uri=dataset_uri, lance_conn_id=lance_conn_id, spark_task_id=stage.task_id,
             idempotency_scope=scope, outlets=list(outlets or []), **(commit_kwargs or {}),
         )
         stage >> commit
         if on is not None:  # a DAG offering mode=upsert (on: a template of its key-columns Param)
             LanceMergeInsertOperator(
                 task_id="upsert", dataset_uri=dataset_uri, lance_conn_id=lance_conn_id, on=on,
-                source_path=source_path, source_format=source_format, mode=mode,
+                source_path=source_path, source_format=source_format, mode=mode, engine=upsert_engine,
                 idempotency_scope=scope, outlets=list(outlets or []), **(commit_kwargs or {}),
             )
     return group

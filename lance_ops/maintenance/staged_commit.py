@@ -9,7 +9,10 @@ executors and stages *what* it wrote under ``_staging/{key}.json`` (see
 * ``overwrite`` -> an Overwrite transaction (creates the dataset when it is missing);
 * ``rewrite``   -> the compaction commit (:func:`lance_ops.maintenance.compaction.commit_compaction`);
 * ``create_index`` -> index upkeep's CreateIndex
-  (:func:`lance_ops.maintenance.index_upkeep.staged.commit_staged_upkeep`).
+  (:func:`lance_ops.maintenance.index_upkeep.staged.commit_staged_upkeep`);
+* ``update``    -> the Update transaction of a merge-insert staged by ``lance_ops.spark.merge``
+  (:func:`lance_ops.table.rewrite_rows.commit_staged_update`; a preempted one is not re-planned
+  here: RetryableCommitConflictError, the merge job plans it again).
 
 The key is recorded in the transaction properties (``lance_ops.idempotency_key``) and in the
 dataset's key ledger (:mod:`lance_ops.table.commit.idempotency`), which cleanup carries forward; before
@@ -122,7 +125,7 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
     store, base = open_store(uri, storage_options)
     key = result.key
     op = result.operation
-    if op not in ("append", "overwrite", "rewrite", "create_index"):
+    if op not in ("append", "overwrite", "rewrite", "create_index", "update"):
         raise LanceOpsError(f"{uri}: staged result {key!r} has unknown operation {op!r}")
     current = _latest(store, base, uri)
     if current is not None and key:
@@ -143,6 +146,8 @@ def commit_result(uri: str, result: StagedResult, *, storage_options: Mapping[st
         index_version = commit_staged_upkeep(uri, store, base, result)
         _mark(store, base, key, index_version)
         return _result(index_version, op, False, _staged_metrics(result))
+    if op == "update":
+        return _commit_update(store, base, uri, result)
 
     properties = CommitProperties.from_keywords(stage_kind(op), idempotency_key=key,
                                                 transaction_properties=transaction_properties)
@@ -205,6 +210,21 @@ def _commit_rewrite(uri: str, result: StagedResult, storage_options: Any) -> dic
     return _result(version, "rewrite", already, merged)
 
 
+def _commit_update(store: ObjectStore, base: str, uri: str, result: StagedResult) -> dict:
+    from lance_ops.table.rewrite_rows import commit_staged_update
+
+    counts = {k: int(result.metrics.get(k, 0)) for k in UPDATE_COUNTS}
+    mf, already = commit_staged_update(store, base, uri, result, counts)
+    if result.key:
+        _mark(store, base, result.key, mf.version)
+    log.info("%s: committed staged update %s as version %d", uri, result.key, mf.version)
+    return _result(mf.version, "update", already, _staged_metrics(result))
+
+
+#: pylance's merge_insert result counts, kept in an update stage's metrics
+UPDATE_COUNTS = ("num_inserted_rows", "num_updated_rows", "num_deleted_rows")
+
+
 def _group_json(group: Any) -> str:
     """A rewrite group as staged by the compaction job: ``{"result": <RewriteResult JSON>}``."""
     import json
@@ -235,7 +255,7 @@ def commit_staged(uri: str, key: str, *, storage_options: Mapping[str, Any] | No
     if staged is None:
         # the stage may be gone because it was committed and cleanup removed it: ask the ledger
         if _latest(store, base, uri) is not None:
-            earlier = idempotency.lookup(store, base, key, ("write", "rewrite", "create_index"))
+            earlier = idempotency.lookup(store, base, key, ("write", "rewrite", "create_index", "update"))
             if earlier is not None:
                 log.info("%s: key %s was already committed as version %d", uri, key, earlier.version)
                 return _result(earlier.version, earlier.operation, True, _replayed(None, earlier))
@@ -260,14 +280,15 @@ def _replayed(result: StagedResult | None, rec: idempotency.KeyRecord) -> dict[s
         metrics = _staged_metrics(result)
     else:
         metrics = {}
-    raw = rec.properties.get("lance_ops.compaction.metrics")
-    if raw:
-        import json
+    import json
 
-        try:
-            metrics.update(json.loads(raw))
-        except ValueError:
-            pass
+    for prop in ("lance_ops.compaction.metrics", "lance_ops.rewrite_rows.result"):
+        raw = rec.properties.get(prop)
+        if raw:
+            try:
+                metrics.update(json.loads(raw))
+            except ValueError:
+                pass
     return metrics
 
 

@@ -6,7 +6,9 @@ Jobs, runnable with ``spark-submit lance_ops/spark/<job>.py --help`` or
 * :mod:`lance_ops.spark.ingest`  - any Spark source -> Lance fragments, staged and committed once;
 * :mod:`lance_ops.spark.compact` - a compaction plan executed one Spark task per compaction task;
 * :mod:`lance_ops.spark.optimize_indices` - index upkeep: executors encode slices of the new rows,
-  the driver writes the segments and commits one CreateIndex.
+  the driver writes the segments and commits one CreateIndex;
+* :mod:`lance_ops.spark.merge`   - merge-insert (upsert) on key columns: executors join and write,
+  the driver commits one Update (``merge_dataframe(df, uri, on=...)`` from a DataFrame).
 
 Data source: ``LanceDataSource`` (format ``"lance"``), registered with :func:`register`.
 

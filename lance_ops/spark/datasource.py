@@ -24,6 +24,10 @@ Options (all optional):
                                 committed writes and commits nothing
 ==============================  ===========================================================
 
+Upserts: ``.option("mode", "upsert")`` (or ``"on"``) is refused with a UsageError naming the
+equivalent, :func:`lance_ops.spark.merge.merge_dataframe` ``(df, uri, on=["id"])``: a Python data
+source's writer only sees its own partition, so it cannot join the source with the target's keys.
+
 Column pruning: Python data sources are given the full schema, so read a subset of columns
 by passing it: ``spark.read.format("lance").schema("id long, name string").load(uri)`` reads
 only those columns from storage.
@@ -144,7 +148,18 @@ class LanceDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> "LanceWriter":
         """The writer of one Spark write (append, or overwrite when ``overwrite``): it pins the
-        read version and field ids on the driver (see the module doc)."""
+        read version and field ids on the driver (see the module doc). An upsert (option
+        ``mode=upsert`` / ``merge`` or ``on``) is refused naming its equivalent: a Python data
+        source's writer sees only its own partition, never the target's keys to join with."""
+        mode = str(self.options.get("mode") or "").strip().lower()
+        if mode in ("upsert", "merge", "merge_insert") or self.options.get("on"):
+            from lance_ops.errors import UsageError
+
+            raise UsageError(
+                "format('lance') writes append or overwrite; for an upsert use "
+                "lance_ops.spark.merge.merge_dataframe(df, uri, on=[...]) (or spark-submit "
+                "lance_ops/spark/merge.py --on ...): it joins the source with the dataset's keys on the "
+                "executors and commits one Update")
         return LanceWriter(_uri_of(self.options), self._storage_options(), schema, overwrite, dict(self.options))
 
 

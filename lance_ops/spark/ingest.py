@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load_source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+def load_source(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    """The source DataFrame of ``--path`` (with ``--format``/``--option``) or ``--table``."""
     from lance_ops.errors import UsageError
 
     if args.table:
@@ -143,7 +144,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
     if current is not None and args.mode == "create":
         raise DatasetExistsError(f"Dataset already exists: {uri} (use --mode append or overwrite)")
 
-    df = _load_source(spark, args)
+    df = load_source(spark, args)
     if args.partitions:
         df = df.repartition(args.partitions)
     data_schema = spark_to_arrow_schema(df.schema)

@@ -70,14 +70,16 @@ def _literal(value: object) -> str:
     return f'"{value}"' if isinstance(value, str) else str(value)
 
 
-def _key_values(keys: pa.Table, position: int) -> str:
+def key_values(keys: pa.Table, position: int) -> str:
     """``k = v, ...`` of one row's key columns, as pylance's messages name a row."""
     row = keys.slice(position, 1).to_pylist()[0]
     return ", ".join(f"{k} = {_literal(row[k])}" for k in keys.column_names)
 
 
-def _ambiguous(keys: pa.Table, position: int) -> AmbiguousMergeError:
-    where = _key_values(keys, position)
+def ambiguous_error(keys: pa.Table, position: int) -> AmbiguousMergeError:
+    """pylance's error for several source rows matching the target row whose key columns are
+    row ``position`` of ``keys`` (also raised by the Spark merge job)."""
+    where = key_values(keys, position)
     return AmbiguousMergeError(
         f"Ambiguous merge inserts are prohibited: multiple source rows match the same target row on ({where}). "
         "Please ensure each target row is matched by at most one source row.")
@@ -99,6 +101,8 @@ class _Plan:
     stable: bool
     #: one integer-like key: its sorted non-null values and their source rows (else None: hash join)
     sorted_source: tuple[np.ndarray, np.ndarray] | None = None
+    #: the sorted source keys are all different (each target row matches at most one source row)
+    unique_source_keys: bool = False
 
 
 def _integer_keys(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
@@ -137,11 +141,17 @@ def _matches(target_keys: pa.Table, plan: "_Plan") -> tuple[np.ndarray, np.ndarr
         col = target_keys.column(0)
         values = _integer_keys(col)
         assert values is not None  # (same type as the source's key)
+        if not keys.size:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         lo = np.searchsorted(keys, values, side="left")
-        if keys.size and (keys.size < 2 or bool((keys[1:] != keys[:-1]).all())):  # unique source keys
-            counts = (keys[np.minimum(lo, keys.size - 1)] == values).astype(np.int64)
-        else:
-            counts = np.searchsorted(keys, values, side="right") - lo
+        if plan.unique_source_keys:  # one source row at most per target row: no expansion needed
+            np.minimum(lo, keys.size - 1, out=lo)
+            hit = keys[lo] == values
+            if col.null_count:
+                hit &= np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            pos = np.flatnonzero(hit)
+            return pos.astype(np.int64, copy=False), rows[lo[pos]]
+        counts = np.searchsorted(keys, values, side="right") - lo
         if col.null_count:
             counts[~np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)] = 0
         total = int(counts.sum())
@@ -161,15 +171,16 @@ def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) ->
     target = scan.execute(dataset, task)
     offsets = (target.column("_rowaddr").to_numpy() & 0xFFFFFFFF).astype(np.uint32)
     pos, src = _matches(target.select(spec.on), plan)
-    order = np.lexsort((src, pos))
-    pos, src = pos[order], src[order]
+    if not (plan.unique_source_keys and plan.sorted_source is not None):  # (else pos is already ascending)
+        order = np.lexsort((src, pos))
+        pos, src = pos[order], src[order]
     if spec.matched == "fail" and pos.size:
         raise MergeMatchError("Merge insert failed: found matching row with key values: "
-                              + _key_values(target.select(spec.on), int(pos[0])))
+                              + key_values(target.select(spec.on), int(pos[0])))
     if (spec.update or spec.matched == "delete") and pos.size > 1:
         dup = np.flatnonzero(pos[1:] == pos[:-1])
         if dup.size:
-            raise _ambiguous(target.select(spec.on), int(pos[dup[0]]))
+            raise ambiguous_error(target.select(spec.on), int(pos[dup[0]]))
     upd_pos, upd_src = (pos, src) if spec.update else (pos[:0], src[:0])
     if spec.update and plan.condition is not None and pos.size:
         pairs = pa.table({
@@ -224,8 +235,10 @@ def _prepare(dataset: RewriteTarget, spec: MergeSpec, source: pa.Table) -> _Plan
         condition = compile_filter(spec.condition, both)
         cond_cols = _target_columns(spec.condition, names)
     delete_filter = compile_filter(spec.delete_expr, dataset.storage_schema) if spec.delete_by_source else None
+    ordered = _sorted_source(keys, spec.on)
+    unique = ordered is not None and (ordered[0].size < 2 or bool((ordered[0][1:] != ordered[0][:-1]).all()))
     return _Plan(spec, source, keys, condition, cond_cols or [], delete_filter, dataset.has_stable_row_ids,
-                 _sorted_source(keys, spec.on))
+                 ordered, unique)
 
 
 def plan_merge(dataset: RewriteTarget, spec: MergeSpec,

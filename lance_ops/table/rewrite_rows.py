@@ -18,12 +18,19 @@ import numpy as np
 import pyarrow as pa
 
 from lance_ops._proto import table_pb2, transaction_pb2
-from lance_ops.errors import RetryableCommitConflictError, UnsupportedError
+from lance_ops.errors import (
+    DatasetNotFoundError,
+    ObjectNotFoundError,
+    RetryableCommitConflictError,
+    StagedResultError,
+    UnsupportedError,
+)
 from lance_ops.format.version import FileVersion
 from lance_ops.table import deletion, rowids
 from lance_ops.table.commit import idempotency
 from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.commit.properties import CommitProperties
+from lance_ops.table.commit.staging import StagedResult
 from lance_ops.table.manifest import feature_flags
 from lance_ops.table.manifest.codec import ManifestFile
 from lance_ops.table.fragment import LanceFragment
@@ -81,7 +88,13 @@ class RowsRewrite:
             return
         old = self.deleted.get(fragment_id)
         new = offsets.astype(np.uint32)
-        self.deleted[fragment_id] = np.unique(new if old is None else np.concatenate([old, new]))
+        merged = np.sort(new if old is None else np.concatenate([old, new]), kind="stable")  # (radix sort)
+        if merged.size > 1:
+            keep = np.empty(merged.size, dtype=bool)
+            keep[0] = True
+            np.not_equal(merged[1:], merged[:-1], out=keep[1:])
+            merged = merged[keep]
+        self.deleted[fragment_id] = merged
 
 
 def refuse_unwritable(dataset: RewriteTarget, what: str) -> None:
@@ -195,3 +208,57 @@ def run(dataset: RewriteTarget, plan: Callable[[Any], tuple[transaction_pb2.Tran
                 return json.loads(mf.transaction.transaction_properties.get(RESULT_PROPERTY) or "{}")
         return result
     raise AssertionError("unreachable")
+
+
+def staged_update_transaction(result: StagedResult, read: ManifestFile) -> transaction_pb2.Transaction:
+    """The ``Update`` (REWRITE_ROWS) transaction of a staged merge (``operation == "update"``, as
+    the Spark merge job stages it), planned against ``read`` (its read version's manifest)."""
+    txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=read.version)
+    update = txn.update
+    update.SetInParent()
+    update.update_mode = transaction_pb2.Transaction.Update.REWRITE_ROWS
+    update.fields_for_preserving_frag_bitmap.extend(f.id for f in read.manifest.fields if f.parent_id == -1)
+    update.removed_fragment_ids.extend(sorted(int(i) for i in result.removed_fragment_ids))
+    update.updated_fragments.extend(sorted(result.updated_fragments, key=lambda f: f.id))
+    update.new_fragments.extend(result.fragments)
+    return txn
+
+
+def _check_deletion_files(store: Any, base: str, result: StagedResult) -> None:
+    for frag in result.updated_fragments:
+        path = deletion.deletion_file_path(store, base, frag.id, frag.deletion_file)
+        try:
+            store.size(path)
+        except (ObjectNotFoundError, FileNotFoundError):
+            raise StagedResultError(
+                f"{store.uri(path)}: deletion file of the merge staged under key {result.key!r} is missing "
+                "(removed by cleanup as abandoned?); nothing was committed. Re-run the merge job") from None
+
+
+def commit_staged_update(store: Any, base: str, uri: str, result: StagedResult,
+                         counts: dict[str, int]) -> tuple[ManifestFile, bool]:
+    """Commit a staged merge once, against its read version (its data and deletion files are
+    checked first); ``counts`` (pylance's result dict) are recorded under :data:`RESULT_PROPERTY`
+    so that a re-run under the key returns them. Returns the version and whether it is an earlier
+    commit under the same key (nothing new landed). A concurrent commit that changed the same
+    fragments raises RetryableCommitConflictError: a stage cannot be re-planned, the job that
+    staged it must plan again on the newest version (nothing was committed)."""
+    from lance_ops.table.dataset import open_manifest
+
+    try:
+        read = open_manifest(store, base, result.read_version, uri)
+    except DatasetNotFoundError:
+        raise RetryableCommitConflictError(
+            f"{uri}: version {result.read_version}, which the merge staged under key {result.key!r} was planned "
+            "against, no longer exists; nothing was committed. Re-run the merge job to plan it again") from None
+    feature_flags.check_writer_flags(read.manifest.writer_feature_flags, uri)
+    _check_deletion_files(store, base, result)
+    txn = staged_update_transaction(result, read)
+    properties = CommitProperties.from_keywords(
+        "merge_insert", idempotency_key=result.key or None,
+        transaction_properties={RESULT_PROPERTY: json.dumps(counts, sort_keys=True)})
+    mf = commit_transaction(store, base, txn, CommitContext(read),
+                            CommitOptions(data_storage_version=result.data_storage_version), properties=properties)
+    if result.key:
+        idempotency.remember(store, base, mf)
+    return mf, mf.transaction is not None and mf.transaction.uuid != txn.uuid

@@ -1,6 +1,8 @@
 """Upserts from Airflow (issue 23 item 3): the ``lance_ingest`` DAG's ``mode=upsert`` with its
-``on`` Param and ``LanceMergeInsertOperator``, run for real with dag.test() on datasets pylance
-made; pylance's own ``merge_insert`` on a copy of the dataset is the oracle of the exact table.
+``on`` Param, through the Spark merge job (the default ``upsert_engine``) or
+``LanceMergeInsertOperator`` in the task (``upsert_engine=task``), run for real with dag.test()
+on datasets pylance made; pylance's own ``merge_insert`` on a copy of the dataset is the oracle of
+the exact table.
 """
 from __future__ import annotations
 
@@ -78,6 +80,8 @@ def test_dag_offers_upsert_with_on_param(airflow_home):
 
     dag = DagBag(dag_folder=str(DAGS)).get_dag("lance_ingest")
     assert "upsert" in dag.params.get_param("mode").schema["enum"]
+    engine = dag.params.get_param("upsert_engine")
+    assert engine.value == "spark" and engine.schema["enum"] == ["spark", "task"]
     on = dag.params.get_param("on").schema
     assert on["type"] == ["null", "array"] and on["items"] == {"type": "string", "minLength": 1, "maxLength": 256}
     # the trigger form refuses an empty, repeated or blank key list (a missing one: the task, by name)
@@ -93,6 +97,28 @@ def test_dag_offers_upsert_with_on_param(airflow_home):
     assert upsert.upstream_task_ids == set() and "lance://ingest" in [getattr(o, "uri", "").rstrip("/") for o in upsert.outlets]
 
 
+@pytest.mark.slow
+def test_ingest_dag_upsert_on_spark_matches_pylance(airflow_runner, tmp_path):
+    """The default engine: spark_stage runs the merge job (which commits), commit reports it."""
+    import lance
+
+    uri = pylance_made(tmp_path / "t.lance")
+    src = source()
+    pq.write_table(src, tmp_path / "fix.parquet")
+    expected, stats = oracle(uri, tmp_path / "oracle.lance", src)
+    conf = {"dataset_uri": uri, "source_path": str(tmp_path / "fix.parquet"), "mode": "upsert", "on": ["id"]}
+    res = airflow_runner.run("lance_ingest", conf)
+    res.assert_success(skipped=("ingest.upsert",))
+    job = res.xcoms["ingest.spark_stage"]
+    assert job["job"] == "merge" and job["summary"]["committed"] is True and job["summary"]["version"] == 3
+    assert {k: job["summary"][k] for k in stats} == stats
+    commit = res.xcoms["ingest.commit"]
+    assert commit["operation"] == "update" and commit["version"] == 3 and commit["changed"] is True
+    assert commit["committed_by"] == "ingest.spark_stage"
+    assert {k: commit["metrics"][k] for k in stats} == stats
+    assert read_sorted(uri).equals(expected) and lance.dataset(uri).version == 3
+
+
 def test_ingest_dag_upsert_matches_pylance_and_rerun_changes_nothing(airflow_runner, tmp_path, capfd):
     import lance
 
@@ -103,7 +129,8 @@ def test_ingest_dag_upsert_matches_pylance_and_rerun_changes_nothing(airflow_run
     assert stats == {"num_inserted_rows": 20, "num_updated_rows": 10, "num_deleted_rows": 0}
     assert expected.num_rows == 120
 
-    conf = {"dataset_uri": uri, "source_path": str(tmp_path / "fix.parquet"), "mode": "upsert", "on": ["id"]}
+    conf = {"dataset_uri": uri, "source_path": str(tmp_path / "fix.parquet"), "mode": "upsert", "on": ["id"],
+            "upsert_engine": "task"}
     res = airflow_runner.run("lance_ingest", conf)
     res.assert_success(skipped=("ingest.spark_stage", "ingest.commit"))
     out = res.xcoms["ingest.upsert"]
@@ -129,15 +156,20 @@ def test_ingest_dag_upsert_without_on_fails_naming_the_param(airflow_runner, tmp
 
     uri = pylance_made(tmp_path / "t.lance")
     pq.write_table(source(), tmp_path / "fix.parquet")
-    res = airflow_runner.run("lance_ingest", {"dataset_uri": uri, "source_path": str(tmp_path / "fix.parquet"),
-                                              "mode": "upsert"})
-    assert res.state == "failed"
-    assert res.task_states == {"ingest.spark_stage": "skipped", "ingest.commit": "skipped",
-                               "ingest.upsert": "failed"}
-    assert res.tries["ingest.upsert"] == 1  # not retryable: fails at once
-    errors = [m for m in log_messages(capfd.readouterr().out) if "Param 'on'" in m]
-    assert errors and "Param 'on' is required when mode is 'upsert'" in errors[0]
-    assert lance.dataset(uri).version == 2 and read_sorted(uri).equals(target())
+    for engine, failing in (("task", "ingest.upsert"), ("spark", "ingest.spark_stage")):
+        res = airflow_runner.run("lance_ingest", {"dataset_uri": uri, "source_path": str(tmp_path / "fix.parquet"),
+                                                  "mode": "upsert", "upsert_engine": engine})
+        assert res.state == "failed"
+        states = {"ingest.spark_stage": "skipped", "ingest.commit": "skipped", "ingest.upsert": "skipped"}
+        states[failing] = "failed"
+        if engine == "spark":
+            states["ingest.commit"] = "upstream_failed"
+        assert res.task_states == states
+        assert res.tries[failing] == 1  # not retryable: fails at once, before any spark-submit
+        out = capfd.readouterr().out
+        errors = [m for m in log_messages(out) if "Param 'on'" in m]
+        assert errors and "Param 'on' is required when mode is 'upsert'" in errors[0]
+        assert lance.dataset(uri).version == 2 and read_sorted(uri).equals(target())
 
 
 def test_upsert_retry_after_landed_commit_commits_once(airflow_runner, tmp_path, monkeypatch):
@@ -169,3 +201,14 @@ def test_upsert_retry_after_landed_commit_commits_once(airflow_runner, tmp_path,
     txn = lance_ops.dataset(uri, version=3).transaction
     assert txn.WhichOneof("operation") == "update"
     assert txn.transaction_properties[IDEMPOTENCY_KEY] == out["idempotency_key"]
+
+
+def test_ingest_arguments_become_merge_arguments(airflow_home):
+    from lance_ops_airflow.operators.spark import _clean_args, merge_job_args
+
+    rendered = _clean_args(["--format", "parquet", "--path", "/raw/x", "--mode", "upsert", "--partitions", None,
+                            "--on", ["id", "day"]])
+    assert merge_job_args(rendered) == ["--format", "parquet", "--path", "/raw/x", "--on", "id,day"]
+    assert merge_job_args(["--path", "/p", "--mode", "upsert", "--on", '["k"]'])[-2:] == ["--on", "k"]
+    with pytest.raises(ValueError, match=r"Param 'on' is required when mode is 'upsert'"):
+        merge_job_args(_clean_args(["--path", "/p", "--mode", "upsert", "--on", None]))

@@ -73,7 +73,8 @@ class StagedResult:
     """What one write step produced, ready to be committed by a separate step."""
 
     key: str
-    #: "append" | "overwrite" | "rewrite" | "create_index"
+    #: "append" | "overwrite" | "rewrite" | "create_index" | "update" (a merge-insert: ``fragments``
+    #: are its new ones)
     operation: str
     read_version: int
     fragments: list[table_pb2.DataFragment] = field(default_factory=list)
@@ -88,6 +89,10 @@ class StagedResult:
     indices: dict[str, Any] = field(default_factory=dict)
     #: set by the commit step once the result is committed (the version it landed in)
     committed_version: int | None = None
+    #: for "update": fragments of the read version with their new deletion files, and the ids of
+    #: fragments left without live rows
+    updated_fragments: list[table_pb2.DataFragment] = field(default_factory=list)
+    removed_fragment_ids: list[int] = field(default_factory=list)
 
     def to_json(self) -> str:
         """The staged file's content: sorted-key JSON, fragments as base64 protobuf;
@@ -96,6 +101,9 @@ class StagedResult:
             "committed_version": int(self.committed_version)}
         if self.indices:
             extra["indices"] = self.indices
+        if self.operation == "update":
+            extra["updated_fragments"] = [fragment_to_b64(f) for f in self.updated_fragments]
+            extra["removed_fragment_ids"] = [int(i) for i in self.removed_fragment_ids]
         return json.dumps({
             **extra,
             "key": self.key,
@@ -125,6 +133,8 @@ class StagedResult:
                 indices=dict(raw.get("indices", {})),
                 committed_version=(int(raw["committed_version"]) if raw.get("committed_version") is not None
                                    else None),
+                updated_fragments=[fragment_from_b64(f) for f in raw.get("updated_fragments", [])],
+                removed_fragment_ids=[int(i) for i in raw.get("removed_fragment_ids", [])],
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise LanceOpsError(f"{where}: not a valid staged result: {exc}") from exc
