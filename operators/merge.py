@@ -15,7 +15,7 @@ Duplicate keys in the source that match one target row fail the task at once (py
 ``AmbiguousMergeError``), before anything is written. Used by the ``lance_ingest`` DAG's
 ``mode=upsert`` with ``upsert_engine=task``: the group's task runs only when the rendered
 ``mode`` is ``upsert`` and ``engine`` is ``task`` (the default engine there is the Spark merge job,
-``lance_ops/spark/merge.py``, ADR 0033).
+``lance_ops/spark/merge.py``, ADR 0035).
 """
 from __future__ import annotations
 

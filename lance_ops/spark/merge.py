@@ -10,7 +10,7 @@ data sources cannot offer: a writer sees only its own partition, never the targe
     from lance_ops.spark.merge import merge_dataframe
     merge_dataframe(df, "s3://lake/events.lance", on=["id"], storage_options={...})
 
-What runs where (ADR 0033): executors read the target's key columns fragment by fragment (with
+What runs where (ADR 0035): executors read the target's key columns fragment by fragment (with
 each row's fragment and offset, and its stable row id), Spark joins them with the source on the
 key columns, then executors write the deletion files of matched rows (one task per group of
 fragments) and the new fragments (updated rows first, then inserted rows). The driver stages one
