@@ -304,9 +304,9 @@ def _misplaced_field(message: Message, where: str = "") -> str | None:
     return None
 
 
-def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
-    """Decode a whole manifest file; CorruptFileError naming ``path`` on any damage."""
-    data = bytes(data)
+def manifest_span(data: bytes, path: str = "<manifest>") -> tuple[int, int]:
+    """``(start, end)`` of the Manifest message inside the manifest file ``data`` (the footer and
+    the length prefix checked); CorruptFileError naming ``path`` on damage."""
     size = len(data)
     if size < FOOTER_SIZE + 4:
         raise CorruptFileError(path, f"truncated manifest: {size} bytes is smaller than the footer")
@@ -328,6 +328,15 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
             f"manifest length mismatch: prefix says {length} bytes, but {expected} bytes lie "
             "between it and the footer",
         )
+    return manifest_pos + 4, body_end
+
+
+def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
+    """Decode a whole manifest file; CorruptFileError naming ``path`` on any damage."""
+    data = bytes(data)
+    size = len(data)
+    start, body_end = manifest_span(data, path)
+    manifest_pos = start - 4
     manifest = _parse(
         table_pb2.Manifest(), data[manifest_pos + 4 : body_end], path, "Manifest"
     )
@@ -398,15 +407,18 @@ def manifest_schema(mf: ManifestFile, store: ObjectStore | None = None) -> pa.Sc
         raise CorruptFileError(where, f"schema does not convert: {type(exc).__name__}: {exc}") from exc
 
 
-def read_manifest(store: ObjectStore, path: str) -> ManifestFile:
-    """Read and decode the manifest at ``path``: one 64 KiB tail read, then the rest if needed."""
+def read_manifest_bytes(store: ObjectStore, path: str) -> bytes:
+    """The whole manifest file at ``path``: one 64 KiB tail read, then the rest if needed."""
     tail, size = store.read_tail(path, PREFETCH_SIZE)
     if size > len(tail):
         head = store.read_range(path, 0, size - len(tail))
-        data = head + tail
-    else:
-        data = tail
-    return decode_manifest(data, path)
+        return head + tail
+    return tail
+
+
+def read_manifest(store: ObjectStore, path: str) -> ManifestFile:
+    """Read and decode the manifest at ``path``: one 64 KiB tail read, then the rest if needed."""
+    return decode_manifest(read_manifest_bytes(store, path), path)
 
 
 def write_manifest(
