@@ -147,7 +147,9 @@ def _read_input(path: str, fmt: str, schema: pa.Schema | None = None) -> tuple[p
         if fmt == "csv":
             import pyarrow.csv as pcsv
 
-            convert = pcsv.ConvertOptions(column_types={f.name: f.type for f in schema} if schema else None)
+            types = {f.name: f.type.storage_type if isinstance(f.type, pa.BaseExtensionType) else f.type
+                     for f in schema} if schema else None  # CSV reads no extension types; they are cast after
+            convert = pcsv.ConvertOptions(column_types=types)
             return pcsv.open_csv(path, convert_options=convert), None
         if fmt == "arrow":
             try:

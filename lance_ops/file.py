@@ -12,6 +12,7 @@ the result object hands table attributes through with a ``DeprecationWarning``, 
 """
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -23,10 +24,13 @@ from google.protobuf import text_format
 
 from lance_ops.errors import ColumnNotFoundError, UnsupportedError
 from lance_ops.format import registry
+from lance_ops.format.batch_argument import batch_argument
+from lance_ops.format.version import FileVersion
 from lance_ops.format.legacy.reader import LegacyFileReader
 from lance_ops.format.reader_base import V2ReaderBase
 from lance_ops.format.writer import WrittenPage
 from lance_ops.io.base import ObjectStore
+from lance_ops.table import extension_types
 
 #: pylance's default rows per batch of ``ReaderResults.to_batches()``
 DEFAULT_BATCH_SIZE = 1024
@@ -253,8 +257,9 @@ class LanceFileReader:
 
     @property
     def schema(self) -> pa.Schema:
-        """The Arrow schema of the file (all columns)."""
-        return self._reader.schema
+        """The Arrow schema of the file (all columns), extension types shown as pylance's file
+        reader shows them (tensors, uuids... as their types; JSON as the stored ``lance.json`` bytes)."""
+        return _view(self._reader.schema)
 
     @property
     def version(self) -> str:
@@ -290,7 +295,7 @@ class LanceFileReader:
             columns.append(LanceColumnMetadata(_buffers(meta.buffer_offsets, meta.buffer_sizes), pages))
         gb_bytes = sum(s for _, s in gbs)
         return LanceFileMetadata(
-            schema=reader.schema, num_rows=reader.num_rows, num_data_bytes=footer.column_meta_start - gb_bytes,
+            schema=_view(reader.schema), num_rows=reader.num_rows, num_data_bytes=footer.column_meta_start - gb_bytes,
             num_column_metadata_bytes=footer.gbo_table_start - footer.column_meta_start,
             num_global_buffer_bytes=gb_bytes, global_buffers=[LanceBufferDescriptor(p, s) for p, s in gbs],
             columns=columns, major_version=footer.major, minor_version=footer.minor)
@@ -341,6 +346,7 @@ class LanceFileReader:
 
     def _shape(self, table: pa.Table, columns: Optional[Sequence[str]]) -> pa.Table:
         """``table`` with the struct columns cut to the nested paths the constructor named."""
+        table = extension_types.to_view(table, _view(table.schema))
         if self._paths is None or columns is not None:
             return table
         return pa.table([_prune(table.column(name), self._paths[name]) for name in table.column_names],
@@ -383,7 +389,56 @@ def LanceFileWriter(path: str | os.PathLike[str], schema: Optional[pa.Schema] = 
         options["data_cache_bytes"] = data_cache_bytes
     if max_page_bytes is not None:
         options["max_page_bytes"] = max_page_bytes
-    return registry.LanceFileWriter(path, schema, version=version or DEFAULT_WRITER_VERSION, **options)
+    parsed = FileVersion.file_writer_spelling(version or DEFAULT_WRITER_VERSION)
+    try:
+        cls = registry.writer_class(parsed) if parsed is not None else None
+    except KeyError:
+        cls = None
+    if cls is None:  # the registry refuses the version with its message
+        return registry.LanceFileWriter(path, schema, version=version or DEFAULT_WRITER_VERSION, **options)
+    return _storing_class(cls)(path, schema, version=parsed, **options)
+
+
+def _view(schema: pa.Schema) -> pa.Schema:
+    """A file's stored schema as pylance's file reader shows it (JSON stays ``lance.json`` bytes)."""
+    return extension_types.view_schema(schema, json_text=False)
+
+
+def _stored(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch | pa.Table:
+    """``batch`` with extension columns as pylance's file writer stores them (ADR 0030)."""
+    schema = extension_types.storage_schema(batch.schema)
+    if schema is batch.schema:
+        return batch
+    columns = [extension_types.to_storage(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col,
+                                          g.type, g.name) if f.type != g.type else col
+               for col, f, g in zip(batch.columns, batch.schema, schema)]
+    return type(batch).from_arrays(columns, schema=schema)
+
+
+class _StoresExtensionTypes:
+    """Mixed into the registry's file writers by :func:`LanceFileWriter`: extension columns are
+    stored as pylance's ``LanceFileWriter`` stores them, ``arrow.json`` as JSONB ``lance.json``
+    (at any depth), tensors, uuids and bfloat16 as their storage type named in the field metadata."""
+
+    def __init__(self, path: Any, schema: Optional[pa.Schema] = None, **kwargs: Any) -> None:
+        super().__init__(path, None if schema is None else extension_types.storage_schema(schema),  # type: ignore[call-arg]
+                         **kwargs)
+
+    def write_batch(self, batch: Any = None, *, data: Any = None) -> None:
+        """Append ``batch`` (a RecordBatch, a Table, a reader or an iterable of batches)."""
+        batch = batch_argument(batch, data)
+        write = super().write_batch  # type: ignore[misc]
+        if isinstance(batch, (pa.RecordBatch, pa.Table)):
+            write(_stored(batch))
+        else:
+            write(_stored(b) for b in batch)
+
+
+@functools.lru_cache(maxsize=None)
+def _storing_class(cls: type) -> type:
+    """``cls`` (a registry writer class) with :class:`_StoresExtensionTypes` mixed in, same name."""
+    return type(cls.__name__, (_StoresExtensionTypes, cls), {"__module__": cls.__module__,
+                                                             "__doc__": cls.__doc__})
 
 
 def open_file_reader(path: str, storage_options: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> Any:

@@ -113,9 +113,6 @@ NOTES = {
         "`max_bytes_per_file` cuts a task's output by its estimated bytes so each file stays under it "
         "(pylance closes a file once its flushed bytes pass it, so file counts differ); one version per "
         "compaction (pylance 14 commits a ReserveFragments version first)"),
-    "lance_ops.format.writer.V2FileWriter.write_batch": (
-        "an `arrow.json` column is refused (UnsupportedTypeError, nothing written); pylance's file writer "
-        "stores it as `lance.json` JSONB, as `write_dataset` does in both"),
     "lance_ops.api.LanceDataset.cleanup_old_versions": (
         "`delete_concurrency` is checked and always met (deletes go one batch at a time)"),
     "lance_ops.table.dataset.Tags.create": "no branches: `(branch, version)` takes only None or \"main\"",
@@ -132,12 +129,9 @@ NOTES = {
     "lance_ops.optimize.CompactionPlan.json": "lance-ops' JSON, not pylance's",
     "lance_ops.optimize.RewriteResult.json": "lance-ops' JSON, not pylance's",
     "lance_ops.api.LanceDataset.to_table:filter": (
-        "SQL: `LIKE ... ESCAPE` takes any escape character (pylance: backslash only); "
-        "`regexp_match` is a boolean-or-NULL, not a list, in projections"),
-    "lance_ops.api.LanceDataset.to_table:types": (
-        "tensor, uuid, bfloat16 and json (stored as `lance.json` JSONB) round-trip in scans and takes; "
-        "`ds.schema` shows the stored types (storage + `ARROW:extension:*` metadata), pylance's the "
-        "extension types"),
+        "SQL: `regexp_match` takes the flags i, m, s, U, u, x (pylance also R) as literals; a pattern that "
+        "does not compile raises FilterError, a ValueError (pylance: pyarrow's ArrowInvalid, also a "
+        "ValueError)"),
 }
 
 

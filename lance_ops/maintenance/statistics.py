@@ -107,7 +107,7 @@ def rebuild_statistics(ds: LanceDataset, fragments: Iterable[int | LanceFragment
               "already_present": sum(len(f.files) for f in frags) - len(todo),
               "unsupported": 0, "failed": 0, "dry_run": bool(dry_run), "files": []}
     failures: list[dict[str, Any]] = []
-    schema = ds.schema
+    schema = ds.storage_schema
     for n, (frag, i, df) in enumerate(todo, 1):
         path = stats_path(ds.store, ds.base, df.path)
         if dry_run:

@@ -130,7 +130,7 @@ class LanceDataSource(DataSource):
 
     def schema(self) -> StructType:
         """The Spark schema of the dataset's latest (or ``version`` option's) version."""
-        return arrow_to_spark_schema(self._open().schema)
+        return arrow_to_spark_schema(self._open().storage_schema)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A reader of the pinned dataset version for the columns of ``schema``; it takes Spark's
@@ -140,7 +140,7 @@ class LanceDataSource(DataSource):
         push = self.push_filters_default if option is None else _truthy(option)
         rows = int(self.options.get("rows_per_partition") or DEFAULT_ROWS_PER_PARTITION)
         cls = LanceFilteringReader if push else LanceReader
-        return cls(ds.uri, self._storage_options(), ds.version, ds.schema, schema, rows)
+        return cls(ds.uri, self._storage_options(), ds.version, ds.storage_schema, schema, rows)
 
     def writer(self, schema: StructType, overwrite: bool) -> "LanceWriter":
         """The writer of one Spark write (append, or overwrite when ``overwrite``): it pins the
@@ -213,7 +213,7 @@ class LanceReader(DataSourceReader):
         from lance_ops.table import scan
 
         ds = ds if ds is not None else self._dataset()
-        columns = self.columns or [ds.schema.names[0]]
+        columns = self.columns or [ds.storage_schema.names[0]]
         tasks: list[FragmentScanTask] = []
         for task in scan.iter_plan(ds, columns, self._filter(ds)):
             frag = task.fragment
@@ -247,7 +247,7 @@ class LanceReader(DataSourceReader):
         expr = self._expression()
         if expr is None:
             return None
-        filt = compile_filter(expr, ds.schema)
+        filt = compile_filter(expr, ds.storage_schema)
         assert filt is not None  # an expression always compiles to a Filter
         trees = [spark_filter_to_tree(f, self.dataset_schema) for f in self.filters]
         return replace(filt, tree=trees[0] if len(trees) == 1 else sp.And(tuple(trees)))

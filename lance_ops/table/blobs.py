@@ -387,8 +387,8 @@ def blob_field_path(ds: "DatasetSnapshot", column: str) -> tuple[str, list[str],
 
     parts = column.split(".")
     field = None
-    if parts[0] in ds.schema.names:
-        field = ds.schema.field(parts[0])
+    if parts[0] in ds.storage_schema.names:
+        field = ds.storage_schema.field(parts[0])
         for p in parts[1:]:
             t = field.type
             if not pa.types.is_struct(t) or t.get_field_index(p) < 0:
@@ -396,7 +396,7 @@ def blob_field_path(ds: "DatasetSnapshot", column: str) -> tuple[str, list[str],
                 break
             field = t.field(p)
     if field is None:
-        raise LanceOpsError(f"{ds.uri}: field {column!r} not found; the dataset has {ds.schema.names}")
+        raise LanceOpsError(f"{ds.uri}: field {column!r} not found; the dataset has {ds.storage_schema.names}")
     if not blob_v2.is_blob_field(field):
         raise ValueError(f"the column {column!r} is not a blob column")
     if blob_v2.is_blob_v2(field) and len(parts) > 1:
@@ -419,7 +419,7 @@ def take_blobs(ds: "DatasetSnapshot", blob_column: str, ids: BlobSelection | Non
     v2 = blob_v2.is_blob_v2(field)
     result: list[Optional[BlobFile]] = [None] * n
     fid = ds.top_field_ids[top]
-    read_field = ds.schema.field(top)
+    read_field = ds.storage_schema.field(top)
     for f in np.unique(which).tolist():  # one read per fragment
         rows = np.flatnonzero(which == f)
         frag = frags[f]

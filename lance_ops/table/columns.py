@@ -14,40 +14,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_ops.errors import InvalidArgumentError
-from lance_ops.table import jsonb, scan
+from lance_ops.table import extension_types, scan
 from lance_ops.table.filters import Projection, compile_expression
 from lance_ops.table.scan import ROW_ADDR, ROW_ID
 
 ROW_OFFSET = "_rowoffset"
-_EXTENSION_KEY = b"ARROW:extension:name"
 
 
 def with_extension_types(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with each field whose metadata names an extension type pyarrow knows
-    (``arrow.fixed_shape_tensor``, ``arrow.uuid``, ... and any the process registered) as that
-    type, as pylance returns them; ``schema`` itself when no field names one."""
-    if not any(f.metadata and _EXTENSION_KEY in f.metadata for f in schema):
-        return schema
-    out = pa.ipc.read_schema(schema.serialize())
-    if not any(jsonb.is_lance_json(f) for f in out):
-        return out
-    return pa.schema([pa.field(f.name, pa.json_(pa.utf8()), f.nullable) if jsonb.is_lance_json(f) else f
-                      for f in out], metadata=out.metadata)  # JSONB columns read as arrow.json text
+    """``schema`` (as stored) as pylance shows it: extension types pyarrow knows (tensors, uuids,
+    ... and any the process registered) and JSONB as ``arrow.json``, at any depth
+    (:func:`lance_ops.table.extension_types.view_schema`); ``schema`` itself when nothing changes."""
+    return extension_types.view_schema(schema)
 
 
 def restore_extension_types(table: pa.Table, want: pa.Schema) -> pa.Table:
-    """``table``'s storage columns wrapped as the extension types of ``want`` (same names; JSONB
-    columns decoded to ``arrow.json`` text)."""
-    if want is table.schema or not any(isinstance(f.type, pa.BaseExtensionType) for f in want):
-        return table
-    columns = []
-    for f, col in zip(want, table.columns):
-        if jsonb.is_arrow_json(f.type) and pa.types.is_large_binary(col.type):
-            col = pa.chunked_array([jsonb.decode(c, f.name) for c in col.chunks], f.type)
-        elif isinstance(f.type, pa.BaseExtensionType) and not isinstance(col.type, pa.BaseExtensionType):
-            col = pa.chunked_array([pa.ExtensionArray.from_storage(f.type, c) for c in col.chunks], f.type)
-        columns.append(col)
-    return pa.Table.from_arrays(columns, schema=want)
+    """``table``'s storage columns as the types of ``want`` (same names; JSONB decoded to text)."""
+    return extension_types.to_view(table, want)
 
 
 class ColumnPlan:
@@ -68,9 +51,9 @@ class ColumnPlan:
             for name, sql in columns.items():
                 if not isinstance(name, str):
                     raise InvalidArgumentError(f"{ds.uri}: computed column names must be strings, got {name!r}")
-                computed.append((name, compile_expression(sql, ds.schema)))
+                computed.append((name, compile_expression(sql, ds.storage_schema)))
             needed = set().union(*(p.columns for _, p in computed))
-            order = [f.name for f in ds.schema] + [ROW_ID, ROW_ADDR]
+            order = [f.name for f in ds.storage_schema] + [ROW_ID, ROW_ADDR]
             self.read = [c for c in order if c in needed]
             self.computed = computed
         elif columns is not None and not isinstance(columns, str) and any(self._special(c) for c in columns):
@@ -105,7 +88,7 @@ class ColumnPlan:
     def _check_path(self, name: str, top: str, path: list[str]) -> None:
         if top not in self._ds.top_field_ids:
             scan.resolve_columns(self._ds, [name])
-        t = self._ds.schema.field(top).type
+        t = self._ds.storage_schema.field(top).type
         for part in path:
             if not pa.types.is_struct(t) or t.get_field_index(part) < 0:
                 raise InvalidArgumentError(f"{self._ds.uri}: unknown column {name!r}: {top!r} has no field path "
@@ -133,10 +116,11 @@ class ColumnPlan:
             names = {n for n, _, _ in self.extended}
             fields += [pa.field(c, pa.uint64()) for c in scan.output_names([], with_row_id, with_row_address)
                        if c not in names]
-            return pa.schema(fields, metadata=self._ds.schema.metadata)
+            return pa.schema(fields, metadata=self._ds.storage_schema.metadata)
         if self.computed is None:
             return scan.output_schema(self._ds, self.read, with_row_id, with_row_address, blobs)
-        fields = [pa.field(name, p.type, nullable=p.nullable) for name, p in self.computed]
+        fields = [p.source.with_name(name).with_nullable(p.nullable) if p.source is not None
+                  else pa.field(name, p.type, nullable=p.nullable) for name, p in self.computed]
         fields += [pa.field(c, pa.uint64()) for c in scan.output_names([], with_row_id, with_row_address)]
         return pa.schema(fields)
 
@@ -154,8 +138,10 @@ class ColumnPlan:
         for c in scan.output_names([], with_row_id, with_row_address):
             projection[c] = pds.field(c)
         out = pds.dataset(source).to_table(columns=projection)
+        stored = self._schema(with_row_id, with_row_address, "blobs_descriptions")
         want = self.schema(with_row_id, with_row_address, "blobs_descriptions")
-        return out if out.schema.equals(want) else out.cast(want)
+        out = out if out.schema.equals(stored) else out.cast(stored)
+        return out.cast(want) if want is stored else restore_extension_types(out, want)
 
     def _apply_extended(self, table: pa.Table, with_row_id: bool, with_row_address: bool) -> pa.Table:
         assert self.extended is not None

@@ -40,6 +40,7 @@ from lance_ops.table.scan import ROW_ADDR, ROW_ID
 from lance_ops.table.snapshot import BlobSelection
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.columns import ColumnPlan, restore_extension_types, with_extension_types
+from lance_ops.table.extension_types import view_schema
 from lance_ops.table.manifest.codec import (ManifestFile, check_fragments, manifest_schema, read_manifest,
                                             read_manifest_bytes)
 from lance_ops.table.manifest.summary import VersionSummarizer
@@ -212,7 +213,14 @@ class LanceDataset:
 
     @cached_property
     def schema(self) -> pa.Schema:
-        """The Arrow schema of this version."""
+        """The Arrow schema of this version as pylance shows it: extension types (tensors, uuids,
+        bfloat16, ``arrow.json``, at any depth) as their types, not as stored (ADR 0030)."""
+        return view_schema(self.storage_schema)
+
+    @cached_property
+    def storage_schema(self) -> pa.Schema:
+        """The Arrow schema of this version as stored (extension types as their storage type named
+        in the field metadata, JSON as ``lance.json`` JSONB): what reads and filters work on."""
         return manifest_schema(self._manifest_file, self._store)
 
     @property
@@ -330,7 +338,7 @@ class LanceDataset:
         check_tuning(tuning)
         blobs = blobs_mod.check_blob_handling(blob_handling)
         plan = ColumnPlan(self, columns)
-        metadata = self.schema.metadata
+        metadata = self.storage_schema.metadata
 
         def tables() -> Iterator[pa.Table]:
             for table in self._fragment_tables(plan.read, filter, with_row_id, with_row_address or plan.needs_address,
@@ -380,7 +388,7 @@ class LanceDataset:
 
         Without a filter this reads only the manifest and deletion counts; with one, a single
         column is scanned (the planner prunes fragments by statistics)."""
-        filt = compile_filter(filter, self.schema)
+        filt = compile_filter(filter, self.storage_schema)
         frags = [f for f in self.get_fragments() if fragment_ids is None or f.fragment_id in fragment_ids]
         if filt is None or filt.constant is True:
             return sum(f.count_rows() for f in frags)
@@ -562,7 +570,7 @@ class LanceDataset:
         """Make this object the snapshot of ``mf``, a version just committed to this dataset
         (the in-place writers ``delete``, ``restore`` and ``ds.optimize`` do, as in pylance)."""
         self._manifest_file = mf
-        for attr in ("schema", "_top_field_ids", "_descendants"):
+        for attr in ("schema", "storage_schema", "_top_field_ids", "_descendants"):
             self.__dict__.pop(attr, None)
 
     def delete(self, predicate: str | pc.Expression, *, conflict_retries: int = 10,

@@ -69,7 +69,7 @@ def _group_offsets(dataset: DatasetSnapshot, tasks: Sequence[scan.FragmentScanTa
     statistics left) one fragment at a time and the predicate evaluated once over all of them."""
     ids = dataset.top_field_ids
     cols = [c for c in filt.columns if c in ids]
-    fields, field_ids = [dataset.schema.field(c) for c in cols], [ids[c] for c in cols]
+    fields, field_ids = [dataset.storage_schema.field(c) for c in cols], [ids[c] for c in cols]
     read: list[tuple[LanceFragment, np.ndarray | None, pa.Table]] = []
     for task in tasks:
         frag = LanceFragment(dataset, task.fragment)
@@ -146,7 +146,7 @@ def _scan_or_retry(dataset: DatasetSnapshot) -> Iterator[None]:
 def plan_delete(dataset: DeleteTarget,
                 predicate: str | pc.Expression) -> tuple[transaction_pb2.Transaction, CommitContext, int]:
     """Transaction, commit context (affected rows, for rebases) and number of rows deleted."""
-    filt = compile_filter(predicate, dataset.schema)
+    filt = compile_filter(predicate, dataset.storage_schema)
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=dataset.version)
     # the predicate is recorded as the caller wrote it (as pylance does); expressions as SQL
     txn.delete.predicate = predicate if isinstance(predicate, str) or filt is None else filt.sql

@@ -100,6 +100,11 @@ class LanceFragment:
         ``num_deletions``, ``row_id_meta``); the proto itself is :attr:`proto`."""
         return FragmentMetadata.from_proto(self.proto)
 
+    @property
+    def schema(self) -> pa.Schema:
+        """The fragment's schema as pylance shows it (the dataset's, extension types restored)."""
+        return self._dataset.schema
+
     def data_files(self) -> list[DataFile]:
         """The fragment's data files, as pylance's ``DataFile`` records."""
         return [DataFile.from_proto(f) for f in self.proto.files]

@@ -201,7 +201,7 @@ def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) ->
 
 
 def _prepare(dataset: RewriteTarget, spec: MergeSpec, source: pa.Table) -> _Plan:
-    names = dataset.schema.names
+    names = dataset.storage_schema.names
     for key in spec.on:
         if key not in names:
             raise InvalidArgumentError(f"Merge insert key column '{key}' does not exist in schema")
@@ -214,16 +214,16 @@ def _prepare(dataset: RewriteTarget, spec: MergeSpec, source: pa.Table) -> _Plan
         raise UnsupportedError(
             f"{dataset.uri}: merge_insert with a source lacking columns {missing} (a partial update) is not "
             "supported by lance_ops yet; give every column. Nothing was written")
-    check_append_schema(dataset.schema, source.schema, dataset.uri)
+    check_append_schema(dataset.storage_schema, source.schema, dataset.uri)
     source = source.select(names)
     keys = source.select(spec.on).append_column(_SRC, pa.array(np.arange(source.num_rows, dtype=np.int64)))
     condition = cond_cols = None
     if spec.update and spec.condition:
-        both = pa.schema([pa.field("target", pa.struct(list(dataset.schema))),
+        both = pa.schema([pa.field("target", pa.struct(list(dataset.storage_schema))),
                           pa.field("source", pa.struct(list(source.schema)))])
         condition = compile_filter(spec.condition, both)
         cond_cols = _target_columns(spec.condition, names)
-    delete_filter = compile_filter(spec.delete_expr, dataset.schema) if spec.delete_by_source else None
+    delete_filter = compile_filter(spec.delete_expr, dataset.storage_schema) if spec.delete_by_source else None
     return _Plan(spec, source, keys, condition, cond_cols or [], delete_filter, dataset.has_stable_row_ids,
                  _sorted_source(keys, spec.on))
 

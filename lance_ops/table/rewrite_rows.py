@@ -92,7 +92,7 @@ def refuse_unwritable(dataset: RewriteTarget, what: str) -> None:
 
 def _new_rows(dataset: RewriteTarget, tables: Iterable[pa.Table]) -> pa.Table:
     """``tables`` as one table in the dataset's column order and types."""
-    schema = dataset.schema
+    schema = dataset.storage_schema
     parts = [t.select(schema.names).cast(schema) if t.schema != schema else t for t in tables if t.num_rows]
     if not parts:
         return schema.empty_table()

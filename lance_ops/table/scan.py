@@ -154,7 +154,7 @@ def resolve_columns(ds: DatasetSnapshot, columns: Sequence[str] | str | None) ->
     """The columns a scan of ``columns`` outputs (None: every column of the schema);
     InvalidArgumentError naming the unknown ones."""
     if columns is None:
-        return [f.name for f in ds.schema]
+        return [f.name for f in ds.storage_schema]
     if isinstance(columns, str):
         columns = [columns]
     known = ds.top_field_ids
@@ -177,7 +177,7 @@ def output_names(out_columns: Iterable[str], with_row_id: bool, with_row_address
 
 def output_field(ds: DatasetSnapshot, name: str, blobs: str) -> pa.Field:
     """The field of column ``name`` as a read with ``blob_handling=blobs`` returns it."""
-    f = ds.schema.field(name)
+    f = ds.storage_schema.field(name)
     if not blob_v2.has_blobs(f):
         return f
     return blob_v2.binary_field(f) if blobs == "all_binary" else blob_v2.described_field(f)
@@ -189,12 +189,12 @@ def output_schema(ds: DatasetSnapshot, out_columns: Iterable[str], with_row_id: 
     special = {ROW_ID: pa.field(ROW_ID, pa.uint64()), ROW_ADDR: pa.field(ROW_ADDR, pa.uint64())}
     fields = [special[c] if c in special else output_field(ds, c, blobs)
               for c in output_names(out_columns, with_row_id, with_row_address)]
-    return pa.schema(fields, metadata=ds.schema.metadata)
+    return pa.schema(fields, metadata=ds.storage_schema.metadata)
 
 
 # --- planning ----------------------------------------------------------------------------------
 def _compile(ds: DatasetSnapshot, filter: str | pc.Expression | Filter | None) -> Filter | None:
-    return filter if isinstance(filter, Filter) else compile_filter(filter, ds.schema)
+    return filter if isinstance(filter, Filter) else compile_filter(filter, ds.storage_schema)
 
 
 def _fragment_id(f: int | LanceFragment | table_pb2.DataFragment) -> int:
@@ -478,7 +478,7 @@ def _finish(ds: DatasetSnapshot, p: _Probe, probe: pa.Table) -> pa.Table:
         scanned = p.probe.num_rows
         positions = probe.column(_POSITION).to_numpy()
         if positions.size <= _LATE_MATERIALIZE_FRACTION * scanned:
-            extra = p.frag.read([ds.schema.field(c) for c in p.rest], [top_ids[c] for c in p.rest],
+            extra = p.frag.read([ds.storage_schema.field(c) for c in p.rest], [top_ids[c] for c in p.rest],
                                 _take_offsets(p.phys, positions), blob_handling=blobs)
         else:
             full, _ = _read_rows(ds, p.frag, p.rest, p.offsets, False, False, blobs)
@@ -502,7 +502,7 @@ def _read_rows(ds: DatasetSnapshot, frag: LanceFragment, columns: list[str], off
     addresses, the offsets come as a lazy :class:`_LiveOffsets`.
     """
     ids = ds.top_field_ids
-    table = frag.read([ds.schema.field(c) for c in columns], [ids[c] for c in columns], offsets,
+    table = frag.read([ds.storage_schema.field(c) for c in columns], [ids[c] for c in columns], offsets,
                       blob_handling=blobs)
     phys: np.ndarray | _LiveOffsets
     if offsets is None:

@@ -57,7 +57,12 @@ class DatasetSnapshot(Protocol):
 
     @property
     def schema(self) -> pa.Schema:
-        """The Arrow schema of this version."""
+        """The Arrow schema of this version as pylance shows it (extension types restored)."""
+        ...
+
+    @property
+    def storage_schema(self) -> pa.Schema:
+        """The Arrow schema of this version as stored (what reads and filters work on)."""
         ...
 
     @property

@@ -33,7 +33,7 @@ def plan_update(dataset: RewriteTarget, values: dict[str, str],
     expression) as an Update transaction (files written), its context and pylance's result
     (``{"num_rows_updated": n}``)."""
     refuse_unwritable(dataset, "update")
-    schema = dataset.schema
+    schema = dataset.storage_schema
     if not isinstance(values, dict) or not values:
         raise InvalidArgumentError("update needs a non-empty dict of column -> SQL expression")
     for name in values:

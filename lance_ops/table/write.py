@@ -29,7 +29,6 @@ from lance_ops.errors import (
     RetryableCommitConflictError,
     SchemaMismatchError,
     UnsupportedError,
-    UnsupportedTypeError,
 )
 from lance_ops.format import blob_v2
 from lance_ops.format.version import FileVersion
@@ -37,7 +36,7 @@ from lance_ops.format.writer import V2FileWriter
 from lance_ops.format.legacy.writer import DEFAULT_MAX_ROWS_PER_GROUP, LegacyFileWriter
 from lance_ops.io import ObjectStore, open_store
 from lance_ops.schema import FieldNode, check_metadata_utf8, field_tree, from_lance_fields, to_lance_fields
-from lance_ops.table import jsonb, versions
+from lance_ops.table import extension_types, versions
 from lance_ops.table.manifest import feature_flags
 from lance_ops.table.manifest import naming
 from lance_ops.table.commit import idempotency
@@ -81,7 +80,7 @@ def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReade
         batch = data if schema is None else pa.Table.from_batches([data]).cast(schema).to_batches()[0]
         return pa.RecordBatchReader.from_batches(batch.schema, [batch])
     if type(data).__module__.startswith("pandas"):
-        table = pa.Table.from_pandas(data, schema=schema, preserve_index=False)
+        table = pa.Table.from_pandas(data, schema=schema)  # as pylance: an index other than a RangeIndex is a column
         return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
     if hasattr(data, "__arrow_c_stream__"):
         return pa.RecordBatchReader.from_stream(data, schema=schema)
@@ -103,69 +102,22 @@ def to_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReade
 
 
 #: extension types lance_ops writes as storage + field metadata, checked readable by pylance 14
-STORABLE_EXTENSIONS = frozenset({"arrow.fixed_shape_tensor", "arrow.uuid", "lance.bfloat16"})
-#: extension types refused before anything is written (pylance could not read what lance_ops would write)
-REFUSED_EXTENSIONS: frozenset[str] = frozenset()
-
-
-def _extension_metadata(t: pa.BaseExtensionType) -> bytes:
-    """The serialized parameters of an extension type (Python-defined ones say it themselves;
-    of pyarrow's canonical ones, only the tensor types have parameters)."""
-    if hasattr(t, "__arrow_ext_serialize__"):
-        return bytes(t.__arrow_ext_serialize__())
-    if t.extension_name == "arrow.fixed_shape_tensor":
-        import json
-
-        doc: dict[str, Any] = {"shape": list(t.shape)}
-        if t.dim_names:
-            doc["dim_names"] = list(t.dim_names)
-        if t.permutation:
-            doc["permutation"] = list(t.permutation)
-        return json.dumps(doc, separators=(",", ":")).encode()
-    return b""
-
-
-def _storage_field(f: pa.Field) -> pa.Field:
-    """An extension-typed field as its storage type, the type named in its metadata (as pylance stores it)."""
-    if not isinstance(f.type, pa.BaseExtensionType):
-        return f
-    meta = dict(f.metadata or {})
-    meta[b"ARROW:extension:name"] = f.type.extension_name.encode()
-    meta[b"ARROW:extension:metadata"] = _extension_metadata(f.type)
-    return pa.field(f.name, f.type.storage_type, f.nullable, meta)
-
-
-def _json_field(f: pa.Field) -> pa.Field:
-    """An ``arrow.json`` field as pylance stores it: JSONB ``large_binary`` named ``lance.json``."""
-    meta = dict(f.metadata or {})
-    meta[b"ARROW:extension:name"] = jsonb.LANCE_JSON.encode()
-    meta[b"ARROW:extension:metadata"] = b""
-    return pa.field(f.name, pa.large_binary(), f.nullable, meta)
+STORABLE_EXTENSIONS = extension_types.STORABLE_EXTENSIONS
 
 
 def as_storage_types(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
-    """``reader`` with top-level extension columns (tensors, uuids, bfloat16...) as their storage
-    arrays and the extension named in the field metadata; readers restore the type from it."""
-    for f in reader.schema:
-        if isinstance(f.type, pa.BaseExtensionType) and f.type.extension_name in REFUSED_EXTENSIONS:
-            raise UnsupportedTypeError(
-                f"column {f.name!r}: extension type {f.type.extension_name} cannot be written by lance_ops "
-                "(pylance stores it in its own binary JSON encoding, which lance_ops does not produce, and "
-                "would not read a plain text column back); nothing was written")
-    convert = [isinstance(f.type, pa.BaseExtensionType) and (f.type.extension_name in STORABLE_EXTENSIONS
-                                                            or jsonb.is_arrow_json(f.type))
-               for f in reader.schema]
-    if not any(convert):
+    """``reader`` with extension columns (tensors, uuids, bfloat16, ``arrow.json``; top-level or
+    inside structs and lists) as their storage arrays and the extension named in the field
+    metadata, JSON as JSONB (as pylance stores them); readers restore the types from it."""
+    schema = extension_types.storage_schema(reader.schema)
+    if schema is reader.schema:
         return reader  # other extension types (blob v2) are the writers' own business
-    schema = pa.schema([(_json_field(f) if jsonb.is_arrow_json(f.type) else _storage_field(f)) if c else f
-                        for f, c in zip(reader.schema, convert)], metadata=reader.schema.metadata)
-
-    def column(col: pa.Array, f: pa.Field) -> pa.Array:
-        return jsonb.encode(col, f.name) if jsonb.is_arrow_json(f.type) else col.storage
+    convert = [f.type != g.type for f, g in zip(reader.schema, schema)]
 
     def batches() -> Iterator[pa.RecordBatch]:
         for batch in reader:  # one rebuild per batch: the storage arrays are shared, not copied
-            arrays = [column(col, f) if c else col for col, f, c in zip(batch.columns, reader.schema, convert)]
+            arrays = [extension_types.to_storage(col, f.type, f.name) if c else col
+                      for col, f, c in zip(batch.columns, schema, convert)]
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     return pa.RecordBatchReader.from_batches(schema, batches())

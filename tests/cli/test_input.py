@@ -177,3 +177,29 @@ def test_api_ignores_unknown_storage_options_like_pylance(ds_uri, caplog):
     assert "eu-west-1" not in caplog.text
     with pytest.raises(lance_ops.errors.UsageError, match=r"unknown storage option 'aws_regoin' \(did you mean 'region'\?\)"):
         check_storage_options(opts, strict=True)
+
+
+def test_append_encodes_json_and_extension_columns_as_pylance(capsys, tmp_path):
+    """JSON text and 16-byte uuids from Parquet/CSV land as pylance stores them (JSONB ``lance.json``,
+    ``arrow.uuid``): the input is cast to the dataset's shown types, then stored as pylance stores them."""
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    uri, want = str(tmp_path / "j.lance"), str(tmp_path / "want.lance")
+    rows = [(3, '{"z": null, "a": [1]}', uuid.UUID(int=3).bytes), (4, '{"q": 1}', b"0123456789abcdef")]
+
+    def table(rs, json_type, uuid_type):
+        return pa.table({"id": pa.array([r[0] for r in rs], pa.int64()), "j": pa.array([r[1] for r in rs], json_type),
+                         "u": pa.array([r[2] for r in rs], uuid_type)})
+
+    lance.write_dataset(table(rows[:0], pa.json_(), pa.uuid()), uri)
+    pq.write_table(table(rows[:1], pa.string(), pa.binary(16)), tmp_path / "in.parquet")
+    (tmp_path / "in.csv").write_text('id,j,u\n4,"{""q"": 1}",0123456789abcdef\n')
+    for f in ("in.parquet", "in.csv"):
+        assert run(capsys, "append", uri, tmp_path / f)[0] == 0
+    lance.write_dataset(table(rows, pa.json_(), pa.uuid()), want)
+    assert lance.dataset(uri).to_table().equals(lance.dataset(want).to_table())
+    stored = [lance.file.LanceFileReader(f"{u}/data/{f.data_files()[0].path}").read_all().to_table().column("j")
+              for u in (uri, want) for f in lance.dataset(u).get_fragments()]
+    assert pa.concat_arrays([c.combine_chunks() for c in stored[:2]]).equals(stored[2].combine_chunks())

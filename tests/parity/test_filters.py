@@ -62,15 +62,23 @@ def test_filter(uri, flt):
     same(lambda lib: lib.dataset(uri).count_rows(flt))
 
 
-def test_like_escape_other_than_backslash_is_a_lance_ops_extra(uri):
-    """pylance 14 refuses ``ESCAPE '!'`` (only backslash); lance-ops reads it as SQL does
-    (docs/pylance-parity.md lists the difference)."""
-    import lance_ops
+@pytest.mark.parametrize("escape, match", [
+    ("'!'", "other than the backslash"), ("'%'", "other than the backslash"), ("'é'", "other than the backslash"),
+    ("''", "expected a single character, got ''"), ("'!!'", "expected a single character, got '!!'"),
+    ("NULL", "single quotes, got NULL")])
+@pytest.mark.parametrize("op", ["LIKE", "NOT LIKE", "ILIKE"])
+def test_like_escape_other_than_backslash_is_refused(uri, escape, match, op):
+    """pylance 14 takes only the backslash as LIKE's escape; lance-ops refuses the same texts with
+    the same error class (a ValueError) and a message naming the escape."""
+    same(lambda lib: lib.dataset(uri).to_table(columns=["id"], filter=f"name {op} 'a!%b' ESCAPE {escape}"),
+         error_match=match)
+    same(lambda lib: lib.dataset(uri).to_table(columns={"m": f"name {op} 'a!%b' ESCAPE {escape}"}),
+         error_match=match)
 
-    with pytest.raises(ValueError, match="escape_char other than the backslash"):
-        lance.dataset(uri).to_table(filter="name LIKE 'a!%b' ESCAPE '!'")
-    got = lance_ops.dataset(uri).to_table(columns=["id"], filter="name LIKE 'a!%b' ESCAPE '!'")
-    assert got.column("id").to_pylist() == [4]
+
+@pytest.mark.parametrize("op", ["LIKE", "NOT LIKE", "ILIKE"])
+def test_like_escape_backslash(uri, op):
+    same(lambda lib: lib.dataset(uri).to_table(columns=["id"], filter=f"name {op} 'a\\%b' ESCAPE '\\'"))
 
 
 def test_a_list_filter_survives_pickling(uri):
@@ -83,3 +91,52 @@ def test_a_list_filter_survives_pickling(uri):
     ds = lance_ops.dataset(uri)
     filt = pickle.loads(pickle.dumps(compile_filter("array_has_any(tags, ['t3'])", ds.schema)))
     assert ds.to_table(columns=["id"], filter=filt.expression).column("id").to_pylist() == [1, 3]
+
+
+#: regexp_match as a computed column: pylance returns the first match's capture groups as a list
+PROJECTIONS = [
+    "regexp_match(name, 'a(.)')",
+    "regexp_match(name, 'an+')",
+    "regexp_match(name, '(a)(n|_)')",
+    "regexp_match(name, '(x)?(a)')",
+    "regexp_match(name, '(?P<first>a)(b)?')",
+    "regexp_match(name, '[(]|(p+)')",
+    "regexp_match(name, 'A(.)', 'i')",
+    "regexp_match(name, 'a (n) # comment', 'ix')",
+    "regexp_match(name, '^B', NULL)",
+    "regexp_match(name, name)",
+    "regexp_match('A_B apple', name, 'i')",
+    "regexp_match(name, NULL)",
+    "regexp_match(id, '1')",
+    "regexp_match(name, 'a') IS NULL",
+    "regexp_match(name, 'a') IS NOT NULL",
+    "name IS NULL",
+    "flag IS NOT TRUE",
+]
+
+
+@pytest.mark.parametrize("sql", PROJECTIONS)
+def test_regexp_match_projection(uri, sql):
+    same(lambda lib: lib.dataset(uri).to_table(columns={"m": sql}))
+
+
+@pytest.mark.parametrize("flt", ["regexp_match(name, 'an')", "NOT regexp_match(name, 'an')",
+                                 "regexp_match(name, 'an') AND id > 0", "regexp_match(name, 'x') OR id = 5",
+                                 "regexp_match(name, 'A', 'i')", "regexp_match(name, 'b') IS NULL",
+                                 "regexp_match(name, name)"])
+def test_regexp_match_is_a_predicate_in_filters(uri, flt):
+    """In a filter pylance coerces regexp_match to "matched" (never null: NOT keeps null names)."""
+    same(lambda lib: lib.dataset(uri).to_table(columns=["id"], filter=flt))
+    same(lambda lib: lib.dataset(uri).count_rows(flt))
+
+
+@pytest.mark.parametrize("sql", ["regexp_match(name, 'b') = true", "regexp_match(name, 'b') IS TRUE",
+                                 "regexp_match(name, 'a', 'g')", "regexp_match(name, '[')"])
+def test_regexp_match_refusals(uri, sql):
+    """pylance refuses these with a ValueError (ArrowInvalid for the last two; lance-ops' FilterError
+    is a ValueError too)."""
+    import lance_ops
+
+    for lib in (lance, lance_ops):
+        with pytest.raises(ValueError):
+            lib.dataset(uri).to_table(columns=["id"], filter=sql)

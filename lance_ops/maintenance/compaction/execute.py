@@ -321,7 +321,7 @@ def execute_task(task: RewriteTask, store: ObjectStore, base: str, *, storage_op
     if sum(task.output_rows) != sum(task.live_rows or task.output_rows):
         raise LanceOpsError(f"{where}: task output sizes do not add up to its live rows")
     view = _open_read_version(task, store, base)
-    schema = view.schema
+    schema = view.storage_schema
     stats = {"rows_read": 0, "bytes_read": 0}
     source = _RowSource(_live_tables(task, view, schema, stats))
     new_fragments: list[table_pb2.DataFragment] = []

@@ -106,7 +106,7 @@ def column_field(dataset: Any, index: table_pb2.IndexMetadata) -> tuple[pa.Field
     names = [name for name, i in dataset.top_field_ids.items() if i == fid]
     if not names:
         return None
-    return dataset.schema.field(names[0]), fid
+    return dataset.storage_schema.field(names[0]), fid
 
 
 def write_rebuilt(request: RemapRequest, name: str, old: codecs.IndexFile, table: pa.Table,

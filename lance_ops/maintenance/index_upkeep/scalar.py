@@ -58,7 +58,7 @@ def _new_rows(request: UpkeepRequest, column: str, row_ids: bool,
     (and of the fragments ``also``)."""
     ids = sorted({int(f.id) for f in request.new_fragments} | (also or set()))
     if not ids:
-        return pa.chunked_array([], type=request.dataset.schema.field(column).type), np.zeros(0, np.uint64)
+        return pa.chunked_array([], type=request.dataset.storage_schema.field(column).type), np.zeros(0, np.uint64)
     table = request.dataset.to_table(columns=[column], with_row_id=row_ids, with_row_address=not row_ids,
                                      fragments=ids)
     key = "_rowid" if row_ids else "_rowaddr"

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
 from lance_ops.errors import FilterError, InvalidArgumentTypeError
+from lance_ops.table import extension_types
 from lance_ops.table.filters.sql import SqlCompiler
 
 __all__ = ["Projection", "compile_expression"]
@@ -27,6 +29,9 @@ class Projection:
     sql: str
     #: False for a constant that is not null (pylance marks such output fields non-nullable)
     nullable: bool = True
+    #: the stored field when the expression is a plain reference to a column (or a struct field)
+    #: holding extension types: the output shows them as a scan does (ADR 0030)
+    source: pa.Field | None = None
 
 
 def compile_expression(sql: str, schema: pa.Schema) -> Projection:
@@ -45,5 +50,21 @@ def compile_expression(sql: str, schema: pa.Schema) -> Projection:
     except RecursionError:
         raise FilterError(f"Invalid expression: nested too deeply ({len(sql)} characters)") from None
     expression = v.expr if v.lit is None else pc.scalar(v.lit)
+    # IS [NOT] NULL never gives null: pylance marks such output fields non-nullable (not IS TRUE)
+    top = node.this.unnest() if isinstance(node, exp.Not) else node.unnest()
+    never_null = isinstance(top, exp.Is) and isinstance(top.expression, exp.Null)
     return Projection(expression, v.type, frozenset(compiler.columns), compiler.finish_sql(node),
-                      nullable=v.lit is None or not v.lit.is_valid)
+                      nullable=not never_null and (v.lit is None or not v.lit.is_valid),
+                      source=_extension_source(schema, v.path))
+
+
+def _extension_source(schema: pa.Schema, path: tuple[str, ...] | None) -> pa.Field | None:
+    """The stored field at ``path`` when it (or a field inside it) names an extension type."""
+    if path is None or path[0] not in schema.names:
+        return None
+    f = schema.field(path[0])
+    for part in path[1:]:
+        if not pa.types.is_struct(f.type) or f.type.get_field_index(part) < 0:
+            return None
+        f = f.type.field(part)
+    return f if extension_types.view_schema(pa.schema([f])).field(0).type != f.type else None

@@ -39,7 +39,7 @@ from lance_ops.table.filters.parse import LanceSQL, located_error, parse
 from lance_ops.table.filters.values import (
     ARITHMETIC, ARROW_ERRORS, COMPARISONS, FLIPPED, MAX_TERMS, PATTERN_FUNCTIONS, PROMOTING, SQL_TYPES,
     TIMESTAMP_UNITS, UNARY_FUNCTIONS, SqlType, Value, exact_decimal, int_bounds, is_floating, is_null_literal,
-    is_numeric, is_stringy, literal, rewrite_escape, with_timezone,
+    is_numeric, is_stringy, literal, with_timezone,
 )
 
 __all__ = ["Filter", "SqlCompiler", "compile_filter", "SPECIAL_COLUMNS", "with_specials"]
@@ -152,6 +152,8 @@ class SqlCompiler(SqlFunctions):
     def _compile(self) -> Filter:
         node = self.parse()
         v = self.visit(node)
+        if v.as_predicate is not None:
+            v = v.as_predicate
         if v.type != pa.bool_():
             raise self._fail(node, f"the filter does not return a boolean (it is {v.type})")
         v = self._predicate(v, node)
@@ -229,6 +231,8 @@ class SqlCompiler(SqlFunctions):
         """``v`` as a boolean operand, with its pruning tree filled in."""
         if is_null_literal(v):
             v = literal(pa.scalar(None, pa.bool_()))
+        if v.as_predicate is not None:
+            v = v.as_predicate
         if v.type != pa.bool_():
             raise self._fail(node, f"{node.sql(dialect=LanceSQL)} is not a boolean "
                                    f"(it is {v.type})")
@@ -520,7 +524,10 @@ class SqlCompiler(SqlFunctions):
             out = self._call(node, "is_null", [v])
             return self._with_tree(out, sp.IsNull(".".join(v.path)) if v.path else sp.UNKNOWN)
         if isinstance(rhs, exp.Boolean):
-            b = self._predicate(self.visit(node.this), node.this)
+            v = self.visit(node.this)
+            if v.as_predicate is not None:  # pylance: a list is not a boolean here
+                raise self._fail(node.this, f"{node.this.sql(dialect=LanceSQL)} is not a boolean (it is {v.type})")
+            b = self._predicate(v, node.this)
             if not rhs.this:
                 b = self._with_tree(self._call(node, "invert", [b]), sp.Not(b.pruning))
             out = self._call(node, "coalesce", [b, literal(pa.scalar(False))])
@@ -646,7 +653,7 @@ class SqlCompiler(SqlFunctions):
         return pa.array(values, vtype) if values else pa.array([], vtype)
 
     # strings -------------------------------------------------------------------------------------
-    def _v_Like(self, node: exp.Expression, escape: str | None = None) -> Value:
+    def _v_Like(self, node: exp.Expression) -> Value:
         x, pat = self.visit(node.this), self.visit(node.expression)
         if pat.lit is None or not (is_stringy(pat.type) or is_null_literal(pat)):
             raise self._unsupported(node, "LIKE with a non-literal pattern")
@@ -657,8 +664,6 @@ class SqlCompiler(SqlFunctions):
             out = literal(pa.scalar(None, pa.bool_()))
         else:
             pattern = pat.lit.as_py()
-            if escape is not None and escape != "\\":
-                pattern = rewrite_escape(pattern, escape)
             out = self._call(node, "match_like", [x], pattern=pattern, ignore_case=ignore_case)
             tree: sp.Node = sp.UNKNOWN
             if x.path is not None and not ignore_case:
@@ -671,11 +676,20 @@ class SqlCompiler(SqlFunctions):
     _v_ILike = _v_Like
 
     def _v_Escape(self, node: exp.Escape) -> Value:
+        """``x LIKE p ESCAPE '\\'``: as pylance 14, the escape must be one character in quotes and
+        only the backslash (LIKE's own escape) is taken; anything else is refused (ADR 0030)."""
         esc = node.expression
-        if not (isinstance(node.this, (exp.Like, exp.ILike)) and isinstance(esc, exp.Literal)
-                and esc.is_string and len(esc.this) == 1):
+        if not isinstance(node.this, (exp.Like, exp.ILike)):
             raise self._unsupported(node, "ESCAPE")
-        return self._v_Like(node.this, escape=esc.this)
+        if not (isinstance(esc, exp.Literal) and esc.is_string):
+            raise self._fail(esc, "invalid escape character in LIKE: expected a single character in single "
+                                  f"quotes, got {esc.sql(dialect=LanceSQL)}")
+        if len(esc.this) != 1:
+            raise self._fail(esc, f"invalid escape character in LIKE: expected a single character, got '{esc.this}'")
+        if esc.this != "\\":
+            raise self._fail(esc, f"LIKE does not support escape characters other than the backslash (\\), "
+                                  f"as pylance; got '{esc.this}' (escape with a backslash: 'a\\_b')")
+        return self._v_Like(node.this)
 
     def _pattern_func(self, node: exp.Expression, fn: str) -> Value:
         x, pat = self.visit(node.this), self.visit(node.expression)

@@ -33,6 +33,9 @@ class Value:
     path: tuple[str, ...] | None = None  # the column path, when a plain column reference
     text: str | None = None             # a numeric literal's SQL text (exact decimals)
     tree: sp.Node | None = None         # pruning form (boolean values)
+    #: the boolean this value stands for where a predicate is expected (``regexp_match``'s list:
+    #: pylance coerces it to "matched", never null), None when it is no predicate
+    as_predicate: "Value | None" = None
 
     @property
     def scalar(self) -> pa.Scalar:
@@ -137,17 +140,3 @@ def int_bounds(op: str, v: float | int, typ: pa.DataType) -> tuple[str, Value]:
 def exact_decimal(v: Value) -> decimal.Decimal:
     """A numeric literal as an exact Decimal (from its SQL text when it has one)."""
     return decimal.Decimal(v.text if v.text and is_floating(v.type) else str(v.scalar.as_py()))
-
-
-def rewrite_escape(pattern: str, escape: str) -> str:
-    """Rewrite a LIKE pattern using ``escape`` into pyarrow's backslash-escaped form."""
-    out, i = [], 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == escape and i + 1 < len(pattern):
-            out.append("\\" + pattern[i + 1])
-            i += 2
-            continue
-        out.append("\\\\" if ch == "\\" else ch)
-        i += 1
-    return "".join(out)

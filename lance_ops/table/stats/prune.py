@@ -63,7 +63,7 @@ def _path_ids(ds: StatsDataset) -> dict[str, int]:
     key = ("__paths__", ds.version)
     got = cache.get(key)
     if got is None:
-        got = {sf.name: sf.field_id for sf in stat_fields(ds.manifest.fields, ds.schema)}
+        got = {sf.name: sf.field_id for sf in stat_fields(ds.manifest.fields, ds.storage_schema)}
         cache[key] = got
     return got
 

@@ -77,7 +77,12 @@ class StatsDataset(Protocol):
 
     @property
     def schema(self) -> pa.Schema:
-        """The Arrow schema of the version."""
+        """The Arrow schema of the version (as pylance shows it)."""
+        ...
+
+    @property
+    def storage_schema(self) -> pa.Schema:
+        """The Arrow schema of the version as stored."""
         ...
 
     def cache(self, name: str) -> dict:
