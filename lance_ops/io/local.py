@@ -166,9 +166,8 @@ class LocalStore(ObjectStore):
         files += [p for p in also if p not in files]
         if not files:
             return
-        try:
-            _fsync_all(files)
-            _fsync_all(sorted({os.path.dirname(p) or "." for p in files}))
+        try:  # files and directories side by side: all of them are done before anything is published
+            _fsync_all(files + sorted({os.path.dirname(p) or "." for p in files}))
         except BaseException:
             with self._unsynced_lock:  # not known to be durable: the next barrier tries again
                 self._unsynced.update(p for p in files if p not in also)
