@@ -36,6 +36,12 @@ def _has_map(desc: Descriptor) -> bool:
     return found
 
 
+def has_map(desc: Descriptor) -> bool:
+    """Whether messages of type ``desc`` contain a map field at any depth (their upstream form
+    then differs from Python's encoding)."""
+    return _has_map(desc)
+
+
 def read_varint(data: bytes, pos: int) -> tuple[int, int]:
     """The protobuf varint at ``pos`` of ``data`` and the position after it (ValueError when cut short)."""
     value = shift = 0

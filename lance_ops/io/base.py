@@ -7,10 +7,11 @@ shared range-coalescing logic lives here so local and S3 reads behave identicall
 from __future__ import annotations
 
 import abc
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Iterable, Iterator, Sequence
+from typing import ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -187,6 +188,14 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def put(self, path: str, data: bytes) -> None:
         """Write (or overwrite) the whole object; readers never see a partial object."""
+
+    def deferred_sync(self) -> ContextManager[None]:
+        """A scope (for the calling thread) in which ``put`` and ``open_output`` need not make each
+        file durable before returning: the store may make them durable together, at the latest
+        before the next ``put_if_absent`` on this store publishes anything (ADR 0032). For the
+        files of a commit, whose manifest is published with ``put_if_absent``. Stores whose writes
+        are durable when they return (S3) ignore it."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def put_if_absent(self, path: str, data: bytes) -> None:

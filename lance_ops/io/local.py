@@ -3,6 +3,13 @@
 Whole-object writes go to a temporary file in the target directory first, then ``os.replace``
 (put) or ``os.link`` (put-if-absent) publish it, so readers and concurrent committers never see a
 partially written file. Temporary files are named ``.<name>.<random>.tmp``.
+
+Durability (ADR 0032): a file is fsynced before ``put``/``open_output`` return, except inside a
+thread's :meth:`LocalStore.deferred_sync` scope, where it is only remembered. ``put_if_absent``
+(how a commit publishes its manifest) first fsyncs every remembered file, the new file and their
+directories, all at once on a small pool, then links the new file into place and fsyncs its
+directory: whatever a published manifest names is on disk before the manifest is visible, and
+the publication itself survives a crash once ``put_if_absent`` returns.
 """
 from __future__ import annotations
 
@@ -12,7 +19,9 @@ import mmap
 import os
 import shutil
 import stat
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -35,6 +44,30 @@ _MMAP_MIN_REQUESTS = 64
 #: slices of a map up to this size are returned as (untracked) ``bytes`` copies
 _COPY_SMALL = 4096
 _NO_HARDLINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
+#: fsyncs run at once by a barrier (concurrent fsyncs share the file system's journal commits)
+_SYNC_WORKERS = 32
+
+
+def _fsync_path(path: str) -> None:
+    """fsync the file or directory at ``path`` (one that vanished meanwhile needs nothing)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_all(paths: Sequence[str]) -> None:
+    """fsync every path in ``paths`` (side by side when there are several)."""
+    if len(paths) <= 1:
+        for path in paths:
+            _fsync_path(path)
+        return
+    with ThreadPoolExecutor(max_workers=min(_SYNC_WORKERS, len(paths)), thread_name_prefix="lance-ops-fsync") as pool:
+        list(pool.map(_fsync_path, paths))
 
 
 @contextlib.contextmanager
@@ -86,6 +119,59 @@ class LocalStore(ObjectStore):
     def __init__(self, coalesce_gap: int = 4 * 1024) -> None:
         super().__init__()
         self.coalesce_gap = coalesce_gap
+        self._deferring = threading.local()
+        self._unsynced: set[str] = set()
+        self._unsynced_lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        for name in ("_deferring", "_unsynced", "_unsynced_lock"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._deferring = threading.local()
+        self._unsynced = set()
+        self._unsynced_lock = threading.Lock()
+
+    # --- durability (ADR 0032) -------------------------------------------------------------
+    @contextlib.contextmanager
+    def deferred_sync(self) -> Iterator[None]:
+        """In this thread, files written by ``put``/``open_output`` are not fsynced one by one
+        but remembered, and made durable together by the next ``put_if_absent`` (or
+        :meth:`sync_written`)."""
+        self._deferring.depth = getattr(self._deferring, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._deferring.depth -= 1
+
+    def _defers(self) -> bool:
+        return getattr(self._deferring, "depth", 0) > 0
+
+    def _written(self, path: str) -> bool:
+        """Remember ``path`` for the next barrier if this thread defers; True if it does."""
+        if not self._defers():
+            return False
+        with self._unsynced_lock:
+            self._unsynced.add(path)
+        return True
+
+    def sync_written(self, *also: str) -> None:
+        """The barrier: fsync every remembered file, ``also``, and their directories, side by side."""
+        with self._unsynced_lock:
+            files = sorted(self._unsynced)
+            self._unsynced.clear()
+        files += [p for p in also if p not in files]
+        if not files:
+            return
+        try:  # files and directories side by side: all of them are done before anything is published
+            _fsync_all(files + sorted({os.path.dirname(p) or "." for p in files}))
+        except BaseException:
+            with self._unsynced_lock:  # not known to be durable: the next barrier tries again
+                self._unsynced.update(p for p in files if p not in also)
+            raise
 
     def join(self, path: str, *parts: str) -> str:
         """Join with the OS separator; leading slashes of ``parts`` never escape ``path``."""
@@ -233,8 +319,8 @@ class LocalStore(ObjectStore):
         return out
 
     # --- writes ----------------------------------------------------------------------------
-    def _write_temp(self, path: str, data: bytes) -> str:
-        """Write ``data`` fully (and fsync it) to a fresh temp file next to ``path``."""
+    def _write_temp(self, path: str, data: bytes, sync: bool = True) -> str:
+        """Write ``data`` fully (and fsync it if ``sync``) to a fresh temp file next to ``path``."""
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         tmp = _temp_path(path)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -242,35 +328,43 @@ class LocalStore(ObjectStore):
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
-                os.fsync(f.fileno())
+                if sync:
+                    os.fsync(f.fileno())
         except BaseException:
             _unlink_quietly(tmp)
             raise
         return tmp
 
     def put(self, path: str, data: bytes) -> None:
-        """Write the whole file atomically: a fsynced temp file renamed over ``path``.
+        """Write the whole file atomically: a temp file (fsynced, unless this thread defers: see
+        :meth:`deferred_sync`) renamed over ``path``.
 
         Readers see either the old file or the new one, never a partial write.
         """
         with _mapped_errors("put", path):
-            tmp = self._write_temp(path, data)
+            defer = self._defers()
+            tmp = self._write_temp(path, data, sync=not defer)
             try:
                 os.replace(tmp, path)
             except BaseException:
                 _unlink_quietly(tmp)
                 raise
+            if defer:
+                self._written(path)
         self.metrics.add(put_requests=1, bytes_written=len(data))
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Publish ``data`` at ``path`` only if nothing is there (AlreadyExistsError otherwise).
 
-        A hard link of a fsynced temp file makes this atomic; file systems without hard links fall
-        back to an exclusive create.
+        A hard link of a temp file makes this atomic; file systems without hard links fall back to
+        an exclusive create. Before the link, the temp file and every file written under
+        :meth:`deferred_sync` since the last barrier are made durable (one barrier); after it, the
+        directory is fsynced, so a published file survives a crash once this returns.
         """
         with _mapped_errors("put_if_absent", path):
-            tmp = self._write_temp(path, data)
+            tmp = self._write_temp(path, data, sync=False)
             try:
+                self.sync_written(tmp)
                 os.link(tmp, path)  # atomic: fails with EEXIST if anything is at path
             except FileExistsError as e:
                 raise AlreadyExistsError(f"put_if_absent: {path} already exists") from e
@@ -280,6 +374,7 @@ class LocalStore(ObjectStore):
                 self._create_exclusive(path, data)
             finally:
                 _unlink_quietly(tmp)
+            _fsync_path(os.path.dirname(path) or ".")  # the new name itself is durable
         self.metrics.add(put_requests=1, bytes_written=len(data))
 
     def _create_exclusive(self, path: str, data: bytes) -> None:
@@ -408,7 +503,8 @@ _sync_file_range = _load_sync_file_range()
 
 
 class _LocalWriter(ObjectWriter):
-    """Streams into a temp file next to the target; close() fsyncs and renames it into place.
+    """Streams into a temp file next to the target; close() fsyncs (unless the closing thread
+    defers, see :meth:`LocalStore.deferred_sync`) and renames it into place.
 
     While writing, the kernel is asked (``sync_file_range(SYNC_FILE_RANGE_WRITE)``, a hint that
     does not wait) to start writing back every ``_WRITEBACK_STEP`` bytes, so that the fsync at
@@ -439,9 +535,13 @@ class _LocalWriter(ObjectWriter):
     def _finish(self) -> None:
         with _mapped_errors("close", self._path):
             self._file.flush()
-            os.fsync(self._file.fileno())
+            defer = self._store._defers()
+            if not defer:
+                os.fsync(self._file.fileno())
             self._file.close()
             os.replace(self._tmp, self._path)
+            if defer:
+                self._store._written(self._path)
         self._store.metrics.add(put_requests=1, bytes_written=self._written)
 
     def _discard(self) -> None:

@@ -42,7 +42,9 @@ from lance_ops.table.snapshot import BlobSelection
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.columns import ColumnPlan, restore_extension_types, with_extension_types
 from lance_ops.table.extension_types import view_schema
-from lance_ops.table.manifest.codec import ManifestFile, check_fragments, manifest_schema, read_manifest
+from lance_ops.table.manifest.codec import (ManifestFile, check_fragments, manifest_schema, read_manifest,
+                                            read_manifest_bytes)
+from lance_ops.table.manifest.summary import VersionSummarizer
 
 _DELETED_ROWS = "lance_ops.num_deleted_rows"
 #: fragments whose deletion vectors a take reads at once
@@ -275,13 +277,13 @@ class LanceDataset:
     def versions(self) -> list[dict]:
         """Every version with its timestamp and summary metadata (as pylance)."""
         out = []
-        memo: dict[bytes, tuple[int, int, int, int, int]] = {}
+        summarizer = VersionSummarizer()  # fragments repeated from the version before are not decoded again
         for loc in naming.list_versions(self._store, self._base):
-            m = read_manifest(self._store, loc.path).manifest
+            got = summarizer.summarize(read_manifest_bytes(self._store, loc.path), self._store.uri(loc.path))
             out.append({
-                "version": m.version,
-                "timestamp": _local_timestamp(m),
-                "metadata": summary(m, memo),
+                "version": got.manifest.version,
+                "timestamp": _local_timestamp(got.manifest),
+                "metadata": got.metadata(),
             })
         return out
 
@@ -755,37 +757,3 @@ def _local_timestamp(m: table_pb2.Manifest) -> datetime:
     """
     ns = float(m.timestamp.ToNanoseconds())
     return datetime.fromtimestamp(ns // 1e9) + timedelta(microseconds=(ns % 1e9) // 1e3)
-
-
-def summary(m: table_pb2.Manifest, memo: dict[bytes, tuple[int, int, int, int, int]] | None = None) -> dict[str, str]:
-    """The per-version summary pylance reports in ``versions()[i]["metadata"]``.
-
-    ``memo`` (shared over the versions of one listing) maps an encoded fragment to its counts:
-    consecutive versions share most of their fragments, and encoding one is much cheaper than
-    walking its fields from Python.
-    """
-    files = del_files = phys = deleted = size = 0
-    for f in m.fragments:
-        key = f.SerializeToString() if memo is not None else b""
-        counts = memo.get(key) if memo is not None else None
-        if counts is None:
-            data_files = f.files
-            has_del = f.HasField("deletion_file")
-            counts = (len(data_files), sum(df.file_size_bytes for df in data_files), f.physical_rows,
-                      int(has_del), f.deletion_file.num_deleted_rows if has_del else 0)
-            if memo is not None:
-                memo[key] = counts
-        files += counts[0]
-        size += counts[1]
-        phys += counts[2]
-        del_files += counts[3]
-        deleted += counts[4]
-    return {
-        "total_data_file_rows": str(phys),
-        "total_data_files": str(files),
-        "total_deletion_file_rows": str(deleted),
-        "total_deletion_files": str(del_files),
-        "total_files_size": str(size),
-        "total_fragments": str(len(m.fragments)),
-        "total_rows": str(phys - deleted),
-    }

@@ -30,7 +30,7 @@ from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.snapshot import DatasetSnapshot
 
-#: deletion files written at once (each ends with an fsync: they overlap)
+#: deletion files written at once
 _WRITERS = 8
 
 
@@ -164,17 +164,19 @@ def plan_delete(dataset: DeleteTarget,
         return txn, ctx, count
 
     def write(frag: LanceFragment, merged: np.ndarray) -> table_pb2.DataFragment:
-        """The fragment's record with a new deletion file holding ``merged`` (written, durable)."""
+        """The fragment's record with a new deletion file holding ``merged`` (written; durable by the
+        commit's barrier, ADR 0032)."""
         old_file = frag.proto.deletion_file if frag.proto.HasField("deletion_file") else None
-        proto = deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id, dataset.version,
-                                             merged, old_file)
+        with dataset.store.deferred_sync():
+            proto = deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id, dataset.version,
+                                                 merged, old_file)
         assert proto is not None  # (merged holds the new offsets: never empty)
         updated = table_pb2.DataFragment()
         updated.CopyFrom(frag.proto)
         updated.deletion_file.CopyFrom(proto)
         return updated
 
-    # deletion files are written (each made durable) while the scan goes on: fsyncs overlap reads
+    # deletion files are written while the scan goes on; the commit's barrier makes them durable
     written: list[Future[table_pb2.DataFragment]] = []
     with ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="lance-ops-delete") as pool:
         try:

@@ -3,7 +3,8 @@
 A deletion file lists the *physical* row offsets of a fragment that are deleted.
 
 * ``.arrow`` (``DeletionFile.ARROW_ARRAY``): Arrow IPC file format, one non-nullable ``uint32``
-  column named ``row_id``, one record batch, ZSTD body compression. Used for small vectors.
+  column named ``row_id``, one record batch, ZSTD body compression (up to 1024 offsets: none).
+  Used for small vectors.
 * ``.bin`` (``DeletionFile.BITMAP``): a 32-bit Roaring bitmap in the portable serialisation.
 
 Kind selection follows upstream: a new vector of 5000 or more offsets is a bitmap; a vector that
@@ -96,15 +97,45 @@ def choose_kind(count: int, previous_kind: int | None = None) -> table_pb2.Delet
 
 
 # --- encoding --------------------------------------------------------------------------------
-def encode_arrow_deletions(offsets: OffsetsLike) -> bytes:
-    """Arrow IPC file bytes of the offsets (ZSTD compressed body, one batch)."""
-    arr = pa.array(to_offsets(offsets), type=pa.uint32())
-    batch = pa.record_batch([arr], schema=DELETION_SCHEMA)
+#: vectors of at most this many offsets are written uncompressed from a per-length template
+#: (compression gains nothing on a few bytes, and pyarrow's writer costs ~0.25 ms per file)
+SMALL_ARROW_VECTOR = 1024
+_TEMPLATES: dict[int, tuple[bytes, bytes] | None] = {}
+
+
+def _ipc_file(values: np.ndarray, compression: str | None) -> bytes:
+    batch = pa.record_batch([pa.array(values, type=pa.uint32())], schema=DELETION_SCHEMA)
     sink = pa.BufferOutputStream()
-    options = ipc.IpcWriteOptions(compression="zstd")
-    with ipc.new_file(sink, DELETION_SCHEMA, options=options) as writer:
+    with ipc.new_file(sink, DELETION_SCHEMA, options=ipc.IpcWriteOptions(compression=compression)) as writer:
         writer.write_batch(batch)
     return sink.getvalue().to_pybytes()
+
+
+def _template(n: int) -> tuple[bytes, bytes] | None:
+    """(bytes before, bytes after) the ``4 * n`` data bytes of an uncompressed one-batch file of
+    ``n`` offsets, found by encoding all-zero and all-ones vectors (None if they differ elsewhere)."""
+    if n not in _TEMPLATES:
+        zeros = _ipc_file(np.zeros(n, np.uint32), None)
+        ones = _ipc_file(np.full(n, 0xFFFFFFFF, np.uint32), None)
+        differ = np.flatnonzero(np.frombuffer(zeros, np.uint8) != np.frombuffer(ones, np.uint8)) \
+            if len(zeros) == len(ones) else np.zeros(0, np.int64)
+        found = None
+        if differ.size == 4 * n and (n == 0 or int(differ[-1]) - int(differ[0]) == 4 * n - 1):
+            start = int(differ[0]) if n else 0
+            found = (zeros[:start], zeros[start + 4 * n:]) if n else None
+        _TEMPLATES[n] = found
+    return _TEMPLATES[n]
+
+
+def encode_arrow_deletions(offsets: OffsetsLike) -> bytes:
+    """Arrow IPC file bytes of the offsets (one batch; ZSTD compressed body above
+    :data:`SMALL_ARROW_VECTOR` offsets)."""
+    values = np.ascontiguousarray(to_offsets(offsets), dtype="<u4")
+    if 0 < values.size <= SMALL_ARROW_VECTOR:
+        template = _template(int(values.size))
+        if template is not None:
+            return template[0] + values.tobytes() + template[1]
+    return _ipc_file(values, "zstd")
 
 
 def encode_bitmap_deletions(offsets: OffsetsLike) -> bytes:

@@ -57,6 +57,13 @@ def file_version(data_file: table_pb2.DataFile) -> FileVersion:
 def _versions_of(fragments: Iterable[table_pb2.DataFragment]) -> tuple[FileVersion | None, FileVersion | None]:
     """(version of the first data file, first other version met or None), in pylance's order:
     the first data file of the first fragment with files sets the version."""
+    fragments = list(fragments)
+    numbers = {(df.file_major_version, df.file_minor_version) for frag in fragments for df in frag.files}
+    if len(numbers) == 1:  # one pair of numbers (the usual case): one lookup instead of one per file
+        major, minor = numbers.pop()
+        found = FileVersion.from_manifest(int(major), int(minor))
+        if found is not None:
+            return found, None
     first = None
     for frag in fragments:
         for df in frag.files:

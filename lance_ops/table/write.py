@@ -564,11 +564,12 @@ def write_dataset(
     if version is FileVersion.LEGACY:
         expected = current.dictionaries if current is not None and appending else None
         reader, dictionaries = legacy_dictionaries(reader, lance_fields, expected, uri)
-    fragments = write_fragments(reader, store, base, lance_fields, storage_options=storage_options,
-                                max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,
-                                version=version, max_rows_per_group=max_rows_per_group,
-                                dictionaries=dictionaries,
-                                allow_external_blob_outside_bases=allow_external_blob_outside_bases)
+    with store.deferred_sync():  # the data files become durable with the manifest (ADR 0032)
+        fragments = write_fragments(reader, store, base, lance_fields, storage_options=storage_options,
+                                    max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,
+                                    version=version, max_rows_per_group=max_rows_per_group,
+                                    dictionaries=dictionaries,
+                                    allow_external_blob_outside_bases=allow_external_blob_outside_bases)
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(),
                                       read_version=current.version if current is not None else 0)
     if appending:

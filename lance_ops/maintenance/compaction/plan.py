@@ -403,12 +403,15 @@ def _split_run(items: list[tuple[table_pb2.DataFragment, int]], target: int) -> 
     return chunks
 
 
+def _copies(frags: Sequence[table_pb2.DataFragment]) -> list[table_pb2.DataFragment]:
+    """Independent copies of ``frags`` (made in one bulk copy: the holder stays alive with them)."""
+    holder = table_pb2.Manifest()
+    holder.fragments.extend(frags)
+    return list(holder.fragments)
+
+
 def _task(ds: Any, frags_rows: Any, options: CompactionOptions, kind: str, output_rows: list[int]) -> CompactionTask:
-    frags = []
-    for frag, _ in frags_rows:
-        copy = table_pb2.DataFragment()
-        copy.CopyFrom(frag)
-        frags.append(copy)
+    frags = _copies([frag for frag, _ in frags_rows])
     m = ds.manifest
     return CompactionTask(
         read_version=ds.version,
@@ -432,8 +435,33 @@ def _copy_field(f: file_pb2.Field) -> file_pb2.Field:
 
 def _fragment_stats(ds: Any) -> Iterable[tuple[table_pb2.DataFragment, int, int]]:
     """(fragment, physical rows, deleted rows) in manifest order."""
-    for frag in ds.manifest.fragments:
-        yield frag, int(frag.physical_rows), num_deleted(ds.store, ds.base, frag)
+    frags, physical, deleted = _fragment_arrays(ds)
+    return zip(frags, physical.tolist(), deleted.tolist())
+
+
+def _fragment_arrays(ds: Any) -> tuple[list[table_pb2.DataFragment], np.ndarray, np.ndarray]:
+    """The fragments of ``ds`` with their physical and deleted rows (int64 arrays), from the
+    manifest alone: only a deletion file that records no count (very old writers) is read."""
+    frags = list(ds.manifest.fragments)
+    physical = np.fromiter((f.physical_rows for f in frags), dtype=np.int64, count=len(frags))
+    deleted = np.fromiter((f.deletion_file.num_deleted_rows for f in frags), dtype=np.int64, count=len(frags))
+    for i in np.flatnonzero(deleted == 0).tolist():  # (an absent deletion file reads as a count of 0)
+        deleted[i] = num_deleted(ds.store, ds.base, frags[i])
+    return frags, physical, deleted
+
+
+def _exceeding(deleted: np.ndarray, physical: np.ndarray, threshold: float) -> np.ndarray:
+    """:func:`deleted_ratio_exceeds` of every fragment at once (the same 32-bit float rule)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = deleted.astype(np.float32) / physical.astype(np.float32)
+    return (physical > 0) & (ratio > np.float32(threshold))
+
+
+def _refuse_other_bases(frags: Iterable[table_pb2.DataFragment], where: str) -> None:
+    """:func:`_check_fragment_supported` of every fragment (one pass; the slow check only on a hit)."""
+    if any(df.HasField("base_id") for frag in frags for df in frag.files):
+        for frag in frags:
+            _check_fragment_supported(frag, where)
 
 
 def _held_back(task: CompactionTask, segments: Sequence[IndexSegment]) -> CompactionTask:
@@ -469,24 +497,25 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explai
     runs: list[tuple[tuple[str, ...], list[tuple[table_pb2.DataFragment, int, bool]]]] = []
     current: list[tuple[table_pb2.DataFragment, int, bool]] | None = None
     current_key: tuple[str, ...] = ()
-    for frag, physical, deleted in _fragment_stats(ds):
-        if options.materialize_deletions and deleted_ratio_exceeds(
-                deleted, physical, options.materialize_deletions_threshold):
-            itself = True
-        elif physical < target:
-            itself = False
-        else:
+    frags, physical_rows, deleted_rows = _fragment_arrays(ds)
+    selves = (_exceeding(deleted_rows, physical_rows, options.materialize_deletions_threshold)
+              if options.materialize_deletions else np.zeros(len(frags), dtype=bool))
+    candidates = selves | (physical_rows < target)
+    unindexed = not coverage.segments
+    for frag, live, candidate, itself in zip(frags, (physical_rows - deleted_rows).tolist(), candidates.tolist(),
+                                             selves.tolist()):
+        if not candidate:
             if current:
                 runs.append((current_key, current))
             current = None
             continue
-        key = coverage.key(frag.id)
+        key = () if unindexed else coverage.key(frag.id)
         if current is not None and key != current_key:  # never bin different index sets together
             runs.append((current_key, current))
             current = None
         if current is None:
             current, current_key = [], key
-        current.append((frag, physical - deleted, itself))
+        current.append((frag, live, itself))
     if current:
         runs.append((current_key, current))
 
@@ -516,8 +545,7 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explai
                 stop = True
                 continue
             used += len(chunk)
-            for frag, _ in chunk:
-                _check_fragment_supported(frag, ds.uri)
+            _refuse_other_bases([frag for frag, _ in chunk], ds.uri)
             task = _task(ds, chunk, options, COMPACT, sizes)
             tasks.append(_with_remap(task, segments) if key else task)
     plan = CompactionPlan(ds.version, tasks, options, held)

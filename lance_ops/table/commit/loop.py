@@ -481,7 +481,8 @@ def _attempt(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ct
     # missing values are refused here, before anything of this attempt is written
     dictionaries = _new_dictionaries(txn, current, restored_file, ctx)
     prefix = place_dictionaries(manifest, dictionaries) if dictionary_fields(manifest) else b""
-    manifest.transaction_file = write_transaction_file(store, base, txn)
+    with store.deferred_sync():  # made durable with the manifest, by the publish's barrier (ADR 0032)
+        manifest.transaction_file = write_transaction_file(store, base, txn)
     path = store.join(base, naming.manifest_path(version, v2))
     index_section = complete_index_metadata(store, base, _carried_indices(txn, current, restored_file))
     # List once more right before publishing: put-if-absent cannot tell "nobody has this version
@@ -531,7 +532,8 @@ def _attempt(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ct
         return None
     if options.write_version_hint:
         try:
-            naming.write_version_hint(store, base, version)
+            with store.deferred_sync():  # a hint: no fsync of its own (the next barrier takes it along)
+                naming.write_version_hint(store, base, version)
         except (StorageError, OSError):
             pass  # the hint is an optimisation only
     stored = decode_dictionaries(manifest, prefix, path=path) if prefix else {}

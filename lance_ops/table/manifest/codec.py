@@ -43,7 +43,7 @@ from google.protobuf.message import DecodeError, Message
 from lance_ops.format.version import FileVersion
 from lance_ops._proto import file_pb2, table_pb2, transaction_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError
-from lance_ops.format.proto_wire import serialize_like_upstream
+from lance_ops.format.proto_wire import has_map, serialize_like_upstream, wire_records
 from lance_ops.table import versions
 
 if TYPE_CHECKING:
@@ -220,12 +220,43 @@ def encode_manifest(
     else:
         m.ClearField("transaction_section")
 
-    blob = _serialize(m)
+    blob = _serialize_manifest(m)
     if len(blob) > 0xFFFFFFFF:
         raise ValueError("manifest larger than 4 GiB cannot be written")
     manifest_pos = pos
     parts += [_U32.pack(len(blob)), blob, _FOOTER.pack(manifest_pos, MAJOR_VERSION, MINOR_VERSION, MAGIC)]
     return b"".join(parts)
+
+
+#: fragment lists at least this long are serialised apart from the rest of the Manifest
+_SPLICE_MIN_FRAGMENTS = 16
+
+
+def _first_record_after(data: bytes, number: int) -> int:
+    """The offset of the first top-level record of ``data`` whose field number is above ``number``."""
+    for field, _, start, _, _, _ in wire_records(data):
+        if field > number:
+            return start
+    return len(data)
+
+
+def _serialize_manifest(m: table_pb2.Manifest) -> bytes:
+    """``_serialize(m)`` without walking the fragment list from Python (``m`` is the caller's own
+    copy and loses its fragments): fragment records hold no maps, so upstream's form of them is
+    the plain deterministic encoding; only the rest of the Manifest goes through the map fix-up,
+    and the fragment records are spliced in between the schema (field 1) and the later fields."""
+    if len(m.fragments) < _SPLICE_MIN_FRAGMENTS or has_map(table_pb2.DataFragment.DESCRIPTOR):
+        return _serialize(m)
+    full = m.SerializeToString(deterministic=True)
+    m.ClearField("fragments")
+    rest = m.SerializeToString(deterministic=True)
+    cut = _first_record_after(rest, 1)
+    frag_len = len(full) - len(rest)
+    if full[:cut] != rest[:cut] or full[cut + frag_len:] != rest[cut:]:
+        raise AssertionError("the fragment records are not one run after the schema")  # (never: field order)
+    fixed = _serialize(m)
+    at = _first_record_after(fixed, 1)
+    return fixed[:at] + full[cut:cut + frag_len] + fixed[at:]
 
 
 def _read_section(data: bytes, offset: int, end: int, path: str, what: str) -> bytes:
@@ -304,9 +335,9 @@ def _misplaced_field(message: Message, where: str = "") -> str | None:
     return None
 
 
-def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
-    """Decode a whole manifest file; CorruptFileError naming ``path`` on any damage."""
-    data = bytes(data)
+def manifest_span(data: bytes, path: str = "<manifest>") -> tuple[int, int]:
+    """``(start, end)`` of the Manifest message inside the manifest file ``data`` (the footer and
+    the length prefix checked); CorruptFileError naming ``path`` on damage."""
     size = len(data)
     if size < FOOTER_SIZE + 4:
         raise CorruptFileError(path, f"truncated manifest: {size} bytes is smaller than the footer")
@@ -328,6 +359,15 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
             f"manifest length mismatch: prefix says {length} bytes, but {expected} bytes lie "
             "between it and the footer",
         )
+    return manifest_pos + 4, body_end
+
+
+def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
+    """Decode a whole manifest file; CorruptFileError naming ``path`` on any damage."""
+    data = bytes(data)
+    size = len(data)
+    start, body_end = manifest_span(data, path)
+    manifest_pos = start - 4
     manifest = _parse(
         table_pb2.Manifest(), data[manifest_pos + 4 : body_end], path, "Manifest"
     )
@@ -398,15 +438,18 @@ def manifest_schema(mf: ManifestFile, store: ObjectStore | None = None) -> pa.Sc
         raise CorruptFileError(where, f"schema does not convert: {type(exc).__name__}: {exc}") from exc
 
 
-def read_manifest(store: ObjectStore, path: str) -> ManifestFile:
-    """Read and decode the manifest at ``path``: one 64 KiB tail read, then the rest if needed."""
+def read_manifest_bytes(store: ObjectStore, path: str) -> bytes:
+    """The whole manifest file at ``path``: one 64 KiB tail read, then the rest if needed."""
     tail, size = store.read_tail(path, PREFETCH_SIZE)
     if size > len(tail):
         head = store.read_range(path, 0, size - len(tail))
-        data = head + tail
-    else:
-        data = tail
-    return decode_manifest(data, path)
+        return head + tail
+    return tail
+
+
+def read_manifest(store: ObjectStore, path: str) -> ManifestFile:
+    """Read and decode the manifest at ``path``: one 64 KiB tail read, then the rest if needed."""
+    return decode_manifest(read_manifest_bytes(store, path), path)
 
 
 def write_manifest(

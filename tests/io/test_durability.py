@@ -1,0 +1,92 @@
+"""Local durability (ADR 0032): files written in a deferred-sync scope are fsynced by the next
+put_if_absent, before the link that publishes it; the directory is fsynced after the link."""
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+import lance_ops.io.local as local_mod
+from lance_ops.errors import AlreadyExistsError
+from lance_ops.io import open_store
+
+
+@pytest.fixture
+def traced(tmp_path, monkeypatch):
+    """A local store and the ordered list of ("fsync", path) / ("link", path) events."""
+    events: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    real_fsync, real_link = os.fsync, os.link
+
+    def fsync(fd: int) -> None:
+        with lock:
+            events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def link(src: str, dst: str) -> None:
+        real_link(src, dst)
+        with lock:
+            events.append(("link", dst))
+
+    monkeypatch.setattr(local_mod.os, "fsync", fsync)
+    monkeypatch.setattr(local_mod.os, "link", link)
+    store, root = open_store(str(tmp_path / "ds"))
+    return store, root, events
+
+
+def test_deferred_files_are_synced_before_the_publish_and_the_directory_after(traced):
+    store, root, events = traced
+    data, txn, manifest = (store.join(root, d, n) for d, n in
+                           (("data", "a.lance"), ("_transactions", "t.txn"), ("_versions", "1.manifest")))
+    with store.deferred_sync():
+        store.put(txn, b"txn")
+        with store.open_output(data) as out:
+            out.write(b"rows")
+    assert events == []  # nothing synced yet: remembered for the barrier
+    store.put_if_absent(manifest, b"manifest")
+    link_at = events.index(("link", manifest))
+    before = {p for kind, p in events[:link_at] if kind == "fsync"}
+    assert {data, txn, os.path.dirname(data), os.path.dirname(txn)} <= before
+    assert any(os.path.basename(p).startswith(".1.manifest") for p in before)  # the temp file itself
+    assert events[link_at + 1:] == [("fsync", os.path.dirname(manifest))]
+    events.clear()
+    store.put_if_absent(store.join(root, "_versions", "2.manifest"), b"m2")  # the barrier emptied the set
+    assert {p for _, p in events} & {data, txn} == set()
+
+
+def test_outside_the_scope_every_put_is_synced_at_once(traced):
+    store, root, events = traced
+    path = store.join(root, "_refs", "tags", "t.json")
+    store.put(path, b"{}")
+    assert len(events) == 1 and os.path.basename(events[0][1]).startswith(".t.json")
+    with store.open_output(store.join(root, "data", "b.lance")) as out:
+        out.write(b"x")
+    assert len(events) == 2
+
+
+def test_scope_is_per_thread(traced):
+    store, root, events = traced
+    other = store.join(root, "x", "other")
+
+    def elsewhere() -> None:
+        store.put(other, b"1")
+
+    with store.deferred_sync():
+        t = threading.Thread(target=elsewhere)
+        t.start()
+        t.join()
+        store.put(store.join(root, "x", "mine"), b"2")
+    assert [os.path.basename(p)[:7] for _, p in events] == [".other."]
+
+
+def test_a_lost_race_still_syncs_and_raises(traced):
+    store, root, events = traced
+    path = store.join(root, "_versions", "1.manifest")
+    store.put_if_absent(path, b"first")
+    with store.deferred_sync():
+        store.put(store.join(root, "_deletions", "d.arrow"), b"del")
+    with pytest.raises(AlreadyExistsError):
+        store.put_if_absent(path, b"second")
+    assert store.read(path) == b"first"
+    assert ("fsync", store.join(root, "_deletions", "d.arrow")) in events
