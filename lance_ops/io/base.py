@@ -192,7 +192,7 @@ class ObjectStore(abc.ABC):
     def deferred_sync(self) -> ContextManager[None]:
         """A scope (for the calling thread) in which ``put`` and ``open_output`` need not make each
         file durable before returning: the store may make them durable together, at the latest
-        before the next ``put_if_absent`` on this store publishes anything (ADR 0032). For the
+        before the next ``put_if_absent`` on this store publishes anything (ADR 0036). For the
         files of a commit, whose manifest is published with ``put_if_absent``. Stores whose writes
         are durable when they return (S3) ignore it."""
         return contextlib.nullcontext()

@@ -4,7 +4,7 @@ Whole-object writes go to a temporary file in the target directory first, then `
 (put) or ``os.link`` (put-if-absent) publish it, so readers and concurrent committers never see a
 partially written file. Temporary files are named ``.<name>.<random>.tmp``.
 
-Durability (ADR 0032): a file is fsynced before ``put``/``open_output`` return, except inside a
+Durability (ADR 0036): a file is fsynced before ``put``/``open_output`` return, except inside a
 thread's :meth:`LocalStore.deferred_sync` scope, where it is only remembered. ``put_if_absent``
 (how a commit publishes its manifest) first fsyncs every remembered file, the new file and their
 directories, all at once on a small pool, then links the new file into place and fsyncs its
@@ -135,7 +135,7 @@ class LocalStore(ObjectStore):
         self._unsynced = set()
         self._unsynced_lock = threading.Lock()
 
-    # --- durability (ADR 0032) -------------------------------------------------------------
+    # --- durability (ADR 0036) -------------------------------------------------------------
     @contextlib.contextmanager
     def deferred_sync(self) -> Iterator[None]:
         """In this thread, files written by ``put``/``open_output`` are not fsynced one by one

@@ -165,7 +165,7 @@ def plan_delete(dataset: DeleteTarget,
 
     def write(frag: LanceFragment, merged: np.ndarray) -> table_pb2.DataFragment:
         """The fragment's record with a new deletion file holding ``merged`` (written; durable by the
-        commit's barrier, ADR 0032)."""
+        commit's barrier, ADR 0036)."""
         old_file = frag.proto.deletion_file if frag.proto.HasField("deletion_file") else None
         with dataset.store.deferred_sync():
             proto = deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id, dataset.version,

@@ -564,7 +564,7 @@ def write_dataset(
     if version is FileVersion.LEGACY:
         expected = current.dictionaries if current is not None and appending else None
         reader, dictionaries = legacy_dictionaries(reader, lance_fields, expected, uri)
-    with store.deferred_sync():  # the data files become durable with the manifest (ADR 0032)
+    with store.deferred_sync():  # the data files become durable with the manifest (ADR 0036)
         fragments = write_fragments(reader, store, base, lance_fields, storage_options=storage_options,
                                     max_rows_per_file=max_rows_per_file, max_bytes_per_file=max_bytes_per_file,
                                     version=version, max_rows_per_group=max_rows_per_group,

@@ -1,4 +1,4 @@
-"""Local durability (ADR 0032): files written in a deferred-sync scope are fsynced by the next
+"""Local durability (ADR 0036): files written in a deferred-sync scope are fsynced by the next
 put_if_absent, before the link that publishes it; the directory is fsynced after the link."""
 from __future__ import annotations
 

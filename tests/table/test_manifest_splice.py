@@ -1,4 +1,4 @@
-"""Manifests with many fragments are serialised with the fragment records spliced in (ADR 0032):
+"""Manifests with many fragments are serialised with the fragment records spliced in (ADR 0036):
 byte for byte what the record-by-record path writes, maps in the schema and config included."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""versions() from manifest bytes (ADR 0032): equal to pylance's over appends, deletes, a
+"""versions() from manifest bytes (ADR 0036): equal to pylance's over appends, deletes, a
 compaction and an overwrite; damage is still CorruptFileError; a split fragment list decodes whole."""
 from __future__ import annotations
 

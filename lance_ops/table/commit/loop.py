@@ -481,7 +481,7 @@ def _attempt(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ct
     # missing values are refused here, before anything of this attempt is written
     dictionaries = _new_dictionaries(txn, current, restored_file, ctx)
     prefix = place_dictionaries(manifest, dictionaries) if dictionary_fields(manifest) else b""
-    with store.deferred_sync():  # made durable with the manifest, by the publish's barrier (ADR 0032)
+    with store.deferred_sync():  # made durable with the manifest, by the publish's barrier (ADR 0036)
         manifest.transaction_file = write_transaction_file(store, base, txn)
     path = store.join(base, naming.manifest_path(version, v2))
     index_section = complete_index_metadata(store, base, _carried_indices(txn, current, restored_file))

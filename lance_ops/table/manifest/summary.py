@@ -3,7 +3,7 @@
 A dataset with N fragments and V versions holds about N * V / 2 fragment records in its
 manifests, nearly all of them repeated from the version before (an append adds a few at the end).
 :class:`VersionSummarizer` reads each manifest's bytes once and walks only the top level of the
-Manifest message (ADR 0032):
+Manifest message (ADR 0036):
 
 * the fragment records (field 2) are byte ranges; when the bytes up to the end of the previous
   version's fragment list are the same in this version, those fragments' counts are carried over
