@@ -411,7 +411,15 @@ class LanceFileReaderV21(V2ReaderBase):
             return pa.concat_tables([r.read_all(columns) for r in readers]).combine_chunks()
         nodes = first._select(columns)
         segments = [(r, _ranges([(0, r._num_rows)])) for r in readers]
-        return first._guard(lambda: first._read_segments(segments, nodes, False))
+        try:
+            return first._guard(lambda: first._read_segments(segments, nodes, False))
+        except (CorruptFileError, UnsupportedError):
+            if len(readers) == 1:
+                raise
+            # pages of several files were parsed and decoded together, so the failure cannot
+            # always tell whose page it was: read the files one by one, which raises the error
+            # naming the damaged file (failures are rare: the happy path pays nothing for this)
+            return pa.concat_tables([r.read_all(columns) for r in readers]).combine_chunks()
 
     def _read_segments(self, segments: Sequence[tuple["LanceFileReaderV21", tuple[np.ndarray, np.ndarray]]],
                        nodes: list[FieldNode], describe: bool = False) -> pa.Table:
