@@ -85,6 +85,9 @@ FILTERS = ["regexp_match(name, 'n1.')", "array_has_any(tags, ['t3'])", "array_ha
 for f in FILTERS:
     CALLS[f"filter {f}"] = (lambda f: lambda L: L.dataset(uri(L, "d")).to_table(columns=["id"], filter=f))(f)
 CALLS["projection regexp_match"] = lambda L: L.dataset(uri(L, "d")).to_table(columns={"m": "regexp_match(name, 'n(1)(.)?')"}, limit=12)
+#: differences kept on purpose (each with its record); printed, not counted
+DOCUMENTED = {"filter name LIKE 'n!%' ESCAPE '!'":
+              "pylance refuses; lance-ops keeps an earlier release's escape with a DeprecationWarning (ADR 0030)"}
 bad = 0
 for name, fn in CALLS.items():
     res = []
@@ -94,7 +97,9 @@ for name, fn in CALLS.items():
     if res[0] != res[1]:
         a, b = res
         same_err = a[0] == b[0] == "raise" and a[1][0] in b[1] or (a[0] == b[0] == "raise" and set(a[1]) & set(b[1]))
-        if not same_err:
+        if not same_err and name in DOCUMENTED:
+            print("DOCUMENTED", name, "-", DOCUMENTED[name])
+        elif not same_err:
             bad += 1
             print("DIFF", name, "\n   pylance:", str(a)[:400], "\n   ops:    ", str(b)[:400])
 print(f"{len(CALLS)} calls, {bad} differ")
