@@ -21,11 +21,13 @@ section and the inline transaction, which a summary does not use, are not decode
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from google.protobuf.message import DecodeError
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError
+from lance_ops.format.proto_wire import read_varint
 from lance_ops.table.manifest.codec import check_wire_types, manifest_span
 
 #: the tag byte of a Manifest.fragments record (field 2, length-delimited)
@@ -66,17 +68,14 @@ def fragment_counts(f: table_pb2.DataFragment) -> Counts:
 
 
 def _varint(blob: bytes, pos: int, end: int, path: str) -> tuple[int, int]:
-    """The varint at ``pos`` and the position after it."""
-    value = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise CorruptFileError(path, "Manifest protobuf does not decode: truncated or overlong varint")
-        b = blob[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
+    """The varint at ``pos`` (ending before ``end``) and the position after it."""
+    try:
+        value, after = read_varint(blob, pos)
+    except ValueError:
+        after = end + 1
+    if after > end or after - pos > 10:
+        raise CorruptFileError(path, "Manifest protobuf does not decode: truncated or overlong varint")
+    return value, after
 
 
 def _skip(blob: bytes, pos: int, end: int, path: str) -> int:
@@ -112,12 +111,7 @@ class VersionSummarizer:
     def _counts(self, record: bytes, path: str) -> Counts:
         counts = self._memo.get(record)
         if counts is None:
-            frag = table_pb2.DataFragment()
-            try:
-                frag.ParseFromString(record)
-            except (DecodeError, RuntimeError, ValueError) as exc:
-                raise CorruptFileError(path, f"Manifest protobuf does not decode: {exc}") from exc
-            check_wire_types(frag, record, path, "DataFragment")
+            frag = _parsed(table_pb2.DataFragment(), record, path)
             counts = self._memo[record] = fragment_counts(frag)
         return counts
 
@@ -173,10 +167,17 @@ class VersionSummarizer:
 
 
 def _parse_manifest(blob: bytes, path: str) -> table_pb2.Manifest:
-    manifest = table_pb2.Manifest()
+    return _parsed(table_pb2.Manifest(), blob, path)
+
+
+_Message = TypeVar("_Message", table_pb2.Manifest, table_pb2.DataFragment)
+
+
+def _parsed(message: _Message, blob: bytes, path: str) -> _Message:
+    """``message`` parsed from ``blob`` and wire-checked; CorruptFileError(path) when it does not decode."""
     try:
-        manifest.ParseFromString(blob)
+        message.ParseFromString(blob)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise CorruptFileError(path, f"Manifest protobuf does not decode: {exc}") from exc
-    check_wire_types(manifest, blob, path, "Manifest")
-    return manifest
+    check_wire_types(message, blob, path, type(message).__name__)
+    return message
