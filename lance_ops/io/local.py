@@ -456,6 +456,20 @@ class LocalStore(ObjectStore):
             if info is not None:
                 yield info
 
+    def list_dir_selected(self, prefix: str, select: Callable[[list[str]], Iterable[str]]) -> list[ObjectInfo]:
+        """The files directly inside ``prefix`` that ``select`` picks from the sorted paths of all of
+        them (names come from the directory itself: only the picked files are ``stat``-ed)."""
+        try:
+            with os.scandir(prefix) as it:
+                paths = sorted(entry.path for entry in it if entry.is_file())  # d_type: no stat per file
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            raise StorageError(f"list_dir {prefix} failed: {e}") from e
+        self.metrics.add(list_requests=1)
+        out = [self._stat_file(path) for path in sorted(set(select(paths)))]
+        return [info for info in out if info is not None]
+
     @staticmethod
     def _stat_file(path: str) -> ObjectInfo | None:
         try:
