@@ -152,6 +152,25 @@ def list_versions(store: ObjectStore, base: str) -> list[ManifestLocation]:
     return out
 
 
+def list_versions_from(store: ObjectStore, base: str, first: int) -> list[ManifestLocation]:
+    """:func:`list_versions`, only the versions from ``first`` on (one listing; a local directory
+    looks only at those files, not at every manifest of the history)."""
+    where = store.join(base, VERSIONS_DIR)
+    parsed: dict[str, tuple[int, NamingScheme]] = {}
+
+    def pick(paths: list[str]) -> list[str]:
+        for path in paths:
+            got = parse_manifest_name(path)
+            if got is not None and got[0] >= first:
+                parsed[path] = got
+        return list(parsed)
+
+    out = [ManifestLocation(parsed[info.path][0], info.path, parsed[info.path][1], info.size, info.last_modified)
+           for info in store.list_dir_selected(where, pick)]
+    out.sort(key=lambda e: (e.version, e.scheme.value))
+    return out
+
+
 def detect_scheme(store: ObjectStore, base: str) -> NamingScheme | None:
     """The naming scheme used by the dataset at ``base`` (None if it has no manifests).
 
