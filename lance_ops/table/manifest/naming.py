@@ -257,15 +257,16 @@ def _newest_by_name(store: ObjectStore, base: str) -> ManifestLocation | None:
 
     def pick(paths: list[str]) -> list[str]:
         schemes: set[NamingScheme] = set()
+        best: tuple[int, str] | None = None  # (version, path) of the newest
         for path in paths:
             parsed = parse_manifest_name(path)
             if parsed is not None:
                 found[path] = parsed
                 schemes.add(parsed[1])
-        _one_scheme(schemes, where)
-        if not found:
-            return []
-        return [max(found, key=lambda p: (found[p][0], found[p][1].value))]
+                if best is None or parsed[0] > best[0]:
+                    best = (parsed[0], path)
+        _one_scheme(schemes, where)  # (so two names of one version have one scheme: no tie to break)
+        return [] if best is None else [best[1]]
 
     infos = store.list_dir_selected(where, pick)
     if not infos:
