@@ -28,8 +28,15 @@ if TYPE_CHECKING:  # the protocol of what a dataset offers; LanceDataset is one
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 
 
+# the common case, decided by one match: segments of letters, digits, "_", "-" and "." not
+# starting with "." (so no "", "." or ".." segment), no ":", "/" only between segments
+_PLAIN_RE = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]*(?:/[A-Za-z0-9_\-][A-Za-z0-9_.\-]*)*")
+
+
 def unsafe_reason(relative: object) -> str | None:
     """Why ``relative`` is not a plain dataset-relative path, or None if it is one."""
+    if isinstance(relative, str) and _PLAIN_RE.fullmatch(relative):
+        return None
     if not isinstance(relative, str):
         return f"is a {type(relative).__name__}, not a string"
     if not relative:
