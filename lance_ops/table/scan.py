@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from lance_ops._proto import table_pb2
 from lance_ops.errors import InvalidArgumentError
 from lance_ops.format import blob_v2
+from lance_ops.format.v2_0 import batch as v20_batch
 from lance_ops.format.v2_0.reader import LanceFileReader
 from lance_ops.format.v2_1.reader import LanceFileReaderV21
 from lance_ops.table.stats import prune as stats_prune
@@ -492,9 +493,11 @@ def _read_together(ds: DatasetSnapshot, frags: list[LanceFragment], columns: lis
     v21 = [r for r in readers if isinstance(r, LanceFileReaderV21)]
     if len(v21) == len(readers):
         table = LanceFileReaderV21.read_all_of(v21, names)  # decoded together
-    else:  # 2.0 files: decoded one by one, masked and cut together
+    else:  # 2.0 files: plain columns decoded together (v2_0.batch), masked and cut together
+        v20 = [r for r in readers if isinstance(r, LanceFileReader)]
         try:
-            table = pa.concat_tables([r.read_all(columns=names) for r in readers])
+            table = (v20_batch.read_all_of(v20, names) if len(v20) == len(readers)
+                     else pa.concat_tables([r.read_all(columns=names) for r in readers]))
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             return None
     fields = [ds.storage_schema.field(c) for c in columns]
