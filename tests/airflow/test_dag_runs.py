@@ -198,27 +198,59 @@ def test_retry_after_landed_commit_commits_once(airflow_runner, tmp_path, monkey
 
 
 # -- deferrable sensors ------------------------------------------------------------------------------
-def test_deferrable_sensors_wait_and_skip(airflow_runner, tmp_path):
+def _deferred_task_ids(db: Path, dag_id: str) -> set[str]:
+    """Task ids of ``dag_id`` whose instance is DEFERRED now, read with sqlite3 from the Airflow DB
+    (not through Airflow: a second thread importing Airflow models while dag.test() imports them
+    can deadlock on the import locks)."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+        rows = conn.execute("SELECT task_id FROM task_instance WHERE dag_id = ? AND state = 'deferred'",
+                            (dag_id,)).fetchall()
+    return {row[0] for row in rows}
+
+
+def test_deferrable_sensors_wait_and_skip(airflow_runner, tmp_path, capfd):
+    """The tag sensor finds no tag on its first check and defers; only once its task instance is
+    DEFERRED (its trigger polling inline in dag.test) does another thread create the tag, so the
+    success comes from the trigger, after waiting."""
     import lance_ops
 
     uri = str(tmp_path / "tagged.lance")
     healthy = str(tmp_path / "healthy.lance")
     write_fragments(uri, [10, 10])
     write_fragments(healthy, [10])
+    db = airflow_runner.home / "airflow.db"
+    assert db.exists()
+    seen: dict[str, float] = {}
 
-    def tag_later():
-        time.sleep(3)
-        lance_ops.dataset(uri).tags.create("ready", 1)
+    def tag_once_deferred():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if "wait_for_tag" in _deferred_task_ids(db, "lance_test_sensors"):
+                seen["deferred"] = time.monotonic()
+                time.sleep(1.0)  # two poke intervals: the trigger checks (and misses) at least once more
+                lance_ops.dataset(uri).tags.create("ready", 1)
+                seen["tagged"] = time.monotonic()
+                return
+            time.sleep(0.1)
 
-    thread = threading.Thread(target=tag_later)
+    thread = threading.Thread(target=tag_once_deferred)
     thread.start()
     try:
         res = airflow_runner.run("lance_test_sensors", {"dataset_uri": uri, "healthy_uri": healthy})
     finally:
         thread.join()
+    out = capfd.readouterr()
+    logs = log_messages(out.out + out.err)
+    assert "tagged" in seen, "the tag sensor never deferred"
     assert res.state == "success"
     assert res.task_states == {"wait_for_tag": "success", "healthy_skips": "skipped"}
     assert res.xcoms["wait_for_tag"]["tag"] == "ready" and res.xcoms["wait_for_tag"]["version"] == 1
+    # it waited: the first check found no tag, and it never succeeded on a first check
+    assert any(line.startswith("condition not met ({'baseline_version': None, 'tag': 'ready'})") for line in logs), \
+        logs[-30:]
+    assert not any(line.startswith("condition met on the first check") for line in logs), logs[-30:]
 
 
 # -- Spark: ingestion and big compactions ------------------------------------------------------------
