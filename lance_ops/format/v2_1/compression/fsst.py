@@ -220,9 +220,12 @@ def _token_positions(n: int, tlen: np.ndarray, seg_start: np.ndarray,
     if k == 0 or n == 0 or int(seg_start[0]) != 0 or int(seg_end[-1]) != n \
             or not bool(np.all(seg_start[1:] == seg_end[:-1])):
         return _token_positions_general(n, tlen, seg_start, seg_end)
+    # matches never run past their segment's end (``_match``), so a chain that reaches its end
+    # stands on the next segment's first token and, until it is dropped, walks that segment's own
+    # tokens again (harmless: the same positions); the last one stops on the sentinel at n
     tl = np.empty(n + 1, dtype=np.uint8)
     tl[:n] = tlen[:n]
-    tl[n] = 1
+    tl[n] = 0
     is_tok = np.zeros(n + 1, dtype=bool)
     live = seg_start < seg_end
     p = seg_start[live].astype(np.intp)
@@ -231,7 +234,6 @@ def _token_positions(n: int, tlen: np.ndarray, seg_start: np.ndarray,
     while len(p):
         is_tok[p] = True
         p += tl[p]
-        np.minimum(p, e, out=p)
         step += 1
         if step % _COMPACT_EVERY == 0:
             keep = p < e
