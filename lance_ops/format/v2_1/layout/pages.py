@@ -189,11 +189,20 @@ def _ool_chunks(chunks: Sequence[np.ndarray], width: int) -> list[bytes]:
         if bool(np.all(packed_n == lens)) and bool(np.all(blk0 * 1024 == first)):
             allv[:len(cat)] = cat
         else:
-            tot = int(packed_n.sum())
-            dst0 = np.zeros(nch, dtype=np.int64)
-            np.cumsum(packed_n[:-1], out=dst0[1:])
-            j = np.arange(tot, dtype=np.int64) - np.repeat(dst0, packed_n)
-            allv[np.repeat(blk0 * 1024, packed_n) + j] = cat[np.repeat(first, packed_n) + j]
+            # boolean masks instead of index arrays: the levels that go into blocks (all but the
+            # raw tails), and the slots they fill (each block from its start, zeros after)
+            if bool(np.all(packed_n == lens)):
+                src = cat
+            else:
+                runs = np.empty(2 * nch, dtype=np.int64)
+                runs[0::2], runs[1::2] = packed_n, lens - packed_n
+                src = cat[np.repeat(np.tile(np.array([True, False]), nch), runs)]
+            fill = np.full(total_blk, 1024, dtype=np.int64)
+            last_blk = blk0 + nblk - 1
+            has = nblk > 0
+            fill[last_blk[has]] = (packed_n - (nblk - 1) * 1024)[has]
+            slots = np.arange(1024, dtype=np.int64)[None, :] < fill[:, None]
+            allv.reshape(total_blk, 1024)[slots] = src
         packed = bp.pack_blocks(allv, 16, width).view(np.uint8).tobytes()
     else:
         packed = b""
