@@ -1,4 +1,4 @@
-"""Encode-side speed paths of the 2.1+ writer (issues 20/23, ADR 0037), held to the decisions and
+"""Encode-side speed paths of the 2.1+ writer (issues 20/23, ADR 0038), held to the decisions and
 bytes of the straightforward versions: variable-width chunk counts, the digest lower bound of the
 string dictionary test, uniform mini-block chunks and FSST tails (whole files: the interop tests).
 """
