@@ -515,7 +515,7 @@ def test_streaming_write_keeps_memory_bounded(tmp_path):
     tracemalloc.start()
     try:
         # 2.0 on purpose: its working set (~36 MB here) is far below the data; 2.2's is bounded too
-        # but larger (~170 MB, constant from 50 to 100 batches; ADR 0038), so this bound would not show it
+        # but larger (~170 MB, constant from 50 to 100 batches; ADR 0039), so this bound would not show it
         ds = lance_ops.write_dataset(pa.RecordBatchReader.from_batches(schema, gen()), uri, max_rows_per_file=10**9,
                                      data_storage_version="2.0")
         _, peak = tracemalloc.get_traced_memory()
