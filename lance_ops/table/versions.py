@@ -13,8 +13,12 @@ from lance_ops.format.version import FileVersion
 #: versions lance_ops writes: 2.0 (format.writer), 2.1/2.2 (format.v2_1.encode), 0.1 (format.legacy.writer);
 #: 2.3 is pylance 14's unstable "next" format and is refused before anything is written.
 WRITABLE = (FileVersion.V2_0, FileVersion.V2_1, FileVersion.V2_2, FileVersion.LEGACY)
-#: default for new datasets. pylance 14 defaults to 2.2; we keep 2.0 (byte-identical to pylance's 2.0
-#: writer, fastest to read here); pass data_storage_version="stable" to match pylance's default.
+#: THE storage version of new datasets (ADR 0039), and the one place that chooses it: write_dataset,
+#: write_fragments, CommitOptions, the Spark writers, ``lance-ops append --create`` and the Airflow
+#: operators all follow it when no ``data_storage_version`` is given. Existing datasets keep the
+#: version their manifest records (appends, deletes, compaction, index upkeep). pylance 14 and
+#: LanceDB default to 2.2; the switch to 2.2 (issue 20 item 4) waits for 2.2's performance items
+#: (ADR 0039 lists the suites that ran green with it). data_storage_version="stable" asks for 2.2 today.
 DEFAULT = FileVersion.V2_0
 
 

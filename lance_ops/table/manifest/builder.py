@@ -190,7 +190,7 @@ def build_manifest(
     *,
     version: int,
     transaction_file: str,
-    data_storage_version: str = "2.0",
+    data_storage_version: str = versions.DEFAULT,
     enable_stable_row_ids: bool = False,
     restored: table_pb2.Manifest | None = None,
 ) -> table_pb2.Manifest:
