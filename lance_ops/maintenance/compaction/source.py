@@ -16,7 +16,7 @@ Compaction copies whole fragments, so it reads them differently from a scan (ADR
 A deletion file is always applied when the manifest names one, also when it records no count
 (very old writers): its rows are never resurrected. Each fragment's live rows must equal what
 the plan counted, else LanceOpsError (the deletion file or metadata is inconsistent).
-Memory: two groups (the one being written and the one being read) plus one group's copy.
+Memory: ``PREFETCH + 1`` groups (the one being written and those read ahead) plus one group's copy.
 """
 from __future__ import annotations
 
@@ -38,9 +38,14 @@ from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.manifest import naming
 from lance_ops.table.paths import dataset_where
 
-#: consecutive source fragments are gathered until a group holds this many rows or bytes
-GROUP_ROWS = 128 * 1024
-GROUP_BYTES = 32 << 20
+#: consecutive source fragments are gathered until a group holds this many rows or bytes: small
+#: enough that the writer's encoding of one group overlaps the reading of the next ones and that
+#: the last group's encoding (not overlapped) is short, large enough to read many small files
+#: together (ADR 0037)
+GROUP_ROWS = 32 * 1024
+GROUP_BYTES = 8 << 20
+#: groups read ahead of the one being written (a bounded queue: memory is a few groups)
+PREFETCH = 2
 #: data files opened / read side by side (file reads, numpy and Arrow release the GIL)
 _WORKERS = max(2, min(4, os.cpu_count() or 1))
 #: on a remote store only files up to this size are decoded together (their bytes came with the
@@ -225,7 +230,7 @@ class TaskReader:
         self._stats["bytes_read"] += sum(source_file_size(self._view, df) for proto, _ in group for df in proto.files)
         return _one_table(tables)
 
-    def tables(self, prefetch: int = 1) -> Iterator[pa.Table]:
+    def tables(self, prefetch: int = PREFETCH) -> Iterator[pa.Table]:
         """The live rows, one table per group, in order. The next ``prefetch`` groups are read in a
         background thread while the current one is consumed (``prefetch=0``: no thread)."""
         with ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="lance-ops-compact-io") as pool:
