@@ -506,27 +506,10 @@ class LanceFileReader(V2ReaderBase):
         The same reads and decoding as :meth:`_read_leaf` over all rows, without its per-page
         generator plumbing (which dominates the cost of reading small files).
         """
-        chunks: list[list[pa.Array]] = []
-        for node, pages in zip(nodes, self.whole_leaf_pages(nodes)):
-            out = []
-            for page, info, ctx, bufs in pages:
-                if bufs is None:
-                    out.append(pa.nulls(page.length, node.dtype))
-                else:
-                    out.append(dec.decode_rows(info.encoding, page.length, node.dtype, dec.PageBuffers(bufs), ctx,
-                                               ZERO, np.array([page.length], dtype=np.int64)))
-            chunks.append(out or [empty_array(node.dtype)])
-        return chunks
-
-    def whole_leaf_pages(self, nodes: Sequence[LeafNode]) -> list[list[tuple[PageInfo, EncodingInfo, dec.DecodeContext,
-                                                                             Optional[dict[tuple[int, int], pa.Buffer]]]]]:
-        """Per node (plain leaves of this file), its non-empty pages with their encoding, error
-        context and fetched buffers (None: an all-null page, nothing read); one I/O round."""
         requests: list[tuple[int, int]] = []
         work = []
         for node in nodes:
             col = self._column(node.column)
-            self._check_length(col, self._num_rows)
             for page in col.pages:
                 if page.length <= 0:
                     continue
@@ -538,29 +521,17 @@ class LanceFileReader(V2ReaderBase):
                 work.append((node, page, info, ctx, len(requests)))
                 requests.extend(self._buffer_location(col, page, key, ctx) for key in info.buffers)
         data = self._fetch(requests)
-        out: dict[int, list] = {id(node): [] for node in nodes}
+        chunks: dict[int, list[pa.Array]] = {id(node): [] for node in nodes}
         for node, page, info, ctx, first in work:
-            bufs = None
-            if first >= 0:
-                bufs = {key: pa.py_buffer(d) for key, d in zip(info.buffers, data[first: first + len(info.buffers)])}
-            out[id(node)].append((page, info, ctx, bufs))
-        return [out[id(node)] for node in nodes]
-
-    def plain_leaves(self, names: Sequence[str]) -> Optional[tuple[list[LeafNode], pa.Schema]]:
-        """The nodes and Arrow schema of top-level columns ``names`` when every one is a plain
-        single-column leaf (what :meth:`read_all_of` decodes across files), else None."""
-        nodes = [self._top_node(n) for n in names]
-        if not _all_plain_leaves(nodes):
-            return None
-        return list(nodes), pa.schema([self._schema.field(n) for n in names], metadata=self._schema.metadata)
-
-    @classmethod
-    def read_all_of(cls, readers: Sequence["LanceFileReader"], columns: Sequence[str]) -> pa.Table:
-        """Every row of columns ``columns`` of several files of one schema, back to back, as one
-        table (equal plain pages of consecutive files are assembled together: ADR 0037)."""
-        from lance_ops.format.v2_0.batch import read_whole_files
-
-        return read_whole_files(readers, columns)
+            if first < 0:
+                arr = pa.nulls(page.length, node.dtype)
+            else:
+                keys = info.buffers
+                bufs = dec.PageBuffers({key: pa.py_buffer(d) for key, d in zip(keys, data[first : first + len(keys)])})
+                arr = dec.decode_rows(info.encoding, page.length, node.dtype, bufs, ctx,
+                                      ZERO, np.array([page.length], dtype=np.int64))
+            chunks[id(node)].append(arr)
+        return [chunks[id(node)] or [empty_array(node.dtype)] for node in nodes]
 
     def _check_top(self, node: Node) -> None:
         if isinstance(node, StructNode):
