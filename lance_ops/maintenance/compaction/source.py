@@ -103,7 +103,7 @@ class _Source:
 
     def batch_key(self, remote: bool) -> Any:
         """Equal keys of consecutive sources: decoded together (None: read on its own)."""
-        if self.reader is None or getattr(type(self.reader), "read_all_of", None) is None:
+        if self.reader is None or _read_together(type(self.reader)) is None:
             return None
         if remote and sum(df.file_size_bytes or _BATCH_FILE_BYTES + 1 for df in self.proto.files) > _BATCH_FILE_BYTES:
             return None
@@ -167,7 +167,9 @@ class TaskReader:
     def _read_batch(self, sources: Sequence[_Source]) -> pa.Table:
         """Consecutive fragments with one file layout, decoded together; their live rows."""
         readers = [s.reader for s in sources]
-        table = self._conform(type(readers[0]).read_all_of(readers, list(sources[0].names)), sources[0].names)
+        read_all_of = _read_together(type(readers[0]))
+        assert read_all_of is not None  # (batch_key groups only such readers)
+        table = self._conform(read_all_of(readers, list(sources[0].names)), sources[0].names)
         self._check_physical(table, sources)
         if all(s.mask is None for s in sources):
             return table
@@ -241,6 +243,22 @@ class TaskReader:
                 return
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lance-ops-compact-read") as reader:
                 yield from _prefetched(jobs, lambda g: reader.submit(self._load, g, pool), self._account, prefetch)
+
+
+def _read_together(reader_type: type) -> Callable[[Sequence[Any], list[str]], pa.Table] | None:
+    """The function decoding many files of ``reader_type`` (one layout) at once, or None: the
+    2.1+ reader's ``read_all_of``; for 2.0 files the read side's ``v2_0.batch.read_all_of``
+    (helper scan's branch, ADR 0037), used once that module is there."""
+    together = getattr(reader_type, "read_all_of", None)
+    if together is not None:
+        return together  # type: ignore[no-any-return]
+    if reader_type.__module__ == "lance_ops.format.v2_0.reader":
+        try:
+            from lance_ops.format.v2_0 import batch  # type: ignore[attr-defined,unused-ignore]
+        except ImportError:
+            return None
+        return batch.read_all_of  # type: ignore[no-any-return,unused-ignore]
+    return None
 
 
 def _prefetched(jobs: Iterator[Any], submit: Callable[[Any], Future], finish: Callable[[Any, Any], pa.Table],
