@@ -41,7 +41,7 @@ from lance_ops.table.paths import dataset_where
 #: consecutive source fragments are gathered until a group holds this many rows or bytes: small
 #: enough that the writer's encoding of one group overlaps the reading of the next ones and that
 #: the last group's encoding (not overlapped) is short, large enough to read many small files
-#: together (ADR 0037)
+#: together (ADR 0039)
 GROUP_ROWS = 32 * 1024
 GROUP_BYTES = 8 << 20
 #: groups read ahead of the one being written (a bounded queue: memory is a few groups)
@@ -251,7 +251,7 @@ def _read_together(reader_type: type) -> Callable[[Sequence[Any], list[str]], pa
     (helper scan's branch, ADR 0037), used once that module is there."""
     together = getattr(reader_type, "read_all_of", None)
     if together is not None:
-        return together  # type: ignore[no-any-return]
+        return together
     if reader_type.__module__ == "lance_ops.format.v2_0.reader":
         try:
             from lance_ops.format.v2_0 import batch  # type: ignore[attr-defined,unused-ignore]
