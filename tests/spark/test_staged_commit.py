@@ -16,7 +16,7 @@ from lance_ops.schema import to_lance_fields
 from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
 from lance_ops.table.commit.staging import StagedResult, sanitize_key, write_staged
 from lance_ops.table.write import write_fragments
-from tests.spark._support import REPO, make_rows
+from tests.spark._support import REPO, make_rows, spark_env
 
 
 def stage(uri: str, key: str, table: pa.Table, operation: str, *, fields=None, read_version: int = 0,
@@ -104,6 +104,15 @@ def test_help_without_spark(job):
     out = subprocess.run([sys.executable, "-m", f"lance_ops.spark.{job}", "--help"], capture_output=True,
                          text=True, check=True, cwd=str(REPO)).stdout
     assert "--uri" in out and "--idempotency-key" in out and "--stage-only" in out
+
+
+def test_job_file_help_as_spark_submit_runs_it():
+    """spark-submit's Python runner executes the job file by path (``python <file> args``) with the
+    repository on PYTHONPATH; ``--help`` exits before any SparkContext, so no JVM is needed to check it."""
+    proc = subprocess.run([sys.executable, str(REPO / "lance_ops" / "spark" / "ingest.py"), "--help"],
+                          env=spark_env(), capture_output=True, text=True, timeout=120, cwd=str(REPO))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--stage-only" in proc.stdout and "--idempotency-key" in proc.stdout and "--partitions" in proc.stdout
 
 
 def test_staged_rewrite_commits_once(tmp_path):
