@@ -1,4 +1,4 @@
-"""Compaction's source reading (ADR 0034, 0039): small fragments read together in groups, read
+"""Compaction's source reading (ADR 0034, 0041): small fragments read together in groups, read
 ahead by a bounded queue; the output equals pylance's compaction of the same dataset row for row,
 at 2.0 and 2.2, with deletions, and never more than ``PREFETCH + 1`` groups are held at once."""
 from __future__ import annotations

@@ -33,6 +33,8 @@ import pyarrow as pa
 from lance_ops._proto import table_pb2
 from lance_ops.errors import LanceOpsError
 from lance_ops.format import blob_v2
+from lance_ops.format.v2_0 import batch as v20_batch
+from lance_ops.format.v2_0.reader import LanceFileReader as V20Reader
 from lance_ops.table import deletion, scan
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.manifest import naming
@@ -41,7 +43,7 @@ from lance_ops.table.paths import dataset_where
 #: consecutive source fragments are gathered until a group holds this many rows or bytes: small
 #: enough that the writer's encoding of one group overlaps the reading of the next ones and that
 #: the last group's encoding (not overlapped) is short, large enough to read many small files
-#: together (ADR 0039)
+#: together (ADR 0041)
 GROUP_ROWS = 32 * 1024
 GROUP_BYTES = 8 << 20
 #: groups read ahead of the one being written (a bounded queue: memory is a few groups)
@@ -247,17 +249,12 @@ class TaskReader:
 
 def _read_together(reader_type: type) -> Callable[[Sequence[Any], list[str]], pa.Table] | None:
     """The function decoding many files of ``reader_type`` (one layout) at once, or None: the
-    2.1+ reader's ``read_all_of``; for 2.0 files the read side's ``v2_0.batch.read_all_of``
-    (helper scan's branch, ADR 0037), used once that module is there."""
+    2.1+ reader's ``read_all_of``; for 2.0 files ``v2_0.batch.read_all_of`` (ADR 0037)."""
     together = getattr(reader_type, "read_all_of", None)
     if together is not None:
-        return together
-    if reader_type.__module__ == "lance_ops.format.v2_0.reader":
-        try:
-            from lance_ops.format.v2_0 import batch  # type: ignore[attr-defined,unused-ignore]
-        except ImportError:
-            return None
-        return batch.read_all_of  # type: ignore[no-any-return,unused-ignore]
+        return together  # type: ignore[no-any-return]
+    if issubclass(reader_type, V20Reader):
+        return v20_batch.read_all_of
     return None
 
 
