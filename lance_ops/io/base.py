@@ -218,7 +218,7 @@ class ObjectStore(abc.ABC):
     def list_dir(self, prefix: str) -> Iterator[ObjectInfo]:
         """The objects directly inside the directory ``prefix`` (no sub-directories)."""
 
-    def list_dir_selected(self, prefix: str, select: Callable[[list[str]], Iterable[str]]) -> list[ObjectInfo]:
+    def list_dir_selected(self, prefix: str, select: Callable[[Sequence[str]], Iterable[str]]) -> Sequence[ObjectInfo]:
         """The objects directly inside ``prefix`` whose paths ``select`` picks from the sorted paths
         of all of them, sorted. A store whose listing carries no sizes (a local directory) looks
         only at the picked ones (one ``stat`` each instead of one per listed file); objects gone

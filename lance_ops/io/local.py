@@ -474,7 +474,7 @@ class LocalStore(ObjectStore):
             if info is not None:
                 yield info
 
-    def list_dir_selected(self, prefix: str, select: Callable[[list[str]], Iterable[str]]) -> list[ObjectInfo]:
+    def list_dir_selected(self, prefix: str, select: Callable[[Sequence[str]], Iterable[str]]) -> Sequence[ObjectInfo]:
         """The files directly inside ``prefix`` that ``select`` picks from the sorted paths of all of
         them (names come from the directory itself: only the picked files are ``stat``-ed)."""
         try:

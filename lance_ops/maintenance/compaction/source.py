@@ -252,7 +252,7 @@ def _read_together(reader_type: type) -> Callable[[Sequence[Any], list[str]], pa
     2.1+ reader's ``read_all_of``; for 2.0 files ``v2_0.batch.read_all_of`` (ADR 0037)."""
     together = getattr(reader_type, "read_all_of", None)
     if together is not None:
-        return together  # type: ignore[no-any-return]
+        return together
     if issubclass(reader_type, V20Reader):
         return v20_batch.read_all_of
     return None

@@ -25,7 +25,7 @@ import re
 import time
 import uuid as _uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 from lance_ops.errors import ObjectNotFoundError, StorageError, UnsupportedError
 
@@ -158,7 +158,7 @@ def list_versions_from(store: ObjectStore, base: str, first: int) -> list[Manife
     where = store.join(base, VERSIONS_DIR)
     parsed: dict[str, tuple[int, NamingScheme]] = {}
 
-    def pick(paths: list[str]) -> list[str]:
+    def pick(paths: Sequence[str]) -> list[str]:
         for path in paths:
             got = parse_manifest_name(path)
             if got is not None and got[0] >= first:
@@ -255,7 +255,7 @@ def _newest_by_name(store: ObjectStore, base: str) -> ManifestLocation | None:
     where = store.join(base, VERSIONS_DIR)
     found: dict[str, tuple[int, NamingScheme]] = {}
 
-    def pick(paths: list[str]) -> list[str]:
+    def pick(paths: Sequence[str]) -> list[str]:
         schemes: set[NamingScheme] = set()
         best: tuple[int, str] | None = None  # (version, path) of the newest
         for path in paths:
