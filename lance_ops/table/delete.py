@@ -10,17 +10,17 @@ dropped instead. One transaction is committed by the caller (ADR 0023).
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Iterator, Protocol, Sequence
+from dataclasses import replace
+from typing import Iterator, NamedTuple, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_ops._proto import table_pb2, transaction_pb2
-from lance_ops.errors import ObjectNotFoundError, RetryableCommitConflictError
+from lance_ops.errors import LanceOpsError, ObjectNotFoundError, RetryableCommitConflictError
 from lance_ops.table import scan
 from lance_ops.table import deletion
 from lance_ops.table.manifest import naming
@@ -46,8 +46,6 @@ class DeleteTarget(DatasetSnapshot, Protocol):
 #: fragments whose predicate is evaluated in one pass hold about this many rows (evaluating an
 #: expression has a fixed cost of milliseconds: per fragment it dominated deletes of small fragments)
 _GROUP_ROWS = 1 << 16
-#: groups of fragments scanned at once (file reads, decoding and the predicate release the GIL)
-_SCANNERS = max(1, min(4, os.cpu_count() or 1))
 
 
 def _mask(table: pa.Table, filt: Filter) -> np.ndarray:
@@ -62,71 +60,107 @@ def _mask(table: pa.Table, filt: Filter) -> np.ndarray:
     return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _group_offsets(dataset: DatasetSnapshot, tasks: Sequence[scan.FragmentScanTask],
-                   filt: Filter) -> list[tuple[LanceFragment, np.ndarray]]:
-    """(fragment, physical offsets (uint32, ascending) of its live rows matching ``filt``) for each
-    of ``tasks``: the predicate's columns are read (all physical rows, or the rows of the ranges
-    statistics left) one fragment at a time and the predicate evaluated once over all of them."""
-    ids = dataset.top_field_ids
-    cols = [c for c in filt.columns if c in ids]
-    fields, field_ids = [dataset.storage_schema.field(c) for c in cols], [ids[c] for c in cols]
-    read: list[tuple[LanceFragment, np.ndarray | None, pa.Table]] = []
-    for task in tasks:
-        frag = LanceFragment(dataset, task.fragment)
-        rows = None if task.ranges is None else frag.live_offsets_in(task.ranges)
-        read.append((frag, rows, frag.read(fields, field_ids, rows)))
-    tables = [t for _, _, t in read]
+class Found(NamedTuple):
+    """A fragment holding rows the predicate matches: its new deleted offsets and all of them."""
+
+    fragment: LanceFragment
+    #: physical offsets (uint32, ascending) of live rows the predicate matches (never empty)
+    new: np.ndarray
+    #: the fragment's deleted offsets after the delete: the old ones and ``new`` (uint32, ascending)
+    merged: np.ndarray
+
+
+def _group_found(dataset: DatasetSnapshot, tasks: Sequence[scan.FragmentScanTask], tables: Sequence[pa.Table],
+                 filt: Filter) -> list[Found]:
+    """The fragments of ``tasks`` with matches, from the predicate's columns of their live rows
+    (``tables``, what the scan returned for each task). The predicate is evaluated once for the
+    group; the physical offsets, the matches and the merged deletion vectors are computed on the
+    group's concatenated physical rows (one numpy pass, not one per fragment)."""
+    frags = [LanceFragment(dataset, t.fragment) for t in tasks]
     try:
-        every = _mask(pa.concat_tables(tables), filt) if len(tables) > 1 else None
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        every = None
-    masks = ([_mask(t, filt) for t in tables] if every is None
-             else np.split(every, np.cumsum([t.num_rows for t in tables])[:-1]))
+        hit = _mask(pa.concat_tables(tables), filt) if len(tables) > 1 else None
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # (columns of other types in some fragments)
+        hit = None
+    if hit is None:
+        hit = np.concatenate([_mask(t, filt) for t in tables]) if tables else np.zeros(0, bool)
+    rows = np.array([f.physical_rows for f in frags], dtype=np.int64)
+    base = np.zeros(len(frags) + 1, dtype=np.int64)
+    np.cumsum(rows, out=base[1:])
+    # the physical row (in the group's numbering) of every row the scan returned, and the live mask
+    live = np.ones(int(base[-1]), dtype=bool)
+    where: list[np.ndarray] = []
+    for i, (frag, task, table) in enumerate(zip(frags, tasks, tables)):
+        mask = frag.live_mask()
+        if mask is not None:
+            live[base[i]:base[i + 1]] = mask
+        if task.ranges is not None:  # the live rows of the ranges statistics left
+            got = frag.live_offsets_in(task.ranges).astype(np.int64) + base[i]
+        else:  # every live row
+            got = np.flatnonzero(live[base[i]:base[i + 1]]) + base[i]
+        if got.size != table.num_rows:  # (the scan returns exactly these rows: never trust less)
+            raise LanceOpsError(f"{dataset.uri}: the delete's scan of fragment {frag.fragment_id} returned "
+                                f"{table.num_rows} rows where {got.size} were expected")
+        where.append(got)
+    if hit.size != sum(w.size for w in where):
+        raise LanceOpsError(f"{dataset.uri}: the delete's predicate gave {hit.size} values for "
+                            f"{sum(w.size for w in where)} rows")
+    matched = np.concatenate(where)[hit] if where else np.zeros(0, np.int64)  # ascending
+    if matched.size == 0:
+        return []
+    deleted = ~live
+    deleted[matched] = True  # (matches are live rows: the old and the new offsets are disjoint)
+    gone = np.flatnonzero(deleted)
+    hits_at = np.searchsorted(matched, base)
+    gone_at = np.searchsorted(gone, base)
     out = []
-    for (frag, rows, _), mask in zip(read, masks):
-        if rows is not None:  # (live rows of the ranges only)
-            hit = rows[mask]
-        else:  # every physical row was read: matches among the deleted ones do not count
-            live = frag.live_mask()
-            hit = np.flatnonzero(mask if live is None else mask & live)
-        out.append((frag, hit.astype(np.uint32)))
+    for i in np.flatnonzero(hits_at[1:] > hits_at[:-1]).tolist():
+        new = (matched[hits_at[i]:hits_at[i + 1]] - base[i]).astype(np.uint32)
+        merged = (gone[gone_at[i]:gone_at[i + 1]] - base[i]).astype(np.uint32)
+        out.append(Found(frags[i], new, merged))
     return out
 
 
-def _via_scan(dataset: DatasetSnapshot, tasks: Sequence[scan.FragmentScanTask]) -> Iterator[tuple[LanceFragment, np.ndarray]]:
-    """:func:`_matching_offsets` of a predicate naming ``_rowid`` or ``_rowaddr``: the scan's
-    filtered read of ``_rowaddr`` (it computes those columns)."""
+def _via_scan(dataset: DatasetSnapshot, filt: Filter) -> Iterator[Found]:
+    """:func:`_found` of a predicate naming ``_rowid`` or ``_rowaddr`` (or no data column): the
+    scan's filtered read of ``_rowaddr`` (it computes those columns)."""
+    tasks = scan.plan(dataset, [], filt, with_row_address=True)
     for task, table in zip(tasks, scan.execute_many(dataset, tasks)):
+        if table.num_rows == 0:
+            continue
         addrs = table.column(scan.ROW_ADDR).to_numpy()
-        yield LanceFragment(dataset, task.fragment), (addrs & 0xFFFFFFFF).astype(np.uint32)
+        frag = LanceFragment(dataset, task.fragment)
+        new = (addrs & 0xFFFFFFFF).astype(np.uint32)
+        yield Found(frag, new, deletion.merge_deletions(frag.deleted_offsets, new))
 
 
-def _matching_offsets(dataset: DatasetSnapshot, filt: Filter) -> Iterator[tuple[LanceFragment, np.ndarray]]:
-    """(fragment, physical offsets (uint32, ascending) of its live rows matching ``filt``) for
-    every fragment that may hold a match, in manifest order (ADR 0023).
+def _found(dataset: DatasetSnapshot, filt: Filter) -> Iterator[Found]:
+    """Every fragment holding live rows that match ``filt``, in manifest order (ADR 0023, 0037).
 
     The scan planner's statistics pruning decides which fragments and pages are read (those they
-    exclude are not yielded); only the columns the predicate names are read, groups of about
-    ``_GROUP_ROWS`` rows side by side on a small pool, the predicate evaluated once per group.
+    exclude are not read); the scan (``scan.execute_many``: small files read together, ADR 0033,
+    on its pool) reads only the columns the predicate names, of the live rows; the predicate is
+    evaluated once per group of about ``_GROUP_ROWS`` rows.
     """
-    tasks = scan.plan(dataset, [], filt, with_row_address=True)
-    if {scan.ROW_ID, scan.ROW_ADDR} & set(filt.columns):
-        yield from _via_scan(dataset, tasks)
+    ids = dataset.top_field_ids
+    cols = [c for c in dataset.storage_schema.names if c in filt.columns and c in ids]
+    if {scan.ROW_ID, scan.ROW_ADDR} & set(filt.columns) or not cols:
+        yield from _via_scan(dataset, filt)
         return
-    groups: list[list[scan.FragmentScanTask]] = [[]]
+    # the plan with the filter prunes by statistics; the tasks then read the predicate's columns
+    # (blobs as bytes) without it: the predicate is evaluated here, over groups of fragments
+    tasks = [replace(t, filter=None, blob_handling="all_binary") for t in scan.plan(dataset, cols, filt)]
+    group: list[scan.FragmentScanTask] = []
+    tables: list[pa.Table] = []
     rows = 0
-    for task in tasks:
-        if groups[-1] and rows >= _GROUP_ROWS:
-            groups.append([])
-            rows = 0
-        groups[-1].append(task)
+    for task, table in zip(tasks, scan.execute_many(dataset, tasks)):
+        group.append(task)
+        tables.append(table)
         rows += task.planned_rows
-    if len(groups) <= 1:
-        yield from _group_offsets(dataset, groups[0], filt)
-        return
-    with ThreadPoolExecutor(max_workers=min(_SCANNERS, len(groups)), thread_name_prefix="lance-ops-delete-scan") as pool:
-        for found in pool.map(lambda group: _group_offsets(dataset, group, filt), groups):
-            yield from found
+        if rows >= _GROUP_ROWS:
+            yield from _group_found(dataset, group, tables, filt)
+            group, tables, rows = [], [], 0
+    if group:
+        yield from _group_found(dataset, group, tables, filt)
 
 
 @contextmanager
@@ -181,12 +215,9 @@ def plan_delete(dataset: DeleteTarget,
     with ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="lance-ops-delete") as pool:
         try:
             with _scan_or_retry(dataset):
-                for frag, new in _matching_offsets(dataset, filt):
-                    if new.size == 0:
-                        continue
+                for frag, new, merged in _found(dataset, filt):
                     count += int(new.size)
                     ctx.deleted_offsets[frag.fragment_id] = new
-                    merged = deletion.merge_deletions(frag.deleted_offsets, new)
                     if merged.size >= frag.physical_rows:
                         txn.delete.deleted_fragment_ids.append(frag.fragment_id)
                     else:
