@@ -30,8 +30,10 @@ from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.snapshot import DatasetSnapshot
 
-#: deletion files written at once
-_WRITERS = 8
+#: deletion-file jobs run at once (creating a file is mostly system time, outside the GIL)
+_WRITERS = 4
+#: deletion files written by one job, one after the other
+_WRITE_JOB = 32
 
 
 class DeleteTarget(DatasetSnapshot, Protocol):
@@ -83,28 +85,28 @@ def _group_found(dataset: DatasetSnapshot, tasks: Sequence[scan.FragmentScanTask
         hit = None
     if hit is None:
         hit = np.concatenate([_mask(t, filt) for t in tables]) if tables else np.zeros(0, bool)
-    rows = np.array([f.physical_rows for f in frags], dtype=np.int64)
     base = np.zeros(len(frags) + 1, dtype=np.int64)
-    np.cumsum(rows, out=base[1:])
-    # the physical row (in the group's numbering) of every row the scan returned, and the live mask
+    np.cumsum([f.physical_rows for f in frags], out=base[1:])
+    # the group's physical rows, numbered from 0: which are live, and which the scan returned
     live = np.ones(int(base[-1]), dtype=bool)
-    where: list[np.ndarray] = []
-    for i, (frag, task, table) in enumerate(zip(frags, tasks, tables)):
-        mask = frag.live_mask()
-        if mask is not None:
-            live[base[i]:base[i + 1]] = mask
-        if task.ranges is not None:  # the live rows of the ranges statistics left
-            got = frag.live_offsets_in(task.ranges).astype(np.int64) + base[i]
-        else:  # every live row
-            got = np.flatnonzero(live[base[i]:base[i + 1]]) + base[i]
-        if got.size != table.num_rows:  # (the scan returns exactly these rows: never trust less)
-            raise LanceOpsError(f"{dataset.uri}: the delete's scan of fragment {frag.fragment_id} returned "
-                                f"{table.num_rows} rows where {got.size} were expected")
-        where.append(got)
-    if hit.size != sum(w.size for w in where):
-        raise LanceOpsError(f"{dataset.uri}: the delete's predicate gave {hit.size} values for "
-                            f"{sum(w.size for w in where)} rows")
-    matched = np.concatenate(where)[hit] if where else np.zeros(0, np.int64)  # ascending
+    old = [f.deleted_offsets.astype(np.int64) + b for f, b in zip(frags, base[:-1].tolist())
+           if f.proto.HasField("deletion_file")]  # (a count of 0 is "unknown": the file is read)
+    if old:
+        live[np.concatenate(old)] = False
+    if all(t.ranges is None for t in tasks):  # every live row
+        returned = np.flatnonzero(live)
+    else:  # the live rows of the ranges statistics left, where there are ranges
+        returned = np.concatenate([
+            np.flatnonzero(live[base[i]:base[i + 1]]) + base[i] if t.ranges is None
+            else frags[i].live_offsets_in(t.ranges).astype(np.int64) + base[i] for i, t in enumerate(tasks)])
+    # the scan returns exactly these rows, fragment by fragment: never trust less
+    per_task = np.diff(np.searchsorted(returned, base))
+    got = np.array([t.num_rows for t in tables], dtype=np.int64)
+    if not np.array_equal(per_task, got) or hit.size != returned.size:
+        bad = [frags[i].fragment_id for i in np.flatnonzero(per_task != got)[:5].tolist()]
+        raise LanceOpsError(f"{dataset.uri}: the delete's scan returned other rows than the live rows planned "
+                            f"(fragments {bad}; {hit.size} predicate values for {returned.size} rows)")
+    matched = returned[hit]  # ascending
     if matched.size == 0:
         return []
     deleted = ~live
@@ -197,32 +199,49 @@ def plan_delete(dataset: DeleteTarget,
         txn.delete.SetInParent()
         return txn, ctx, count
 
-    def write(frag: LanceFragment, merged: np.ndarray) -> table_pb2.DataFragment:
-        """The fragment's record with a new deletion file holding ``merged`` (written; durable by the
-        commit's barrier, ADR 0036)."""
-        old_file = frag.proto.deletion_file if frag.proto.HasField("deletion_file") else None
-        with dataset.store.deferred_sync():
-            proto = deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id, dataset.version,
-                                                 merged, old_file)
-        assert proto is not None  # (merged holds the new offsets: never empty)
-        updated = table_pb2.DataFragment()
-        updated.CopyFrom(frag.proto)
-        updated.deletion_file.CopyFrom(proto)
-        return updated
+    directory = deletion.deletion_directory(dataset.store, dataset.base)
 
-    # deletion files are written while the scan goes on; the commit's barrier makes them durable
-    written: list[Future[table_pb2.DataFragment]] = []
+    def write(found: Sequence[Found]) -> list[table_pb2.DataFragment]:
+        """The fragments' records with new deletion files holding their merged offsets (written one
+        after the other; durable by the commit's barrier, ADR 0036)."""
+        out: list[table_pb2.DataFragment] = []
+        try:
+            with dataset.store.deferred_sync():
+                for frag, _, merged in found:
+                    old_file = frag.proto.deletion_file if frag.proto.HasField("deletion_file") else None
+                    proto = deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id,
+                                                         dataset.version, merged, old_file, directory=directory)
+                    assert proto is not None  # (merged holds the new offsets: never empty)
+                    updated = table_pb2.DataFragment()
+                    updated.CopyFrom(frag.proto)
+                    updated.deletion_file.CopyFrom(proto)
+                    out.append(updated)
+        except BaseException:
+            _discard(dataset, out)  # (what this job wrote; the other jobs' files: plan_delete)
+            raise
+        return out
+
+    # deletion files are written while the scan goes on, a few dozen per job on a small pool; the
+    # commit's barrier makes them durable
+    written: list[Future[list[table_pb2.DataFragment]]] = []
     with ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="lance-ops-delete") as pool:
         try:
+            pending: list[Found] = []
             with _scan_or_retry(dataset):
-                for frag, new, merged in _found(dataset, filt):
+                for found in _found(dataset, filt):
+                    frag, new, merged = found
                     count += int(new.size)
                     ctx.deleted_offsets[frag.fragment_id] = new
                     if merged.size >= frag.physical_rows:
                         txn.delete.deleted_fragment_ids.append(frag.fragment_id)
-                    else:
-                        written.append(pool.submit(write, frag, merged))
-            updated = [f.result() for f in written]
+                        continue
+                    pending.append(found)
+                    if len(pending) >= _WRITE_JOB:
+                        written.append(pool.submit(write, pending))
+                        pending = []
+            if pending:
+                written.append(pool.submit(write, pending))
+            updated = [proto for f in written for proto in f.result()]
         except BaseException:
             _discard(dataset, written)
             raise
@@ -231,11 +250,20 @@ def plan_delete(dataset: DeleteTarget,
     return txn, ctx, count
 
 
-def _discard(dataset: DatasetSnapshot, written: Sequence[Future[table_pb2.DataFragment]]) -> None:
-    """Remove the deletion files a failed delete wrote (best effort: no manifest names them)."""
-    for fut in written:
+def _discard(dataset: DatasetSnapshot, written: Sequence[Future[list[table_pb2.DataFragment]]] | Sequence[table_pb2.DataFragment]) -> None:
+    """Remove the deletion files a failed delete wrote (best effort: no manifest names them):
+    those of the fragment records given, or of the records the jobs given returned."""
+    frags: list[table_pb2.DataFragment] = []
+    for item in written:
+        if isinstance(item, table_pb2.DataFragment):
+            frags.append(item)
+            continue
         try:
-            frag = fut.result()
+            frags.extend(item.result())
+        except Exception:  # noqa: BLE001 - the original error is the one to report (a failed job cleaned up)
+            continue
+    for frag in frags:
+        try:
             dataset.store.delete(deletion.deletion_file_path(dataset.store, dataset.base, int(frag.id),
                                                              frag.deletion_file))
         except Exception:  # noqa: BLE001 - the original error is the one to report
