@@ -39,6 +39,7 @@ import lance  # noqa: E402  (the oracle: only benchmarks and tests import it)
 import lance.optimize  # noqa: E402
 
 import lance_ops  # noqa: E402
+from lance_ops.maintenance.cleanup import cleanup_old_versions  # noqa: E402
 from lance_ops.maintenance.compaction import compact_files, plan_compaction  # noqa: E402
 
 FILTER = "x > 1.0 AND id % 3 = 0"
@@ -131,8 +132,12 @@ def operations(storage: str, uri: str, take_idx: np.ndarray) -> list[tuple[str, 
          lambda u: lance.dataset(u).delete(DELETE)),
         ("compaction", True, lambda u: compact_files(lance_ops.dataset(u), **opts)["fragments_removed"],
          lambda u: lance.dataset(u).optimize.compact_files(**opts).fragments_removed),
+        # equal work: the copy was just made, so every old version was superseded moments ago;
+        # lance-ops' safety rule (keep versions superseded less than min_superseded_age ago, 5
+        # minutes by default) would keep them all, pylance has no such rule: turn it off here
         ("cleanup", True,
-         lambda u: lance_ops.dataset(u).cleanup_old_versions(timedelta(0), delete_unverified=True).old_versions,
+         lambda u: cleanup_old_versions(lance_ops.dataset(u), timedelta(0), delete_unverified=True,
+                                        min_superseded_age=timedelta(0)).old_versions,
          lambda u: lance.dataset(u).cleanup_old_versions(older_than=timedelta(0), delete_unverified=True).old_versions),
     ]
 

@@ -8,7 +8,8 @@ indices, 10% deleted, then appends ``new`` rows. pylance's ``ds.optimize.optimiz
 on one copy, ``lance_ops.maintenance.optimize_indices`` on another (default policy: the newest
 segment folded with the new rows). Rounds alternate A/B on fresh copies (copy untimed), the minimum
 of each side is kept; prints the ratio table (ours/pylance, lower is better) and exits 1 above
-``--max-ratio``; ``--profile`` adds the cProfile of one more lance_ops run.
+``--max-ratio`` or when, after the last round, either side leaves unindexed rows or answers one of
+``FILTERS`` differently from a plain scan (checked through pylance); ``--profile`` adds the cProfile of one more lance_ops run.
 """
 from __future__ import annotations
 
@@ -40,6 +41,17 @@ def table(start: int, rows: int) -> pa.Table:
     return pa.table({"id": pa.array(i, pa.int64()), "k": pa.array(rng.integers(0, 100, rows)), "labels": labels})
 
 
+FILTERS = ["id >= 950000", "id < 1000 OR id >= 1099000", "k = 7", "k IN (3, 50)",
+           "array_has_any(labels, ['l3'])", "array_has_all(labels, ['l5', 'l1'])"]
+
+
+def check(uri: str) -> tuple[int, dict[str, list[int]]]:
+    """(unindexed rows over every index, sorted ids each filter returns) of ``uri`` as pylance sees it."""
+    ds = lance.dataset(uri)
+    unindexed = sum(int(ds.stats.index_stats(i["name"])["num_unindexed_rows"]) for i in ds.list_indices())
+    return unindexed, {f: sorted(ds.to_table(columns=["id"], filter=f).column("id").to_pylist()) for f in FILTERS}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -68,6 +80,14 @@ def main() -> None:
 
     t_ours, t_pylance, _, _ = ab_rounds(args.rounds, lambda: optimize_indices(LanceDataset(work[0])),
                                         lambda: lance.dataset(work[1]).optimize.optimize_indices(), setup=fresh)
+    (u_o, got_o), (u_t, got_t) = check(work[0]), check(work[1])
+    truth = lance.dataset(work[1])
+    want = {f: sorted(truth.to_table(columns=["id"], filter=f, use_scalar_index=False).column("id").to_pylist())
+            for f in FILTERS}
+    bad = [f for f in FILTERS if got_o[f] != want[f] or got_t[f] != want[f]]
+    print(f"unindexed rows after: ours {u_o}, pylance {u_t}; filters answered alike (index vs plain scan): "
+          f"{len(FILTERS) - len(bad)}/{len(FILTERS)} {bad or ''}")
+    failed = u_o != 0 or u_t != 0 or bool(bad)
     over = report(f"optimize_indices, BTREE + BITMAP + LABEL_LIST: {args.rows} indexed + {args.new} new rows",
                   [("three scalar indices", t_ours, t_pylance, None, None)], None, args.max_ratio)
     if args.profile:
@@ -78,7 +98,7 @@ def main() -> None:
         profile.disable()
         pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
     shutil.rmtree(root, ignore_errors=True)
-    sys.exit(1 if over else 0)
+    sys.exit(1 if over or failed else 0)
 
 if __name__ == "__main__":
     main()

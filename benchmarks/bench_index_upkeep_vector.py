@@ -4,11 +4,13 @@
         [--kind IVF_PQ] [--partitions 64] [--rounds 3] [--max-ratio 1.5] [--dir /tmp]
 
 Builds one 2.2 dataset (``rows`` indexed rows, then ``new`` appended unindexed rows), then on two
-copies: pylance's ``optimize_indices(num_indices_to_merge=n)`` and lance_ops' vector updater
-(``index_upkeep.vector.update_vector`` writing the segment; committed with pylance's CreateIndex, the
-core ``optimize_indices`` lives on another branch). ``n`` = 0 (delta) then 1 (merged). Rounds
-alternate A/B on fresh copies (copy untimed) and the minimum of each side is kept; prints the ratio
-table (ours/pylance, lower is better) and exits 1 when a ratio is above ``--max-ratio``.
+copies: pylance's ``optimize_indices(num_indices_to_merge=n)`` and lance_ops'
+(``lance_ops.maintenance.optimize_indices``, plan to commit). ``n`` = 0 (delta) then 1 (merged).
+Rounds alternate A/B on fresh copies (copy untimed) and the minimum of each side is kept. After the
+last round both results are checked through pylance: no unindexed rows left, and recall@10 of 20
+queries against exact search (ours may not fall more than 0.05 below pylance's). Prints the ratio
+table (ours/pylance, lower is better) and exits 1 when a ratio is above ``--max-ratio`` or a check
+fails.
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import os
 import shutil
 import sys
 import tempfile
-import uuid
 
 import numpy as np
 import pyarrow as pa
@@ -25,13 +26,10 @@ import pyarrow as pa
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import lance  # noqa: E402
-from lance.dataset import Index, IndexFile  # noqa: E402
 
 from benchmarks.bench_file_v22 import ab_rounds, report  # noqa: E402
-from lance_ops.maintenance.index_upkeep.base import UpkeepRequest  # noqa: E402
-from lance_ops.maintenance.index_upkeep.vector import update_vector  # noqa: E402
+from lance_ops.maintenance import optimize_indices  # noqa: E402
 from lance_ops.table.dataset import LanceDataset  # noqa: E402
-from lance_ops.table.indices import fragment_ids, index_kind, segment_uuid  # noqa: E402
 
 
 def table(rng: np.random.Generator, n: int, start: int, dim: int) -> pa.Table:
@@ -51,25 +49,20 @@ def build(uri: str, rows: int, new: int, dim: int, kind: str, partitions: int) -
 
 
 def ours(uri: str, merge: bool) -> None:
-    ods = LanceDataset(uri)
-    segments = list(ods.manifest_file.index_section.indices)
-    template = segments[-1]
-    covered = {i for s in segments for i in fragment_ids(s)}
-    merged = segments if merge else []
-    request = UpkeepRequest(store=ods.store, base=ods.base, dataset=ods, index_name=template.name,
-                            kind=index_kind(ods, template), merged=merged, template=template,
-                            new_fragments=[f for f in ods.manifest.fragments if f.id not in covered],
-                            new_uuid=str(uuid.uuid4()))
-    out = update_vector(request)
-    version = out.dataset_version if out.dataset_version is not None else ods.version
-    new = Index(uuid=request.new_uuid, name=template.name, fields=list(template.fields), dataset_version=version,
-                fragment_ids=set(out.fragment_ids), index_version=template.index_version,
-                index_details=(template.index_details.type_url, bytes(template.index_details.value)),
-                files=[IndexFile(n, s) for n, s in out.files])
-    removed = [Index(uuid=segment_uuid(s), name=s.name, fields=list(s.fields), dataset_version=s.dataset_version,
-                     fragment_ids=set(fragment_ids(s)), index_version=s.index_version) for s in merged]
-    lance.LanceDataset.commit(uri, lance.LanceOperation.CreateIndex(new_indices=[new], removed_indices=removed),
-                              read_version=ods.version)
+    """lance_ops' public ``optimize_indices`` (plan, segment, CreateIndex commit), as a task runs it."""
+    optimize_indices(LanceDataset(uri), num_indices_to_merge=1 if merge else 0)
+
+
+def check(uri: str, queries: np.ndarray, exact: list[set[int]], k: int) -> tuple[int, float]:
+    """(unindexed rows, recall@k against exact search) of ``uri`` as pylance sees it."""
+    ds = lance.dataset(uri)
+    name = ds.list_indices()[0]["name"]
+    unindexed = int(ds.stats.index_stats(name)["num_unindexed_rows"])
+    hits = 0
+    for q, truth in zip(queries, exact):
+        got = ds.to_table(columns=["id", "_distance"], nearest={"column": "vec", "q": q, "k": k, "nprobes": 8})
+        hits += len(truth & set(got.column("id").to_pylist()))
+    return unindexed, hits / (k * len(queries))
 
 
 def main() -> None:
@@ -85,9 +78,14 @@ def main() -> None:
     args = parser.parse_args()
     root = tempfile.mkdtemp(dir=args.dir)
     rows = []
+    failed = []
     try:
         src = os.path.join(root, "src")
         build(src, args.rows, args.new, args.dim, args.kind, args.partitions)
+        queries = np.random.default_rng(11).standard_normal((20, args.dim)).astype(np.float32)
+        plain = lance.dataset(src)
+        exact = [set(plain.to_table(columns=["id", "_distance"], nearest={"column": "vec", "q": q, "k": 10, "use_index": False})
+                     .column("id").to_pylist()) for q in queries]
         for merge in (False, True):
             work = [os.path.join(root, "ours"), os.path.join(root, "theirs")]
 
@@ -100,12 +98,19 @@ def main() -> None:
                 args.rounds, lambda: ours(work[0], merge),
                 lambda: lance.dataset(work[1]).optimize.optimize_indices(num_indices_to_merge=1 if merge else 0),
                 setup=fresh)
-            rows.append((f"{args.kind} {'merged' if merge else 'delta'}", t_o, t_t, None, None))
+            label = f"{args.kind} {'merged' if merge else 'delta'}"
+            rows.append((label, t_o, t_t, None, None))
+            (u_o, r_o), (u_t, r_t) = check(work[0], queries, exact, 10), check(work[1], queries, exact, 10)
+            print(f"{label}: unindexed rows ours {u_o} pylance {u_t}; recall@10 ours {r_o:.3f} pylance {r_t:.3f}")
+            if u_o != 0 or u_t != 0 or r_o < r_t - 0.05:
+                failed.append(label)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     over = report(f"optimize_indices, {args.kind}: {args.rows} indexed + {args.new} new rows, dim {args.dim}, "
                   f"{args.partitions} partitions", rows, None, args.max_ratio)
-    sys.exit(1 if over else 0)
+    if failed:
+        print("check failed:", ", ".join(failed))
+    sys.exit(1 if over or failed else 0)
 
 
 if __name__ == "__main__":

@@ -266,6 +266,8 @@ def cmd_append(args: argparse.Namespace) -> dict[str, Any]:
             kwargs["idempotency_key"] = args.idempotency_key
         if current is None and args.enable_stable_row_ids:
             kwargs["enable_stable_row_ids"] = True
+        if current is None and args.data_storage_version:
+            kwargs["data_storage_version"] = args.data_storage_version
         before = current.version if current is not None else 0
         rows_before = current.count_rows() if current is not None else 0
         ds = write_dataset(data, args.uri, mode="append" if current is not None else "create", **kwargs)
@@ -575,6 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     Usage errors are raised (not printed and exited) so :func:`main` can report them as JSON.
     """
     from lance_ops._version import __version__
+    from lance_ops.table.versions import DEFAULT as DEFAULT_STORAGE_VERSION
 
     common = _common(default_suppress=True)
     parser = _Parser(
@@ -616,6 +619,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="input format (default auto: from the file extension)")
     p.add_argument("--create", action="store_true", help="create the dataset if it does not exist")
     p.add_argument("--enable-stable-row-ids", action="store_true", help="with --create: use stable row ids")
+    p.add_argument("--data-storage-version", default=None, metavar="VERSION",
+                   help="with --create: file format of the new dataset (2.0, 2.1, 2.2/stable, legacy; default "
+                        f"{DEFAULT_STORAGE_VERSION}); an existing dataset keeps its own")
     p.add_argument("--max-rows-per-file", type=_rows, default=None, help="cap on rows per written data file")
     p.add_argument("--idempotency-key", default=None, help="a retry with the same key appends nothing")
 

@@ -152,10 +152,13 @@ class LanceAppendOperator(_CommittingOperator):
         :class:`LanceCommitStagedOperator`). (templated)
     :param mode: ``append`` (creates a missing dataset), ``create`` or ``overwrite``. (templated)
     :param max_rows_per_file: rows per new fragment. (templated)
+    :param data_storage_version: file format of a dataset this task creates or overwrites
+        (``2.0``, ``2.1``, ``2.2``/``stable``, ``legacy``; default ``lance_ops.table.versions.DEFAULT``);
+        an append keeps the dataset's own. (templated)
     """
 
     template_fields = LanceBaseOperator.template_fields + (
-        "data", "source_path", "source_format", "staged_key", "mode", "max_rows_per_file",
+        "data", "source_path", "source_format", "staged_key", "mode", "max_rows_per_file", "data_storage_version",
     )
     template_fields_renderers = {"data": "json"}
     operation = "append"
@@ -163,8 +166,10 @@ class LanceAppendOperator(_CommittingOperator):
 
     def __init__(self, *, data: Any = None, source_path: str | None = None, source_format: str | None = None,
                  staged_key: str | None = None, mode: str = "append",
-                 max_rows_per_file: int | str | None = None, **kwargs: Any) -> None:
+                 max_rows_per_file: int | str | None = None, data_storage_version: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.data_storage_version = data_storage_version
         self.data = data
         self.source_path = source_path
         self.source_format = source_format
@@ -202,6 +207,9 @@ class LanceAppendOperator(_CommittingOperator):
         max_rows = as_optional_int(self.max_rows_per_file)
         if max_rows:
             kwargs["max_rows_per_file"] = max_rows
+        version = str(self.data_storage_version or "").strip()
+        if version and version != "None":  # an unset Param renders as "None"
+            kwargs["data_storage_version"] = version
         out = lance_ops.write_dataset(table, uri, mode=mode, storage_options=storage_options,
                                       idempotency_key=key, **kwargs)
         fragments = 0

@@ -11,7 +11,7 @@ import contextlib
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import ContextManager, Iterable, Iterator, Sequence
+from typing import Callable, ContextManager, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -217,6 +217,15 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def list_dir(self, prefix: str) -> Iterator[ObjectInfo]:
         """The objects directly inside the directory ``prefix`` (no sub-directories)."""
+
+    def list_dir_selected(self, prefix: str, select: Callable[[list[str]], Iterable[str]]) -> list[ObjectInfo]:
+        """The objects directly inside ``prefix`` whose paths ``select`` picks from the sorted paths
+        of all of them, sorted. A store whose listing carries no sizes (a local directory) looks
+        only at the picked ones (one ``stat`` each instead of one per listed file); objects gone
+        by then are left out."""
+        infos = list(self.list_dir(prefix))
+        chosen = set(select(sorted(info.path for info in infos)))
+        return sorted((info for info in infos if info.path in chosen), key=lambda info: info.path)
 
     @abc.abstractmethod
     def delete(self, path: str) -> None:

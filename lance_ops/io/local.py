@@ -66,8 +66,26 @@ def _fsync_all(paths: Sequence[str]) -> None:
         for path in paths:
             _fsync_path(path)
         return
-    with ThreadPoolExecutor(max_workers=min(_SYNC_WORKERS, len(paths)), thread_name_prefix="lance-ops-fsync") as pool:
-        list(pool.map(_fsync_path, paths))
+    list(_sync_pool().map(_fsync_path, paths))
+
+
+_SYNC_POOL: tuple[int | None, ThreadPoolExecutor | None] = (None, None)  # (pid, executor)
+_SYNC_POOL_LOCK = threading.Lock()
+
+
+def _sync_pool() -> ThreadPoolExecutor:
+    """The shared fsync pool (its threads are kept: a commit's barrier would otherwise start one
+    thread per file and directory each time); re-created in a forked child."""
+    global _SYNC_POOL
+    pid = os.getpid()
+    pool = _SYNC_POOL[1]
+    if _SYNC_POOL[0] != pid or pool is None:
+        with _SYNC_POOL_LOCK:
+            if _SYNC_POOL[0] != pid or _SYNC_POOL[1] is None:
+                _SYNC_POOL = (pid, ThreadPoolExecutor(_SYNC_WORKERS, thread_name_prefix="lance-ops-fsync"))
+            pool = _SYNC_POOL[1]
+    assert pool is not None
+    return pool
 
 
 @contextlib.contextmanager
@@ -455,6 +473,20 @@ class LocalStore(ObjectStore):
             info = self._stat_file(entry.path)
             if info is not None:
                 yield info
+
+    def list_dir_selected(self, prefix: str, select: Callable[[list[str]], Iterable[str]]) -> list[ObjectInfo]:
+        """The files directly inside ``prefix`` that ``select`` picks from the sorted paths of all of
+        them (names come from the directory itself: only the picked files are ``stat``-ed)."""
+        try:
+            with os.scandir(prefix) as it:
+                paths = sorted(entry.path for entry in it if entry.is_file())  # d_type: no stat per file
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            raise StorageError(f"list_dir {prefix} failed: {e}") from e
+        self.metrics.add(list_requests=1)
+        out = [self._stat_file(path) for path in sorted(set(select(paths)))]
+        return [info for info in out if info is not None]
 
     @staticmethod
     def _stat_file(path: str) -> ObjectInfo | None:

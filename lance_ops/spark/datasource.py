@@ -19,7 +19,8 @@ Options (all optional):
                                 is ``true`` only when registered with :func:`register` (which
                                 sets that conf) and ``false`` for ``LanceDataSource`` itself
 ``max_rows_per_file``           write: rows per data file / fragment (default 1048576)
-``data_storage_version``        write: file format of a new dataset (default 2.0)
+``data_storage_version``        write: file format of a new dataset (default
+                                ``lance_ops.table.versions.DEFAULT``); appends keep the dataset's
 ``idempotency_key``             write: recorded with the commit; a write whose key was already
                                 committed writes and commits nothing
 ==============================  ===========================================================

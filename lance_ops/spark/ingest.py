@@ -34,6 +34,8 @@ MODES = ("append", "overwrite", "create")
 
 def build_parser() -> argparse.ArgumentParser:
     """The job's command line (``--help`` lists every option with an example)."""
+    from lance_ops.table.versions import DEFAULT as DEFAULT_STORAGE_VERSION
+
     p = argparse.ArgumentParser(
         prog="spark-submit lance_ops/spark/ingest.py",
         description="Ingest a Spark source (files or a table) into a Lance dataset: executors write "
@@ -63,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     dst.add_argument("--max-rows-per-file", type=int, default=1024 * 1024,
                      help="rows per data file / fragment (default: 1048576)")
     dst.add_argument("--data-storage-version", default=None,
-                     help="file format of a new dataset (default: 2.0; existing datasets keep theirs)")
+                     help=f"file format of a new dataset (default: {DEFAULT_STORAGE_VERSION}; existing datasets "
+                          "keep theirs)")
     run = p.add_argument_group("execution")
     run.add_argument("--partitions", type=int, default=None,
                      help="repartition the input into N Spark tasks before writing")

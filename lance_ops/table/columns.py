@@ -44,6 +44,7 @@ class ColumnPlan:
         self.needs_address = False
         self._fragments: Optional[dict[int, tuple[int, Any]]] = None
         self._schemas: dict[tuple[bool, bool, str], pa.Schema] = {}
+        self._viewed: Optional[tuple[pa.Schema, pa.Schema]] = None  # (last table schema, its view)
         if isinstance(columns, Mapping) and not columns:
             columns = []  # pylance: an empty projection
         if isinstance(columns, Mapping):
@@ -129,8 +130,13 @@ class ColumnPlan:
         if self.extended is not None:
             return self._apply_extended(table, with_row_id, with_row_address)
         if self.computed is None:
-            want = with_extension_types(table.schema)
-            return table if want is table.schema else restore_extension_types(table, want)
+            schema = table.schema
+            seen = self._viewed  # fragments of one scan share a schema: view it once
+            if seen is not None and seen[0].equals(schema, check_metadata=True):
+                return table if seen[1] is seen[0] else restore_extension_types(table, seen[1])
+            want = with_extension_types(schema)
+            self._viewed = (schema, want)
+            return table if want is schema else restore_extension_types(table, want)
         import pyarrow.dataset as pds
 
         source = table if table.num_columns else pa.table({"__rows": pa.nulls(table.num_rows)})

@@ -391,12 +391,16 @@ class LanceDataset:
         column is scanned (the planner prunes fragments by statistics)."""
         filt = compile_filter(filter, self.storage_schema)
         wanted = None if fragment_ids is None else set(fragment_ids)
-        protos = [f for f in self.manifest.fragments if wanted is None or f.id in wanted]
+        protos = self.manifest.fragments if wanted is None else [f for f in self.manifest.fragments if f.id in wanted]
         if filt is None or filt.constant is True:
             # the manifest's counts (no fragment objects: thousands of fragments are common); a
             # deletion file without a recorded count (very old writers) is read and counted
-            return sum(deletion_mod.live_rows(f) if deletion_mod.deletion_count_known(f)
-                       else LanceFragment(self, f).count_rows() for f in protos)
+            deleted = [f.deletion_file.num_deleted_rows for f in protos]  # 0 without a deletion file
+            total = sum(f.physical_rows for f in protos) - sum(deleted)
+            if 0 in deleted:
+                total += sum(LanceFragment(self, f).count_rows() - int(f.physical_rows)
+                             for f, n in zip(protos, deleted) if not n and not deletion_mod.deletion_count_known(f))
+            return int(total)
         if filt.constant is False:
             return 0
         cols = [c for c in filt.columns if c in self._top_field_ids][:1]

@@ -146,13 +146,62 @@ def encode_bitmap_deletions(offsets: OffsetsLike) -> bytes:
 _IPC_READ = ipc.IpcReadOptions(use_threads=False)
 
 
+#: layouts of small uncompressed one-batch ``.arrow`` deletion files already decoded by the IPC
+#: reader: file length -> [(values offset, count, dtype, bytes before, bytes after the values)]
+_LAYOUTS: dict[int, list[tuple[int, int, str, bytes, bytes]]] = {}
+_LAYOUT_LENGTHS_LIMIT = 1024
+_LAYOUTS_PER_LENGTH = 64
+
+
+def _by_layout(data: bytes) -> np.ndarray | None:
+    """The raw values of ``data`` when every byte but its values equals a file the IPC reader
+    already decoded (:func:`_learn_layout`), else None. Sound because an Arrow IPC file's
+    structure (footer, schema, batch length, buffer offsets, null counts) lies entirely in
+    those other bytes: the values bytes are read as they are."""
+    for start, count, dtype, head, tail in _LAYOUTS.get(len(data), ()):
+        if data.startswith(head) and data.endswith(tail):
+            return np.frombuffer(data, dtype, count, start)
+    return None
+
+
+def _learn_layout(data: bytes, buffer: pa.Buffer, batch: pa.RecordBatch, values: np.ndarray) -> None:
+    """Remember where the values of a deletion file the IPC reader decoded lie in its bytes
+    (only for one uncompressed batch, no validity buffer: the values are a slice of ``data``)."""
+    col = batch.column(0)
+    bufs = col.buffers()
+    n = int(values.size)
+    if n == 0 or col.offset != 0 or len(bufs) != 2 or bufs[0] is not None or bufs[1] is None:
+        return
+    start = bufs[1].address - buffer.address
+    end = start + 4 * n
+    if start < 0 or end > len(data) or values.dtype.itemsize != 4:
+        return
+    dtype = values.dtype.str
+    if not np.array_equal(np.frombuffer(data, dtype, n, start), values):
+        return
+    known = _LAYOUTS.get(len(data))
+    if known is None:
+        if len(_LAYOUTS) >= _LAYOUT_LENGTHS_LIMIT:
+            return
+        known = _LAYOUTS.setdefault(len(data), [])
+    if len(known) < _LAYOUTS_PER_LENGTH:
+        known.append((start, n, dtype, data[:start], data[end:]))
+
+
 def decode_arrow_deletions(data: bytes, path: str = "<deletion file>") -> np.ndarray:
     """The offsets of an ``.arrow`` deletion file as sorted unique ``uint32``; CorruptFileError
-    (naming ``path``) unless it is one non-null integer column of an Arrow IPC file."""
+    (naming ``path``) unless it is one non-null integer column of an Arrow IPC file.
+
+    Files laid out byte for byte like one already decoded (same length, same bytes around the
+    values: what one writer leaves for vectors of one length) skip the IPC reader (ADR 0037)."""
+    raw = _by_layout(data) if isinstance(data, bytes) else None
+    if raw is not None:
+        return _sorted_offsets(raw, path)
     try:
+        buffer = pa.py_buffer(data)
         # the file reader over a buffer, batch by batch: a third of ``open_file(...).read_all()``'s
         # fixed cost, which dominated scans of thousands of fragments with deletions
-        reader = ipc.RecordBatchFileReader(pa.py_buffer(data), options=_IPC_READ)
+        reader = ipc.RecordBatchFileReader(buffer, options=_IPC_READ)
         schema = reader.schema
         batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
@@ -168,8 +217,15 @@ def decode_arrow_deletions(data: bytes, path: str = "<deletion file>") -> np.nda
         raise CorruptFileError(path, "deletion offsets contain nulls")
     if len(batches) == 1:
         values = batches[0].column(0).to_numpy()
+        if isinstance(data, bytes):
+            _learn_layout(data, buffer, batches[0], values)
     else:
         values = np.concatenate([b.column(0).to_numpy() for b in batches] or [np.zeros(0, typ.to_pandas_dtype())])
+    return _sorted_offsets(values, path)
+
+
+def _sorted_offsets(values: np.ndarray, path: str) -> np.ndarray:
+    """Decoded deletion offsets as sorted unique ``uint32`` (CorruptFileError if negative)."""
     if values.dtype.kind == "i" and values.size and values.min() < 0:
         raise CorruptFileError(path, "deletion offsets contain negative values")
     # sorted unique uint32 (upstream writes them in hash-set order)

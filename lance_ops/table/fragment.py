@@ -8,7 +8,6 @@ deleted ones at the end.
 from __future__ import annotations
 
 import weakref
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, Hashable, Iterator, Mapping, Sequence, Union
 
 import numpy as np
@@ -154,9 +153,18 @@ class LanceFragment:
         return f"LanceFragment(id={self.fragment_id}, physical_rows={self.physical_rows}, deleted={self.num_deletions})"
 
     # --- deletions and row ids -------------------------------------------------------------
-    @cached_property
+    @property
     def deleted_offsets(self) -> np.ndarray:
-        """Sorted uint32 physical offsets of deleted rows (read-only; shared per dataset)."""
+        """Sorted uint32 physical offsets of deleted rows (read-only; shared per dataset).
+
+        Computed once per fragment object; not a ``functools.cached_property``, whose class-wide
+        lock (Python < 3.12) made the scan threads read deletion files one at a time."""
+        got = self.__dict__.get("_deleted_offsets")
+        if got is None:
+            got = self.__dict__["_deleted_offsets"] = self._read_deleted_offsets()
+        return got
+
+    def _read_deleted_offsets(self) -> np.ndarray:
         if not self.proto.HasField("deletion_file"):
             return deletion.read_deletion_offsets(self._dataset.store, self._dataset.base, self.fragment_id, None)
         df = self.proto.deletion_file
@@ -205,11 +213,16 @@ class LanceFragment:
         offs = np.arange(self.physical_rows, dtype=np.uint64) if offsets is None else offsets.astype(np.uint64)
         return addresses.row_addresses(np.full(offs.size, self.fragment_id, dtype=np.uint64), offs)
 
-    @cached_property
+    @property
     def stable_row_ids(self) -> np.ndarray | None:
-        """Per physical row stable ids, None when the dataset has none."""
-        return rowids.read_fragment_row_ids(self._dataset.store, self._dataset.base, self.proto,
-                                            manifest_path=dataset_where(self._dataset))
+        """Per physical row stable ids, None when the dataset has none (computed once per
+        fragment object, without ``cached_property``'s class-wide lock)."""
+        d = self.__dict__
+        if "_stable_row_ids" not in d:
+            d["_stable_row_ids"] = rowids.read_fragment_row_ids(
+                self._dataset.store, self._dataset.base, self.proto, manifest_path=dataset_where(self._dataset))
+        got: np.ndarray | None = d["_stable_row_ids"]
+        return got
 
     def row_ids(self, offsets: np.ndarray | None = None) -> np.ndarray:
         """``_rowid`` values: stable ids when enabled, else row addresses."""

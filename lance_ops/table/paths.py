@@ -28,8 +28,15 @@ if TYPE_CHECKING:  # the protocol of what a dataset offers; LanceDataset is one
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 
 
+# the common case, decided by one match: segments of letters, digits, "_", "-" and "." not
+# starting with "." (so no "", "." or ".." segment), no ":", "/" only between segments
+_PLAIN_RE = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]*(?:/[A-Za-z0-9_\-][A-Za-z0-9_.\-]*)*")
+
+
 def unsafe_reason(relative: object) -> str | None:
     """Why ``relative`` is not a plain dataset-relative path, or None if it is one."""
+    if isinstance(relative, str) and _PLAIN_RE.fullmatch(relative):
+        return None
     if not isinstance(relative, str):
         return f"is a {type(relative).__name__}, not a string"
     if not relative:
@@ -59,7 +66,8 @@ def _check_local(store: ObjectStore, base: str, parts: Iterable[str], path: str,
         return
     current = base
     for part in parts:
-        current = os.path.join(current, part)
+        # os.path.join(current, part) for a plain segment, without its per-call overhead
+        current = f"{current}{part}" if current.endswith(os.sep) else f"{current}{os.sep}{part}"
         try:
             is_link = stat.S_ISLNK(os.lstat(current).st_mode)
         except OSError:  # missing (or unreadable): nothing further down can be a link we follow

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from lance_ops._proto import table_pb2
 from lance_ops.errors import InvalidArgumentError
 from lance_ops.format import blob_v2
+from lance_ops.format.v2_0 import batch as v20_batch
 from lance_ops.format.v2_0.reader import LanceFileReader
 from lance_ops.format.v2_1.reader import LanceFileReaderV21
 from lance_ops.table.stats import prune as stats_prune
@@ -416,20 +417,51 @@ def _start_batch(ds: DatasetSnapshot, tasks: list[FragmentScanTask]) -> list["pa
     filt = first.filter
     data_cols = [c for c in first.columns if c in top_ids]
     read_cols = data_cols if filt is None else [c for c in filt.columns if c in top_ids]
+    rest = [c for c in data_cols if c not in read_cols]
+    eager = filt is not None and bool(rest) and bool(read_cols) and _narrow(ds, rest)
     frags = [LanceFragment(ds, t.fragment) for t in tasks]
-    got = _read_together(ds, frags, read_cols)
+    got = _read_together(ds, frags, read_cols + rest if eager else read_cols)
     if got is None:
         return [_start(ds, t) for t in tasks]
     tables, masks = got
     names = output_names(first.columns, False, False)
     if filt is None:
         return [_select(t, names) for t in tables]
-    rest = [c for c in data_cols if c not in read_cols]
     out: list[pa.Table | _Probe] = []
     for task, frag, table, mask in zip(tasks, frags, tables, masks):
+        early = table.select(rest) if eager else None
+        if eager:
+            table = table.select(read_cols)
         probe = table.append_column(_POSITION, pa.array(np.arange(table.num_rows, dtype=np.int64)))
-        out.append(_Probe(task, frag, None, names, rest, probe, _LiveOffsets(frag.physical_rows, mask)))
+        out.append(_Probe(task, frag, None, names, rest, probe, _LiveOffsets(frag.physical_rows, mask), early))
     return out
+
+
+#: rest columns of at most this many bytes per row (fixed width) are read with the filter's
+#: columns when small fragments are read together ("early materialisation", see :func:`_narrow`)
+_EARLY_MAX_WIDTH = 256
+
+
+def _narrow(ds: DatasetSnapshot, columns: list[str]) -> bool:
+    """Whether a filtered batch of small fragments reads ``columns`` (the output columns the
+    filter does not name) together with the filter's columns instead of after it: each is
+    fixed-width of at most ``_EARLY_MAX_WIDTH`` bytes per row, or a string / binary column. A
+    second pass over a small file costs more than decoding a few narrow columns of the
+    fragments without matches; wide columns (large vectors, large strings) stay late."""
+    for c in columns:
+        t = ds.storage_schema.field(c).type
+        if pa.types.is_string(t) or pa.types.is_binary(t):
+            continue
+        width, inner = 1, t
+        while pa.types.is_fixed_size_list(inner):
+            width *= inner.list_size
+            inner = inner.value_type
+        if not (pa.types.is_integer(inner) or pa.types.is_floating(inner) or pa.types.is_boolean(inner)
+                or pa.types.is_temporal(inner) or pa.types.is_decimal(inner)):
+            return False
+        if width * max(1, inner.bit_width // 8) > _EARLY_MAX_WIDTH:
+            return False
+    return True
 
 
 def _read_together(ds: DatasetSnapshot, frags: list[LanceFragment], columns: list[str]
@@ -461,9 +493,11 @@ def _read_together(ds: DatasetSnapshot, frags: list[LanceFragment], columns: lis
     v21 = [r for r in readers if isinstance(r, LanceFileReaderV21)]
     if len(v21) == len(readers):
         table = LanceFileReaderV21.read_all_of(v21, names)  # decoded together
-    else:  # 2.0 files: decoded one by one, masked and cut together
+    else:  # 2.0 files: plain columns decoded together (v2_0.batch), masked and cut together
+        v20 = [r for r in readers if isinstance(r, LanceFileReader)]
         try:
-            table = pa.concat_tables([r.read_all(columns=names) for r in readers])
+            table = (v20_batch.read_all_of(v20, names) if len(v20) == len(readers)
+                     else pa.concat_tables([r.read_all(columns=names) for r in readers]))
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             return None
     fields = [ds.storage_schema.field(c) for c in columns]
@@ -579,6 +613,8 @@ class _Probe:
     rest: list[str]
     probe: pa.Table
     phys: "np.ndarray | _LiveOffsets"
+    #: the other columns of every probed row, when read with the filter's columns (small fragments)
+    early: pa.Table | None = None
 
 
 def _start(ds: DatasetSnapshot, task: FragmentScanTask) -> "pa.Table | _Probe":
@@ -612,7 +648,11 @@ def _finish(ds: DatasetSnapshot, p: _Probe, probe: pa.Table) -> pa.Table:
     """The task's result from its filtered probe: the other columns read for the matching rows."""
     blobs = p.task.blob_handling
     top_ids = ds.top_field_ids
-    if p.rest:
+    if p.rest and p.early is not None:
+        positions = probe.column(_POSITION)
+        for c in p.rest:
+            probe = probe.append_column(output_field(ds, c, blobs), p.early.column(c).take(positions))
+    elif p.rest:
         scanned = p.probe.num_rows
         positions = probe.column(_POSITION).to_numpy()
         if positions.size <= _LATE_MATERIALIZE_FRACTION * scanned:
@@ -630,6 +670,8 @@ def _finish_batch(ds: DatasetSnapshot, probes: list[_Probe], filtered: list[pa.T
     """:func:`_finish` of each probe; the other columns of whole small fragments (probes started
     by :func:`_start_batch`) are read together for all of them, then the matching rows taken."""
     rest = probes[0].rest
+    if any(p.early is not None for p in probes):
+        return [_finish(ds, p, f) for p, f in zip(probes, filtered)]
     if (not rest or len(probes) == 1 or any(blob_v2.has_blobs(ds.storage_schema.field(c)) for c in rest)
             or any(p.offsets is not None or p.rest != rest or not _batch_probe(p) for p in probes)):
         return [_finish(ds, p, f) for p, f in zip(probes, filtered)]

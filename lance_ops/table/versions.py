@@ -4,7 +4,7 @@ The names pylance accepts are parsed by :meth:`lance_ops.format.version.FileVers
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, MixedFileVersionsError, UnsupportedError
@@ -13,8 +13,12 @@ from lance_ops.format.version import FileVersion
 #: versions lance_ops writes: 2.0 (format.writer), 2.1/2.2 (format.v2_1.encode), 0.1 (format.legacy.writer);
 #: 2.3 is pylance 14's unstable "next" format and is refused before anything is written.
 WRITABLE = (FileVersion.V2_0, FileVersion.V2_1, FileVersion.V2_2, FileVersion.LEGACY)
-#: default for new datasets. pylance 14 defaults to 2.2; we keep 2.0 (byte-identical to pylance's 2.0
-#: writer, fastest to read here); pass data_storage_version="stable" to match pylance's default.
+#: THE storage version of new datasets (ADR 0039), and the one place that chooses it: write_dataset,
+#: write_fragments, CommitOptions, the Spark writers, ``lance-ops append --create`` and the Airflow
+#: operators all follow it when no ``data_storage_version`` is given. Existing datasets keep the
+#: version their manifest records (appends, deletes, compaction, index upkeep). pylance 14 and
+#: LanceDB default to 2.2; the switch to 2.2 (issue 20 item 4) waits for 2.2's performance items
+#: (ADR 0039 lists the suites that ran green with it). data_storage_version="stable" asks for 2.2 today.
 DEFAULT = FileVersion.V2_0
 
 
@@ -54,31 +58,44 @@ def file_version(data_file: table_pb2.DataFile) -> FileVersion:
     return found
 
 
-def _versions_of(fragments: Iterable[table_pb2.DataFragment]) -> tuple[FileVersion | None, FileVersion | None]:
+def data_files(fragments: Iterable[table_pb2.DataFragment]) -> list[table_pb2.DataFile]:
+    """Every data file of ``fragments``, in fragment order (one file per fragment, the usual case,
+    is taken without iterating each fragment's list: thousands of fragments are common)."""
+    lists = [frag.files for frag in fragments]
+    if all(len(files) == 1 for files in lists):
+        return [files[0] for files in lists]
+    return [df for files in lists for df in files]
+
+
+def _versions_of(fragments: Iterable[table_pb2.DataFragment], files: Sequence[table_pb2.DataFile] | None = None,
+                 ) -> tuple[FileVersion | None, FileVersion | None]:
     """(version of the first data file, first other version met or None), in pylance's order:
-    the first data file of the first fragment with files sets the version."""
-    fragments = list(fragments)
-    numbers = {(df.file_major_version, df.file_minor_version) for frag in fragments for df in frag.files}
+    the first data file of the first fragment with files sets the version (``files``: those data
+    files, when the caller has them already)."""
+    if files is None:
+        files = data_files(fragments)
+    numbers = {(df.file_major_version, df.file_minor_version) for df in files}
     if len(numbers) == 1:  # one pair of numbers (the usual case): one lookup instead of one per file
         major, minor = numbers.pop()
         found = FileVersion.from_manifest(int(major), int(minor))
         if found is not None:
             return found, None
     first = None
-    for frag in fragments:
-        for df in frag.files:
-            got = file_version(df)
-            if first is None:
-                first = got
-            elif got != first:
-                return first, got
+    for df in files:
+        got = file_version(df)
+        if first is None:
+            first = got
+        elif got != first:
+            return first, got
     return first, None
 
 
-def infer_from_files(fragments: Iterable[table_pb2.DataFragment]) -> FileVersion | None:
+def infer_from_files(fragments: Iterable[table_pb2.DataFragment],
+                     files: Sequence[table_pb2.DataFile] | None = None) -> FileVersion | None:
     """The one storage version of all data files (None without files); a mix raises
-    MixedFileVersionsError (an OSError), with the text of pylance's commit-time error."""
-    first, other = _versions_of(fragments)
+    MixedFileVersionsError (an OSError), with the text of pylance's commit-time error.
+    ``files``: the fragments' data files (:func:`data_files`), when the caller has them already."""
+    first, other = _versions_of(fragments, files)
     if other is not None:
         raise MixedFileVersionsError(
             f"{_MIXED}: All data files must have the same version. Detected both {first} and {other}")
@@ -117,8 +134,9 @@ def repair_legacy_version(manifest: table_pb2.Manifest) -> None:
         manifest.data_format.version = actual.value
 
 
-def refuse_mixed(manifest: table_pb2.Manifest) -> None:
+def refuse_mixed(manifest: table_pb2.Manifest, files: Sequence[table_pb2.DataFile] | None = None) -> None:
     """MixedFileVersionsError if the dataset's data files mix storage versions (possible in
     datasets from Lance 0.16): pylance commits nothing to such a dataset but an overwrite, and a
-    write must not start on it (fragment ids may repeat there too)."""
-    infer_from_files(manifest.fragments)
+    write must not start on it (fragment ids may repeat there too). ``files``: its data files
+    (:func:`data_files`), when the caller has them already."""
+    infer_from_files(manifest.fragments, files)

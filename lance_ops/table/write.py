@@ -306,7 +306,7 @@ class FragmentWriter:
 
     def __init__(self, store: ObjectStore, base: str, schema: pa.Schema, lance_fields: list[file_pb2.Field], *,
                  storage_options: Mapping[str, Any] | None, max_rows_per_file: int,
-                 max_bytes_per_file: int = MAX_BYTES_PER_FILE, version: str | FileVersion = FileVersion.V2_0,
+                 max_bytes_per_file: int = MAX_BYTES_PER_FILE, version: str | FileVersion = versions.DEFAULT,
                  max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
                  dictionaries: Mapping[int, pa.Array] | None = None) -> None:
         if max_rows_per_file <= 0:
@@ -405,7 +405,7 @@ class FragmentWriter:
 def write_fragments(reader: pa.RecordBatchReader, store: ObjectStore, base: str, lance_fields: list[file_pb2.Field], *,
                     storage_options: Mapping[str, Any] | None = None,
                     max_rows_per_file: int = 1024 * 1024, max_bytes_per_file: int = MAX_BYTES_PER_FILE,
-                    version: str | FileVersion = FileVersion.V2_0, max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
+                    version: str | FileVersion = versions.DEFAULT, max_rows_per_group: int = DEFAULT_MAX_ROWS_PER_GROUP,
                     dictionaries: Mapping[int, pa.Array] | None = None,
                     allow_external_blob_outside_bases: bool = True) -> list[table_pb2.DataFragment]:
     """Write all batches of ``reader`` as new (uncommitted) fragments with id 0.

@@ -144,6 +144,25 @@ def test_spark_arg_cleaning():
 
 
 # -- operators --------------------------------------------------------------------------------------
+def test_append_operator_creates_in_the_version_asked(tmp_path):
+    """``data_storage_version`` picks the format of a dataset the task creates; appends keep the
+    dataset's own (pylance reads both)."""
+    import lance
+
+    from lance_ops.table.versions import DEFAULT
+    from lance_ops_airflow.operators import LanceAppendOperator
+
+    rows = [{"id": 1, "v": "a"}]
+    for version, want in [("2.1", "2.1"), ("legacy", "0.1"), ("None", str(DEFAULT))]:
+        uri = str(tmp_path / f"{want}.lance")
+        op = LanceAppendOperator(task_id="create", dataset_uri=uri, data=rows, data_storage_version=version)
+        assert op.execute(context(task_id="create"))["operation"] == "create"
+        LanceAppendOperator(task_id="more", dataset_uri=uri, data=rows, data_storage_version="2.2").execute(
+            context(task_id="more"))
+        assert lance.dataset(uri).data_storage_version == want
+        assert lance.dataset(uri).to_table().to_pylist() == rows * 2
+
+
 def test_append_delete_retry_and_asset_events(tmp_path):
     import pyarrow.parquet as pq
 

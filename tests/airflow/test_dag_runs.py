@@ -1,6 +1,8 @@
-"""The DAGs run for real: dag.test() on local datasets (Spark local[2] for ingestion and big
-compactions), one DAG on S3 (moto_server), a commit that lands before its task fails, and
-deferrable sensors whose triggers run inline. Results are read back with lance_ops and pylance.
+"""The DAGs run for real: dag.test() on local datasets, one DAG on S3 (moto_server), a commit that
+lands before its task fails, and deferrable sensors whose triggers run inline. Results are read
+back with lance_ops and pylance. ``lance_ingest`` (Spark stage, commit, asset events, the
+downstream DAG) and ``lance_compaction`` (dry run, then the Spark route) run in
+tests/spark/test_standalone_cluster.py, on a standalone cluster: the same DAG runs, once.
 """
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -198,88 +199,46 @@ def test_retry_after_landed_commit_commits_once(airflow_runner, tmp_path, monkey
 
 
 # -- deferrable sensors ------------------------------------------------------------------------------
-def test_deferrable_sensors_wait_and_skip(airflow_runner, tmp_path):
+def test_deferrable_sensors_wait_and_skip(airflow_runner, tmp_path, capfd, monkeypatch):
+    """The tag sensor finds no tag on its first check and defers (the test DAG's sensor touches a flag
+    file as it defers); only then does another thread create the tag, so the success comes from the
+    trigger polling inline in dag.test, after waiting."""
     import lance_ops
 
     uri = str(tmp_path / "tagged.lance")
     healthy = str(tmp_path / "healthy.lance")
     write_fragments(uri, [10, 10])
     write_fragments(healthy, [10])
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    monkeypatch.setenv("LANCE_OPS_TEST_FLAG_DIR", str(flags))
+    seen: dict[str, float] = {}
+    run_over = threading.Event()
 
-    def tag_later():
-        time.sleep(3)
-        lance_ops.dataset(uri).tags.create("ready", 1)
+    def tag_once_deferred():
+        while not run_over.is_set():
+            if (flags / "wait_for_tag.deferred").exists():
+                seen["deferred"] = time.monotonic()
+                time.sleep(1.0)  # two poke intervals: the trigger checks (and misses) at least once more
+                lance_ops.dataset(uri).tags.create("ready", 1)
+                seen["tagged"] = time.monotonic()
+                return
+            time.sleep(0.1)
 
-    thread = threading.Thread(target=tag_later)
+    thread = threading.Thread(target=tag_once_deferred)
     thread.start()
     try:
         res = airflow_runner.run("lance_test_sensors", {"dataset_uri": uri, "healthy_uri": healthy})
     finally:
+        run_over.set()
         thread.join()
+    out = capfd.readouterr()
+    logs = log_messages(out.out + out.err)
+    assert "tagged" in seen, "the tag sensor never deferred"
     assert res.state == "success"
     assert res.task_states == {"wait_for_tag": "success", "healthy_skips": "skipped"}
     assert res.xcoms["wait_for_tag"]["tag"] == "ready" and res.xcoms["wait_for_tag"]["version"] == 1
-
-
-# -- Spark: ingestion and big compactions ------------------------------------------------------------
-def _asset_events(uri: str) -> list[dict]:
-    from airflow.models.asset import AssetEvent, AssetModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        rows = (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-                .filter(AssetModel.uri.in_([uri, uri + "/"])).order_by(AssetEvent.id).all())
-        return [dict(r.extra or {}) for r in rows]
-
-
-def test_ingest_dag_with_spark_then_downstream(airflow_runner, tmp_path):
-    import lance_ops
-
-    src = tmp_path / "raw"
-    src.mkdir()
-    for i in range(3):
-        pq.write_table(table(i * 1000, i * 1000 + 1000), src / f"part-{i}.parquet")
-    uri = str(tmp_path / "ingested.lance")
-    res = airflow_runner.run("lance_ingest", {"dataset_uri": uri, "source_path": str(src), "partitions": 3})
-    res.assert_success(skipped=("ingest.upsert",))
-    summary = res.xcoms["ingest.spark_stage"]["summary"]
-    assert summary["rows"] == 3000 and summary["committed"] is False  # stage only: the commit is its own task
-    commit = res.xcoms["ingest.commit"]
-    assert commit["version"] == 1 and commit["metrics"]["num_rows"] == 3000
-    ds = lance_ops.dataset(uri)
-    assert ds.count_rows() == 3000 and len(ds.get_fragments()) == 3
-    assert pylance_ids(uri) == list(range(3000))
-
-    ingest_events = _asset_events("lance://ingest")
-    assert ingest_events and ingest_events[-1]["uri"] == uri and ingest_events[-1]["version"] == 1
-    assert ingest_events[-1]["operation"] in ("overwrite", "create", "append")
-    dataset_events = _asset_events("file://" + uri)
-    assert dataset_events and dataset_events[-1]["version"] == 1
-
-    down = airflow_runner.run("lance_ingest_downstream", {})
-    down.assert_success()
-    assert down.xcoms["check_version"] == {"uri": uri, "version": 1, "latest_version": 1, "rows": 3000,
-                                           "fragments": 3, "ingested_rows": 3000}
-
-
-def test_compaction_dag_dry_run_then_spark_route(airflow_runner, tmp_path):
-    import lance_ops
-
-    uri = str(tmp_path / "compact.lance")
-    write_fragments(uri, [30] * 8)
-    dry = airflow_runner.run("lance_compaction", {"dataset_uri": uri, "target_rows": 100, "dry_run": True})
-    dry.assert_success(skipped=("compaction.spark_rewrite",))
-    assert dry.xcoms["compaction.commit"]["route"] == "dry_run"
-    assert dry.xcoms["compaction.commit"]["metrics"]["fragments_removed"] == 8
-    assert lance_ops.dataset(uri).version == 8
-
-    res = airflow_runner.run("lance_compaction", {"dataset_uri": uri, "target_rows": 100, "spark_threshold_rows": 0})
-    res.assert_success()
-    assert res.xcoms["compaction.plan"]["route"] == "spark"
-    commit = res.xcoms["compaction.commit"]
-    assert commit["route"] == "spark" and commit["version"] == 9 and commit["changed"]
-    ds = lance_ops.dataset(uri)
-    assert ds.version == 9 and len(ds.get_fragments()) == 2
-    assert ops_ids(uri) == list(range(240)) and pylance_ids(uri) == list(range(240))
-    assert ds.transaction.WhichOneof("operation") == "rewrite"
-    assert not list(Path(uri, "_staging").glob("*.plan.json"))  # the hand-off file is gone
+    # it waited: the first check found no tag, and it never succeeded on a first check
+    assert any(line.startswith("condition not met ({'baseline_version': None, 'tag': 'ready'})") for line in logs), \
+        logs[-30:]
+    assert not any(line.startswith("condition met on the first check") for line in logs), logs[-30:]

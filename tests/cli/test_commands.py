@@ -167,6 +167,23 @@ def test_append_errors_and_idempotency(capsys, tmp_path, ds_uri):
     assert lance_ops.dataset(ds_uri).count_rows() == 1010
 
 
+@pytest.mark.parametrize("version", [None, "2.0", "2.1", "legacy"])
+def test_append_create_takes_a_storage_version(capsys, tmp_path, version):
+    """``--data-storage-version`` picks a new dataset's file format (default: versions.DEFAULT); a
+    later append keeps the dataset's own version whatever is asked."""
+    from lance_ops.table.versions import DEFAULT
+
+    pq.write_table(table(0, 10), tmp_path / "a.parquet")
+    uri = str(tmp_path / "new")
+    opt = ["--data-storage-version", version] if version else []
+    assert run_json(capsys, "append", uri, tmp_path / "a.parquet", "--create", *opt)["created"]
+    want = {None: str(DEFAULT), "legacy": "0.1"}.get(version, version)
+    assert lance.dataset(uri).data_storage_version == want
+    res = run_json(capsys, "append", uri, tmp_path / "a.parquet", "--data-storage-version", "2.2")
+    assert res["rows"] == 20 and lance.dataset(uri).data_storage_version == want
+    assert lance.dataset(uri).to_table().equals(pa.concat_tables([table(0, 10)] * 2))
+
+
 # --- delete -------------------------------------------------------------------------------------------
 def test_delete(capsys, ds_uri):
     dry = run_json(capsys, "delete", ds_uri, "id < 10 OR name = 'n500'", "--dry-run")

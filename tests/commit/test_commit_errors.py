@@ -22,9 +22,9 @@ from lance_ops.table.write import to_reader, write_fragments
 from lance_ops.table.manifest import naming
 
 
-def _append_txn(ds, ids):
+def _append_txn(ds, ids, **kw):
     frags = write_fragments(to_reader(pa.table({"id": pa.array(ids, pa.int64())})), ds._store, ds._base,
-                            list(ds.manifest.fields))
+                            list(ds.manifest.fields), **kw)
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=ds.version)
     txn.append.fragments.extend(frags)
     return txn
@@ -149,7 +149,7 @@ def test_data_files_of_another_format_version_are_refused(tmp_path):
 
     uri = str(tmp_path / "ds")
     ds = lance_ops.write_dataset(pa.table({"id": pa.array(range(3), pa.int64())}), uri, data_storage_version="2.2")
-    txn = _append_txn(ds, [7])  # write_fragments' default version: 2.0
+    txn = _append_txn(ds, [7], version="2.0")
     name = txn.append.fragments[0].files[0].path
     with pytest.raises(SchemaMismatchError, match=rf"data file '{name}' .* is Lance file version 2.0, but the "
                                                   r"dataset stores 2.2"):

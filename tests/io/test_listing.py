@@ -51,6 +51,22 @@ def test_list_dir_one_level_files_only(sr):
     assert [i.size for i in sr.store.list_dir(sr.p("b", "d"))] == [3]
 
 
+def test_list_dir_selected_looks_only_at_the_picked_files(sr):
+    _populate(sr)
+    seen = []
+
+    def pick(paths):
+        seen.append(paths)
+        return [p for p in paths if p.endswith("bc.txt")]
+
+    got = sr.store.list_dir_selected(sr.root, pick)
+    assert seen == [[sr.p("a.txt"), sr.p("bc.txt")]]  # every file of the directory, sorted; no sub-directory
+    assert [(i.path, i.size) for i in got] == [(sr.p("bc.txt"), len(b"not-under-b"))]
+    assert got[0].last_modified.utcoffset() == timedelta(0)
+    assert sr.store.list_dir_selected(sr.p("does", "not", "exist"), pick) == []
+    assert sr.store.list_dir_selected(sr.root, lambda paths: []) == []
+
+
 def test_delete(sr):
     _populate(sr)
     sr.store.delete(sr.p("a.txt"))

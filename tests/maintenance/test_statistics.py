@@ -210,7 +210,7 @@ def test_writer_writes_one_stats_file_per_data_file(tmp_path, small_pages):
 
 
 def test_written_stats_match_the_pages_and_a_rebuild(tmp_path, small_pages):
-    ds, uri = write(tmp_path)
+    ds, uri = write(tmp_path, data_storage_version="2.0")  # 2.0 pages (2.1/2.2: test_statistics_v21.py)
     data = sample_table()
     for frag in ds.get_fragments():
         df = frag.data_files()[0]
@@ -334,7 +334,8 @@ def pruned_dataset(tmp_path_factory):
     try:
         root = tmp_path_factory.mktemp("pruned")
         uri = str(root / "ds")
-        lance_ops.write_dataset(sample_table(), uri, max_rows_per_file=2000)
+        # 2.0: 2 KiB pages, skipped one by one (2.1/2.2 prune 8192-row ranges: test_statistics_v21.py)
+        lance_ops.write_dataset(sample_table(), uri, max_rows_per_file=2000, data_storage_version="2.0")
         ds = lance_ops.dataset(uri)
         ds.delete("id % 10 = 3 OR id = 5991")
         return uri

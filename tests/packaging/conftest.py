@@ -4,13 +4,17 @@ virtualenvs with one extra each (issue 21, acceptance items 1 and 2).
 The wheel is built from a copy of the source files (not the working tree, so no ``build/`` or
 ``*.egg-info`` lands in the repository) with the running venv's setuptools
 (``--no-build-isolation``: no index access for the build backend). The dependencies of all extras
-are fetched once into a wheelhouse, ``.tools/wheelhouse/<pyproject hash>/`` (gitignored, reused by
-later sessions; ``pip wheel``, so sdists are built once). Each venv is created with ``python -m
+are fetched once into a wheelhouse, ``~/.cache/lance-ops/wheelhouse/<pyproject hash>/`` (outside the
+clone, so later sessions and CI's fresh clones reuse it; ``pip wheel``, so sdists are built once). Each venv is created with ``python -m
 venv`` and the wheel installed, non-editable, with ``pip install --no-index --find-links
 <wheelhouse> <wheel>[extra]``: pip resolves the extra again and installs only what it declares, so
 a missing dependency still fails the test, without a network round trip per package.
 Subprocesses run with ``PYTHONPATH`` removed and a temporary working directory, so nothing is
 imported from the repository.
+
+The venvs are built together (``venvs``, one thread each): ``venv`` + ``pip install`` wait mostly on
+the disk and use one core each, so the three overlap instead of queueing one after another. Only
+the extras of the selected tests are built (their ``venv_extra`` marker).
 """
 from __future__ import annotations
 
@@ -19,15 +23,24 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-WHEELHOUSES = REPO / ".tools" / "wheelhouse"
+#: per-user cache, outside the clone, so a fresh clone (CI) reuses what an earlier run fetched;
+#: ``LANCE_OPS_WHEELHOUSES`` overrides it
+WHEELHOUSES = Path(os.environ.get("LANCE_OPS_WHEELHOUSES")
+                   or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lance-ops" / "wheelhouse")
 EXTRAS = ("airflow", "spark", "test")
 #: what the wheel is built from (everything the Dockerfile copies)
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "lance_ops", "lance_ops_airflow", "operators", "sensors", "dags")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "venv_extra(name): the test uses the fresh venv with lance-ops[name] (venvs)")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -92,3 +105,28 @@ def fresh_venv(where: Path, wheel: Path, wheelhouse: Path, extra: str) -> Path:
     run([str(bin_dir / "pip"), "install", "-q", "--no-compile", "--no-index", "--find-links", str(wheelhouse),
          f"{wheel}[{extra}]"], cwd=where.parent, timeout=900)
     return bin_dir
+
+
+@pytest.fixture(scope="session")
+def venvs(request: pytest.FixtureRequest, wheel: Path, wheelhouse: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``{extra: bin dir}``: a fresh venv per extra that a selected test marks with ``venv_extra``,
+    all built at the same time."""
+    wanted = sorted({m.args[0] for item in request.session.items for m in item.iter_markers("venv_extra")})
+    root = tmp_path_factory.mktemp("venvs")
+    seconds: dict[str, float] = {}
+
+    def build(extra: str) -> Path:
+        start = time.monotonic()
+        try:
+            return fresh_venv(root / extra, wheel, wheelhouse, extra)
+        finally:
+            seconds[extra] = time.monotonic() - start
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(wanted) or 1) as pool:
+        futures = {extra: pool.submit(build, extra) for extra in wanted}
+        bins = {extra: future.result() for extra, future in futures.items()}
+    print(f"venvs built together in {time.monotonic() - start:.1f} s (overlapping builds: "
+          + ", ".join(f"{extra} {seconds[extra]:.1f} s" for extra in wanted) + ")")
+    return bins

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.packaging.conftest import REPO, clean_env, fresh_venv, run
+from tests.packaging.conftest import REPO, clean_env, run
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +47,9 @@ PROVIDER_CHECK = textwrap.dedent("""
 """)
 
 
-def test_airflow_extra_registers_the_provider_and_loads_the_dags(wheel, wheelhouse, tmp_path):
-    bin_dir = fresh_venv(tmp_path / "venv", wheel, wheelhouse, "airflow")
+@pytest.mark.venv_extra("airflow")
+def test_airflow_extra_registers_the_provider_and_loads_the_dags(venvs, tmp_path):
+    bin_dir = venvs["airflow"]
     env = clean_env(AIRFLOW_HOME=str(tmp_path / "home"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
     listed = run([str(bin_dir / "airflow"), "providers", "list", "-o", "json"], cwd=tmp_path, env=env).stdout
     providers = json.loads(listed[listed.index("["):])
@@ -84,12 +85,13 @@ def test_airflow_extra_registers_the_provider_and_loads_the_dags(wheel, wheelhou
     assert out["dags"] == ["lance_compaction", "lance_ingest", "lance_ingest_downstream", "lance_maintenance"]
 
 
-def test_spark_extra_runs_an_ingest_with_spark_submit(wheel, wheelhouse, tmp_path):
+@pytest.mark.venv_extra("spark")
+def test_spark_extra_runs_an_ingest_with_spark_submit(venvs, tmp_path):
     import lance
 
     if shutil.which("java") is None:
         pytest.skip("a JVM is needed for spark-submit")
-    bin_dir = fresh_venv(tmp_path / "venv", wheel, wheelhouse, "spark")
+    bin_dir = venvs["spark"]
     source = tmp_path / "raw"
     source.mkdir()
     table = pa.table({"id": pa.array(range(3000), pa.int64()), "name": pa.array([f"n{i}" for i in range(3000)])})
@@ -106,12 +108,13 @@ def test_spark_extra_runs_an_ingest_with_spark_submit(wheel, wheelhouse, tmp_pat
     assert got.select(["id", "name"]) == table
 
 
-def test_test_extra_runs_a_test_file(wheel, wheelhouse, tmp_path):
-    bin_dir = fresh_venv(tmp_path / "venv", wheel, wheelhouse, "test")
+@pytest.mark.venv_extra("test")
+def test_test_extra_runs_a_test_file(venvs, tmp_path):
+    bin_dir = venvs["test"]
     work = tmp_path / "work"
     shutil.copytree(REPO / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     proc = run([str(bin_dir / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_api.py"],
                cwd=work, env=clean_env())
     assert " passed" in proc.stdout and "failed" not in proc.stdout
     where = run([str(bin_dir / "python"), "-c", "import lance_ops; print(lance_ops.__file__)"], cwd=work).stdout
-    assert str(tmp_path / "venv") in where  # the installed wheel, not the repository
+    assert str(bin_dir.parent) in where  # the installed wheel, not the repository

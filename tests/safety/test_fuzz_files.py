@@ -660,9 +660,32 @@ def test_fuzz_quick(pristine, tmp_path):
     assert judge.counts["error"] > 0 and judge.counts["equal"] > 0
 
 
+#: seeds of test_fuzz_full: 6..25 on CI (``CI`` set) or with ``LANCE_OPS_FUZZ_SEEDS=all``; a
+#: developer's full run takes ``LANCE_OPS_FUZZ_SEEDS=N`` seeds from 6 on (default 6: each mutation
+#: kind once more than test_fuzz_quick).
+FULL_SEEDS = range(6, 26)
+
+
+def full_seeds(env: dict[str, str] | None = None) -> range:
+    env = dict(os.environ) if env is None else env
+    knob = env.get("LANCE_OPS_FUZZ_SEEDS", "").strip().lower()
+    if knob == "all" or (not knob and env.get("CI", "").strip().lower() not in ("", "0", "false")):
+        return FULL_SEEDS
+    count = int(knob) if knob else 6
+    return range(FULL_SEEDS.start, FULL_SEEDS.start + max(1, min(count, len(FULL_SEEDS))))
+
+
+def test_full_seeds_knob():
+    assert full_seeds({"CI": "true"}) == FULL_SEEDS
+    assert full_seeds({"LANCE_OPS_FUZZ_SEEDS": "all"}) == FULL_SEEDS
+    assert full_seeds({"CI": "true", "LANCE_OPS_FUZZ_SEEDS": "3"}) == range(6, 9)
+    assert full_seeds({}) == full_seeds({"CI": "false"}) == range(6, 12)
+    assert full_seeds({"LANCE_OPS_FUZZ_SEEDS": "99"}) == FULL_SEEDS
+
+
 @pytest.mark.slow
 def test_fuzz_full(pristine, tmp_path):
-    judge = fuzz(pristine, tmp_path, range(6, 26))
+    judge = fuzz(pristine, tmp_path, full_seeds())
     assert not judge.problems, judge.report()
 
 

@@ -1,4 +1,4 @@
-"""Spark test fixtures: ONE shared local SparkSession and the 1M-row Parquet inputs.
+"""Spark test fixtures: ONE shared local SparkSession and the 1M-row Parquet input.
 
 JVM starts are expensive (~10 s each), so every in-process test shares the session-scoped
 ``spark`` fixture (``local[2,2]``: two cores, and up to 2 attempts per task so the retry tests
@@ -42,10 +42,10 @@ def spark():
 
 @pytest.fixture(scope="session")
 def parquet_inputs(tmp_path_factory):
-    """Two 1M-row Parquet files: ``a`` (ids 0..1M) and ``b`` (ids 1M..2M), and their tables."""
+    """A 1M-row Parquet file ``a`` (ids 0..1M) and its table (tests/spark/test_submit.py's large case)."""
     root = tmp_path_factory.mktemp("parquet")
     out = {}
-    for name, (lo, hi) in {"a": (0, 1_000_000), "b": (1_000_000, 2_000_000)}.items():
+    for name, (lo, hi) in {"a": (0, 1_000_000)}.items():
         table = make_rows(lo, hi)
         path = root / f"{name}.parquet"
         pq.write_table(table, path, row_group_size=125_000)

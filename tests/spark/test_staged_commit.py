@@ -15,19 +15,22 @@ from lance_ops.maintenance.staged_commit import commit_staged, fields_to_b64
 from lance_ops.schema import to_lance_fields
 from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY
 from lance_ops.table.commit.staging import StagedResult, sanitize_key, write_staged
+from lance_ops.table.versions import DEFAULT
 from lance_ops.table.write import write_fragments
-from tests.spark._support import REPO, make_rows
+from tests.spark._support import REPO, make_rows, spark_env
 
 
 def stage(uri: str, key: str, table: pa.Table, operation: str, *, fields=None, read_version: int = 0,
-          max_rows_per_file: int = 1000) -> StagedResult:
-    """What a Spark ingest does: write fragments (no commit), then stage them under ``key``."""
+          max_rows_per_file: int = 1000, version: str = DEFAULT) -> StagedResult:
+    """What a Spark ingest does: write fragments (no commit) in ``version`` (an append: the
+    dataset's), then stage them under ``key``."""
     store, base = open_store(uri)
     fields = fields if fields is not None else to_lance_fields(table.schema)
     frags = write_fragments(pa.RecordBatchReader.from_batches(table.schema, table.to_batches()), store, base,
-                            fields, max_rows_per_file=max_rows_per_file)
+                            fields, max_rows_per_file=max_rows_per_file, version=version)
     result = StagedResult(key=key, operation=operation, read_version=read_version, fragments=frags,
-                          schema_fields=fields_to_b64(fields), metrics={"num_rows": table.num_rows})
+                          schema_fields=fields_to_b64(fields), metrics={"num_rows": table.num_rows},
+                          data_storage_version=version)
     write_staged(store, base, result)
     return result
 
@@ -53,7 +56,8 @@ def test_append_once_to_a_pylance_dataset(tmp_path):
     uri = str(tmp_path / "ds")
     lance.write_dataset(make_rows(0, 100), uri, data_storage_version="2.0")
     ds = lance_ops.dataset(uri)
-    stage(uri, "k-append", make_rows(100, 300), "append", fields=list(ds.manifest.fields), read_version=1)
+    stage(uri, "k-append", make_rows(100, 300), "append", fields=list(ds.manifest.fields), read_version=1,
+          version="2.0")
     res = commit_staged(uri, "k-append")
     assert (res["version"], res["already_committed"]) == (2, False)
     assert commit_staged(uri, "k-append")["already_committed"] is True
@@ -104,6 +108,15 @@ def test_help_without_spark(job):
     out = subprocess.run([sys.executable, "-m", f"lance_ops.spark.{job}", "--help"], capture_output=True,
                          text=True, check=True, cwd=str(REPO)).stdout
     assert "--uri" in out and "--idempotency-key" in out and "--stage-only" in out
+
+
+def test_job_file_help_as_spark_submit_runs_it():
+    """spark-submit's Python runner executes the job file by path (``python <file> args``) with the
+    repository on PYTHONPATH; ``--help`` exits before any SparkContext, so no JVM is needed to check it."""
+    proc = subprocess.run([sys.executable, str(REPO / "lance_ops" / "spark" / "ingest.py"), "--help"],
+                          env=spark_env(), capture_output=True, text=True, timeout=120, cwd=str(REPO))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--stage-only" in proc.stdout and "--idempotency-key" in proc.stdout and "--partitions" in proc.stdout
 
 
 def test_staged_rewrite_commits_once(tmp_path):

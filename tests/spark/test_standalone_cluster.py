@@ -5,8 +5,13 @@ one core and 1 GB each) start in their own process groups; once both workers are
 (the master's ``/json``), ``lance_ingest`` and ``lance_compaction`` run for real (``dag.test()``)
 with ``spark_default`` pointing at ``spark://127.0.0.1:<port>``, so SparkSubmitOperator submits
 to the cluster in client mode and the executors run in the workers' JVMs. The rows are read back
-with pylance, and each worker's work directory must show an executor of both applications. The
-cluster is torn down whatever happens: every process group is killed, so no JVM outlives the test.
+with pylance, and each worker's work directory must show an executor of both applications.
+These are also the suite's runs of both DAGs' Spark paths (tests/airflow/test_dag_runs.py has
+none): the ingest is staged, then committed by its own task, emits its asset events and triggers
+``lance_ingest_downstream``; the compaction runs a dry run first, then the Spark route, and leaves
+no hand-off file. (``local[2]`` submits still run in tests/airflow/test_upsert.py and
+test_error_classification.py.) The cluster is torn down whatever happens: every process group is
+killed, so no JVM outlives the test.
 """
 from __future__ import annotations
 
@@ -138,6 +143,16 @@ def _table(lo: int, hi: int) -> pa.Table:
     return pa.table({"id": pa.array(range(lo, hi), pa.int64()), "name": [f"n{i}" for i in range(lo, hi)]})
 
 
+def _asset_events(uri: str) -> list[dict]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (session.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                .filter(AssetModel.uri.in_([uri, uri + "/"])).order_by(AssetEvent.id).all())
+        return [dict(r.extra or {}) for r in rows]
+
+
 def test_dags_run_on_a_standalone_cluster(airflow_runner, tmp_path, monkeypatch):
     import lance
 
@@ -162,10 +177,31 @@ def test_dags_run_on_a_standalone_cluster(airflow_runner, tmp_path, monkeypatch)
 
         ingest = airflow_runner.run("lance_ingest", {"dataset_uri": uri, "source_path": str(src), "partitions": 2})
         ingest.assert_success(skipped=("ingest.upsert",))
-        assert ingest.xcoms["ingest.spark_stage"]["summary"]["rows"] == 2000
-        assert ingest.xcoms["ingest.commit"]["version"] == 1
+        summary = ingest.xcoms["ingest.spark_stage"]["summary"]
+        assert summary["rows"] == 2000 and summary["committed"] is False  # stage only: the commit is its own task
+        commit = ingest.xcoms["ingest.commit"]
+        assert commit["version"] == 1 and commit["metrics"]["num_rows"] == 2000
         assert sorted(lance.dataset(uri).to_table(columns=["id"])["id"].to_pylist()) == list(range(2000))
+        ds = lance_ops.dataset(uri)
+        assert ds.count_rows() == 2000 and len(ds.get_fragments()) == 2
         assert len(lance.dataset(uri).get_fragments()) == 2
+
+        ingest_events = _asset_events("lance://ingest")
+        assert ingest_events and ingest_events[-1]["uri"] == uri and ingest_events[-1]["version"] == 1
+        assert ingest_events[-1]["operation"] in ("overwrite", "create", "append")
+        dataset_events = _asset_events("file://" + uri)
+        assert dataset_events and dataset_events[-1]["version"] == 1
+
+        down = airflow_runner.run("lance_ingest_downstream", {})
+        down.assert_success()
+        assert down.xcoms["check_version"] == {"uri": uri, "version": 1, "latest_version": 1, "rows": 2000,
+                                               "fragments": 2, "ingested_rows": 2000}
+
+        dry = airflow_runner.run("lance_compaction", {"dataset_uri": uri, "target_rows": 2000, "dry_run": True})
+        dry.assert_success(skipped=("compaction.spark_rewrite",))
+        assert dry.xcoms["compaction.commit"]["route"] == "dry_run"
+        assert dry.xcoms["compaction.commit"]["metrics"]["fragments_removed"] == 2
+        assert lance_ops.dataset(uri).version == 1
 
         compact = airflow_runner.run("lance_compaction", {"dataset_uri": uri, "target_rows": 2000,
                                                           "spark_threshold_rows": 0})
@@ -173,6 +209,7 @@ def test_dags_run_on_a_standalone_cluster(airflow_runner, tmp_path, monkeypatch)
         assert compact.xcoms["compaction.plan"]["route"] == "spark"
         commit = compact.xcoms["compaction.commit"]
         assert commit["route"] == "spark" and commit["version"] == 2 and commit["changed"]
+        assert not list(Path(uri, "_staging").glob("*.plan.json"))  # the hand-off file is gone
 
         # both applications ran on the cluster, with an executor on each worker
         apps = _master_state(webui)["completedapps"]

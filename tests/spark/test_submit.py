@@ -1,10 +1,12 @@
 """Real ``spark-submit --master local[2,2]`` runs of the jobs (each costs one JVM start, ~10 s).
 
-Three job runs plus one ``--help`` (which exits before any SparkContext exists): ingest 1M rows
-into a new dataset; append 1M rows to a pylance-made dataset while every first task attempt
-fails; and compaction from a plan file. The job that fails and must leave the dataset untouched
-(an overwrite whose input is missing) is checked with the one spark-submit run of
-``tests/spark/test_error_lines.py::test_missing_input_path_is_one_line_and_not_retryable``.
+Three job runs: ingest 1M rows into a new dataset (the one large case: the job at scale, with
+Spark's own file splits); append 100k rows in two Parquet files (two tasks) to a pylance-made
+dataset while every first task attempt fails; and compaction from a plan file. The job that fails
+and must leave the dataset untouched (an overwrite whose input is missing) is checked with the one
+spark-submit run of ``tests/spark/test_error_lines.py::test_missing_input_path_is_one_line_and_not_retryable``.
+``--help`` of the job file, which exits before any SparkContext exists, runs without a JVM
+(tests/spark/test_staged_commit.py::test_job_file_help_as_spark_submit_runs_it).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import shutil
 
 import lance
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import lance_ops
@@ -29,12 +32,6 @@ def check(proc):
     return summary_of(proc)
 
 
-def test_spark_submit_help():
-    proc = spark_submit("ingest.py", ["--help"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "--stage-only" in proc.stdout and "--idempotency-key" in proc.stdout and "--partitions" in proc.stdout
-
-
 def test_ingest_1m_rows_into_a_new_dataset(tmp_path, parquet_inputs):
     path, table = parquet_inputs["a"]
     uri = str(tmp_path / "new.lance")
@@ -49,22 +46,25 @@ def test_ingest_1m_rows_into_a_new_dataset(tmp_path, parquet_inputs):
     assert len(ds.get_fragments()) == summary["fragments"]
 
 
-def test_ingest_1m_rows_into_an_existing_dataset(tmp_path, parquet_inputs):
-    path_a, table_a = parquet_inputs["a"]
-    path_b, table_b = parquet_inputs["b"]
+def test_ingest_into_an_existing_dataset_with_failed_first_attempts(tmp_path):
+    table_a, table_b = make_rows(0, 100_000), make_rows(100_000, 200_000)
+    source = tmp_path / "raw"  # two files: Spark gives each its own task
+    source.mkdir()
+    for i in range(2):
+        pq.write_table(table_b.slice(i * 50_000, 50_000), source / f"part-{i}.parquet", row_group_size=25_000)
     uri = str(tmp_path / "existing.lance")
     lance.write_dataset(table_a, uri, data_storage_version="2.0")  # made by pylance
     summary = check(spark_submit(
-        "ingest.py", ["--path", path_b, "--uri", uri, "--mode", "append", "--max-rows-per-file", "400000"],
+        "ingest.py", ["--path", str(source), "--uri", uri, "--mode", "append", "--max-rows-per-file", "20000"],
         conf=FAIL_FIRST_ATTEMPT_CONF,  # every task's first attempt fails after writing its files
     ))
-    assert summary["version"] == 2 and summary["rows"] == 1_000_000
+    assert summary["version"] == 2 and summary["rows"] == 100_000
     assert summary["retried_tasks"] == summary["tasks"] >= 2
     ds = lance.dataset(uri)
-    assert ds.version == 2 and ds.count_rows() == 2_000_000
+    assert ds.version == 2 and ds.count_rows() == 200_000
     assert ds.to_table().sort_by("id").equals(pa.concat_tables([table_a, table_b]))
-    assert [f.count_rows() for f in ds.get_fragments()][0] == 1_000_000  # pylance's fragment, untouched
-    assert all(f.count_rows() <= 400_000 for f in ds.get_fragments()[1:])
+    assert [f.count_rows() for f in ds.get_fragments()][0] == 100_000  # pylance's fragment, untouched
+    assert all(f.count_rows() <= 20_000 for f in ds.get_fragments()[1:])
     assert len(data_files(uri) - referenced_files(uri)) >= summary["tasks"]  # failed attempts: orphans only
 
 

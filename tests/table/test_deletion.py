@@ -245,3 +245,34 @@ def test_delete_over_unknown_counts_keeps_the_rows_the_files_delete(unknown_coun
     assert lance.dataset(uri).to_table(columns=["id"])["id"].to_pylist() == ids[~gone].tolist()
     assert [f.metadata.deletion_file.num_deleted_rows for f in lance.dataset(uri).get_fragments()] == \
         [int(gone[:6000].sum()), int(gone[6000:].sum())]
+
+
+def test_arrow_decode_by_learned_layout():
+    """Files laid out like one the IPC reader decoded skip it (ADR 0037): same offsets as the
+    IPC reader, and any change outside the values bytes goes back to it (and its errors)."""
+    def ipc_bytes(values, typ=pa.uint32()):
+        sink = pa.BufferOutputStream()
+        schema = pa.schema([pa.field("row_id", typ, nullable=False)])
+        with ipc.new_file(sink, schema) as w:
+            w.write_batch(pa.record_batch([pa.array(values, typ)], schema=schema))
+        return sink.getvalue().to_pybytes()
+
+    dl._LAYOUTS.clear()
+    first = ipc_bytes([9, 3, 7])
+    assert dl.decode_arrow_deletions(first).tolist() == [3, 7, 9]  # IPC reader, layout learned
+    assert dl._by_layout(first) is not None
+    for values in ([5, 1, 2], [0, 4000000000, 17], [8, 8, 1]):
+        data = ipc_bytes(values)
+        assert dl._by_layout(data) is not None
+        assert dl.decode_arrow_deletions(data).tolist() == sorted(set(values))
+    # one byte changed outside the values: not the learned layout, so the IPC reader decides
+    damaged = bytearray(first)
+    damaged[-12] ^= 0xFF
+    assert dl._by_layout(bytes(damaged)) is None
+    with pytest.raises(CorruptFileError):
+        dl.decode_arrow_deletions(bytes(damaged), "x.arrow")
+    # int32 layouts keep their type checks: negative offsets are refused either way
+    assert dl.decode_arrow_deletions(ipc_bytes([1, 2], pa.int32())).tolist() == [1, 2]
+    with pytest.raises(CorruptFileError, match="negative"):
+        dl.decode_arrow_deletions(ipc_bytes([-1, 2], pa.int32()), "x.arrow")
+    dl._LAYOUTS.clear()

@@ -213,6 +213,21 @@ def test_corrupt_protobuf_and_sections():
         mf.decode_manifest(data, "p.manifest")
 
 
+def test_inline_transaction_is_decoded_on_first_use():
+    """Open reads the manifest only; a damaged inline transaction is still named when it is used."""
+    m = table_pb2.Manifest(version=1)
+    txn = transaction_pb2.Transaction(read_version=0, uuid="u" * 36)
+    data = mf.encode_manifest(m, txn)
+    got = mf.decode_manifest(data, "/ds/_versions/1.manifest")
+    assert got._transaction_blob is not None and got.transaction == txn and got._transaction_blob is None
+    pos = got.manifest.transaction_section + 4  # after the section's length prefix
+    bad = data[:pos] + b"\x0f" + data[pos + 1:]  # the first tag gets wire type 7: no longer decodes
+    damaged = mf.decode_manifest(bad, "/ds/_versions/1.manifest")
+    assert damaged.manifest == got.manifest
+    with pytest.raises(CorruptFileError, match="/ds/_versions/1.manifest.*Transaction protobuf does not decode"):
+        damaged.transaction  # noqa: B018
+
+
 # --- transaction files -----------------------------------------------------------------------
 def test_transaction_file_roundtrip(tmp_path):
     store, base = local_store(tmp_path)

@@ -500,6 +500,31 @@ class LanceFileReader(V2ReaderBase):
 
         return self._guard(work)
 
+    def whole_pages(self, name: str) -> Optional[tuple[pa.DataType, list[tuple[EncodingInfo, int, dict]]]]:
+        """Top-level column ``name`` as stored when it is a plain leaf (None otherwise): its type and,
+        per non-empty page, (encoding info, rows, buffer key -> bytes), every buffer fetched in one
+        round (what :mod:`lance_ops.format.v2_0.batch` decodes for many files at once)."""
+        node = self._top_node(name)
+        if type(node) is not LeafNode:
+            return None
+
+        def work() -> tuple[pa.DataType, list[tuple[EncodingInfo, int, dict]]]:
+            self._check_top(node)
+            col = self._column(node.column)
+            requests: list[tuple[int, int]] = []
+            pages = []
+            for page in col.pages:
+                if page.length > 0:
+                    info = col.infos[page.index]
+                    ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
+                    pages.append((info, page.length, len(requests)))
+                    requests.extend(self._buffer_location(col, page, key, ctx) for key in info.buffers)
+            data = self._fetch(requests)
+            return node.dtype, [(info, n, dict(zip(info.buffers, data[first:first + len(info.buffers)])))
+                                for info, n, first in pages]
+
+        return self._guard(work)
+
     def _read_whole_leaves(self, nodes: Sequence[LeafNode]) -> list[list[pa.Array]]:
         """Every page of single-column fields, in one I/O round.
 

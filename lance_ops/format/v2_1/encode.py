@@ -40,6 +40,7 @@ from lance_ops.errors import UnsupportedError, UnsupportedTypeError
 from lance_ops.format.container import PAGE_LAYOUT_URL
 from lance_ops.format.v2_0.leaf_encoder import EncodedPage, PageQueue, compact
 from lance_ops.format.v2_1 import blob
+from lance_ops.format.v2_1 import leaf_values as lv
 from lance_ops.format.v2_1.compression import bitpack as bp
 from lance_ops.format.v2_1.compression import bss as bss_mod
 from lance_ops.format.v2_1.compression import values as ev
@@ -143,58 +144,13 @@ def params_of(field: pa.Field) -> Params:
 # --------------------------------------------------------------------------------------------
 # leaf values as numpy
 # --------------------------------------------------------------------------------------------
-def _fixed_bits(t: pa.DataType) -> Optional[int]:
-    if pa.types.is_boolean(t):
-        return 1
-    if pa.types.is_fixed_size_binary(t) or pa.types.is_decimal(t):
-        return t.byte_width * 8
-    try:
-        bw = t.bit_width
-    except ValueError:
-        return None
-    return bw if bw and bw % 8 == 0 else None
-
-
-def _fixed_bytes(arr: pa.Array, bits: int) -> np.ndarray:
-    """The value buffer of a fixed-width array slice (bits LSB-first for booleans)."""
-    n = len(arr)
-    buf = arr.buffers()[1]
-    if bits == 1:
-        if buf is None or n == 0:
-            return np.zeros((n + 7) // 8, np.uint8)
-        raw = np.frombuffer(buf, dtype=np.uint8)
-        off = arr.offset
-        if off % 8 == 0:
-            out = raw[off // 8: off // 8 + (n + 7) // 8].copy()
-        else:
-            bits_ = np.unpackbits(raw, bitorder="little")[off:off + n]
-            out = np.packbits(bits_, bitorder="little")
-        if n % 8:
-            out[-1] &= (1 << (n % 8)) - 1
-        return out
-    w = bits // 8
-    if buf is None or n == 0:
-        return np.zeros(n * w, np.uint8)
-    return np.frombuffer(buf, dtype=np.uint8, count=n * w, offset=arr.offset * w)
-
-
-def _var_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, int]:
-    """(int64 offsets (n+1, not rebased), data bytes, offset bits) of a binary/string slice."""
-    large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
-    n = len(arr)
-    bufs = arr.buffers()
-    odt = np.int64 if large else np.int32
-    if bufs[1] is None:
-        offs = np.zeros(n + 1, np.int64)
-    else:
-        offs = np.frombuffer(bufs[1], dtype=odt, count=n + 1, offset=arr.offset * np.dtype(odt).itemsize).astype(np.int64)
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None and len(bufs) > 2 else np.zeros(0, np.uint8)
-    return offs, data, 64 if large else 32
-
-
-def _is_var(t: pa.DataType) -> bool:
-    return (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t)
-            or pa.types.is_large_binary(t))
+_fixed_bits = lv.fixed_bits
+_fixed_bytes = lv.fixed_bytes
+_var_parts = lv.var_parts
+_is_var = lv.is_var
+_distinct_lower_bound = lv.distinct_lower_bound
+_differs_early = lv.differs_early
+_constant_value = lv.constant_value
 
 
 def _validity_np(arr: pa.Array) -> Optional[np.ndarray]:
@@ -297,7 +253,7 @@ def _dict_var(offs: np.ndarray, data: np.ndarray, obits: int, params: Params) ->
     need = max(0, int((params.dict_size_ratio * data_size - n * (obits // 8)) / per) + 2) if per else n
     need += need // 64 + 16  # room for a few repeats in the prefix (a lower bound either way)
     if need < n:
-        if too_many(len(pc.unique(_var_array(offs[:need + 1], data)))):
+        if too_many(_distinct_lower_bound(offs[:need + 1], data)):
             return None
     # the dictionary's length is the distinct count: one hash pass decides and encodes
     enc = pc.dictionary_encode(_var_array(offs, data))  # dictionary in first-seen order, as upstream
@@ -410,49 +366,6 @@ def _max_len(values: pa.Array) -> int:
     return (scalar_bits or 8) // 8
 
 
-def _constant_value(values: pa.Array, valid: Optional[np.ndarray]) -> Optional[tuple[Optional[bytes], Optional[bytes]]]:
-    """(inline bytes, value buffer) if every valid value is the same (2.2 constant layout)."""
-    t = values.type
-    n = len(values)
-    if n == 0:
-        return None
-    idx = np.flatnonzero(valid) if valid is not None else None
-    if idx is not None and len(idx) == 0:
-        return None
-    if pa.types.is_boolean(t):
-        flags = np.unpackbits(_fixed_bytes(values, 1), count=n, bitorder="little")
-        sel = flags if idx is None else flags[idx]
-        if sel.min() != sel.max():
-            return None
-        return bytes([int(sel[0])]), None
-    bits = _fixed_bits(t)
-    if bits is not None and not pa.types.is_fixed_size_list(t) and not pa.types.is_dictionary(t):
-        w = bits // 8
-        m = _fixed_bytes(values, bits).reshape(n, w)
-        sel = m if idx is None else m[idx]
-        if not (sel[:64] == sel[0]).all() or not (sel == sel[0]).all():  # a prefix rejects most columns cheaply
-            return None
-        return sel[0].tobytes(), None
-    if _is_var(t):
-        offs, data, obits = _var_parts(values)
-        lens = np.diff(offs)
-        sel_i = np.arange(n) if idx is None else idx
-        l0 = int(lens[sel_i[0]])
-        if not (lens[sel_i[:64]] == l0).all() or not (lens[sel_i] == l0).all():
-            return None
-        starts = offs[:-1][sel_i]
-        if l0:
-            vm = data[starts[:, None] + np.arange(l0)[None, :]] if len(sel_i) * l0 <= 64 * 1024 * 1024 else None
-            if vm is None or not (vm == vm[0]).all():
-                return None
-            v = vm[0].tobytes()
-        else:
-            v = b""
-        odt = "<i8" if obits == 64 else "<i4"
-        return None, lay.scalar_value_buffer([np.array([0, len(v)], dtype=odt).tobytes(), v])
-    return None
-
-
 def encode_leaf(sd: sh.Shredded, params: Params, version: str) -> LeafPage:
     """Encode one page of a leaf column: all-null, constant (2.2), dictionary, mini-block or full-zip, chosen as
     pylance does from the values and ``params``."""
@@ -472,7 +385,8 @@ def encode_leaf(sd: sh.Shredded, params: Params, version: str) -> LeafPage:
             out = lay.all_null_page(layers, sd.rep, sd.defs, simple=False, version=version)
         return LeafPage(out.layout, out.buffers, rows)
     # ---- constant (2.2)
-    if large and not pa.types.is_dictionary(t) and not pa.types.is_struct(t) and params.structural is None:
+    if large and not pa.types.is_dictionary(t) and not pa.types.is_struct(t) and params.structural is None \
+            and not _differs_early(sd):
         if sd.defs is not None:
             vis_defs = sd.defs if sd.max_visible_def is None else sd.defs[sd.defs <= sd.max_visible_def]
             full_valid = vis_defs == 0

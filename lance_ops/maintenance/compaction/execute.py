@@ -1,9 +1,9 @@
 """Compaction execution: rewrite a task's fragments into new data files (committed by ``commit``).
 
-Execution streams: the task's fragments are read in consecutive groups of about 128k rows /
-32 MiB (:mod:`.source`: every column, live rows; the next group is read in a background thread
+Execution streams: the task's fragments are read in consecutive groups of about 32k rows /
+8 MiB (:mod:`.source`: every column, live rows; the next groups are read in a background thread
 while the current one is written), and the rows are cut into new fragments of exactly the sizes
-the plan fixed; memory is bounded by two groups plus one group's copy and the file writer's
+the plan fixed; memory is bounded by a few groups plus one group's copy and the file writer's
 buffers, never by the task. New fragments
 carry id 0 and are written with the dataset's own storage version (a version lance_ops cannot
 write is refused before anything is written). The dataset is opened at the task's read

@@ -403,15 +403,16 @@ def _split_run(items: list[tuple[table_pb2.DataFragment, int]], target: int) -> 
     return chunks
 
 
-def _copies(frags: Sequence[table_pb2.DataFragment]) -> list[table_pb2.DataFragment]:
-    """Independent copies of ``frags`` (made in one bulk copy: the holder stays alive with them)."""
+def _fragment_copies(ds: Any) -> list[table_pb2.DataFragment]:
+    """Independent copies of the fragments of ``ds`` (tasks outlive changes to ``ds``), in manifest
+    order; made in one bulk copy of the manifest, which stays alive with them."""
     holder = table_pb2.Manifest()
-    holder.fragments.extend(frags)
+    holder.CopyFrom(ds.manifest)
     return list(holder.fragments)
 
 
 def _task(ds: Any, frags_rows: Any, options: CompactionOptions, kind: str, output_rows: list[int]) -> CompactionTask:
-    frags = _copies([frag for frag, _ in frags_rows])
+    frags = [frag for frag, _ in frags_rows]  # copies already (_fragment_copies)
     m = ds.manifest
     return CompactionTask(
         read_version=ds.version,
@@ -439,10 +440,13 @@ def _fragment_stats(ds: Any) -> Iterable[tuple[table_pb2.DataFragment, int, int]
     return zip(frags, physical.tolist(), deleted.tolist())
 
 
-def _fragment_arrays(ds: Any) -> tuple[list[table_pb2.DataFragment], np.ndarray, np.ndarray]:
-    """The fragments of ``ds`` with their physical and deleted rows (int64 arrays), from the
-    manifest alone: only a deletion file that records no count (very old writers) is read."""
-    frags = list(ds.manifest.fragments)
+def _fragment_arrays(ds: Any, frags: list[table_pb2.DataFragment] | None = None,
+                     ) -> tuple[list[table_pb2.DataFragment], np.ndarray, np.ndarray]:
+    """The fragments of ``ds`` (copies, or ``frags`` if given) with their physical and deleted rows
+    (int64 arrays), from the manifest alone: only a deletion file that records no count (very old
+    writers) is read."""
+    if frags is None:
+        frags = _fragment_copies(ds)
     physical = np.fromiter((f.physical_rows for f in frags), dtype=np.int64, count=len(frags))
     deleted = np.fromiter((f.deletion_file.num_deleted_rows for f in frags), dtype=np.int64, count=len(frags))
     for i in np.flatnonzero(deleted == 0).tolist():  # (an absent deletion file reads as a count of 0)
@@ -492,12 +496,15 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explai
     elif kwargs:
         raise TypeError("pass either options or keyword arguments, not both")
     coverage = IndexCoverage.of(ds)
-    versions.refuse_mixed(ds.manifest)
+    frags = _fragment_copies(ds)
+    files = versions.data_files(frags)
+    versions.refuse_mixed(ds.manifest, files)
+    other_bases = any(df.HasField("base_id") for df in files)  # else no chunk needs the check below
     target = options.target_rows_per_fragment
     runs: list[tuple[tuple[str, ...], list[tuple[table_pb2.DataFragment, int, bool]]]] = []
     current: list[tuple[table_pb2.DataFragment, int, bool]] | None = None
     current_key: tuple[str, ...] = ()
-    frags, physical_rows, deleted_rows = _fragment_arrays(ds)
+    frags, physical_rows, deleted_rows = _fragment_arrays(ds, frags)
     selves = (_exceeding(deleted_rows, physical_rows, options.materialize_deletions_threshold)
               if options.materialize_deletions else np.zeros(len(frags), dtype=bool))
     candidates = selves | (physical_rows < target)
@@ -545,7 +552,8 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explai
                 stop = True
                 continue
             used += len(chunk)
-            _refuse_other_bases([frag for frag, _ in chunk], ds.uri)
+            if other_bases:
+                _refuse_other_bases([frag for frag, _ in chunk], ds.uri)
             task = _task(ds, chunk, options, COMPACT, sizes)
             tasks.append(_with_remap(task, segments) if key else task)
     plan = CompactionPlan(ds.version, tasks, options, held)

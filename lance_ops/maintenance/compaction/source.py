@@ -16,7 +16,7 @@ Compaction copies whole fragments, so it reads them differently from a scan (ADR
 A deletion file is always applied when the manifest names one, also when it records no count
 (very old writers): its rows are never resurrected. Each fragment's live rows must equal what
 the plan counted, else LanceOpsError (the deletion file or metadata is inconsistent).
-Memory: two groups (the one being written and the one being read) plus one group's copy.
+Memory: ``PREFETCH + 1`` groups (the one being written and those read ahead) plus one group's copy.
 """
 from __future__ import annotations
 
@@ -38,9 +38,14 @@ from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.manifest import naming
 from lance_ops.table.paths import dataset_where
 
-#: consecutive source fragments are gathered until a group holds this many rows or bytes
-GROUP_ROWS = 128 * 1024
-GROUP_BYTES = 32 << 20
+#: consecutive source fragments are gathered until a group holds this many rows or bytes: small
+#: enough that the writer's encoding of one group overlaps the reading of the next ones and that
+#: the last group's encoding (not overlapped) is short, large enough to read many small files
+#: together (ADR 0039)
+GROUP_ROWS = 32 * 1024
+GROUP_BYTES = 8 << 20
+#: groups read ahead of the one being written (a bounded queue: memory is a few groups)
+PREFETCH = 2
 #: data files opened / read side by side (file reads, numpy and Arrow release the GIL)
 _WORKERS = max(2, min(4, os.cpu_count() or 1))
 #: on a remote store only files up to this size are decoded together (their bytes came with the
@@ -98,7 +103,7 @@ class _Source:
 
     def batch_key(self, remote: bool) -> Any:
         """Equal keys of consecutive sources: decoded together (None: read on its own)."""
-        if self.reader is None or getattr(type(self.reader), "read_all_of", None) is None:
+        if self.reader is None or _read_together(type(self.reader)) is None:
             return None
         if remote and sum(df.file_size_bytes or _BATCH_FILE_BYTES + 1 for df in self.proto.files) > _BATCH_FILE_BYTES:
             return None
@@ -162,7 +167,9 @@ class TaskReader:
     def _read_batch(self, sources: Sequence[_Source]) -> pa.Table:
         """Consecutive fragments with one file layout, decoded together; their live rows."""
         readers = [s.reader for s in sources]
-        table = self._conform(type(readers[0]).read_all_of(readers, list(sources[0].names)), sources[0].names)
+        read_all_of = _read_together(type(readers[0]))
+        assert read_all_of is not None  # (batch_key groups only such readers)
+        table = self._conform(read_all_of(readers, list(sources[0].names)), sources[0].names)
         self._check_physical(table, sources)
         if all(s.mask is None for s in sources):
             return table
@@ -225,7 +232,7 @@ class TaskReader:
         self._stats["bytes_read"] += sum(source_file_size(self._view, df) for proto, _ in group for df in proto.files)
         return _one_table(tables)
 
-    def tables(self, prefetch: int = 1) -> Iterator[pa.Table]:
+    def tables(self, prefetch: int = PREFETCH) -> Iterator[pa.Table]:
         """The live rows, one table per group, in order. The next ``prefetch`` groups are read in a
         background thread while the current one is consumed (``prefetch=0``: no thread)."""
         with ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="lance-ops-compact-io") as pool:
@@ -236,6 +243,22 @@ class TaskReader:
                 return
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lance-ops-compact-read") as reader:
                 yield from _prefetched(jobs, lambda g: reader.submit(self._load, g, pool), self._account, prefetch)
+
+
+def _read_together(reader_type: type) -> Callable[[Sequence[Any], list[str]], pa.Table] | None:
+    """The function decoding many files of ``reader_type`` (one layout) at once, or None: the
+    2.1+ reader's ``read_all_of``; for 2.0 files the read side's ``v2_0.batch.read_all_of``
+    (helper scan's branch, ADR 0037), used once that module is there."""
+    together = getattr(reader_type, "read_all_of", None)
+    if together is not None:
+        return together
+    if reader_type.__module__ == "lance_ops.format.v2_0.reader":
+        try:
+            from lance_ops.format.v2_0 import batch  # type: ignore[attr-defined,unused-ignore]
+        except ImportError:
+            return None
+        return batch.read_all_of  # type: ignore[no-any-return,unused-ignore]
+    return None
 
 
 def _prefetched(jobs: Iterator[Any], submit: Callable[[Any], Future], finish: Callable[[Any, Any], pa.Table],

@@ -50,7 +50,7 @@ from lance_ops.errors import (
     StorageError,
 )
 from lance_ops.format.version import FileVersion
-from lance_ops.table import deletion
+from lance_ops.table import deletion, versions
 from lance_ops.table.commit import conflicts
 from lance_ops.table.manifest import feature_flags
 from lance_ops.table.manifest import naming
@@ -93,7 +93,8 @@ class CommitOptions:
 
     max_retries: int = DEFAULT_MAX_RETRIES
     enable_v2_manifest_paths: bool = True
-    data_storage_version: str = "2.0"
+    #: storage version a new dataset (or an overwrite) records; the dataset's own for other operations
+    data_storage_version: str = versions.DEFAULT
     enable_stable_row_ids: bool = False
     #: base of the exponential backoff between attempts, seconds
     backoff_base: float = 0.02

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from lance_ops._proto import table_pb2
 from lance_ops.errors import AlreadyExistsError, LanceOpsError, ObjectNotFoundError, StagedResultError
+from lance_ops.table import versions
 from lance_ops.table.manifest import naming
 from lance_ops.table.paths import resolve_inside
 
@@ -83,7 +84,8 @@ class StagedResult:
     #: lance field protos (b64 of lance.file.Field) for "overwrite" / new datasets
     schema_fields: list[str] = field(default_factory=list)
     schema_metadata: dict[str, str] = field(default_factory=dict)
-    data_storage_version: str = "2.0"
+    #: the version the fragments were written in (write_fragments' default unless given)
+    data_storage_version: str = versions.DEFAULT
     metrics: dict[str, Any] = field(default_factory=dict)
     #: for "create_index": {"new": [b64 IndexMetadata], "removed": [...], "upkeep": [...]}
     indices: dict[str, Any] = field(default_factory=dict)
@@ -128,7 +130,7 @@ class StagedResult:
                 rewrite_groups=list(raw.get("rewrite_groups", [])),
                 schema_fields=list(raw.get("schema_fields", [])),
                 schema_metadata=dict(raw.get("schema_metadata", {})),
-                data_storage_version=raw.get("data_storage_version", "2.0"),
+                data_storage_version=raw.get("data_storage_version", "2.0"),  # (lance-ops always writes it)
                 metrics=dict(raw.get("metrics", {})),
                 indices=dict(raw.get("indices", {})),
                 committed_version=(int(raw["committed_version"]) if raw.get("committed_version") is not None

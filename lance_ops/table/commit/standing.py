@@ -134,7 +134,7 @@ def standing(store: ObjectStore, base: str, version: int, ours: table_pb2.Manife
     why. Raises StorageError if ``_versions/`` cannot be listed."""
     entries: list[naming.ManifestLocation] = []
     for _ in range(_LISTINGS):
-        entries = naming.list_versions(store, base)
+        entries = naming.list_versions_from(store, base, version)
         if any(e.version == version for e in entries):
             break
     mine = [e for e in entries if e.version == version]

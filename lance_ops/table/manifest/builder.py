@@ -26,8 +26,14 @@ def _next_fragment_id(manifest: table_pb2.Manifest | None) -> int:
     if manifest is None:
         return 0
     high = manifest.max_fragment_id if manifest.HasField("max_fragment_id") else -1
-    ids = [f.id for f in manifest.fragments]
-    return max([high, *ids]) + 1 if (ids or high >= 0) else 0
+    ids = _fragment_ids(manifest)
+    return max(high, int(ids.max())) + 1 if ids.size else (high + 1 if high >= 0 else 0)
+
+
+def _fragment_ids(manifest: table_pb2.Manifest) -> np.ndarray:
+    """The fragment ids of ``manifest`` in order (uint64, as stored; one pass: thousands of fragments are common)."""
+    frags = manifest.fragments
+    return np.fromiter((f.id for f in frags), dtype=np.uint64, count=len(frags))
 
 
 def _assign_row_ids(fragment: table_pb2.DataFragment, next_row_id: int, version: int) -> int:
@@ -184,7 +190,7 @@ def build_manifest(
     *,
     version: int,
     transaction_file: str,
-    data_storage_version: str = "2.0",
+    data_storage_version: str = versions.DEFAULT,
     enable_stable_row_ids: bool = False,
     restored: table_pb2.Manifest | None = None,
 ) -> table_pb2.Manifest:
@@ -292,12 +298,13 @@ def build_manifest(
     # pylance keeps fragments ordered by id in every manifest it builds (its row-id lookups rely on
     # it: with a rewrite placed "in place" it misses rows of fragments listed out of order), and so
     # do we; this also repairs manifests older lance-ops compactions left out of order.
-    if any(a.id > b.id for a, b in zip(out.fragments, out.fragments[1:])):
+    ids = _fragment_ids(out)
+    if ids.size > 1 and bool((ids[1:] < ids[:-1]).any()):
         ordered = sorted(out.fragments, key=lambda f: f.id)
         del out.fragments[:]
         out.fragments.extend(ordered)
     if out.fragments or out.HasField("max_fragment_id") or next_id > 0:
-        high = max([next_id - 1, *(f.id for f in out.fragments)])
+        high = max(next_id - 1, int(ids.max()) if ids.size else -1)
         if high >= 0:
             out.max_fragment_id = high
     out.ClearField("index_section")

@@ -33,7 +33,7 @@ an empty ``dictionary`` message and the manifest file holds no values.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field as dc_field
+import threading
 from typing import TYPE_CHECKING, Mapping, TypeVar
 
 import numpy as np
@@ -60,24 +60,65 @@ _FOOTER = struct.Struct("<qhh4s")
 _U32 = struct.Struct("<I")
 
 
-@dataclass
 class ManifestFile:
-    """A decoded manifest file."""
+    """A decoded manifest file.
 
-    manifest: table_pb2.Manifest
-    transaction: transaction_pb2.Transaction | None = None
-    index_section: table_pb2.IndexSection | None = None
-    #: where it was read from ("" when decoded from memory)
-    path: str = ""
-    #: total file size in bytes
-    size: int = 0
-    #: legacy (v0.1) datasets: field id -> dictionary values stored in the file (as pylance reads them)
-    dictionaries: dict[int, pa.Array] = dc_field(default_factory=dict)
+    The inline transaction is decoded when first asked for (``transaction``), not on open: a
+    version's transaction is only needed by commits catching up and by history, and it is often
+    as large as the manifest (a delete lists every fragment it touched). Its bounds are checked
+    when the file is decoded; a protobuf that does not decode raises CorruptFileError naming the
+    file at first access.
+    """
+
+    def __init__(self, manifest: table_pb2.Manifest, transaction: transaction_pb2.Transaction | None = None,
+                 index_section: table_pb2.IndexSection | None = None, path: str = "", size: int = 0,
+                 dictionaries: dict[int, pa.Array] | None = None, *, transaction_blob: bytes | None = None) -> None:
+        self.manifest = manifest
+        self.index_section = index_section
+        #: where it was read from ("" when decoded from memory)
+        self.path = path
+        #: total file size in bytes
+        self.size = size
+        #: legacy (v0.1) datasets: field id -> dictionary values stored in the file (as pylance reads them)
+        self.dictionaries: dict[int, pa.Array] = dictionaries if dictionaries is not None else {}
+        self._transaction = transaction
+        self._transaction_blob = transaction_blob if transaction is None else None
+        self._lock = threading.Lock()
+
+    @property
+    def transaction(self) -> transaction_pb2.Transaction | None:
+        """The inline transaction (decoded on first access), None if the file holds none."""
+        if self._transaction_blob is not None:
+            with self._lock:
+                blob = self._transaction_blob
+                if blob is not None:
+                    self._transaction = _parse(transaction_pb2.Transaction(), blob, self.path or "<manifest>",
+                                               "Transaction", keep_unknown=True)
+                    self._transaction_blob = None
+        return self._transaction
+
+    @transaction.setter
+    def transaction(self, value: transaction_pb2.Transaction | None) -> None:
+        with self._lock:
+            self._transaction, self._transaction_blob = value, None
 
     @property
     def version(self) -> int:
         """The table version this manifest describes (``manifest.version``)."""
         return self.manifest.version
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ManifestFile):
+            return NotImplemented
+        return (self.manifest, self.transaction, self.index_section, self.path, self.size) == (
+            other.manifest, other.transaction, other.index_section, other.path, other.size) and \
+            self.dictionaries.keys() == other.dictionaries.keys() and all(
+                self.dictionaries[k].equals(other.dictionaries[k]) for k in self.dictionaries)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ManifestFile(path={self.path!r}, version={self.version}, size={self.size})"
 
 
 # --- serialisation matching upstream (prost): lance_ops.format.proto_wire --------------------------
@@ -378,7 +419,7 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
         blob = _read_section(data, manifest.index_section, manifest_pos, path, "index section")
         index_section = _parse(table_pb2.IndexSection(), blob, path, "IndexSection", keep_unknown=True)
 
-    transaction = None
+    transaction_blob = None
     if manifest.HasField("transaction_section"):
         txn_pos = manifest.transaction_section
     elif manifest.HasField("transaction_section_v1"):
@@ -386,11 +427,10 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
     else:
         txn_pos = None
     if txn_pos is not None:
-        blob = _read_section(data, txn_pos, manifest_pos, path, "inline transaction")
-        transaction = _parse(transaction_pb2.Transaction(), blob, path, "Transaction", keep_unknown=True)
+        transaction_blob = _read_section(data, txn_pos, manifest_pos, path, "inline transaction")
 
     dictionaries = decode_dictionaries(manifest, data, manifest_pos, path) if dictionary_fields(manifest) else {}
-    return ManifestFile(manifest, transaction, index_section, path, size, dictionaries)
+    return ManifestFile(manifest, None, index_section, path, size, dictionaries, transaction_blob=transaction_blob)
 
 
 def check_fragments(mf: ManifestFile, where: str, stable_row_ids: bool) -> None:

@@ -124,7 +124,10 @@ def parse_manifest_name(name: str) -> tuple[int, NamingScheme] | None:
 
 
 def _scheme_of(entries: Iterable[ManifestLocation], where: str) -> NamingScheme | None:
-    schemes = {e.scheme for e in entries}
+    return _one_scheme({e.scheme for e in entries}, where)
+
+
+def _one_scheme(schemes: set[NamingScheme], where: str) -> NamingScheme | None:
     if len(schemes) > 1:
         raise UnsupportedError(
             f"{where}: mixed V1 and V2 manifest naming in one _versions directory; "
@@ -145,6 +148,25 @@ def list_versions(store: ObjectStore, base: str) -> list[ManifestLocation]:
             continue
         version, scheme = parsed
         out.append(ManifestLocation(version, info.path, scheme, info.size, info.last_modified))
+    out.sort(key=lambda e: (e.version, e.scheme.value))
+    return out
+
+
+def list_versions_from(store: ObjectStore, base: str, first: int) -> list[ManifestLocation]:
+    """:func:`list_versions`, only the versions from ``first`` on (one listing; a local directory
+    looks only at those files, not at every manifest of the history)."""
+    where = store.join(base, VERSIONS_DIR)
+    parsed: dict[str, tuple[int, NamingScheme]] = {}
+
+    def pick(paths: list[str]) -> list[str]:
+        for path in paths:
+            got = parse_manifest_name(path)
+            if got is not None and got[0] >= first:
+                parsed[path] = got
+        return list(parsed)
+
+    out = [ManifestLocation(parsed[info.path][0], info.path, parsed[info.path][1], info.size, info.last_modified)
+           for info in store.list_dir_selected(where, pick)]
     out.sort(key=lambda e: (e.version, e.scheme.value))
     return out
 
@@ -226,6 +248,34 @@ def latest_listed(store: ObjectStore, base: str) -> tuple[ManifestLocation | Non
     return (entries[-1] if entries else None), scheme
 
 
+def _newest_by_name(store: ObjectStore, base: str) -> ManifestLocation | None:
+    """The newest committed manifest one listing of ``_versions/`` names, chosen by name (only it
+    is looked at: a local directory is not ``stat``-ed file by file); a mixed directory is refused.
+    None if the listing shows no manifest or the newest was gone when looked at."""
+    where = store.join(base, VERSIONS_DIR)
+    found: dict[str, tuple[int, NamingScheme]] = {}
+
+    def pick(paths: list[str]) -> list[str]:
+        schemes: set[NamingScheme] = set()
+        best: tuple[int, str] | None = None  # (version, path) of the newest
+        for path in paths:
+            parsed = parse_manifest_name(path)
+            if parsed is not None:
+                found[path] = parsed
+                schemes.add(parsed[1])
+                if best is None or parsed[0] > best[0]:
+                    best = (parsed[0], path)
+        _one_scheme(schemes, where)  # (so two names of one version have one scheme: no tie to break)
+        return [] if best is None else [best[1]]
+
+    infos = store.list_dir_selected(where, pick)
+    if not infos:
+        return None
+    info = infos[0]
+    version, scheme = found[info.path]
+    return ManifestLocation(version, info.path, scheme, info.size, info.last_modified)
+
+
 def _refuse_external_store(store: ObjectStore, base: str, what: str) -> None:
     """Directory-only answers would miss commits the DynamoDB table holds: refuse them."""
     if store.external_manifest_table:
@@ -249,6 +299,10 @@ def latest_version(store: ObjectStore, base: str, *, known: int | None = None) -
     :func:`lance_ops.table.commit.locate.latest_version` answers for every store.
     """
     _refuse_external_store(store, base, "latest_version")
+    newest = _newest_by_name(store, base)
+    if newest is not None:
+        return newest
+    # nothing listed (or the newest vanished before it was looked at): the careful way
     entries = _list_versions_trusting_no_absence(store, base, known)
     _scheme_of(entries, store.join(base, VERSIONS_DIR))
     return entries[-1] if entries else None

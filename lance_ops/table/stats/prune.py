@@ -94,7 +94,8 @@ def _file_stats(ds: StatsDataset, data_file_proto: table_pb2.DataFile, rows: int
             except Exception as exc:  # noqa: BLE001 - fall back to probing
                 log.warning("cannot list %s/: %s", STATS_DIR, exc)
                 listed = cache["__listing__"] = False
-        if listed and stats_file_name(data_file_proto.path) not in listed:
+        # an empty listing is an answer too (no statistics at all): no GET per data file then
+        if listed is not None and listed is not False and stats_file_name(data_file_proto.path) not in listed:
             cache[key] = None  # one listing instead of a failed GET per data file
         else:
             cache[key] = load_file_stats(ds.store, ds.base, data_file_proto.path, rows)

@@ -6,7 +6,8 @@ raises *after* its commit landed. With ``retries=1, retry_delay=0`` Airflow runs
 which must find its earlier commit by idempotency key and commit nothing new.
 
 ``lance_test_sensors``: a deferrable LanceNewVersionSensor waiting for a tag (created by the test
-from another thread while the trigger polls) and a deferrable LanceMaintenanceNeededSensor with a
+from another thread while the trigger polls: the sensor touches ``$LANCE_OPS_TEST_FLAG_DIR/<task_id>.deferred``
+when it defers, so the test creates the tag only once the sensor is waiting) and a deferrable LanceMaintenanceNeededSensor with a
 short timeout on a healthy dataset (soft_fail: skipped).
 """
 from __future__ import annotations
@@ -47,6 +48,16 @@ class FailingCommitStaged(FailOnceAfterCommit, LanceCommitStagedOperator):
 
 class FailingDelete(FailOnceAfterCommit, LanceDeleteOperator):
     pass
+
+
+class MarksDeferral(LanceNewVersionSensor):
+    """The real sensor; when it defers (its first check missed) it first touches a flag file."""
+
+    def defer(self, **kwargs):
+        flags = os.environ.get("LANCE_OPS_TEST_FLAG_DIR")
+        if flags:
+            Path(flags, f"{self.task_id}.deferred").touch()
+        super().defer(**kwargs)
 
 
 def stage_rows(uri: str, start: int, count: int, **context) -> dict:
@@ -98,8 +109,8 @@ with DAG(
     render_template_as_native_obj=True,
     params={"dataset_uri": Param(type="string", minLength=1), "healthy_uri": Param(type="string", minLength=1)},
 ) as sensors_dag:
-    LanceNewVersionSensor(task_id="wait_for_tag", dataset_uri=URI, tag="ready", deferrable=True,
-                          poke_interval=0.5, timeout=60)
+    MarksDeferral(task_id="wait_for_tag", dataset_uri=URI, tag="ready", deferrable=True,
+                  poke_interval=0.5, timeout=60)
     LanceMaintenanceNeededSensor(task_id="healthy_skips", dataset_uri="{{ params.healthy_uri }}",
                                  small_fragments_threshold=5, deferrable=True, soft_fail=True,
                                  poke_interval=0.5, timeout=1.5)

@@ -82,8 +82,11 @@ def _gather(padded: np.ndarray, p: np.ndarray, width: int = 8) -> np.ndarray:
     """The little-endian value of the ``width`` bytes starting at every position ``p`` (as u64)."""
     if width == 1:
         return padded[p].astype(np.uint64)
-    raw = np.ascontiguousarray(padded[p[:, None] + _ARANGE8[:width]]).view(_GATHER_DTYPE[width]).reshape(-1)
-    return raw.astype(np.uint64, copy=False)
+    # one row gather from an overlapping (position, 8 bytes) view: no per-byte index array
+    win = np.lib.stride_tricks.as_strided(padded, shape=(max(len(padded) - 7, 0), 8), strides=(padded.strides[0], 1),
+                                          writeable=False)
+    raw = np.ascontiguousarray(win[p]).view("<u8").reshape(-1)
+    return raw if width == 8 else raw & _MASKS[width]
 
 
 _HASH_BITS = 12
@@ -178,12 +181,15 @@ def _match(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray,
                 if sub:
                     cl[cand] = ccl
         out[a:b] = cl
-    # matches must not run past their segment's end: redo the last (max length - 1) positions of
-    # every segment, allowing only symbols that fit
+    # matches must not run past their segment's end: redo the positions among the last
+    # (max length - 1) of every segment whose longest match does not fit, allowing only symbols
+    # that fit (a longest match that fits stays the longest fitting one)
     max_len = max(table.lens, default=1)
     if max_len > 1:
         for k in range(max_len - 1, 0, -1):
             pos = _tails(seg_start, seg_end, k)
+            if len(pos):
+                pos = pos[(out[pos] >> np.uint16(8)) > k]
             if not len(pos):
                 continue
             cl = one[data[pos]]
@@ -220,9 +226,12 @@ def _token_positions(n: int, tlen: np.ndarray, seg_start: np.ndarray,
     if k == 0 or n == 0 or int(seg_start[0]) != 0 or int(seg_end[-1]) != n \
             or not bool(np.all(seg_start[1:] == seg_end[:-1])):
         return _token_positions_general(n, tlen, seg_start, seg_end)
+    # matches never run past their segment's end (``_match``), so a chain that reaches its end
+    # stands on the next segment's first token and, until it is dropped, walks that segment's own
+    # tokens again (harmless: the same positions); the last one stops on the sentinel at n
     tl = np.empty(n + 1, dtype=np.uint8)
     tl[:n] = tlen[:n]
-    tl[n] = 1
+    tl[n] = 0
     is_tok = np.zeros(n + 1, dtype=bool)
     live = seg_start < seg_end
     p = seg_start[live].astype(np.intp)
@@ -231,7 +240,6 @@ def _token_positions(n: int, tlen: np.ndarray, seg_start: np.ndarray,
     while len(p):
         is_tok[p] = True
         p += tl[p]
-        np.minimum(p, e, out=p)
         step += 1
         if step % _COMPACT_EVERY == 0:
             keep = p < e

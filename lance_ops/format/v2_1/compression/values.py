@@ -20,7 +20,7 @@ Block compressors (levels of all-null pages, dictionaries) produce one opaque bu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterator, Optional, Sequence, overload
 
 import numpy as np
 import pyarrow as pa
@@ -141,7 +141,7 @@ class MiniBlocks:
 
     encoding: pb.CompressiveEncoding
     counts: list[int]  # values per chunk
-    bufs: list[list[bytes]]  # per chunk: the bytes of each value buffer
+    bufs: Sequence[list]  # per chunk: the bytes of each value buffer (a list, or UniformChunks)
     num_buffers: int = 1
     # flat and fixed-size-list chunks: a last chunk that is full still records its log2 count
     # (pylance writes 0 only for a short last chunk there; other compressors always write 0)
@@ -159,6 +159,51 @@ class MiniBlocks:
     def size(self) -> int:
         """Total bytes of the chunks' value buffers (to compare candidate encodings)."""
         return sum(sum(len(b) for b in bb) for bb in self.bufs)
+
+
+class UniformChunks(Sequence[list]):
+    """The chunks of one value buffer held back to back in ``data``: every chunk but the last is
+    ``step`` bytes. Reads like ``MiniBlocks.bufs`` (per chunk, a one-element list of bytes, here
+    numpy views) and lets the page assembly copy every chunk with one strided numpy copy instead
+    of a per-chunk loop (flat and fixed-size-list values)."""
+
+    def __init__(self, data: np.ndarray, step: int, nchunks: int) -> None:
+        self.data = data
+        self.step = step
+        self.nchunks = nchunks
+
+    def __len__(self) -> int:
+        return self.nchunks
+
+    @overload
+    def __getitem__(self, i: int) -> list: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[list]: ...
+
+    def __getitem__(self, i: int | slice) -> list | list[list]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.nchunks))]
+        if i < 0:
+            i += self.nchunks
+        if not 0 <= i < self.nchunks:
+            raise IndexError(i)
+        end = (i + 1) * self.step if i < self.nchunks - 1 else len(self.data)
+        return [self.data[i * self.step:end]]
+
+    def __iter__(self) -> Iterator[list]:
+        step, data = self.step, self.data
+        for i in range(self.nchunks - 1):
+            yield [data[i * step:(i + 1) * step]]
+        if self.nchunks:
+            yield [data[(self.nchunks - 1) * step:]]
+
+    def sizes(self) -> np.ndarray:
+        """Bytes of every chunk (int64)."""
+        out = np.full(self.nchunks, self.step, dtype=np.int64)
+        if self.nchunks:
+            out[-1] = len(self.data) - (self.nchunks - 1) * self.step
+        return out
 
 
 def _vals_per_chunk(bytes_per_word: int, values_per_word: int) -> int:
@@ -183,13 +228,7 @@ def flat_miniblock(data: np.ndarray, n: int, bits: int) -> MiniBlocks:
     else:
         per = _vals_per_chunk(bits, 8)
     counts = _even_counts(n, per)
-    bufs = []
-    pos = 0
-    total = len(data)
-    for i, c in enumerate(counts):
-        nbytes = c * bits // 8 if i < len(counts) - 1 else total - pos
-        bufs.append([data[pos:pos + nbytes].tobytes()])
-        pos += nbytes
+    bufs = UniformChunks(data, per * bits // 8, len(counts))
     return MiniBlocks(enc_flat(bits), counts, bufs, last_full=n > 0 and n % per == 0)
 
 
@@ -214,7 +253,12 @@ def fsl_miniblock(data: np.ndarray, n: int, item_bits: int, dims: list[int],
     est = ceil_validity * vpw + bpw
     per = _vals_per_chunk(est, vpw)
     counts = _even_counts(n, per)
-    bufs = []
+    if all(v is None for v in validities) and (per * cum * item_bits) % 8 == 0:
+        nbytes = (n * cum * item_bits + 7) // 8
+        return MiniBlocks(enc_fsl(dims, [False] * len(dims), enc_flat(item_bits)), counts,
+                          UniformChunks(data[:nbytes], per * cum * item_bits // 8, len(counts)), 1,
+                          last_full=n > 0 and n % per == 0)
+    bufs: list[list] = []
     row = 0
     for c in counts:
         chunk = []
@@ -350,24 +394,46 @@ def _var_chunk_counts(offsets: np.ndarray, width: int, limit: int = AIM_MINICHUN
     if n <= 0:
         return []
     g = np.asarray(offsets, dtype=np.int64)[:n + 1] - int(offsets[0]) + np.arange(n + 1, dtype=np.int64) * width
-    fit_end = np.searchsorted(g, g[:n] + (limit - width), side="right") - 1  # last end that fits
-    ends = fit_end  # read one entry per chunk (no list of every position)
     top = MAX_MINIBLOCK_VALUES  # the walk stops at this many values (it never takes them)
     counts = []
     start = 0
+    # the last end that fits is searched only where a chunk starts; a run of chunks of one count
+    # (the usual case) is taken at once when its chunks all fit
     while start < n:
         remaining = n - start
         if remaining <= 1:
             counts.append(remaining)
             break
+        end = int(g.searchsorted(g[start] + (limit - width), side="right")) - 1
         # the walk over 4, 8, ... stops at the first size past the rest, past the fit, or at the top
-        q = min(max(4, 1 << remaining.bit_length()), max(4, 1 << (int(ends[start]) - start).bit_length()), top)
+        q = min(max(4, 1 << remaining.bit_length()), max(4, 1 << (end - start).bit_length()), top)
         num = q // 2 if q > 4 else 2
-        if q > remaining and int(ends[start]) >= n:
-            num = remaining
-        counts.append(num)
-        start += num
+        if q > remaining and end >= n:
+            counts.append(remaining)
+            break
+        run = _same_count_run(g, start, num, limit - width, n)
+        counts.extend([num] * run)
+        start += num * run
     return counts
+
+
+def _same_count_run(g: np.ndarray, start: int, num: int, room: int, n: int) -> int:
+    """How many chunks of ``num`` values from ``start`` on the walk of ``_var_chunk_counts`` takes
+    (at least 1): a chunk keeps the count while its ``num`` values fit and the next power of two
+    does not (or would reach the top), and it is not the end of the page."""
+    k = min((n - start) // num, 256)  # whole chunks of num values left (a bounded look-ahead)
+    if k <= 1 or num < 4:
+        return 1
+    s = start + num * np.arange(k, dtype=np.int64)
+    fits = g[s + num] - g[s] <= room
+    nxt = 2 * num
+    if nxt < MAX_MINIBLOCK_VALUES:
+        over = np.minimum(s + nxt, n)
+        fits &= (g[over] - g[s] > room) | (s + nxt > n)
+    # a chunk whose rest would end the page in one piece is decided by the scalar walk
+    fits &= (n - s) > 2 * num
+    bad = np.flatnonzero(~fits)
+    return max(1, int(bad[0]) if len(bad) else k)
 
 
 def variable_miniblock(offsets: np.ndarray, data: np.ndarray, offset_bits: int,

@@ -189,11 +189,20 @@ def _ool_chunks(chunks: Sequence[np.ndarray], width: int) -> list[bytes]:
         if bool(np.all(packed_n == lens)) and bool(np.all(blk0 * 1024 == first)):
             allv[:len(cat)] = cat
         else:
-            tot = int(packed_n.sum())
-            dst0 = np.zeros(nch, dtype=np.int64)
-            np.cumsum(packed_n[:-1], out=dst0[1:])
-            j = np.arange(tot, dtype=np.int64) - np.repeat(dst0, packed_n)
-            allv[np.repeat(blk0 * 1024, packed_n) + j] = cat[np.repeat(first, packed_n) + j]
+            # boolean masks instead of index arrays: the levels that go into blocks (all but the
+            # raw tails), and the slots they fill (each block from its start, zeros after)
+            if bool(np.all(packed_n == lens)):
+                src = cat
+            else:
+                runs = np.empty(2 * nch, dtype=np.int64)
+                runs[0::2], runs[1::2] = packed_n, lens - packed_n
+                src = cat[np.repeat(np.tile(np.array([True, False]), nch), runs)]
+            fill = np.full(total_blk, 1024, dtype=np.int64)
+            last_blk = blk0 + nblk - 1
+            has = nblk > 0
+            fill[last_blk[has]] = (packed_n - (nblk - 1) * 1024)[has]
+            slots = np.arange(1024, dtype=np.int64)[None, :] < fill[:, None]
+            allv.reshape(total_blk, 1024)[slots] = src
         packed = bp.pack_blocks(allv, 16, width).view(np.uint8).tobytes()
     else:
         packed = b""
@@ -324,7 +333,7 @@ _PADS = [bytes([FILL]) * k for k in range(8)]
 
 def _chunk_bytes(values: ev.MiniBlocks, nlev: np.ndarray, rep_bytes: Optional[list[bytes]],
                  def_bytes: Optional[list[bytes]], large: bool,
-                 limit_21: bool) -> Optional[tuple[np.ndarray, bytes]]:
+                 limit_21: bool) -> Optional[tuple[np.ndarray, bytes | np.ndarray]]:
     """The chunk metadata words and the chunk bytes of a mini-block page (None past a limit).
 
     Every chunk is ``u16 levels, [u16 rep bytes], [u16 def bytes], value buffer sizes`` padded to
@@ -340,9 +349,14 @@ def _chunk_bytes(values: ev.MiniBlocks, nlev: np.ndarray, rep_bytes: Optional[li
     nb = values.num_buffers
     if any(len(bb) != nb for bb in values.bufs):
         raise ValueError("mini-block chunks disagree on their number of value buffers")
-    cols.extend([bb[j] for bb in values.bufs] for j in range(nb))
-    npc = len(cols)
-    plen = np.array([[len(x) for x in col] for col in cols], dtype=np.int64).reshape(npc, nch).T
+    uniform = values.bufs if isinstance(values.bufs, ev.UniformChunks) and not nlevel_cols else None
+    if uniform is not None:
+        plen = uniform.sizes().reshape(nch, 1)
+        npc = 1
+    else:
+        cols.extend([bb[j] for bb in values.bufs] for j in range(nb))
+        npc = len(cols)
+        plen = np.array([[len(x) for x in col] for col in cols], dtype=np.int64).reshape(npc, nch).T
     if nlevel_cols and nch and int(plen[:, :nlevel_cols].max()) > 0xFFFF:
         return None
     if not large and nb and nch and int(plen[:, nlevel_cols:].max()) > 0xFFFF:
@@ -371,6 +385,8 @@ def _chunk_bytes(values: ev.MiniBlocks, nlev: np.ndarray, rep_bytes: Optional[li
     if nch and (int(words.max()) > (0xFFFFFFFF if large else 0xFFFF) or int(words.min()) < 0):
         raise OverflowError("mini-block chunk metadata word out of range")
     meta_words = words.astype(np.uint32 if large else np.uint16)
+    if uniform is not None:
+        return meta_words, _uniform_body(uniform, hdr, hlen, size)
     rows = hdr.tobytes()
     stride = 1 + 2 * npc
     flat: list[bytes] = [b""] * (nch * stride)
@@ -380,6 +396,28 @@ def _chunk_bytes(values: ev.MiniBlocks, nlev: np.ndarray, rep_bytes: Optional[li
         flat[1 + 2 * j::stride] = cols[j]
         flat[2 + 2 * j::stride] = [_PADS[k] for k in pad_list[j]]
     return meta_words, b"".join(flat)
+
+
+def _uniform_body(chunks: ev.UniformChunks, hdr: np.ndarray, hlen: int, size: np.ndarray) -> np.ndarray:
+    """The chunk bytes of a page whose chunks are one value buffer each, all but the last of one
+    size and without levels: header, value bytes and 0xFE padding per chunk, written for all the
+    full chunks with one strided copy."""
+    nch = chunks.nchunks
+    body = np.empty(int(size.sum()), dtype=np.uint8)
+    step = chunks.step
+    if nch > 1:
+        full = int(size[0])
+        mat = body[:(nch - 1) * full].reshape(nch - 1, full)
+        mat[:, :hlen] = hdr[:-1]
+        mat[:, hlen:hlen + step] = chunks.data[:(nch - 1) * step].reshape(nch - 1, step)
+        mat[:, hlen + step:] = FILL
+    if nch:
+        at = int(size[:-1].sum())
+        rest = chunks.data[(nch - 1) * step:]
+        body[at:at + hlen] = hdr[-1]
+        body[at + hlen:at + hlen + len(rest)] = rest
+        body[at + hlen + len(rest):] = FILL
+    return body
 
 
 def _bytepacked(values: np.ndarray, max_value: int) -> bytes:

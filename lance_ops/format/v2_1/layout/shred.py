@@ -151,10 +151,10 @@ def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Laye
     """Descend from path[depth] (whose array is ``arr``) to the leaf; returns the leaf array."""
     field = path[depth]
     t = field.type
-    alive = st.pos >= 0
-    slots = st.pos[alive]
     layer_idx = len(layers)
     if is_list(t) and not (depth == len(path) - 1):
+        alive = st.pos >= 0
+        slots = st.pos[alive]
         lay = _Layer(True)
         layers.append(lay)
         rep_level = list_levels[layer_idx]
@@ -181,12 +181,13 @@ def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Laye
         first = np.zeros(st.n + 1, dtype=np.int64)
         np.cumsum(counts, out=first[1:])
         starts = first[:-1]
-        src = np.repeat(np.arange(st.n), counts)
-        new_code = code[src]
-        # positions into the child array
-        within = np.arange(total, dtype=np.int64) - starts[src]
-        child_start = np.where(expand, offs[np.maximum(st.pos, 0)], 0)
-        new_pos = np.where(expand[src], child_start[src] + within, -1)
+        new_code = np.repeat(code, counts)
+        # positions into the child array: an expanded entry's items are consecutive from its
+        # list's first child; an entry that does not expand keeps one dead (-1) slot
+        child_start = offs[np.maximum(st.pos, 0)]
+        new_pos = np.repeat(child_start - starts, counts)
+        new_pos += np.arange(total, dtype=np.int64)
+        new_pos[starts[~expand]] = -1
         # repetition: the first entry of every old entry keeps/sets the list level, the rest get 0
         old_rep = st.rep if st.rep is not None else np.zeros(st.n, dtype=np.int32)
         head_rep = np.where(old_rep == 0, rep_level, old_rep)
@@ -201,6 +202,12 @@ def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Laye
     lay = _Layer(False)
     layers.append(lay)
     valid = validity_of(arr)
+    if valid is None and st.pushed is None:  # nothing null here: no pass over the entries
+        if depth == len(path) - 1:
+            return arr, st
+        return _walk(_child_on_path(arr, path[depth + 1]), path, depth + 1, st, layers, list_levels)
+    alive = st.pos >= 0
+    slots = st.pos[alive]
     eff = np.ones(st.n, dtype=bool)  # effective validity per entry (dead entries: True)
     if valid is not None and len(slots):
         eff[alive] = valid[slots]
@@ -217,8 +224,12 @@ def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Laye
         st.pushed = invalid_entries  # the leaf's effective nulls
         return arr, st
     st.pushed = invalid_entries if invalid_entries.any() else None
-    # struct: descend into the child on the path
-    child_field = path[depth + 1]
+    return _walk(_child_on_path(arr, path[depth + 1]), path, depth + 1, st, layers, list_levels)
+
+
+def _child_on_path(arr: pa.Array, child_field: pa.Field) -> pa.Array:
+    """The child array of struct ``arr`` for ``child_field`` (by name; by identity for duplicate names)."""
+    t = arr.type
     child = arr.field(t.get_field_index(child_field.name)) if t.get_field_index(child_field.name) >= 0 else None
     if child is None:
         # duplicate names: fall back to position
@@ -226,7 +237,7 @@ def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Laye
             if t.field(i) is child_field or t.field(i).equals(child_field):
                 child = arr.field(i)
                 break
-    return _walk(child, path, depth + 1, st, layers, list_levels)
+    return child
 
 
 def _layer_enum(lay: _Layer) -> int:
