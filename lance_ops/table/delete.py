@@ -10,17 +10,17 @@ dropped instead. One transaction is committed by the caller (ADR 0023).
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Iterator, Protocol, Sequence
+from dataclasses import replace
+from typing import Iterator, NamedTuple, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lance_ops._proto import table_pb2, transaction_pb2
-from lance_ops.errors import ObjectNotFoundError, RetryableCommitConflictError
+from lance_ops.errors import LanceOpsError, ObjectNotFoundError, RetryableCommitConflictError
 from lance_ops.table import scan
 from lance_ops.table import deletion
 from lance_ops.table.manifest import naming
@@ -30,8 +30,10 @@ from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.snapshot import DatasetSnapshot
 
-#: deletion files written at once
-_WRITERS = 8
+#: deletion-file jobs run at once (creating a file is mostly system time, outside the GIL)
+_WRITERS = 4
+#: deletion files written by one job, one after the other
+_WRITE_JOB = 32
 
 
 class DeleteTarget(DatasetSnapshot, Protocol):
@@ -46,8 +48,6 @@ class DeleteTarget(DatasetSnapshot, Protocol):
 #: fragments whose predicate is evaluated in one pass hold about this many rows (evaluating an
 #: expression has a fixed cost of milliseconds: per fragment it dominated deletes of small fragments)
 _GROUP_ROWS = 1 << 16
-#: groups of fragments scanned at once (file reads, decoding and the predicate release the GIL)
-_SCANNERS = max(1, min(4, os.cpu_count() or 1))
 
 
 def _mask(table: pa.Table, filt: Filter) -> np.ndarray:
@@ -62,71 +62,107 @@ def _mask(table: pa.Table, filt: Filter) -> np.ndarray:
     return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _group_offsets(dataset: DatasetSnapshot, tasks: Sequence[scan.FragmentScanTask],
-                   filt: Filter) -> list[tuple[LanceFragment, np.ndarray]]:
-    """(fragment, physical offsets (uint32, ascending) of its live rows matching ``filt``) for each
-    of ``tasks``: the predicate's columns are read (all physical rows, or the rows of the ranges
-    statistics left) one fragment at a time and the predicate evaluated once over all of them."""
-    ids = dataset.top_field_ids
-    cols = [c for c in filt.columns if c in ids]
-    fields, field_ids = [dataset.storage_schema.field(c) for c in cols], [ids[c] for c in cols]
-    read: list[tuple[LanceFragment, np.ndarray | None, pa.Table]] = []
-    for task in tasks:
-        frag = LanceFragment(dataset, task.fragment)
-        rows = None if task.ranges is None else frag.live_offsets_in(task.ranges)
-        read.append((frag, rows, frag.read(fields, field_ids, rows)))
-    tables = [t for _, _, t in read]
+class Found(NamedTuple):
+    """A fragment holding rows the predicate matches: its new deleted offsets and all of them."""
+
+    fragment: LanceFragment
+    #: physical offsets (uint32, ascending) of live rows the predicate matches (never empty)
+    new: np.ndarray
+    #: the fragment's deleted offsets after the delete: the old ones and ``new`` (uint32, ascending)
+    merged: np.ndarray
+
+
+def _group_found(dataset: DatasetSnapshot, tasks: Sequence[scan.FragmentScanTask], tables: Sequence[pa.Table],
+                 filt: Filter) -> list[Found]:
+    """The fragments of ``tasks`` with matches, from the predicate's columns of their live rows
+    (``tables``, what the scan returned for each task). The predicate is evaluated once for the
+    group; the physical offsets, the matches and the merged deletion vectors are computed on the
+    group's concatenated physical rows (one numpy pass, not one per fragment)."""
+    frags = [LanceFragment(dataset, t.fragment) for t in tasks]
     try:
-        every = _mask(pa.concat_tables(tables), filt) if len(tables) > 1 else None
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        every = None
-    masks = ([_mask(t, filt) for t in tables] if every is None
-             else np.split(every, np.cumsum([t.num_rows for t in tables])[:-1]))
+        hit = _mask(pa.concat_tables(tables), filt) if len(tables) > 1 else None
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # (columns of other types in some fragments)
+        hit = None
+    if hit is None:
+        hit = np.concatenate([_mask(t, filt) for t in tables]) if tables else np.zeros(0, bool)
+    base = np.zeros(len(frags) + 1, dtype=np.int64)
+    np.cumsum([f.physical_rows for f in frags], out=base[1:])
+    # the group's physical rows, numbered from 0: which are live, and which the scan returned
+    live = np.ones(int(base[-1]), dtype=bool)
+    old = [f.deleted_offsets.astype(np.int64) + b for f, b in zip(frags, base[:-1].tolist())
+           if f.proto.HasField("deletion_file")]  # (a count of 0 is "unknown": the file is read)
+    if old:
+        live[np.concatenate(old)] = False
+    if all(t.ranges is None for t in tasks):  # every live row
+        returned = np.flatnonzero(live)
+    else:  # the live rows of the ranges statistics left, where there are ranges
+        returned = np.concatenate([
+            np.flatnonzero(live[base[i]:base[i + 1]]) + base[i] if t.ranges is None
+            else frags[i].live_offsets_in(t.ranges).astype(np.int64) + base[i] for i, t in enumerate(tasks)])
+    # the scan returns exactly these rows, fragment by fragment: never trust less
+    per_task = np.diff(np.searchsorted(returned, base))
+    got = np.array([t.num_rows for t in tables], dtype=np.int64)
+    if not np.array_equal(per_task, got) or hit.size != returned.size:
+        bad = [frags[i].fragment_id for i in np.flatnonzero(per_task != got)[:5].tolist()]
+        raise LanceOpsError(f"{dataset.uri}: the delete's scan returned other rows than the live rows planned "
+                            f"(fragments {bad}; {hit.size} predicate values for {returned.size} rows)")
+    matched = returned[hit]  # ascending
+    if matched.size == 0:
+        return []
+    deleted = ~live
+    deleted[matched] = True  # (matches are live rows: the old and the new offsets are disjoint)
+    gone = np.flatnonzero(deleted)
+    hits_at = np.searchsorted(matched, base)
+    gone_at = np.searchsorted(gone, base)
     out = []
-    for (frag, rows, _), mask in zip(read, masks):
-        if rows is not None:  # (live rows of the ranges only)
-            hit = rows[mask]
-        else:  # every physical row was read: matches among the deleted ones do not count
-            live = frag.live_mask()
-            hit = np.flatnonzero(mask if live is None else mask & live)
-        out.append((frag, hit.astype(np.uint32)))
+    for i in np.flatnonzero(hits_at[1:] > hits_at[:-1]).tolist():
+        new = (matched[hits_at[i]:hits_at[i + 1]] - base[i]).astype(np.uint32)
+        merged = (gone[gone_at[i]:gone_at[i + 1]] - base[i]).astype(np.uint32)
+        out.append(Found(frags[i], new, merged))
     return out
 
 
-def _via_scan(dataset: DatasetSnapshot, tasks: Sequence[scan.FragmentScanTask]) -> Iterator[tuple[LanceFragment, np.ndarray]]:
-    """:func:`_matching_offsets` of a predicate naming ``_rowid`` or ``_rowaddr``: the scan's
-    filtered read of ``_rowaddr`` (it computes those columns)."""
+def _via_scan(dataset: DatasetSnapshot, filt: Filter) -> Iterator[Found]:
+    """:func:`_found` of a predicate naming ``_rowid`` or ``_rowaddr`` (or no data column): the
+    scan's filtered read of ``_rowaddr`` (it computes those columns)."""
+    tasks = scan.plan(dataset, [], filt, with_row_address=True)
     for task, table in zip(tasks, scan.execute_many(dataset, tasks)):
+        if table.num_rows == 0:
+            continue
         addrs = table.column(scan.ROW_ADDR).to_numpy()
-        yield LanceFragment(dataset, task.fragment), (addrs & 0xFFFFFFFF).astype(np.uint32)
+        frag = LanceFragment(dataset, task.fragment)
+        new = (addrs & 0xFFFFFFFF).astype(np.uint32)
+        yield Found(frag, new, deletion.merge_deletions(frag.deleted_offsets, new))
 
 
-def _matching_offsets(dataset: DatasetSnapshot, filt: Filter) -> Iterator[tuple[LanceFragment, np.ndarray]]:
-    """(fragment, physical offsets (uint32, ascending) of its live rows matching ``filt``) for
-    every fragment that may hold a match, in manifest order (ADR 0023).
+def _found(dataset: DatasetSnapshot, filt: Filter) -> Iterator[Found]:
+    """Every fragment holding live rows that match ``filt``, in manifest order (ADR 0023, 0041).
 
     The scan planner's statistics pruning decides which fragments and pages are read (those they
-    exclude are not yielded); only the columns the predicate names are read, groups of about
-    ``_GROUP_ROWS`` rows side by side on a small pool, the predicate evaluated once per group.
+    exclude are not read); the scan (``scan.execute_many``: small files read together, ADR 0033,
+    on its pool) reads only the columns the predicate names, of the live rows; the predicate is
+    evaluated once per group of about ``_GROUP_ROWS`` rows.
     """
-    tasks = scan.plan(dataset, [], filt, with_row_address=True)
-    if {scan.ROW_ID, scan.ROW_ADDR} & set(filt.columns):
-        yield from _via_scan(dataset, tasks)
+    ids = dataset.top_field_ids
+    cols = [c for c in dataset.storage_schema.names if c in filt.columns and c in ids]
+    if {scan.ROW_ID, scan.ROW_ADDR} & set(filt.columns) or not cols:
+        yield from _via_scan(dataset, filt)
         return
-    groups: list[list[scan.FragmentScanTask]] = [[]]
+    # the plan with the filter prunes by statistics; the tasks then read the predicate's columns
+    # (blobs as bytes) without it: the predicate is evaluated here, over groups of fragments
+    tasks = [replace(t, filter=None, blob_handling="all_binary") for t in scan.plan(dataset, cols, filt)]
+    group: list[scan.FragmentScanTask] = []
+    tables: list[pa.Table] = []
     rows = 0
-    for task in tasks:
-        if groups[-1] and rows >= _GROUP_ROWS:
-            groups.append([])
-            rows = 0
-        groups[-1].append(task)
+    for task, table in zip(tasks, scan.execute_many(dataset, tasks)):
+        group.append(task)
+        tables.append(table)
         rows += task.planned_rows
-    if len(groups) <= 1:
-        yield from _group_offsets(dataset, groups[0], filt)
-        return
-    with ThreadPoolExecutor(max_workers=min(_SCANNERS, len(groups)), thread_name_prefix="lance-ops-delete-scan") as pool:
-        for found in pool.map(lambda group: _group_offsets(dataset, group, filt), groups):
-            yield from found
+        if rows >= _GROUP_ROWS:
+            yield from _group_found(dataset, group, tables, filt)
+            group, tables, rows = [], [], 0
+    if group:
+        yield from _group_found(dataset, group, tables, filt)
 
 
 @contextmanager
@@ -163,35 +199,49 @@ def plan_delete(dataset: DeleteTarget,
         txn.delete.SetInParent()
         return txn, ctx, count
 
-    def write(frag: LanceFragment, merged: np.ndarray) -> table_pb2.DataFragment:
-        """The fragment's record with a new deletion file holding ``merged`` (written; durable by the
-        commit's barrier, ADR 0036)."""
-        old_file = frag.proto.deletion_file if frag.proto.HasField("deletion_file") else None
-        with dataset.store.deferred_sync():
-            proto = deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id, dataset.version,
-                                                 merged, old_file)
-        assert proto is not None  # (merged holds the new offsets: never empty)
-        updated = table_pb2.DataFragment()
-        updated.CopyFrom(frag.proto)
-        updated.deletion_file.CopyFrom(proto)
-        return updated
+    directory = deletion.deletion_directory(dataset.store, dataset.base)
 
-    # deletion files are written while the scan goes on; the commit's barrier makes them durable
-    written: list[Future[table_pb2.DataFragment]] = []
+    def write(found: Sequence[Found]) -> list[table_pb2.DataFragment]:
+        """The fragments' records with new deletion files holding their merged offsets (written one
+        after the other; durable by the commit's barrier, ADR 0036)."""
+        out: list[table_pb2.DataFragment] = []
+        try:
+            with dataset.store.deferred_sync():
+                for frag, _, merged in found:
+                    old_file = frag.proto.deletion_file if frag.proto.HasField("deletion_file") else None
+                    proto = deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id,
+                                                         dataset.version, merged, old_file, directory=directory)
+                    assert proto is not None  # (merged holds the new offsets: never empty)
+                    updated = table_pb2.DataFragment()
+                    updated.CopyFrom(frag.proto)
+                    updated.deletion_file.CopyFrom(proto)
+                    out.append(updated)
+        except BaseException:
+            _discard(dataset, out)  # (what this job wrote; the other jobs' files: plan_delete)
+            raise
+        return out
+
+    # deletion files are written while the scan goes on, a few dozen per job on a small pool; the
+    # commit's barrier makes them durable
+    written: list[Future[list[table_pb2.DataFragment]]] = []
     with ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="lance-ops-delete") as pool:
         try:
+            pending: list[Found] = []
             with _scan_or_retry(dataset):
-                for frag, new in _matching_offsets(dataset, filt):
-                    if new.size == 0:
-                        continue
+                for found in _found(dataset, filt):
+                    frag, new, merged = found
                     count += int(new.size)
                     ctx.deleted_offsets[frag.fragment_id] = new
-                    merged = deletion.merge_deletions(frag.deleted_offsets, new)
                     if merged.size >= frag.physical_rows:
                         txn.delete.deleted_fragment_ids.append(frag.fragment_id)
-                    else:
-                        written.append(pool.submit(write, frag, merged))
-            updated = [f.result() for f in written]
+                        continue
+                    pending.append(found)
+                    if len(pending) >= _WRITE_JOB:
+                        written.append(pool.submit(write, pending))
+                        pending = []
+            if pending:
+                written.append(pool.submit(write, pending))
+            updated = [proto for f in written for proto in f.result()]
         except BaseException:
             _discard(dataset, written)
             raise
@@ -200,11 +250,20 @@ def plan_delete(dataset: DeleteTarget,
     return txn, ctx, count
 
 
-def _discard(dataset: DatasetSnapshot, written: Sequence[Future[table_pb2.DataFragment]]) -> None:
-    """Remove the deletion files a failed delete wrote (best effort: no manifest names them)."""
-    for fut in written:
+def _discard(dataset: DatasetSnapshot, written: Sequence[Future[list[table_pb2.DataFragment]]] | Sequence[table_pb2.DataFragment]) -> None:
+    """Remove the deletion files a failed delete wrote (best effort: no manifest names them):
+    those of the fragment records given, or of the records the jobs given returned."""
+    frags: list[table_pb2.DataFragment] = []
+    for item in written:
+        if isinstance(item, table_pb2.DataFragment):
+            frags.append(item)
+            continue
         try:
-            frag = fut.result()
+            frags.extend(item.result())
+        except Exception:  # noqa: BLE001 - the original error is the one to report (a failed job cleaned up)
+            continue
+    for frag in frags:
+        try:
             dataset.store.delete(deletion.deletion_file_path(dataset.store, dataset.base, int(frag.id),
                                                              frag.deletion_file))
         except Exception:  # noqa: BLE001 - the original error is the one to report

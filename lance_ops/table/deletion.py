@@ -268,6 +268,12 @@ def deletion_file_path(store: ObjectStore, base: str, fragment_id: int,
                           what=f"deletion file of fragment {fragment_id}", where=store.uri(base))
 
 
+def deletion_directory(store: ObjectStore, base: str) -> str:
+    """The store path of the dataset's ``_deletions`` directory, checked once (symlinks) for
+    writers of many deletion files (:func:`write_deletion_file`'s ``directory``)."""
+    return resolve_inside(store, base, naming.DELETIONS_DIR, what="deletion directory", where=store.uri(base))
+
+
 def read_deletion_file(store: ObjectStore, base: str, fragment_id: int,
                        deletion_file: table_pb2.DeletionFile | None) -> Offsets:
     """The deleted offsets of a fragment: sorted ``uint32`` numpy array (``.arrow``) or BitMap.
@@ -352,6 +358,7 @@ def write_deletion_file(
     previous: table_pb2.DeletionFile | int | None = None,
     *,
     file_id: int | None = None,
+    directory: str | None = None,
 ) -> table_pb2.DeletionFile | None:
     """Write a deletion file holding ``offsets`` and return its ``DeletionFile`` proto.
 
@@ -359,6 +366,8 @@ def write_deletion_file(
     first, see :func:`merge_deletions`). ``previous`` is the fragment's current
     ``DeletionFile`` (or its ``file_type``), None for a fragment without deletions; it only
     steers the arrow/bitmap choice. Returns None (and writes nothing) if ``offsets`` is empty.
+    ``directory`` is :func:`deletion_directory` of ``base`` when the caller checked it already (the
+    file's own name is made here, from numbers: nothing in it needs checking).
     """
     values = to_offsets(offsets)
     if values.size == 0:
@@ -373,5 +382,9 @@ def write_deletion_file(
         num_deleted_rows=int(values.size),
     )
     data = encode_bitmap_deletions(values) if kind == BITMAP else encode_arrow_deletions(values)
-    store.put(deletion_file_path(store, base, fragment_id, proto), data)
+    if directory is None:
+        path = deletion_file_path(store, base, fragment_id, proto)
+    else:
+        path = store.join(directory, naming.deletion_file_name(fragment_id, proto.read_version, proto.id, kind))
+    store.put(path, data)
     return proto

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import lance
 import numpy as np
@@ -291,16 +292,70 @@ def test_delete_reads_only_the_fragments_statistics_do_not_exclude(tmp_path, mon
         mod.dataset(uri).delete("a % 11 = 0")
         read: list[int] = []
         if mod is lance_ops:
-            real = LanceFragment.read
+            real = LanceFragment.locate_fields  # (every read of a fragment's columns finds them first)
 
             def counting(self, *args, **kwargs):
                 read.append(self.fragment_id)
                 return real(self, *args, **kwargs)
 
-            monkeypatch.setattr(LanceFragment, "read", counting)
+            monkeypatch.setattr(LanceFragment, "locate_fields", counting)
         mod.dataset(uri).delete("a >= 420 AND a < 530")
         monkeypatch.undo()
         state[mod.__name__] = deletion_state(mod, uri)
         if mod is lance_ops:
             assert sorted(set(read)) == [4, 5]  # (rows 400-499 and 500-599; lance_ops writes statistics)
     assert [s[:4] + s[5:] for s in state["lance_ops"]] == [s[:4] + s[5:] for s in state["lance"]]
+
+
+def test_delete_over_pruned_page_ranges_as_pylance(tmp_path, monkeypatch):
+    """Statistics leave only some pages of a fragment (the scan reads the live rows of those
+    ranges): the deletion vectors still equal pylance's, old deletions kept."""
+    from lance_ops.table import scan
+    from lance_ops.table.filters import compile_filter
+
+    monkeypatch.setenv("LANCE_FILE_WRITER_MAX_PAGE_BYTES", "2048")  # many pages per fragment
+    src = str(tmp_path / "src")
+    lance_ops.write_dataset(pa.table({"a": np.arange(6000, dtype=np.int64), "b": np.arange(6000) * 0.5}), src,
+                            max_rows_per_file=3000)
+    lance_ops.dataset(src).delete("a % 11 = 0")
+    predicate = "(a >= 1200 AND a < 1300 AND a % 2 = 0) OR a = 4500"
+    ds = lance_ops.dataset(src)
+    tasks = scan.plan(ds, ["a"], compile_filter(predicate, ds.storage_schema))
+    assert tasks and all(t.ranges is not None for t in tasks)  # (the case under test: pages pruned)
+    state = {}
+    for mod in (lance, lance_ops):
+        uri = str(tmp_path / mod.__name__)
+        shutil.copytree(src, uri)
+        mod.dataset(uri).delete(predicate)
+        state[mod.__name__] = deletion_state(mod, uri)
+    assert [s[:4] + s[5:] for s in state["lance_ops"]] == [s[:4] + s[5:] for s in state["lance"]]
+    ids = lance.dataset(str(tmp_path / "lance_ops")).to_table()["a"].to_numpy()
+    model = np.arange(6000)
+    model = model[~((model % 11 == 0) | ((model >= 1200) & (model < 1300) & (model % 2 == 0)) | (model == 4500))]
+    assert ids.tolist() == model.tolist()
+
+
+def test_a_failed_delete_leaves_no_deletion_files(tmp_path, monkeypatch):
+    """A deletion file that cannot be written fails the delete before its commit: no new version,
+    and the files the other jobs wrote are removed."""
+    from lance_ops.table import deletion
+
+    uri = str(tmp_path / "ds")
+    create(lance_ops, uri, numbers(2000), max_rows_per_file=20)  # 100 fragments
+    lance_ops.dataset(uri).delete("a % 10 = 0")
+    before = sorted(os.listdir(os.path.join(uri, "_deletions")))
+    real, calls = deletion.write_deletion_file, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 70:
+            raise OSError("disk full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(deletion, "write_deletion_file", failing)
+    with pytest.raises(OSError, match="disk full"):
+        lance_ops.dataset(uri).delete("a % 10 = 1")
+    assert len(calls) >= 70
+    assert sorted(os.listdir(os.path.join(uri, "_deletions"))) == before
+    assert lance_ops.dataset(uri).version == 2
+    assert lance.dataset(uri).count_rows() == 1800

@@ -231,6 +231,22 @@ def test_deletion_count_zero_means_unknown_not_none_deleted(unknown_counts_ds):
     assert ours.to_table(columns=["id"], filter="id % 7 = 0 AND id < 6000").num_rows == 0
 
 
+def test_delete_over_unknown_counts_keeps_the_rows_the_files_delete(unknown_counts_ds, tmp_path):
+    """A delete on fragments whose deletion files record a count of 0 ("unknown") reads those
+    files and merges: the new vectors hold the old rows and the new ones (pylance reads them)."""
+    import lance_ops
+
+    uri = str(tmp_path / "ds")
+    shutil.copytree(unknown_counts_ds, uri)
+    ids = np.arange(ROWS)
+    old = ((ids % 7 == 0) & (ids < 6000)) | ((ids >= 6000) & (ids < 11500))
+    gone = old | (ids % 5 == 1)
+    assert lance_ops.dataset(uri).delete("id % 5 = 1") == {"num_deleted_rows": int((gone & ~old).sum())}
+    assert lance.dataset(uri).to_table(columns=["id"])["id"].to_pylist() == ids[~gone].tolist()
+    assert [f.metadata.deletion_file.num_deleted_rows for f in lance.dataset(uri).get_fragments()] == \
+        [int(gone[:6000].sum()), int(gone[6000:].sum())]
+
+
 def test_arrow_decode_by_learned_layout():
     """Files laid out like one the IPC reader decoded skip it (ADR 0037): same offsets as the
     IPC reader, and any change outside the values bytes goes back to it (and its errors)."""
