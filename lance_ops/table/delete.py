@@ -136,7 +136,7 @@ def _via_scan(dataset: DatasetSnapshot, filt: Filter) -> Iterator[Found]:
 
 
 def _found(dataset: DatasetSnapshot, filt: Filter) -> Iterator[Found]:
-    """Every fragment holding live rows that match ``filt``, in manifest order (ADR 0023, 0041).
+    """Every fragment holding live rows that match ``filt``, in manifest order (ADR 0023, 0042).
 
     The scan planner's statistics pruning decides which fragments and pages are read (those they
     exclude are not read); the scan (``scan.execute_many``: small files read together, ADR 0033,
