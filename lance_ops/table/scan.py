@@ -31,6 +31,7 @@ from lance_ops.format import blob_v2
 from lance_ops.format.v2_0 import batch as v20_batch
 from lance_ops.format.v2_0.reader import LanceFileReader
 from lance_ops.format.v2_1.reader import LanceFileReaderV21
+from lance_ops.io.local import LocalStore
 from lance_ops.table.stats import prune as stats_prune
 from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.fragment import LanceFragment
@@ -296,8 +297,17 @@ def execute(ds: DatasetSnapshot, task: FragmentScanTask) -> pa.Table:
 #: a filtered scan evaluates its filter once per group of fragments holding about this many rows
 _FILTER_GROUP_ROWS = 1 << 16
 _TASK = "__lance_ops_task"
-#: fragments read side by side by :func:`execute_many` (file reads, numpy and Arrow release the GIL)
+#: fragments read side by side by :func:`execute_many` from a remote store (requests overlap)
 _WORKERS = max(2, min(4, os.cpu_count() or 1))
+#: ... and from a local directory: reads come from the page cache and decoding small files is mostly
+#: Python holding the GIL, so a second reading thread only contends with the consumer (measured on
+#: 2 cores, 2,000 small fragments: 1 thread 10-30 % faster in wall and CPU than 2; big files equal)
+_LOCAL_WORKERS = 1
+
+
+def _workers(ds: DatasetSnapshot) -> int:
+    """Threads reading ahead for a scan of ``ds`` (see ``_WORKERS`` / ``_LOCAL_WORKERS``)."""
+    return _LOCAL_WORKERS if isinstance(ds.store, LocalStore) else _WORKERS
 #: at most this many tasks, of at most about this many planned rows together, are read ahead
 _WINDOW_TASKS = 32
 _WINDOW_ROWS = 1 << 18
@@ -318,7 +328,7 @@ def execute_many(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask]) -> Iter
     if len(head) < 2:
         yield from _grouped(ds, (_start(ds, t) for t in head), None)
         return
-    pool = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="lance-ops-scan")
+    pool = ThreadPoolExecutor(max_workers=_workers(ds), thread_name_prefix="lance-ops-scan")
     try:
         yield from _grouped(ds, _started(ds, itertools.chain(head, it), pool), pool)
     finally:

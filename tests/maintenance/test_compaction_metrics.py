@@ -48,6 +48,7 @@ def test_counts_bytes_and_seconds_are_measured(tmp_path, monkeypatch):
 
     monkeypatch.setattr(LanceFragment, "locate_fields", slow_open)
     monkeypatch.setattr(scan, "_WORKERS", 2)
+    monkeypatch.setattr(scan, "_LOCAL_WORKERS", 2)
     monkeypatch.setattr(source, "_WORKERS", 2)
     t0 = time.perf_counter()
     metrics = compact_files(ds, target_rows_per_fragment=10_000)
