@@ -4,6 +4,7 @@ append and delete landed, and no row is lost or doubled. pylance reads the resul
 from __future__ import annotations
 
 import threading
+import time
 
 import lance
 import pyarrow as pa
@@ -11,6 +12,9 @@ import pyarrow as pa
 import lance_ops
 from lance_ops.errors import RetryableCommitConflictError
 from lance_ops.maintenance.compaction import compact_files
+
+#: an upsert worker's rounds while no compaction has landed yet
+MAX_ROUNDS = 40
 
 
 def test_upserts_racing_compaction_appends_and_deletes_lose_nothing(tmp_path):
@@ -31,11 +35,19 @@ def test_upserts_racing_compaction_appends_and_deletes_lose_nothing(tmp_path):
 
     @guarded
     def upsert(k: int) -> None:
-        # updates keys k*20 .. k*20+19 (two rounds, the second overwrites the first) and inserts 500+k
-        for rnd in range(2):
+        # updates keys k*20 .. k*20+19 and inserts 500+k: round 0 writes t{k}.0, every later round
+        # t{k}.1 again (idempotent), and rounds go on until a compaction has landed among them
+        # (bounded), so the race is real however fast upserts are. Compaction conflicts with every
+        # upsert touching its fragments (pylance's rule) and back-to-back upserts can starve it, so
+        # the extra rounds leave it growing gaps
+        rnd = 0
+        while rnd < 2 or (not compactions and rnd < MAX_ROUNDS):
+            if rnd >= 2:
+                time.sleep(min(0.5, 0.05 * rnd))
             keys = pa.array([*range(k * 20, k * 20 + 20), 500 + k], pa.int64())
             lance_ops.dataset(uri).merge_insert("id").when_matched_update_all().when_not_matched_insert_all() \
-                .conflict_retries(100).execute(pa.table({"id": keys, "v": [f"t{k}.{rnd}"] * 21}))
+                .conflict_retries(100).execute(pa.table({"id": keys, "v": [f"t{k}.{min(rnd, 1)}"] * 21}))
+            rnd += 1
 
     @guarded
     def append(k: int) -> None:

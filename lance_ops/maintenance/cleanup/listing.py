@@ -189,24 +189,39 @@ def _read_all(store: ObjectStore, paths: list[str]) -> dict[str, ManifestFile | 
         return dict(zip(paths, pool.map(one, paths)))
 
 
-def check_protected_data(store: ObjectStore, versions: dict[int, VersionInfo], protect_from: int, listed: set[str]) -> None:
+def check_protected_data(store: ObjectStore, versions: dict[int, VersionInfo], protect_from: int, listed: set[str],
+                         *, deletions: bool = False) -> None:
     """Refuse (CorruptFileError naming the manifest) when a version cleanup must keep names a data
-    file that is not there: its manifest is damaged or the dataset already lost data, and the
-    files it really needs would otherwise look unreferenced and be deleted."""
+    file (``deletions``: a deletion file) that is not there: its manifest is damaged or the
+    dataset already lost data, and the files it really needs would otherwise look unreferenced
+    and be deleted. ``listed`` holds the paths listed under the area, relative to it."""
     for v, info in versions.items():
         if v < protect_from:
             continue  # an older version may lose its files to a concurrent cleanup
         m = info.manifest.manifest
         for frag in m.fragments:
-            for df in frag.files:
-                if df.HasField("base_id"):
-                    continue  # stored under another base path: not in this listing
-                if df.path.lstrip("/") not in listed:
+            for path, what in (_deletion_refs(frag) if deletions else _data_refs(frag)):
+                if path not in listed:
                     where = info.manifest.path
                     raise CorruptFileError(
                         store.uri(where) if where else f"version {v}",
-                        f"names data file {df.path!r} (fragment {frag.id}), which does not exist; "
+                        f"names {what} {path!r} (fragment {frag.id}), which does not exist; "
                         "cleanup refuses to run on a dataset whose kept versions are incomplete")
+
+
+def _data_refs(frag: Any) -> list[tuple[str, str]]:
+    # a file stored under another base path (base_id) is not in this listing
+    return [(df.path.lstrip("/"), "data file") for df in frag.files if not df.HasField("base_id")]
+
+
+def _deletion_refs(frag: Any) -> list[tuple[str, str]]:
+    if not frag.HasField("deletion_file") or frag.deletion_file.HasField("base_id"):
+        return []
+    try:
+        rel = naming.deletion_file_path(frag.id, frag.deletion_file)
+    except ValueError:
+        return []  # an unknown file type: Refs.add refuses it, naming the manifest
+    return [(rel[len(naming.DELETIONS_DIR) + 1:], "deletion file")]
 
 
 def load_versions(store: ObjectStore, base: str, skip: Iterable[int] = ()) -> dict[int, VersionInfo]:

@@ -219,6 +219,8 @@ def cleanup_old_versions(
         if area == naming.DATA_DIR:
             planner.owner_times = {f.rel[len(area) + 1:]: f.last_modified for f in listed if f.rel.endswith(".lance")}
             check_protected_data(store, loaded, protect_from, {f.rel[len(area) + 1:] for f in listed})
+        elif area == naming.DELETIONS_DIR:
+            check_protected_data(store, loaded, protect_from, {f.rel[len(area) + 1:] for f in listed}, deletions=True)
         for f in listed:
             c = planner.classify(f)
             if c is not None:
