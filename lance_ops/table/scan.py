@@ -303,14 +303,14 @@ _WORKERS = max(2, min(4, os.cpu_count() or 1))
 #: Python holding the GIL, so a second reading thread only contends with the consumer (measured on
 #: 2 cores, 2,000 small fragments: 1 thread 10-30 % faster in wall and CPU than 2; big files equal)
 _LOCAL_WORKERS = 1
+#: at most this many tasks, of at most about this many planned rows together, are read ahead
+_WINDOW_TASKS = 32
+_WINDOW_ROWS = 1 << 18
 
 
 def _workers(ds: DatasetSnapshot) -> int:
     """Threads reading ahead for a scan of ``ds`` (see ``_WORKERS`` / ``_LOCAL_WORKERS``)."""
     return _LOCAL_WORKERS if isinstance(ds.store, LocalStore) else _WORKERS
-#: at most this many tasks, of at most about this many planned rows together, are read ahead
-_WINDOW_TASKS = 32
-_WINDOW_ROWS = 1 << 18
 
 
 def execute_many(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask]) -> Iterator[pa.Table]:

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Iterator
 from urllib.parse import unquote
 
+from lance_ops._proto import table_pb2
 from lance_ops.errors import CorruptFileError, ObjectNotFoundError
 from lance_ops.io.base import ObjectStore
 from lance_ops.table.manifest import naming
@@ -209,12 +210,12 @@ def check_protected_data(store: ObjectStore, versions: dict[int, VersionInfo], p
                         "cleanup refuses to run on a dataset whose kept versions are incomplete")
 
 
-def _data_refs(frag: Any) -> list[tuple[str, str]]:
+def _data_refs(frag: table_pb2.DataFragment) -> list[tuple[str, str]]:
     # a file stored under another base path (base_id) is not in this listing
     return [(df.path.lstrip("/"), "data file") for df in frag.files if not df.HasField("base_id")]
 
 
-def _deletion_refs(frag: Any) -> list[tuple[str, str]]:
+def _deletion_refs(frag: table_pb2.DataFragment) -> list[tuple[str, str]]:
     if not frag.HasField("deletion_file") or frag.deletion_file.HasField("base_id"):
         return []
     try:
