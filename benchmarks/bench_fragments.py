@@ -12,7 +12,8 @@ cached under ``--cache-dir`` (default: ``<tmp>/lance_ops_bench_fragments``) keye
 
 Every timed call opens the dataset afresh (``lance_ops.dataset(uri)`` / ``lance.dataset(uri)``),
 as an Airflow or Spark task does, and consumes its result (sums a column, counts rows). Rounds
-alternate which library goes first; the minimum over rounds is reported. Mutating operations
+alternate which library goes first; the minimum over rounds is reported, of wall time (the
+ratio that counts) and of CPU time (user+sys of all threads: steadier on a loaded machine). Mutating operations
 (append, delete, compaction, cleanup) run on a fresh copy of the dataset per round and side; the
 copy is not timed. Prints a ratio table (ours/pylance, lower is better) and exits 1 if any ratio
 is above ``--max-ratio``.
@@ -152,11 +153,12 @@ def run_storage(storage: str, args: argparse.Namespace, cache: str, scratch: str
     take_idx = np.sort(np.random.default_rng(5).choice(live, 100, replace=False))
     wanted = set(args.only.split(",")) if args.only else None
     best: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     answers: dict[str, dict[str, Any]] = {}
     ops = [op for op in operations(storage, src, take_idx) if wanted is None or any(w in op[0] for w in wanted)]
     rows = []
-    print(f"\n| {storage} operation | lance_ops s | pylance s | ours/pylance |")
-    print("|---|---:|---:|---:|", flush=True)
+    print(f"\n| {storage} operation | lance_ops s | pylance s | ours/pylance | lance_ops cpu s | pylance cpu s | cpu ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|", flush=True)
     for name, mutates, ours, theirs in ops:
         for r in range(args.rounds):
             sides = [("lance_ops", ours), ("pylance", theirs)]
@@ -168,20 +170,26 @@ def run_storage(storage: str, args: argparse.Namespace, cache: str, scratch: str
                     uri = os.path.join(scratch, f"{who}-{r}.lance")
                     shutil.rmtree(uri, ignore_errors=True)
                     shutil.copytree(src, uri)
+                c0 = time.process_time()        # CPU of every thread of this process (both sides)
                 t0 = time.perf_counter()
                 out = fn(uri)
                 dt = time.perf_counter() - t0
+                dc = time.process_time() - c0
                 if mutates:
                     shutil.rmtree(uri, ignore_errors=True)
                 slot = best.setdefault(name, [float("inf"), float("inf")])
                 i = 0 if who == "lance_ops" else 1
                 slot[i] = min(slot[i], dt)
+                cslot = cpu.setdefault(name, [float("inf"), float("inf")])
+                cslot[i] = min(cslot[i], dc)
                 answers.setdefault(name, {})[who] = out
         o, t = best[name]
         rows.append((name, o, t))
         ratio = o / t if t > 0 else float("inf")
         flag = "  **" if ratio > args.max_ratio else ""
-        print(f"| {name} | {o:.4f} | {t:.4f} | {ratio:.2f}{flag} |", flush=True)
+        co, ct = cpu[name]
+        print(f"| {name} | {o:.4f} | {t:.4f} | {ratio:.2f}{flag} | {co:.4f} | {ct:.4f} | "
+              f"{co / ct if ct > 0 else float('inf'):.2f} |", flush=True)
         a = answers[name]
         if a.get("lance_ops") != a.get("pylance"):
             print(f"  note: {name}: results differ (lance_ops {a.get('lance_ops')!r}, pylance {a.get('pylance')!r})")
