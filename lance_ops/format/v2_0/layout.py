@@ -7,7 +7,7 @@ Split from :mod:`lance_ops.format.v2_0.reader`, which opens files and runs the r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Optional, Sequence, TypeVar, Union
+from typing import Callable, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 import pyarrow as pa
