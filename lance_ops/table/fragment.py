@@ -37,6 +37,8 @@ DataFileReader = Union[LanceFileReader, "LanceFileReaderV21", "LegacyFileReader"
 #: per-dataset caches (``LanceDataset.cache``): open file readers and decoded deletion vectors,
 #: keyed by immutable file names; bounded, oldest entries dropped first
 _READERS_CACHE = "lance_ops.file_readers"
+#: the dataset cache in which readers of its files share parsed metadata (format/v2_0/memo.py)
+_FORMAT_MEMO = "lance_ops.format_memo"
 _DELETIONS_CACHE = "lance_ops.deletion_offsets"
 _READER_CACHE_LIMIT = 1024
 _DELETION_CACHE_LIMIT = 4096
@@ -268,7 +270,7 @@ class LanceFragment:
                         dictionaries=mf.dictionaries or mf.path or None, schema_metadata=dict(ds.manifest.schema_metadata),
                     )
                 else:
-                    reader = open_file_reader(path, store=ds.store)
+                    reader = open_file_reader(path, store=ds.store, memo=ds.cache(_FORMAT_MEMO))
                 # --- end legacy dispatch ---
             except ObjectNotFoundError as exc:
                 # a missing file is a damaged manifest as often as a removed file: name both

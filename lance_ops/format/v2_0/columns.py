@@ -21,9 +21,8 @@ from lance_ops.format.container import ARRAY_ENCODING_URL, COLUMN_ENCODING_URL, 
 from lance_ops.format.io_plan import Fetched
 from lance_ops.format.reader_base import V2ReaderBase
 from lance_ops.format.v2_0 import decode as dec
-from lance_ops.format.v2_0.layout import (
-    ColumnState, cut_blobs, ENCODING_CACHE_LIMIT, EncodingInfo, GOOD_COLUMN_ENCODINGS, Node, PageInfo, remember,
-)
+from lance_ops.format.v2_0.layout import ColumnState, cut_blobs, EncodingInfo, Node, PageInfo, WholePage
+from lance_ops.format.v2_0.memo import COLUMN_LIMIT, ENCODING_LIMIT, ReadMemo, remember
 from lance_ops.io.ranges import SMALL_RANGE_COUNT, coalesce, coalesce_list
 
 
@@ -35,8 +34,10 @@ class ColumnAccess(V2ReaderBase):
     _whole: Optional[bytes]
     _gbo: list[tuple[int, int]]
     _column_meta: list[file2_pb2.ColumnMetadata]
+    _column_raw: list[bytes]  # each column's ColumnMetadata bytes (the memo's key)
     _columns: dict[int, ColumnState]
-    _encodings: dict[bytes, EncodingInfo]
+    _checked: set[int]  # columns whose row count was checked
+    _memo: ReadMemo
     _nodes: dict[str, Node]
     _roles: dict[int, tuple[str, str]]
     _top_names: list[str]
@@ -61,15 +62,27 @@ class ColumnAccess(V2ReaderBase):
         col = self._columns.get(index)
         if col is not None:
             return col
-        meta = self._column_meta[index]
         path, role = self._roles[index]
+        key = (index, path, role, self._column_raw[index])
+        body_end = self._file_size - FOOTER_SIZE
+        col = self._memo.columns.get(key)
+        if col is None or col.data_end > body_end:  # new bytes, or past this file's end: in full
+            col = self._new_column(index, path, role, body_end)
+            remember(self._memo.columns, key, col, COLUMN_LIMIT)
+        self._columns[index] = col
+        return col
+
+    def _new_column(self, index: int, path: str, role: str, body_end: int) -> ColumnState:
+        """Column ``index`` set up from its metadata: encodings parsed and checked, every page
+        buffer within the data of the file."""
+        meta = self._column_meta[index]
         where = f"column {index} ({path!r})"
         self._check_column_encoding(meta, where, role)
-        body_end = self._file_size - FOOTER_SIZE
         pages: list[PageInfo] = []
         infos: list[EncodingInfo] = []
         row = 0
-        encodings = self._encodings
+        data_end = 0
+        encodings = self._memo.encodings
         for p_index, page in enumerate(meta.pages):
             offs = tuple(page.buffer_offsets)
             sizes = tuple(page.buffer_sizes)
@@ -80,6 +93,7 @@ class ColumnAccess(V2ReaderBase):
                     raise self._corrupt(
                         f"{where} page {p_index}: buffer {o}..{o + s} lies beyond the end of the data ({body_end})"
                     )
+                data_end = max(data_end, o + s)
             length = int(page.length)
             info = None
             if page.encoding.WhichOneof("location") == "direct":
@@ -92,11 +106,30 @@ class ColumnAccess(V2ReaderBase):
         starts = np.array([p.row_start for p in pages], dtype=np.int64)
         ends = starts + np.array([p.length for p in pages], dtype=np.int64)
         col = ColumnState(index, path, role, pages, starts, ends,
-                      tuple(int(x) for x in meta.buffer_offsets), tuple(int(x) for x in meta.buffer_sizes), infos)
+                          tuple(int(x) for x in meta.buffer_offsets), tuple(int(x) for x in meta.buffer_sizes), infos,
+                          data_end, row)
         if len(col.buffer_offsets) != len(col.buffer_sizes):
             raise self._corrupt(f"{where}: column buffer offsets and sizes differ in number")
-        self._columns[index] = col
         return col
+
+    def _whole_plan(self, col: ColumnState) -> list[WholePage]:
+        """Per non-empty page of ``col``: its index, encoding info, rows and the (position, size)
+        of each buffer its encoding references (``info.buffers`` order). Kept on the column when
+        no buffer is a global one (then it depends on the column's bytes alone)."""
+        if col.whole_plan is not None:
+            return col.whole_plan
+        plan: list[WholePage] = []
+        shareable = True
+        for page in col.pages:
+            if page.length > 0:
+                info = col.infos[page.index]
+                ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
+                plan.append((page.index, info, page.length,
+                             [self._buffer_location(col, page, key, ctx) for key in info.buffers]))
+                shareable = shareable and all(kind != 2 for kind, _ in info.buffers)
+        if shareable:
+            col.whole_plan = plan
+        return plan
 
     def _check_column_encoding(self, meta: file2_pb2.ColumnMetadata, where: str, role: str) -> None:
         if not meta.HasField("encoding"):
@@ -107,7 +140,7 @@ class ColumnAccess(V2ReaderBase):
                 raise UnsupportedError(f"{self._uri}: {where}: deferred (indirect) column encodings are not supported")
             return
         raw = meta.encoding.direct.encoding
-        if (raw, role) in GOOD_COLUMN_ENCODINGS:
+        if (raw, role) in self._memo.column_encodings:
             return
         wrapped = any_pb2.Any()
         try:
@@ -127,7 +160,7 @@ class ColumnAccess(V2ReaderBase):
         if case == "blob" and ce.blob.inner.WhichOneof("column_encoding") not in (None, "values"):
             raise UnsupportedError(f"{self._uri}: {where}: blob column with inner encoding "
                                    f"{ce.blob.inner.WhichOneof('column_encoding')!r} is not supported")
-        remember(GOOD_COLUMN_ENCODINGS, (raw, role), True, ENCODING_CACHE_LIMIT)
+        remember(self._memo.column_encodings, (raw, role), True, ENCODING_LIMIT)
 
     def _page_encoding(self, page: file2_pb2.ColumnMetadata.Page, where: str) -> EncodingInfo:
         loc = page.encoding.WhichOneof("location")
@@ -136,7 +169,7 @@ class ColumnAccess(V2ReaderBase):
         if loc != "direct":
             raise self._corrupt(f"{where}: page has no encoding")
         raw = page.encoding.direct.encoding
-        info = self._encodings.get(raw)
+        info = self._memo.encodings.get(raw)
         if info is not None:
             return info
         wrapped = any_pb2.Any()
@@ -154,16 +187,16 @@ class ColumnAccess(V2ReaderBase):
         except DecodeError as exc:
             raise self._corrupt(f"{where}: page encoding does not decode: {exc}") from None
         info = EncodingInfo.of(enc)
-        remember(self._encodings, raw, info, ENCODING_CACHE_LIMIT)
+        remember(self._memo.encodings, raw, info, ENCODING_LIMIT)
         return info
 
     def _check_length(self, col: ColumnState, expected: int) -> None:
-        if not col.checked_length:
+        if col.index not in self._checked:
             if col.num_rows != expected:
                 raise self._corrupt(
                     f"column {col.index} ({col.path!r}) pages hold {col.num_rows} rows, expected {expected}"
                 )
-            col.checked_length = True
+            self._checked.add(col.index)
 
     # --- I/O -----------------------------------------------------------------------------
     def _fetch(self, requests: np.ndarray | Sequence[tuple[int, int]]) -> Fetched:
@@ -172,15 +205,17 @@ class ColumnAccess(V2ReaderBase):
         Ranges are merged here (same gap rule as the store) so that the store returns each merged
         span whole and no range is copied out of it.
         """
+        whole = self._whole
+        if whole is not None:
+            pairs = requests.reshape(-1, 2).tolist() if isinstance(requests, np.ndarray) else requests
+            size = len(whole)
+            for s, n in pairs:
+                if s < 0 or n < 0 or s + n > size:
+                    raise self._corrupt("a read would go past the end of the file")
+            return [whole[s:s + n] for s, n in pairs]
         arr = np.asarray(requests, dtype=np.int64).reshape(-1, 2)
         if not len(arr):
             return []
-        whole = self._whole
-        if whole is not None:
-            pairs = arr.tolist()
-            if any(s < 0 or n < 0 or s + n > len(whole) for s, n in pairs):
-                raise self._corrupt("a read would go past the end of the file")
-            return [whole[s:s + n] for s, n in pairs]
         gap = int(getattr(self._store, "coalesce_gap", 4096))
         if len(arr) <= SMALL_RANGE_COUNT:  # the usual case: a few pages' buffers
             pairs = arr.tolist()

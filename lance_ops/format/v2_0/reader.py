@@ -14,7 +14,8 @@ rows -- and, for fixed-width and plain variable-width pages, only the bytes of t
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional, Sequence, TypeGuard
+import struct
+from typing import Any, Iterable, Mapping, MutableMapping, Optional, Sequence, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -28,10 +29,10 @@ from lance_ops.format.io_plan import drive, gather_requests
 from lance_ops.format.reader_base import take_indices
 from lance_ops.format.v2_0 import decode as dec
 from lance_ops.format.v2_0.layout import (
-    build_schema_layout, ColumnInfo, empty_array, EncodingInfo, ENCODINGS_CACHE, FileMetadata,
-    has_binary, LeafNode, Node, normalize_ranges, PageInfo, remember, SCHEMA_CACHE_LIMIT, SCHEMA_LAYOUTS, StructNode,
-    ZERO,
+    build_schema_layout, ColumnInfo, empty_array, EncodingInfo, FileMetadata, has_binary, LeafNode, Node,
+    normalize_ranges, PageInfo, SchemaLayout, StructNode, WholePage, ZERO,
 )
+from lance_ops.format.v2_0.memo import COLUMN_LIMIT, memo_of, remember, SCHEMA_LIMIT
 from lance_ops.format.v2_0.node_reads import NodeReads
 from lance_ops.format.version import FileVersion
 from lance_ops.io.base import ObjectStore
@@ -40,6 +41,8 @@ from lance_ops.schema import field_tree, from_lance_fields
 __all__ = ["LanceFileReader", "PageInfo", "ColumnInfo", "FileMetadata"]
 
 TAIL_READ_BYTES = 64 * 1024
+#: a plain leaf column read whole: its type and, per non-empty page, (encoding info, rows, buffer key -> bytes)
+WholeColumn = tuple[pa.DataType, list[tuple[EncodingInfo, int, dict]]]
 # Global buffer 0 is fetched together with the column metadata when it is at most this far away.
 _GB0_GAP = 1 << 20
 
@@ -64,12 +67,15 @@ class LanceFileReader(NodeReads):
     _described: Optional[dict[str, Node]]
 
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *,
-                 store: Optional[ObjectStore] = None, _tail: Optional[tuple[bytes, int]] = None) -> None:
+                 store: Optional[ObjectStore] = None, _tail: Optional[tuple[bytes, int]] = None,
+                 memo: Optional[MutableMapping[str, Any]] = None) -> None:
         self._given_tail = _tail  # (last bytes, file size) already read by the version dispatch
         self._whole = None  # the whole file, when the tail read held all of it
         self._bind(path, storage_options, store)
         self._columns = {}
-        self._encodings = ENCODINGS_CACHE
+        self._checked = set()
+        # what files of one dataset share (``memo``: the dataset object's cache dict; ADR 0044)
+        self._memo = memo_of(memo)
         self._guard(self._open)
 
     # --- public properties ---------------------------------------------------------------
@@ -200,12 +206,13 @@ class LanceFileReader(NodeReads):
         # the global buffer table (normally already in the tail)
         if footer.gbo_table_start < region_start:
             ensure(min(footer.gbo_table_start, footer.column_meta_start))
-        gbo_raw = take(footer.gbo_table_start, 16 * footer.num_global_buffers)
-        gbo = np.frombuffer(gbo_raw, dtype="<u8").reshape(-1, 2).astype(np.int64)
+        n_gb = footer.num_global_buffers
+        gbo = struct.unpack(f"<{2 * n_gb}Q", take(footer.gbo_table_start, 16 * n_gb))
         body_end = size - FOOTER_SIZE
-        self._gbo = [(p, s) for p, s in gbo.tolist()]
-        if any(p < 0 or s < 0 or p + s > body_end for p, s in self._gbo):
-            raise self._corrupt("a global buffer lies beyond the end of the file")
+        self._gbo = list(zip(gbo[0::2], gbo[1::2]))
+        for p, s in self._gbo:
+            if p + s > body_end:
+                raise self._corrupt("a global buffer lies beyond the end of the file")
         gb0_pos, gb0_size = self._gbo[0]
         self._gb0_extra = None
         near = footer.column_meta_start - _GB0_GAP <= gb0_pos
@@ -215,41 +222,59 @@ class LanceFileReader(NodeReads):
         else:
             ensure(footer.column_meta_start, (gb0_pos, gb0_size))
             gb0 = self._gb0_extra if self._gb0_extra is not None else take(gb0_pos, gb0_size)
-        self._gb0_bytes = bytes(gb0)
-        descriptor = file_pb2.FileDescriptor()
-        try:
-            descriptor.ParseFromString(self._gb0_bytes)
-        except DecodeError as exc:
-            raise self._corrupt(f"global buffer 0 (FileDescriptor) does not decode: {exc}") from None
+        self._gb0_bytes = gb0 = bytes(gb0)
+        memo = self._memo
+        known = memo.descriptors.get(gb0)
+        schema = tree = None
+        layout: Optional[SchemaLayout]
+        if known is not None:  # a file of this dataset with the same descriptor bytes was opened
+            descriptor, layout = known
+        else:
+            descriptor = file_pb2.FileDescriptor()
+            try:
+                descriptor.ParseFromString(gb0)
+            except DecodeError as exc:
+                raise self._corrupt(f"global buffer 0 (FileDescriptor) does not decode: {exc}") from None
+            # the schema and its column layout are shared by every file with the same schema
+            schema_key = descriptor.schema.SerializeToString()
+            got = memo.layouts.get(schema_key)
+            if got is None:
+                try:
+                    schema = from_lance_fields(descriptor.schema.fields, dict(descriptor.schema.metadata))
+                    tree = field_tree(descriptor.schema.fields)
+                except CorruptFileError as exc:
+                    raise self._corrupt(f"schema: {exc.problem}") from None
+                except UnsupportedTypeError as exc:
+                    raise UnsupportedTypeError(f"{self._uri}: {exc}") from None
+            layout = got
         self._descriptor = descriptor
         self._num_rows = int(descriptor.length)
-        # the schema and its column layout are shared by every file with the same schema
-        schema_key = descriptor.schema.SerializeToString()
-        layout = SCHEMA_LAYOUTS.get(schema_key)
-        if layout is None:
-            try:
-                schema = from_lance_fields(descriptor.schema.fields, dict(descriptor.schema.metadata))
-                tree = field_tree(descriptor.schema.fields)
-            except CorruptFileError as exc:
-                raise self._corrupt(f"schema: {exc.problem}") from None
-            except UnsupportedTypeError as exc:
-                raise UnsupportedTypeError(f"{self._uri}: {exc}") from None
-        # column metadata positions and the messages themselves
-        cmo_raw = take(footer.cmo_table_start, 16 * footer.num_columns)
-        cmo = np.frombuffer(cmo_raw, dtype="<u8").reshape(-1, 2).astype(np.int64)
-        if len(cmo) and (int(cmo.min()) < 0 or int((cmo[:, 0] + cmo[:, 1]).max()) > body_end):
-            raise self._corrupt("a column metadata block lies beyond the end of the file")
+        # column metadata positions and the messages themselves (equal bytes parsed once)
+        n_col = footer.num_columns
+        cmo = struct.unpack(f"<{2 * n_col}Q", take(footer.cmo_table_start, 16 * n_col))
+        positions = list(zip(cmo[0::2], cmo[1::2]))
+        for pos, length in positions:
+            if pos + length > body_end:
+                raise self._corrupt("a column metadata block lies beyond the end of the file")
+        metas = memo.column_metas
+        self._column_raw = raws = [take(pos, length) for pos, length in positions]
         self._column_meta = []
-        for i, (pos, length) in enumerate(cmo.tolist()):
-            meta = file2_pb2.ColumnMetadata()
-            try:
-                meta.ParseFromString(take(pos, length))
-            except DecodeError as exc:
-                raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
+        for i, raw in enumerate(raws):
+            meta = metas.get(raw)
+            if meta is None:
+                meta = file2_pb2.ColumnMetadata()
+                try:
+                    meta.ParseFromString(raw)
+                except DecodeError as exc:
+                    raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
+                remember(metas, raw, meta, COLUMN_LIMIT)
             self._column_meta.append(meta)
         if layout is None:
+            assert schema is not None and tree is not None
             layout = build_schema_layout(schema, tree, self._uri, self._corrupt)
-            remember(SCHEMA_LAYOUTS, schema_key, layout, SCHEMA_CACHE_LIMIT)
+            remember(memo.layouts, schema_key, layout, SCHEMA_LIMIT)
+        if known is None:
+            remember(memo.descriptors, gb0, (descriptor, layout), SCHEMA_LIMIT)
         self._schema, self._nodes, self._roles, self._top_names, self._described = (
             layout.schema, layout.nodes, layout.roles, layout.top_names, layout.described)
         if layout.num_columns != footer.num_columns and has_binary(layout.schema):
@@ -304,28 +329,42 @@ class LanceFileReader(NodeReads):
 
         return self._guard(work)
 
-    def whole_pages(self, name: str) -> Optional[tuple[pa.DataType, list[tuple[EncodingInfo, int, dict]]]]:
+    def whole_pages(self, name: str) -> Optional[WholeColumn]:
         """Top-level column ``name`` as stored when it is a plain leaf (None otherwise): its type and,
         per non-empty page, (encoding info, rows, buffer key -> bytes), every buffer fetched in one
         round (what :mod:`lance_ops.format.v2_0.batch` decodes for many files at once)."""
-        node = self._top_node(name)
-        if type(node) is not LeafNode:
-            return None
+        return self.whole_columns([name])[0]
 
-        def work() -> tuple[pa.DataType, list[tuple[EncodingInfo, int, dict]]]:
-            self._check_top(node)
-            col = self._column(node.column)
+    def whole_columns(self, names: Sequence[str]) -> list[Optional[WholeColumn]]:
+        """:meth:`whole_pages` of each of ``names``, the buffers of all of them fetched in one round."""
+        nodes = [self._top_node(name) for name in names]
+
+        def work() -> list[Optional[WholeColumn]]:
+            planned: list[Optional[tuple[pa.DataType, list[WholePage]]]] = []
             requests: list[tuple[int, int]] = []
-            pages = []
-            for page in col.pages:
-                if page.length > 0:
-                    info = col.infos[page.index]
-                    ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
-                    pages.append((info, page.length, len(requests)))
-                    requests.extend(self._buffer_location(col, page, key, ctx) for key in info.buffers)
+            for node in nodes:
+                if type(node) is not LeafNode:
+                    planned.append(None)
+                    continue
+                self._check_top(node)
+                plan = self._whole_plan(self._column(node.column))
+                planned.append((node.dtype, plan))
+                for _, _, _, locations in plan:
+                    requests.extend(locations)
             data = self._fetch(requests)
-            return node.dtype, [(info, n, dict(zip(info.buffers, data[first:first + len(info.buffers)])))
-                                for info, n, first in pages]
+            out: list[Optional[WholeColumn]] = []
+            k = 0
+            for got in planned:
+                if got is None:
+                    out.append(None)
+                    continue
+                pages = []
+                for _, info, n, locations in got[1]:
+                    m = len(locations)
+                    pages.append((info, n, dict(zip(info.buffers, data[k:k + m]))))
+                    k += m
+                out.append((got[0], pages))
+            return out
 
         return self._guard(work)
 
@@ -339,25 +378,21 @@ class LanceFileReader(NodeReads):
         work = []
         for node in nodes:
             col = self._column(node.column)
-            for page in col.pages:
-                if page.length <= 0:
-                    continue
-                info = col.infos[page.index]
-                ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
+            for p_index, info, n, locations in self._whole_plan(col):
                 if info.fixed is not None and info.fixed.all_null:
-                    work.append((node, page, info, ctx, -1))
+                    work.append((node, p_index, n, info, -1))
                     continue
-                work.append((node, page, info, ctx, len(requests)))
-                requests.extend(self._buffer_location(col, page, key, ctx) for key in info.buffers)
+                work.append((node, p_index, n, info, len(requests)))
+                requests.extend(locations)
         data = self._fetch(requests)
         chunks: dict[int, list[pa.Array]] = {id(node): [] for node in nodes}
-        for node, page, info, ctx, first in work:
+        for node, p_index, n, info, first in work:
             if first < 0:
-                arr = pa.nulls(page.length, node.dtype)
+                arr = pa.nulls(n, node.dtype)
             else:
                 keys = info.buffers
                 bufs = dec.PageBuffers({key: pa.py_buffer(d) for key, d in zip(keys, data[first : first + len(keys)])})
-                arr = dec.decode_rows(info.encoding, page.length, node.dtype, bufs, ctx,
-                                      ZERO, np.array([page.length], dtype=np.int64))
+                ctx = dec.DecodeContext(self._uri, f"column {node.column} ({node.path!r}) page {p_index}")
+                arr = dec.decode_rows(info.encoding, n, node.dtype, bufs, ctx, ZERO, np.array([n], dtype=np.int64))
             chunks[id(node)].append(arr)
         return [chunks[id(node)] or [empty_array(node.dtype)] for node in nodes]
