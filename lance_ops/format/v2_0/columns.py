@@ -22,7 +22,9 @@ from lance_ops.format.io_plan import Fetched
 from lance_ops.format.reader_base import V2ReaderBase
 from lance_ops.format.v2_0 import decode as dec
 from lance_ops.format.v2_0.layout import ColumnState, cut_blobs, EncodingInfo, Node, PageInfo, WholePage
-from lance_ops.format.v2_0.memo import COLUMN_LIMIT, ENCODING_LIMIT, ReadMemo, remember
+from lance_ops.format.v2_0.memo import (
+    COLUMN_LIMIT, ENCODING_LIMIT, ReadMemo, remember, SMALL_COLUMN_BYTES, SMALL_COLUMN_PAGES,
+)
 from lance_ops.io.ranges import SMALL_RANGE_COUNT, coalesce, coalesce_list
 
 
@@ -68,7 +70,8 @@ class ColumnAccess(V2ReaderBase):
         col = self._memo.columns.get(key)
         if col is None or col.data_end > body_end:  # new bytes, or past this file's end: in full
             col = self._new_column(index, path, role, body_end)
-            remember(self._memo.columns, key, col, COLUMN_LIMIT)
+            if len(key[3]) <= SMALL_COLUMN_BYTES and len(col.pages) <= SMALL_COLUMN_PAGES:
+                remember(self._memo.columns, key, col, COLUMN_LIMIT)
         self._columns[index] = col
         return col
 

@@ -29,7 +29,12 @@ MEMO_KEY = "lance_ops.format.v2_0.memo"
 #: bounds: distinct schemas / descriptors, page encodings, column metadata messages and columns
 SCHEMA_LIMIT = 256
 ENCODING_LIMIT = 100_000
-COLUMN_LIMIT = 4096
+COLUMN_LIMIT = 1024
+#: only small columns are remembered (the many-small-files case this serves): metadata of at most
+#: this many bytes, columns of at most this many pages; a large column's set-up is paid per file,
+#: as its rows are, and the memo stays a few MB per dataset object
+SMALL_COLUMN_BYTES = 1024
+SMALL_COLUMN_PAGES = 8
 
 
 def remember(cache: dict[K, V], key: K, value: V, limit: int) -> None:

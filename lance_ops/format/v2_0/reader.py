@@ -32,7 +32,7 @@ from lance_ops.format.v2_0.layout import (
     build_schema_layout, ColumnInfo, empty_array, EncodingInfo, FileMetadata, has_binary, LeafNode, Node,
     normalize_ranges, PageInfo, SchemaLayout, StructNode, WholePage, ZERO,
 )
-from lance_ops.format.v2_0.memo import COLUMN_LIMIT, memo_of, remember, SCHEMA_LIMIT
+from lance_ops.format.v2_0.memo import COLUMN_LIMIT, memo_of, remember, SCHEMA_LIMIT, SMALL_COLUMN_BYTES
 from lance_ops.format.v2_0.node_reads import NodeReads
 from lance_ops.format.version import FileVersion
 from lance_ops.io.base import ObjectStore
@@ -267,7 +267,8 @@ class LanceFileReader(NodeReads):
                     meta.ParseFromString(raw)
                 except DecodeError as exc:
                     raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
-                remember(metas, raw, meta, COLUMN_LIMIT)
+                if len(raw) <= SMALL_COLUMN_BYTES:
+                    remember(metas, raw, meta, COLUMN_LIMIT)
             self._column_meta.append(meta)
         if layout is None:
             assert schema is not None and tree is not None
