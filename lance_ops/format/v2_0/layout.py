@@ -29,9 +29,9 @@ ZERO.flags.writeable = False
 # --------------------------------------------------------------------------------------------
 # public metadata objects
 # --------------------------------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class PageInfo:
-    """One page of one column."""
+    """One page of one column (read-only: files of one dataset with equal column bytes share it)."""
 
     index: int
     row_start: int  # first row (item, for list item columns) of the page within its column
