@@ -29,6 +29,7 @@ from lance_ops.table.commit.properties import CommitProperties
 from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.merge_keys import SourceKeys, prepare_keys
+from lance_ops.table.stats import prune as stats_prune
 from lance_ops.table.rewrite_rows import RewriteTarget, RowsRewrite, build_transaction, refuse_unwritable, run
 from lance_ops.table.write import check_append_schema
 
@@ -99,16 +100,53 @@ class _Plan:
     stable: bool
 
 
-def _read_targets(dataset: RewriteTarget, frags: list[LanceFragment],
-                  columns: list[str]) -> Iterator[tuple[LanceFragment, pa.Table, np.ndarray | None]]:
-    """Each fragment's live rows of ``columns`` (the scan reads ahead while the previous fragment
-    is matched), with the physical offsets (uint32) of its rows; None: the positions themselves
-    (nothing deleted). Offsets come from the deletion vector, not from a ``_rowaddr`` column
-    built for every row of the fragment."""
-    tasks = [scan.fragment_task(dataset, f, columns) for f in frags]
-    for frag, target in zip(frags, scan.execute_many(dataset, tasks)):
-        mask = frag.live_mask()
-        offsets = None if mask is None else np.flatnonzero(mask).astype(np.uint32)
+def _ranges_with_keys(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) -> np.ndarray | None:
+    """Physical row ranges of ``frag`` whose key statistics (min/max per page, lance_ops statistics
+    files) admit a source key: ``(n, 2)`` ``[start, end)`` ranges, empty to skip the fragment, None
+    to read it whole (no statistics, nothing ruled out, or every row needed: deletes by source).
+    For one integer key: the rows of other pages cannot match, so they change nothing."""
+    keys = plan.keys.sorted_values
+    name = plan.spec.on[0]
+    if keys is None or plan.spec.delete_by_source:
+        return None
+    t = dataset.storage_schema.field(name).type
+    if not pa.types.is_integer(t) or pa.types.is_uint64(t):
+        return None
+    try:
+        pages = stats_prune.fragment_statistics(dataset, frag, [name]).get(name)
+    except Exception:  # noqa: BLE001 - statistics never break a merge: read the fragment
+        return None
+    if pages is None or not len(pages):
+        return None
+    keep = np.ones(len(pages), dtype=bool)
+    for i in range(len(pages)):
+        lo, hi, nulls = pages.mins[i], pages.maxs[i], pages.null_count[i]
+        if lo is not None and hi is not None:
+            keep[i] = np.searchsorted(keys, int(hi), side="right") > np.searchsorted(keys, int(lo), side="left")
+        elif nulls is not None and nulls >= int(pages.num_rows[i]):
+            keep[i] = False  # (only nulls: they match nothing)
+    if keep.all():
+        return None
+    starts = np.asarray(pages.row_start, dtype=np.int64)[keep]
+    return np.stack([starts, starts + np.asarray(pages.num_rows, dtype=np.int64)[keep]], axis=1)
+
+
+def _read_targets(dataset: RewriteTarget, frags: list[LanceFragment], columns: list[str],
+                  plan: _Plan) -> Iterator[tuple[LanceFragment, pa.Table, np.ndarray | None]]:
+    """Each fragment's live rows of ``columns`` that may match a source key (see
+    :func:`_ranges_with_keys`; the scan reads ahead while the previous fragment is matched), with
+    the physical offsets (uint32) of its rows; None: the positions themselves (nothing deleted, all
+    read). Offsets come from the deletion vector, not from a ``_rowaddr`` column built for every
+    row of the fragment."""
+    ranges = [_ranges_with_keys(dataset, f, plan) for f in frags]
+    wanted = [(f, r) for f, r in zip(frags, ranges) if r is None or len(r)]
+    tasks = [scan.fragment_task(dataset, f, columns, ranges=r) for f, r in wanted]
+    for (frag, r), target in zip(wanted, scan.execute_many(dataset, tasks)):
+        if r is not None:
+            offsets: np.ndarray | None = frag.live_offsets_in(r).astype(np.uint32)
+        else:
+            mask = frag.live_mask()
+            offsets = None if mask is None else np.flatnonzero(mask).astype(np.uint32)
         if (frag.physical_rows if offsets is None else offsets.size) != target.num_rows:
             # (never expected: then the scan gives each row's address)
             task = scan.fragment_task(dataset, frag, columns, with_row_address=True)
@@ -209,7 +247,7 @@ def plan_merge(dataset: RewriteTarget, spec: MergeSpec,
     extra = [*plan.condition_columns, *(sorted(plan.delete_filter.columns) if plan.delete_filter else [])]
     cols = list(dict.fromkeys([*spec.on, *(c for c in extra if c in dataset.top_field_ids)]))
     matches = [_match_fragment(frag, target, offsets, plan)
-               for frag, target, offsets in _read_targets(dataset, frags, cols)]
+               for frag, target, offsets in _read_targets(dataset, frags, cols, plan)]
     change = RowsRewrite()
     updated = deleted = 0
     for m in matches:

@@ -99,3 +99,29 @@ def test_merges_through_each_way_match_pylance(tmp_path, key, stable):
             t = t.drop_columns(["_rowid"])
         out[mod] = (got, again, t.sort_by("id").to_pydict())
     assert out[lance_ops] == out[lance]
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_fragments_statistics_rule_out_are_not_read(tmp_path, monkeypatch, stable):
+    """One integer key: fragments (and pages) whose min/max admit no source key are not read; the
+    merge still equals pylance's (lance_ops writes the statistics files, pylance reads without)."""
+    from lance_ops.table import scan
+
+    first = pa.table({"id": pa.array(np.arange(400), pa.int64()), "v": [f"a{i}" for i in range(400)]})
+    src = pa.table({"id": pa.array([5, 250, 1000, 7], pa.int64()), "v": ["s0", "s1", "s2", "s3"]})
+    read = []
+    real = scan.execute_many
+    monkeypatch.setattr(scan, "execute_many", lambda ds, tasks: real(ds, read.extend(tasks) or tasks))
+    out = {}
+    for mod in (lance, lance_ops):
+        uri = str(tmp_path / mod.__name__)
+        ds = lance_ops.write_dataset(first, uri, max_rows_per_file=100, enable_stable_row_ids=stable)
+        lance_ops.dataset(uri).delete("id = 6 or id = 260")
+        ds = mod.dataset(uri)
+        read.clear()
+        got = ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(src)
+        merged = list(read)
+        t = lance.dataset(uri).to_table(with_row_id=True)
+        out[mod] = (got, (t if stable else t.drop_columns(["_rowid"])).sort_by("id").to_pydict())
+    assert out[lance_ops] == out[lance]
+    assert sorted(t.fragment.id for t in merged) == [0, 2]  # fragments 1 and 3 hold no source key
