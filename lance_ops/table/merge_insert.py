@@ -255,6 +255,7 @@ def plan_merge(dataset: RewriteTarget, spec: MergeSpec,
         updated += int(m.updated.size)
         deleted += int(m.deleted.size)
     rows = plan.source.num_rows
+    rewritten = np.zeros(0, np.int64)  # source rows of the rewritten rows, in the order written
     if updated:
         # pylance writes the updated rows in source order; in target order when every column is a
         # key, or when rows missing from the source are deleted and none inserted (its join differs)
@@ -264,24 +265,30 @@ def plan_merge(dataset: RewriteTarget, spec: MergeSpec,
         chosen = None if target_order else _mask(rows, src)
         if chosen is not None and int(np.count_nonzero(chosen)) == src.size:
             # each source row updates one target row: source order is the mask's order
-            change.rewritten.append(plan.source.filter(pa.array(chosen)))
+            rewritten = np.flatnonzero(chosen)
             if ids is not None:
                 by_row = np.zeros(rows, dtype=ids.dtype)
                 by_row[src] = ids
-                change.rewritten_ids.append(by_row[chosen])
+                change.rewritten_ids.append(by_row[rewritten])
         else:  # target order, or a source row matching several target rows (duplicate target keys)
             order = np.arange(src.size) if target_order else np.argsort(src, kind="stable")
-            change.rewritten.append(plan.source.take(pa.array(src[order])))
+            rewritten = src[order]
             if ids is not None:
                 change.rewritten_ids.append(ids[order])
-    inserted = 0
+    alone = np.zeros(0, np.int64)  # source rows inserted, in source order
     if spec.insert:
-        alone = np.ones(rows, dtype=bool)
+        unmatched = np.ones(rows, dtype=bool)
         for m in matches:
-            alone[m.matched_source] = False
-        inserted = int(np.count_nonzero(alone))
-        if inserted:
-            change.inserted.append(plan.source if inserted == rows else plan.source.filter(pa.array(alone)))
+            unmatched[m.matched_source] = False
+        alone = np.flatnonzero(unmatched)
+    inserted = int(alone.size)
+    if rewritten.size or alone.size:  # one take for both (the new rows: rewritten ones first)
+        both = plan.source if rewritten.size + alone.size == rows and not rewritten.size else \
+            plan.source.take(pa.array(np.concatenate([rewritten, alone])))
+        if rewritten.size:
+            change.rewritten.append(both.slice(0, rewritten.size))
+        if alone.size:
+            change.inserted.append(both.slice(rewritten.size))
     preserving = [f.id for f in dataset.manifest.fields if f.parent_id == -1]
     txn, ctx = build_transaction(dataset, frags, change, preserving)
     return txn, ctx, {"num_inserted_rows": inserted, "num_updated_rows": updated, "num_deleted_rows": deleted}
