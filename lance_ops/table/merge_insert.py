@@ -105,10 +105,9 @@ def _ranges_with_keys(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) 
     files) admit a source key: ``(n, 2)`` ``[start, end)`` ranges, empty to skip the fragment, None
     to read it whole (no statistics, nothing ruled out, or every row needed: deletes by source).
     For one integer key: the rows of other pages cannot match, so they change nothing."""
-    keys = plan.keys.sorted_values
     name = plan.spec.on[0]
-    if keys is None or plan.spec.delete_by_source:
-        return None
+    if (plan.keys.unsorted is None and plan.keys.sorted_values is None) or plan.spec.delete_by_source:
+        return None  # (not one integer-like key)
     t = dataset.storage_schema.field(name).type
     if not pa.types.is_integer(t) or pa.types.is_uint64(t):
         return None
@@ -118,6 +117,8 @@ def _ranges_with_keys(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) 
         return None
     if pages is None or not len(pages):
         return None
+    keys = plan.keys.sorted_keys()
+    assert keys is not None
     keep = np.ones(len(pages), dtype=bool)
     for i in range(len(pages)):
         lo, hi, nulls = pages.mins[i], pages.maxs[i], pages.null_count[i]

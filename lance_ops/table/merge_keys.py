@@ -90,13 +90,27 @@ class SourceKeys:
     lookup_rows: np.ndarray | None = None
     #: the non-null source keys are all different (so each target row matches one row at most)
     unique: bool = False
+    #: one integer-like key not sorted yet: its non-null values as int64 and their rows (None: all)
+    unsorted: tuple[np.ndarray, np.ndarray | None] | None = None
+
+    def sorted_keys(self) -> np.ndarray | None:
+        """One integer-like key: its non-null values, sorted (None for other keys). Sorted on first
+        use, so that a merge sorts while the scan reads ahead its first fragments."""
+        if self.unsorted is not None:
+            values, rows = self.unsorted
+            ordered, at = _stable_sort(values)
+            self.sorted_rows = at if rows is None else rows[at]
+            self.unique = ordered.size < 2 or bool((ordered[1:] != ordered[:-1]).all())
+            self.sorted_values = ordered
+            self.unsorted = None
+        return self.sorted_values
 
     def match(self, target: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """(target positions, source rows) of every pair of rows with equal keys; ``target``
         holds the key columns (named as the source's), in order. Sorted by position, then row."""
         if target.num_rows == 0 or self.keys.num_rows == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        if self.sorted_values is not None:
+        if self.sorted_keys() is not None:
             col = _flat(target.column(0))
             values = _as_int64(col)
             valid = _valid(col) if col.null_count else None
@@ -175,12 +189,7 @@ def prepare_keys(source: pa.Table, on: list[str]) -> SourceKeys:
         rows = np.flatnonzero(_valid(col))
     if _integer_like(col.type):
         values = _as_int64(col)
-        if rows is not None:
-            values = values[rows]
-        ordered, at = _stable_sort(values)
-        out.sorted_values = ordered
-        out.sorted_rows = at if rows is None else rows[at]
-        out.unique = ordered.size < 2 or bool((ordered[1:] != ordered[:-1]).all())
+        out.unsorted = (values if rows is None else values[rows], rows)
     elif _hashable(col.type):
         present = col if rows is None else col.take(pa.array(rows))
         if len(pc.unique(present)) == len(present):
