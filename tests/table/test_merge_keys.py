@@ -125,3 +125,23 @@ def test_fragments_statistics_rule_out_are_not_read(tmp_path, monkeypatch, stabl
         out[mod] = (got, (t if stable else t.drop_columns(["_rowid"])).sort_by("id").to_pydict())
     assert out[lance_ops] == out[lance]
     assert sorted(t.fragment.id for t in merged) == [0, 2]  # fragments 1 and 3 hold no source key
+
+
+def test_merge_on_s3_writes_deletion_files_on_the_pool(moto_server, s3_bucket):
+    """On an object store the deletion files of several fragments go through the kept writer pool;
+    pylance reads the result as its own merge's."""
+    opts = moto_server.storage_options
+    first = pa.table({"id": pa.array(np.arange(30), pa.int64()), "v": [f"a{i}" for i in range(30)]})
+    src = pa.table({"id": pa.array([2, 14, 25, 40], pa.int64()), "v": ["s0", "s1", "s2", "s3"]})
+    out = {}
+    for mod in (lance, lance_ops):
+        uri = f"{s3_bucket}/{mod.__name__}.lance"
+        ds = mod.write_dataset(first, uri, max_rows_per_file=10, storage_options=opts)
+        got = ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(src)
+        out[mod] = (got, lance.dataset(uri, storage_options=opts).to_table().sort_by("id").to_pydict(),
+                    sorted(f.count_rows() for f in lance.dataset(uri, storage_options=opts).get_fragments()))
+    assert out[lance_ops] == out[lance]
+    assert out[lance_ops][2] == [4, 9, 9, 9]  # a deletion vector in each old fragment
+    import threading
+
+    assert any(t.name.startswith("lance-ops-update") for t in threading.enumerate())  # (the kept pool)
