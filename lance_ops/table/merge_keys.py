@@ -7,7 +7,9 @@ way that gives the exact answer:
 * one integer-like key, and the fragment's keys strictly increasing without nulls (ids written
   in order, the common case): the sorted source keys inside the fragment's key range are
   binary-searched in the fragment's keys (``s log t`` for ``s`` source keys in range, instead of
-  ``t log s`` for ``t`` target rows; a fragment whose range holds no source key costs nothing);
+  ``t log s`` for ``t`` target rows; a fragment whose range holds no source key costs nothing),
+  or, when the fragment's keys are consecutive numbers, a key's position is its distance from the
+  first;
 * one key of a hashable type whose non-null source values are all different: a hash lookup
   (``pyarrow.compute.index_in``);
 * otherwise (duplicate source keys, several key columns, floats, nested types): each target key
@@ -130,6 +132,9 @@ class SourceKeys:
         lo = int(np.searchsorted(keys, values[0], side="left"))
         hi = int(np.searchsorted(keys, values[-1], side="right"))
         inside = keys[lo:hi]
+        if int(values[-1]) - int(values[0]) == values.size - 1:  # consecutive keys: a key is its position
+            at = inside - values[0]
+            return at, rows[lo:hi]
         at = np.searchsorted(values, inside)  # (< len(values): inside <= values[-1])
         hit = values[at] == inside
         return at[hit].astype(np.int64, copy=False), rows[lo:hi][hit]

@@ -48,6 +48,7 @@ def test_integer_key_ways_equal_brute_force(seed):
     for source, unique in ((unique_src, True), (src_vals, False), (src_nulls, False)):
         s = pa.table({"k": ints(source)})
         check(pa.table({"k": ints(sorted_target)}), s, "_search_in_target")
+        check(pa.table({"k": ints(np.arange(10, 50))}), s, "_search_in_target")  # (consecutive keys)
         check(pa.table({"k": ints(sorted_target, pa.int32())}), s, "_search_in_target")  # (other width)
         check(pa.table({"k": ints(shuffled_target)}), s, "_lookup" if unique else "_search_in_source")
         check(pa.table({"k": ints(with_nulls)}), s, "_lookup" if unique else "_search_in_source")
