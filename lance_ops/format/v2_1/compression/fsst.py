@@ -151,14 +151,14 @@ def match(buf: np.ndarray, table: Table) -> np.ndarray:
         w8 = _view(buf, "<u8", 8)
     for a in range(0, n, _CHUNK):
         b = min(n, a + _CHUNK)
-        cl = table.two[w2[a:b]]
+        cl = np.take(table.two, w2[a:b])  # (np.take: cheaper than fancy indexing)
         if lk is not None:
             w3 = w4[a:b] & np.uint32(0xFFFFFF)
             h = w3 * mult
             h >>= shift
-            cand = np.flatnonzero(hp3[h] == w3)
+            cand = np.flatnonzero(np.take(hp3, h) == w3)
             if len(cand):
-                _probe(cl, cand, h[cand], w8[cand + a], lk)
+                _probe(cl, cand, np.take(h, cand), w8[cand + a], lk)
         out[a:b] = cl
     return out
 
@@ -168,7 +168,7 @@ def _probe(cl: np.ndarray, cand: np.ndarray, s: np.ndarray, w: np.ndarray, lk: t
     start with a symbol of 3+ bytes: lengths longest first, only where the prefix has a symbol
     of that length, each position leaving the search at its first hit (its longest match)."""
     _, _, _, lenbits, per_len = lk
-    bits = lenbits[s]
+    bits = np.take(lenbits, s)
     for L, mask, mult, shift, hk, hcl in per_len:
         sub = np.flatnonzero(bits & np.uint16(1 << L))
         if not len(sub):
@@ -177,7 +177,7 @@ def _probe(cl: np.ndarray, cand: np.ndarray, s: np.ndarray, w: np.ndarray, lk: t
         hh = key * mult
         hh >>= shift
         hi = hh.view(np.int64)  # < the table size
-        hit = hk[hi] == key
+        hit = np.take(hk, hi) == key
         if not hit.any():
             continue
         done = sub[hit]
@@ -211,7 +211,7 @@ def walk(lens: np.ndarray, st: np.ndarray, en: np.ndarray) -> tuple[np.ndarray, 
         step = 0
         while len(p):
             is_tok[p] = True
-            p += tl[p]
+            p += np.take(tl, p)
             step += 1
             if step % _COMPACT_EVERY == 0:
                 keep = p < e
