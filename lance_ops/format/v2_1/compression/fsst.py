@@ -68,9 +68,9 @@ class Table:
 
 def _hash(keys: np.ndarray, dtype: type) -> tuple:
     """A collision-free multiplicative hash over distinct ``keys`` (at most 255): (multiplier,
-    shift, number of slots, slot per key). The table has at least ~2 k**2 slots (at most 65,536)
+    shift, number of slots, slot per key). The table has more than k**2 slots (at most 65,536)
     so that a random odd multiplier is collision-free with probability >= ~0.6 per try."""
-    bits = min(16, max(8, (2 * len(keys) * len(keys)).bit_length()))
+    bits = min(16, max(8, (len(keys) * len(keys)).bit_length()))
     width = 8 * np.dtype(dtype).itemsize
     shift = dtype(width - bits)
     rng = np.random.default_rng(0x46535354)

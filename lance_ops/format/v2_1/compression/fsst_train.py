@@ -35,10 +35,15 @@ def _group(v: np.ndarray, ln: np.ndarray, weight: np.ndarray) -> tuple[np.ndarra
 
 
 def _nonzero_counts(keys: np.ndarray, size: int, threshold: int) -> tuple[np.ndarray, np.ndarray]:
-    """(key, count) of the keys counted at least ``max(threshold, 1)`` times."""
-    c = np.bincount(keys, minlength=size)
-    k = np.flatnonzero(c >= max(threshold, 1))
-    return k, c[k]
+    """(key, count) of the keys (< ``size``) counted at least ``max(threshold, 1)`` times,
+    ascending: a ``bincount`` over few keys, a sort of the keys over many."""
+    if size <= 4096:
+        c = np.bincount(keys, minlength=size)
+        k = np.flatnonzero(c >= max(threshold, 1))
+        return k, c[k]
+    k, c = np.unique(keys, return_counts=True)
+    ok = c >= max(threshold, 1)
+    return k[ok], c[ok]
 
 
 def build_table(sample: np.ndarray, s_offs: np.ndarray) -> Table:
