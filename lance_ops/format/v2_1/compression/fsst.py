@@ -33,6 +33,7 @@ MAX_SYMBOLS = 255
 _MASKS = np.array([0] + [(1 << (8 * k)) - 1 for k in range(1, 8)] + [0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
 _CHUNK = 1 << 17
 _WALK_CHUNK = 1 << 18
+_EMIT_CHUNK = 1 << 20
 _COMPACT_EVERY = 4  # chain steps between drops of the chains that reached their segment's end
 
 
@@ -185,14 +186,14 @@ def _probe(cl: np.ndarray, cand: np.ndarray, s: np.ndarray, w: np.ndarray, lk: t
         bits[done] = 0  # found: no shorter length is looked up
 
 
-def walk(lens: np.ndarray, st: np.ndarray, en: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Start positions of the greedy tokens (ascending) and the number of tokens of every segment
-    of an expanded buffer: the chains of matches followed from all segment starts at once, one
-    step per token. ``lens`` is the match length at every position (a terminator's is 1).
+def walk(lens: np.ndarray, st: np.ndarray, en: np.ndarray) -> np.ndarray:
+    """Where the greedy tokens of an expanded buffer start (bool per position): the chains of
+    matches followed from all segment starts at once, one step per token. ``lens`` is the match
+    length at every position (a terminator's is 1).
 
     A chain that reaches its segment's terminator steps onto the next segment's start and, until
     it is dropped (every few steps), walks that segment's own tokens again -- the same positions;
-    terminators are unmarked at the end, so the counts come from one search."""
+    terminators are unmarked at the end."""
     n = len(lens)
     tl = np.zeros(n + 1, dtype=np.uint8)
     tl[:n] = lens
@@ -217,13 +218,7 @@ def walk(lens: np.ndarray, st: np.ndarray, en: np.ndarray) -> tuple[np.ndarray, 
                 keep = p < e
                 p, e = p[keep], e[keep]
     is_tok[en] = False
-    tok = np.flatnonzero(is_tok[:n])
-    ends = np.searchsorted(tok, en)
-    counts = np.empty(len(en), dtype=np.int64)
-    if len(en):
-        counts[0] = ends[0]
-        np.subtract(ends[1:], ends[:-1], out=counts[1:])
-    return tok, counts
+    return is_tok[:n]
 
 
 def segments(offs: np.ndarray) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
@@ -284,29 +279,41 @@ def compress(offs: np.ndarray, data: np.ndarray) -> tuple[bytes, np.ndarray, np.
     buf, st, en = expand(raw, seg_s, seg_e, table.term)
     cl = match(buf, table)
     pair = cl.view(np.uint8).reshape(-1, 2)  # little-endian: [code, length]
-    tok, counts = walk(pair[:, 1], st, en)
-    ntok = len(tok)
-    out = pair[:, 0][tok]  # one byte per token (255 = escape) ...
-    # ... the first token of each string; rel[-1] maps to ntok
+    is_tok = walk(pair[:, 1], st, en)
+    n = len(is_tok)
+    # where every string starts in the expanded buffer (its first segment's start), then the end
+    ends = np.append(st, n)
     if owner is not None:
-        counts = np.bincount(owner, weights=counts, minlength=len(rel) - 1).astype(np.int64)
-    k = np.zeros(len(rel), dtype=np.int64)
-    np.cumsum(counts, out=k[1:])
-    esc_at = np.flatnonzero(out == ESCAPE)
-    if not len(esc_at):
-        if ntok >= len(raw):
-            return _raw(rel, raw)
-        return export_table(table.vals, table.lens, True), k, out
-    # ... plus the literal byte after every escape
-    total = ntok + len(esc_at)
-    if total >= len(raw):
+        ends = ends[np.searchsorted(owner, np.arange(len(rel) - 1))]
+        ends = np.append(ends, n)
+    out, new_offs = _emit(pair[:, 0], is_tok, buf, ends)
+    if len(out) >= len(raw):
         return _raw(rel, raw)
-    shift = np.zeros(ntok + 1, dtype=np.int64)
-    shift[esc_at + 1] = 1
-    np.cumsum(shift, out=shift)
-    tok_out = np.arange(ntok, dtype=np.int64)  # output position of every token
-    tok_out += shift[:-1]
-    full = np.empty(total, dtype=np.uint8)
-    full[tok_out] = out
-    full[tok_out[esc_at] + 1] = buf[tok[esc_at]]
-    return export_table(table.vals, table.lens, True), k + shift[k], full
+    return export_table(table.vals, table.lens, True), new_offs, out
+
+
+def _emit(code: np.ndarray, is_tok: np.ndarray, buf: np.ndarray,
+          starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The compressed bytes -- every token's code, and after an escape (255) its literal byte --
+    and the output offset of every position in ``starts`` (ascending). A chunk of positions at a
+    time, so no array the size of all tokens is allocated (fresh memory costs page faults)."""
+    n = len(is_tok)
+    offs = np.empty(len(starts), dtype=np.int64)
+    pieces = []
+    base = 0
+    for a in range(0, n, _EMIT_CHUNK):
+        b = min(n, a + _EMIT_CHUNK)
+        t = np.flatnonzero(is_tok[a:b])
+        c = np.take(code[a:b], t)
+        e = np.flatnonzero(c == ESCAPE)
+        lo, hi = np.searchsorted(starts, [a, b])
+        if hi > lo:
+            before = np.searchsorted(t, starts[lo:hi] - a)  # tokens before, plus their literals
+            offs[lo:hi] = base + before + np.searchsorted(e, before)
+        if len(e):
+            c = np.insert(c, e + 1, np.take(buf[a:b], np.take(t, e)))
+        pieces.append(c)
+        base += len(c)
+    offs[np.searchsorted(starts, n):] = base
+    out = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
+    return out, offs

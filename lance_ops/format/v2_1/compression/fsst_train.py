@@ -58,7 +58,7 @@ def build_table(sample: np.ndarray, s_offs: np.ndarray) -> Table:
     for frac in _ROUNDS:
         cl = match(buf, table)
         pair = cl.view(np.uint8).reshape(-1, 2)
-        tok, _ = walk(pair[:, 1], st, en)
+        tok = np.flatnonzero(walk(pair[:, 1], st, en))
         code = pair[:, 0][tok]
         tlen = pair[:, 1][tok].astype(np.int64)
         # code numbers: 0-255 an escaped byte, 256 + i symbol i
