@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from lance_ops.file import LanceFileWriter
 from lance_ops.format.v2_1 import leaf_values as lv
-from lance_ops.format.v2_1.compression import fsst
+from lance_ops.format.v2_1.compression import fsst, fsst_match
 from lance_ops.format.v2_1.compression.fsst_decode import FsstTable
 from lance_ops.format.v2_1.reader import LanceFileReaderV21
 
@@ -92,11 +92,11 @@ def test_255_symbols_of_one_length_are_all_found() -> None:
     # collision-free multiplier for so many keys and raised)
     rng = np.random.default_rng(1)
     vals = np.unique(rng.integers(1, 255, (255, 8), dtype=np.uint8).view("<u8").reshape(-1))
-    table = fsst.Table(vals, np.full(len(vals), 8), term=0)
+    table = fsst_match.Table(vals, np.full(len(vals), 8), term=0)
     pick = rng.integers(0, len(vals), 500)
     data = vals[pick].view(np.uint8).copy()
-    buf, st, en = fsst.expand(data, np.array([0]), np.array([len(data)]), 0)
-    cl = fsst.match(buf, table)
+    buf, st, en = fsst_match.expand(data, np.array([0]), np.array([len(data)]), 0)
+    cl = fsst_match.match(buf, table)
     at = np.arange(0, len(data), 8)
     assert (cl[at] >> 8).tolist() == [8] * len(at)
     assert (cl[at] & 0xFF).tolist() == pick.tolist()

@@ -1,4 +1,4 @@
-"""FSST symbol-table training for the writer (``v2_1.compression.fsst``), counted per code.
+"""FSST symbol-table training for the writer (``v2_1.compression.fsst``, ADR 0046), counted per code.
 
 Six rounds over a ~16 KiB sample, in upstream's spirit: compress the sample with the current table,
 count every code and every pair of adjacent codes of one segment (numpy ``bincount`` over code
@@ -14,8 +14,8 @@ from typing import Optional
 
 import numpy as np
 
-from lance_ops.format.v2_1.compression.fsst import (
-    _MASKS, MAX_SYMBOLS, ESCAPE, Table, expand, match, segments, walk,
+from lance_ops.format.v2_1.compression.fsst_match import (
+    ESCAPE, MASKS, MAX_SYMBOLS, Table, expand, match, segments, walk,
 )
 
 _ROUNDS = (8, 38, 68, 98, 108, 128)
@@ -70,11 +70,11 @@ def build_table(sample: np.ndarray, s_offs: np.ndarray) -> Table:
         if gain >= best_gain:
             best, best_gain = table, gain
         threshold = (5 * frac) // 128
-        cv_, cl_, cs_ = [], [], []
+        cands: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (value, length, score)
         # the symbols and escaped bytes themselves: single bytes are promoted (x8), as upstream
         k = np.flatnonzero(c1 >= max(threshold, 1))
         ln = symlen[k]
-        cv_.append(symval[k]), cl_.append(ln), cs_.append(c1[k] * ln * np.where(ln == 1, 8, 1))
+        cands.append((symval[k], ln, c1[k] * ln * np.where(ln == 1, 8, 1)))
         # adjacent tokens of one segment: contiguous in the expanded buffer
         adj = np.flatnonzero(tok[1:] == tok[:-1] + tlen[:-1])
         a, b = num[adj], num[adj + 1]
@@ -82,7 +82,7 @@ def build_table(sample: np.ndarray, s_offs: np.ndarray) -> Table:
         fb = buf[tok[adj + 1]]  # first byte of the next token
         # first byte of a token that follows a multi-byte symbol
         k, c = _nonzero_counts(fb[la > 1], 256, threshold)
-        cv_.append(k.astype(np.uint64)), cl_.append(np.ones(len(k), np.int64)), cs_.append(c * 8)
+        cands.append((k.astype(np.uint64), np.ones(len(k), np.int64), c * 8))
         if frac < 128:
             first_a = (symval[a] & np.uint64(0xFF)).astype(np.intp)
             ok = (la < 8) & (first_a != term) & (fb != term)
@@ -92,18 +92,18 @@ def build_table(sample: np.ndarray, s_offs: np.ndarray) -> Table:
             pa_, pb = k // _NCODES, k % _NCODES
             lpa = symlen[pa_]
             cln = np.minimum(lpa + symlen[pb], 8)
-            cv = (symval[pa_] | (symval[pb] << (8 * lpa).astype(np.uint64))) & _MASKS[cln]
+            cv = (symval[pa_] | (symval[pb] << (8 * lpa).astype(np.uint64))) & MASKS[cln]
             gv, gl, gc = _group(cv, cln, c)
             ok = gc >= threshold
-            cv_.append(gv[ok]), cl_.append(gl[ok]), cs_.append(gc[ok] * gl[ok])
+            cands.append((gv[ok], gl[ok], gc[ok] * gl[ok]))
             # a symbol plus the first byte of a following multi-byte symbol
             multi = symlen[b] > 1
             k, c = _nonzero_counts(a[multi] * 256 + fb[multi], _NCODES * 256, threshold)
             pa_, pf = k // 256, (k % 256).astype(np.uint64)
             lpa = symlen[pa_]
-            cv_.append(symval[pa_] | (pf << (8 * lpa).astype(np.uint64))), cl_.append(lpa + 1)
-            cs_.append(c * (lpa + 1))
-        v, ln, score = _group(np.concatenate(cv_), np.concatenate(cl_), np.concatenate(cs_).astype(np.int64))
+            cands.append((symval[pa_] | (pf << (8 * lpa).astype(np.uint64)), lpa + 1, c * (lpa + 1)))
+        v, ln, score = _group(*(np.concatenate([c[i] for c in cands]) for i in range(3)))
+        score = score.astype(np.int64)
         top = np.lexsort((v, ln, -score))[:MAX_SYMBOLS]
         table = Table(v[top], ln[top], term)
     assert best is not None
