@@ -23,22 +23,30 @@ _COMPACT_EVERY = 4  # chain steps between drops of the chains that reached their
 
 
 class Table:
-    """A symbol table (values and lengths in code order, at most 255) and its terminator byte,
-    with the lookup structures of :func:`match`."""
+    """A symbol table (values and lengths in code order, at most 255) and its terminator byte;
+    the lookup structures of :func:`match` are built on first use (training builds a last table
+    that is only ever exported)."""
 
     def __init__(self, vals: np.ndarray, lens: np.ndarray, term: int) -> None:
         self.vals = np.asarray(vals, dtype=np.uint64)
         self.lens = np.asarray(lens, dtype=np.int64)
         self.term = int(term)
-        codes = np.arange(len(self.vals), dtype=np.uint16)
-        # one 65,536-entry table over the 2-byte window: (code | length << 8) of the 2-byte
-        # symbol, else of the 1-byte symbol of the first byte, else escape (255, length 1)
-        one = np.full(256, ESCAPE | (1 << 8), dtype=np.uint16)
-        is1, is2 = self.lens == 1, self.lens == 2
-        one[self.vals[is1].astype(np.intp)] = codes[is1] | np.uint16(1 << 8)
-        self.two = np.tile(one, 256)
-        self.two[self.vals[is2].astype(np.intp)] = codes[is2] | np.uint16(2 << 8)
-        self.long: Optional[tuple] = _long_lookup(self.vals, self.lens, codes)
+        self._lookups: Optional[tuple[np.ndarray, Optional[tuple]]] = None
+
+    def lookups(self) -> tuple[np.ndarray, Optional[tuple]]:
+        """(the 2-byte window table, the 3+-byte symbol lookup of :func:`_long_lookup` or None).
+
+        The 65,536-entry table over the 2-byte window holds ``code | length << 8`` of the 2-byte
+        symbol, else of the 1-byte symbol of the first byte, else escape (255, length 1)."""
+        if self._lookups is None:
+            codes = np.arange(len(self.vals), dtype=np.uint16)
+            one = np.full(256, ESCAPE | (1 << 8), dtype=np.uint16)
+            is1, is2 = self.lens == 1, self.lens == 2
+            one[self.vals[is1].astype(np.intp)] = codes[is1] | np.uint16(1 << 8)
+            two = np.tile(one, 256)
+            two[self.vals[is2].astype(np.intp)] = codes[is2] | np.uint16(2 << 8)
+            self._lookups = (two, _long_lookup(self.vals, self.lens, codes))
+        return self._lookups
 
 
 def _hash(keys: np.ndarray, dtype: type) -> tuple:
@@ -119,14 +127,14 @@ def match(buf: np.ndarray, table: Table) -> np.ndarray:
     n = len(buf) - 8
     out = np.empty(n, dtype=np.uint16)
     w2 = _view(buf, "<u2", 2)
-    lk = table.long
+    two, lk = table.lookups()
     if lk is not None:
         mult, shift, hp3 = lk[:3]
         w4 = _view(buf, "<u4", 4)
         w8 = _view(buf, "<u8", 8)
     for a in range(0, n, _CHUNK):
         b = min(n, a + _CHUNK)
-        cl = np.take(table.two, w2[a:b])  # (np.take: cheaper than fancy indexing)
+        cl = np.take(two, w2[a:b])  # (np.take: cheaper than fancy indexing)
         if lk is not None:
             w3 = w4[a:b] & np.uint32(0xFFFFFF)
             h = w3 * mult
