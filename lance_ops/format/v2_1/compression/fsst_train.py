@@ -53,14 +53,21 @@ def build_table(sample: np.ndarray, s_offs: np.ndarray) -> Table:
     seg_s, seg_e, _ = segments(s_offs)
     buf, st, en = expand(sample, seg_s, seg_e, term)
     table = Table(np.zeros(0, np.uint64), np.zeros(0, np.int64), term)
+    not_term = np.ones(len(buf) - 8, dtype=bool)
+    not_term[en] = False
     best: Optional[Table] = None
     best_gain = -1
     for frac in _ROUNDS:
-        cl = match(buf, table)
-        pair = cl.view(np.uint8).reshape(-1, 2)
-        tok = np.flatnonzero(walk(pair[:, 1], st, en))
-        code = pair[:, 0][tok]
-        tlen = pair[:, 1][tok].astype(np.int64)
+        if len(table.vals):
+            cl = match(buf, table)
+            pair = cl.view(np.uint8).reshape(-1, 2)
+            tok = np.flatnonzero(walk(pair[:, 1], st, en))
+            code = pair[:, 0][tok]
+            tlen = pair[:, 1][tok].astype(np.int64)
+        else:  # the empty table escapes every byte: no walk (one step per byte on long strings)
+            tok = np.flatnonzero(not_term)
+            code = np.full(len(tok), ESCAPE, dtype=np.uint8)
+            tlen = np.ones(len(tok), dtype=np.int64)
         # code numbers: 0-255 an escaped byte, 256 + i symbol i
         num = np.where(code == ESCAPE, buf[tok].astype(np.intp), code.astype(np.intp) + 256)
         symval = np.concatenate([np.arange(256, dtype=np.uint64), table.vals])
