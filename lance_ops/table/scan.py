@@ -34,7 +34,7 @@ from lance_ops.format.v2_1.reader import LanceFileReaderV21
 from lance_ops.io.local import LocalStore
 from lance_ops.table.stats import prune as stats_prune
 from lance_ops.table.filters import Filter, compile_filter
-from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.fragment import LanceFragment, load_deletions
 from lance_ops.table.snapshot import DatasetSnapshot
 
 __all__ = [
@@ -516,14 +516,30 @@ def _read_together(ds: DatasetSnapshot, frags: list[LanceFragment], columns: lis
         col = table.column(name)
         arrays.append(col.cast(field.type) if col.type != field.type else col)
     table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-    masks = [frag.live_mask() for frag in frags]
-    rows = [frag.physical_rows for frag in frags]
-    if any(m is not None for m in masks):
-        keep = np.concatenate([np.ones(n, dtype=bool) if m is None else m for m, n in zip(masks, rows)])
-        table = table.filter(pa.array(keep))
-        rows = [n if m is None else int(np.count_nonzero(m)) for m, n in zip(masks, rows)]
+    masks, live = live_masks(frags)
+    if live is not None:
+        table = table.filter(pa.array(live))
+    rows = [frag.physical_rows if m is None else int(np.count_nonzero(m)) for frag, m in zip(frags, masks)]
     bounds = np.concatenate([[0], np.cumsum(rows)]).tolist()
     return [table.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:])], masks
+
+
+def live_masks(frags: Sequence[LanceFragment]) -> tuple[list[np.ndarray | None], np.ndarray | None]:
+    """Each fragment's live mask (``LanceFragment.live_mask``) and the masks of all of them end to
+    end (None when no row is deleted), built in one pass: the deletion vectors read together
+    (:func:`~lance_ops.table.fragment.load_deletions`), each mask a view of the whole one."""
+    load_deletions(frags)
+    rows = np.fromiter((f.physical_rows for f in frags), dtype=np.int64, count=len(frags))
+    starts = np.zeros(len(frags) + 1, dtype=np.int64)
+    np.cumsum(rows, out=starts[1:])
+    has = [f.proto.HasField("deletion_file") and f.num_deletions > 0 for f in frags]
+    if not any(has):
+        return [None] * len(frags), None
+    live = np.ones(int(starts[-1]), dtype=bool)
+    live[np.concatenate([f.deleted_offsets.astype(np.int64) + int(starts[i])
+                         for i, f in enumerate(frags) if has[i]])] = False
+    bounds = starts.tolist()
+    return [live[bounds[i]:bounds[i + 1]] if has[i] else None for i in range(len(frags))], live
 
 
 def _grouped(ds: DatasetSnapshot, started: Iterable["pa.Table | _Probe"],
