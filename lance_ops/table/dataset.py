@@ -6,6 +6,7 @@ as pylance does).
 """
 from __future__ import annotations
 
+import operator
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -39,7 +40,7 @@ from lance_ops.table.commit.properties import CommitProperties
 from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.scan import ROW_ADDR, ROW_ID
 from lance_ops.table.snapshot import BlobSelection
-from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.fragment import LanceFragment, load_deletions
 from lance_ops.table.columns import ColumnPlan, restore_extension_types, with_extension_types
 from lance_ops.table.extension_types import view_schema
 from lance_ops.table.manifest.codec import (ManifestFile, check_fragments, manifest_schema, read_manifest,
@@ -80,6 +81,10 @@ def open_manifest(store: ObjectStore, base: str, version: int | str | None, uri:
     check_fragments(mf, store.uri(loc.path), bool(mf.manifest.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS))
     return mf
 
+
+_PHYSICAL_ROWS = operator.attrgetter("physical_rows")
+#: 0 without a deletion file (an unset submessage reads as its defaults)
+_DELETED_ROWS_RECORDED = operator.attrgetter("deletion_file.num_deleted_rows")
 
 #: pylance's tag reference: a version, a tag name, or ``(branch, version)``
 TagReference = Union[int, str, Tuple[Optional[str], Optional[int]], None]
@@ -389,14 +394,15 @@ class LanceDataset:
 
         Without a filter this reads only the manifest and deletion counts; with one, a single
         column is scanned (the planner prunes fragments by statistics)."""
-        filt = compile_filter(filter, self.storage_schema)
+        # (no filter: no schema needed, so none is built)
+        filt = None if filter is None else compile_filter(filter, self.storage_schema)
         wanted = None if fragment_ids is None else set(fragment_ids)
         protos = self.manifest.fragments if wanted is None else [f for f in self.manifest.fragments if f.id in wanted]
         if filt is None or filt.constant is True:
             # the manifest's counts (no fragment objects: thousands of fragments are common); a
             # deletion file without a recorded count (very old writers) is read and counted
-            deleted = [f.deletion_file.num_deleted_rows for f in protos]  # 0 without a deletion file
-            total = sum(f.physical_rows for f in protos) - sum(deleted)
+            deleted = list(map(_DELETED_ROWS_RECORDED, protos))  # 0 without a deletion file
+            total = sum(map(_PHYSICAL_ROWS, protos)) - sum(deleted)
             if 0 in deleted:
                 total += sum(LanceFragment(self, f).count_rows() - int(f.physical_rows)
                              for f, n in zip(protos, deleted) if not n and not deletion_mod.deletion_count_known(f))
@@ -424,26 +430,26 @@ class LanceDataset:
     def take(self, indices: Sequence[int] | np.ndarray | pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
         """Rows at positions ``indices`` among the live rows, in the order given (duplicates allowed)."""
         idx = np.asarray(indices.to_numpy() if isinstance(indices, pa.Array) else indices, dtype=np.int64)
-        frags = self.get_fragments()
+        frags = _Fragments(self)  # fragment objects only for the fragments the rows are in
         which, starts = self._locate_live(frags, idx)
         return self._take_physical(frags, which, lambda f, pos: f.live_offsets()[pos] if f.num_deletions else pos.astype(np.uint64),
                                    idx - starts[which], columns)
 
-    def _locate_live(self, frags: list[LanceFragment], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _locate_live(self, frags: Sequence[LanceFragment], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Fragment of each live-row position in ``idx`` and each fragment's first position (OutOfRangeError if out of range)."""
-        live = np.array([f.count_rows() for f in frags], dtype=np.int64)
+        live = _live_counts(frags)
         starts = np.concatenate([[0], np.cumsum(live)])
         total = int(starts[-1])
         if idx.size and (idx.min() < 0 or idx.max() >= total):
-            for f in frags:  # the counts come from the manifest: make sure it is not damaged
-                if f.num_deletions:
-                    f.deleted_offsets  # noqa: B018 (reading them checks them)
+            # the counts come from the manifest: make sure it is not damaged (reading the
+            # deletion vectors checks them against it)
+            load_deletions(list(frags))
             bad = int(idx[(idx < 0) | (idx >= total)][0])
             raise OutOfRangeError(f"{self.uri}: take index {bad} out of range for {total} rows "
                                   f"(valid positions are 0..{total - 1})")
         return np.searchsorted(starts, idx, side="right") - 1, starts
 
-    def _take_physical(self, frags: list[LanceFragment], which: np.ndarray,
+    def _take_physical(self, frags: Sequence[LanceFragment], which: np.ndarray,
                        to_offsets: Callable[[LanceFragment, np.ndarray], np.ndarray], positions: np.ndarray,
                        columns: Sequence[str] | None) -> pa.Table:
         out_columns = scan.resolve_columns(self, columns)
@@ -460,7 +466,8 @@ class LanceDataset:
             offs = np.asarray(to_offsets(frag, positions[sel]), dtype=np.uint64)
             return scan.fragment_task(self, frag, out_columns, offsets=offs)
 
-        # the fragments' deletion vectors (to_offsets) and rows are read side by side
+        load_deletions(chosen)  # the deletion vectors (to_offsets) read together
+        # ... and the fragments' rows side by side
         if len(chosen) > 1:
             with ThreadPoolExecutor(max_workers=min(_TAKE_WORKERS, len(chosen)),
                                     thread_name_prefix="lance-ops-take") as pool:
@@ -697,6 +704,40 @@ class Scanner:
                                        "Apply limit to the result instead.")
         ids = _ids(self._args["fragments"])
         return self.dataset.count_rows(self._args["filter"], fragment_ids=None if ids is None else sorted(ids))
+
+
+class _Fragments(Sequence[LanceFragment]):
+    """A dataset's fragments as a sequence whose ``LanceFragment`` objects are made when indexed
+    (a take of 100 rows touches ~100 of 2,000 fragments; their records are what the rest needs)."""
+
+    def __init__(self, ds: LanceDataset) -> None:
+        self.dataset = ds
+        self.records = ds.manifest.fragments
+        self._made: dict[int, LanceFragment] = {}
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = int(i)
+        got = self._made.get(i)
+        if got is None:
+            got = self._made[i] = LanceFragment(self.dataset, self.records[i])
+        return got
+
+
+def _live_counts(frags: Sequence[LanceFragment]) -> np.ndarray:
+    """Live rows of each fragment (``count_rows()``), from the manifest's records in one pass; only
+    a deletion file whose count was not recorded (very old writers) is read."""
+    records = frags.records if isinstance(frags, _Fragments) else [f.proto for f in frags]
+    deleted = np.fromiter(map(_DELETED_ROWS_RECORDED, records), np.int64, len(records))
+    live = np.fromiter(map(_PHYSICAL_ROWS, records), np.int64, len(records)) - deleted
+    for i in np.flatnonzero(deleted == 0).tolist():  # 0 beside a deletion file: not recorded
+        if records[i].HasField("deletion_file"):
+            live[i] = frags[i].count_rows()
+    return live
 
 
 #: which fragments a scan reads: fragments or fragment ids; None for all
