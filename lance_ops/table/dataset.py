@@ -6,7 +6,6 @@ as pylance does).
 """
 from __future__ import annotations
 
-import operator
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -41,6 +40,7 @@ from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.scan import ROW_ADDR, ROW_ID
 from lance_ops.table.snapshot import BlobSelection
 from lance_ops.table.fragment import LanceFragment, load_deletions
+from lance_ops.table.fragment_counts import DELETED_ROWS_RECORDED, PHYSICAL_ROWS, LazyFragments, live_counts
 from lance_ops.table.columns import ColumnPlan, restore_extension_types, with_extension_types
 from lance_ops.table.extension_types import view_schema
 from lance_ops.table.manifest.codec import (ManifestFile, check_fragments, manifest_schema, read_manifest,
@@ -81,10 +81,6 @@ def open_manifest(store: ObjectStore, base: str, version: int | str | None, uri:
     check_fragments(mf, store.uri(loc.path), bool(mf.manifest.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS))
     return mf
 
-
-_PHYSICAL_ROWS = operator.attrgetter("physical_rows")
-#: 0 without a deletion file (an unset submessage reads as its defaults)
-_DELETED_ROWS_RECORDED = operator.attrgetter("deletion_file.num_deleted_rows")
 
 #: pylance's tag reference: a version, a tag name, or ``(branch, version)``
 TagReference = Union[int, str, Tuple[Optional[str], Optional[int]], None]
@@ -401,8 +397,8 @@ class LanceDataset:
         if filt is None or filt.constant is True:
             # the manifest's counts (no fragment objects: thousands of fragments are common); a
             # deletion file without a recorded count (very old writers) is read and counted
-            deleted = list(map(_DELETED_ROWS_RECORDED, protos))  # 0 without a deletion file
-            total = sum(map(_PHYSICAL_ROWS, protos)) - sum(deleted)
+            deleted = list(map(DELETED_ROWS_RECORDED, protos))  # 0 without a deletion file
+            total = sum(map(PHYSICAL_ROWS, protos)) - sum(deleted)
             if 0 in deleted:
                 total += sum(LanceFragment(self, f).count_rows() - int(f.physical_rows)
                              for f, n in zip(protos, deleted) if not n and not deletion_mod.deletion_count_known(f))
@@ -430,14 +426,14 @@ class LanceDataset:
     def take(self, indices: Sequence[int] | np.ndarray | pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
         """Rows at positions ``indices`` among the live rows, in the order given (duplicates allowed)."""
         idx = np.asarray(indices.to_numpy() if isinstance(indices, pa.Array) else indices, dtype=np.int64)
-        frags = _Fragments(self)  # fragment objects only for the fragments the rows are in
+        frags = LazyFragments(self)  # fragment objects only for the fragments the rows are in
         which, starts = self._locate_live(frags, idx)
         return self._take_physical(frags, which, lambda f, pos: f.live_offsets()[pos] if f.num_deletions else pos.astype(np.uint64),
                                    idx - starts[which], columns)
 
     def _locate_live(self, frags: Sequence[LanceFragment], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Fragment of each live-row position in ``idx`` and each fragment's first position (OutOfRangeError if out of range)."""
-        live = _live_counts(frags)
+        live = live_counts(frags)
         starts = np.concatenate([[0], np.cumsum(live)])
         total = int(starts[-1])
         if idx.size and (idx.min() < 0 or idx.max() >= total):
@@ -704,40 +700,6 @@ class Scanner:
                                        "Apply limit to the result instead.")
         ids = _ids(self._args["fragments"])
         return self.dataset.count_rows(self._args["filter"], fragment_ids=None if ids is None else sorted(ids))
-
-
-class _Fragments(Sequence[LanceFragment]):
-    """A dataset's fragments as a sequence whose ``LanceFragment`` objects are made when indexed
-    (a take of 100 rows touches ~100 of 2,000 fragments; their records are what the rest needs)."""
-
-    def __init__(self, ds: LanceDataset) -> None:
-        self.dataset = ds
-        self.records = ds.manifest.fragments
-        self._made: dict[int, LanceFragment] = {}
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        i = int(i)
-        got = self._made.get(i)
-        if got is None:
-            got = self._made[i] = LanceFragment(self.dataset, self.records[i])
-        return got
-
-
-def _live_counts(frags: Sequence[LanceFragment]) -> np.ndarray:
-    """Live rows of each fragment (``count_rows()``), from the manifest's records in one pass; only
-    a deletion file whose count was not recorded (very old writers) is read."""
-    records = frags.records if isinstance(frags, _Fragments) else [f.proto for f in frags]
-    deleted = np.fromiter(map(_DELETED_ROWS_RECORDED, records), np.int64, len(records))
-    live = np.fromiter(map(_PHYSICAL_ROWS, records), np.int64, len(records)) - deleted
-    for i in np.flatnonzero(deleted == 0).tolist():  # 0 beside a deletion file: not recorded
-        if records[i].HasField("deletion_file"):
-            live[i] = frags[i].count_rows()
-    return live
 
 
 #: which fragments a scan reads: fragments or fragment ids; None for all

@@ -23,7 +23,6 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.acero as acero
 import pyarrow.compute as pc
 
 from lance_ops._proto import table_pb2
@@ -35,7 +34,8 @@ from lance_ops.format.v2_1.reader import LanceFileReaderV21
 from lance_ops.io.local import LocalStore
 from lance_ops.table.stats import prune as stats_prune
 from lance_ops.table.filters import Filter, compile_filter
-from lance_ops.table.fragment import LanceFragment, load_deletions
+from lance_ops.table.batch_rows import filter_table, live_masks
+from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.snapshot import DatasetSnapshot
 
 __all__ = [
@@ -525,24 +525,6 @@ def _read_together(ds: DatasetSnapshot, frags: list[LanceFragment], columns: lis
     return [table.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:])], masks
 
 
-def live_masks(frags: Sequence[LanceFragment]) -> tuple[list[np.ndarray | None], np.ndarray | None]:
-    """Each fragment's live mask (``LanceFragment.live_mask``) and the masks of all of them end to
-    end (None when no row is deleted), built in one pass: the deletion vectors read together
-    (:func:`~lance_ops.table.fragment.load_deletions`), each mask a view of the whole one."""
-    load_deletions(frags)
-    rows = np.fromiter((f.physical_rows for f in frags), dtype=np.int64, count=len(frags))
-    starts = np.zeros(len(frags) + 1, dtype=np.int64)
-    np.cumsum(rows, out=starts[1:])
-    has = [f.proto.HasField("deletion_file") and f.num_deletions > 0 for f in frags]
-    if not any(has):
-        return [None] * len(frags), None
-    live = np.ones(int(starts[-1]), dtype=bool)
-    live[np.concatenate([f.deleted_offsets.astype(np.int64) + int(starts[i])
-                         for i, f in enumerate(frags) if has[i]])] = False
-    bounds = starts.tolist()
-    return [live[bounds[i]:bounds[i + 1]] if has[i] else None for i in range(len(frags))], live
-
-
 def _grouped(ds: DatasetSnapshot, started: Iterable["pa.Table | _Probe"],
              pool: ThreadPoolExecutor | None) -> Iterator[pa.Table]:
     """The tables of the started tasks, in order: probes are filtered in groups, then finished."""
@@ -607,22 +589,6 @@ class _Done:
 
     def result(self) -> list[pa.Table]:
         return self.value
-
-
-def filter_table(table: pa.Table, expression: pc.Expression) -> pa.Table:
-    """``table.filter(expression)`` (the same Acero filter node, so the same rows and nulls) run on
-    the calling thread over the table's columns combined into one chunk: Acero's cost is per batch
-    (tens of microseconds), so a group of 300 small fragments' probes concatenated cost 15 ms
-    as 300 batches and 0.5 ms as one (ADR 0045)."""
-    if table.num_rows and any(col.num_chunks > 1 for col in table.columns):
-        try:
-            table = table.combine_chunks()
-        except (pa.ArrowInvalid, pa.ArrowCapacityError):  # (> 2 GiB of one string column: as it is)
-            pass
-    return acero.Declaration.from_sequence([
-        acero.Declaration("table_source", acero.TableSourceNodeOptions(table)),
-        acero.Declaration("filter", acero.FilterNodeOptions(expression)),
-    ]).to_table(use_threads=False)
 
 
 def _filter_together(probes: list[pa.Table], expression: pc.Expression) -> list[pa.Table] | None:
@@ -743,9 +709,10 @@ def _finish_early(ds: DatasetSnapshot, probes: list[_Probe], filtered: list[pa.T
     same ``rest`` columns): the matching rows of all of them taken in one ``take``, then cut."""
     blobs = probes[0].task.blob_handling
     fields = [output_field(ds, c, blobs) for c in probes[0].rest]
-    early = pa.concat_tables([p.early for p in probes])  # type: ignore[misc]  (slices of one read: no copy)
+    earlies = [p.early for p in probes if p.early is not None]
+    early = pa.concat_tables(earlies)  # (slices of one read: no copy)
     starts = np.zeros(len(probes) + 1, dtype=np.int64)
-    np.cumsum([p.early.num_rows for p in probes], out=starts[1:])  # type: ignore[union-attr]
+    np.cumsum([t.num_rows for t in earlies], out=starts[1:])
     positions = np.concatenate([f.column(_POSITION).to_numpy().astype(np.int64, copy=False) + int(s)
                                 for f, s in zip(filtered, starts[:-1].tolist())])
     taken = early.take(pa.array(positions))
