@@ -22,7 +22,7 @@ def filter_table(table: pa.Table, expression: pc.Expression) -> pa.Table:
     if table.num_rows and any(col.num_chunks > 1 for col in table.columns):
         try:
             table = table.combine_chunks()
-        except (pa.ArrowInvalid, pa.ArrowCapacityError):  # (> 2 GiB of one string column: as it is)
+        except pa.ArrowException:  # (e.g. > 2 GiB of one string column, or unlike dictionaries: as it is)
             pass
     return acero.Declaration.from_sequence([
         acero.Declaration("table_source", acero.TableSourceNodeOptions(table)),
