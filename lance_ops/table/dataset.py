@@ -378,8 +378,9 @@ class LanceDataset:
             rows = sum(t.num_rows for t in tables)
             result = pa.table({"_": pa.nulls(rows)}).drop_columns(["_"])
         else:
-            tables = [t.replace_schema_metadata(schema.metadata) for t in tables]
-            result = pa.concat_tables(tables) if tables else schema.empty_table()
+            # (concat_tables ignores schema metadata: the result's is set once, not per fragment)
+            result = (pa.concat_tables(tables).replace_schema_metadata(schema.metadata) if tables
+                      else schema.empty_table())
         if offset or limit is not None:
             result = result.slice(offset or 0, limit)
         return result.combine_chunks() if result.num_rows else result

@@ -437,7 +437,7 @@ def _start_batch(ds: DatasetSnapshot, tasks: list[FragmentScanTask]) -> list["pa
     tables, masks = got
     names = output_names(first.columns, False, False)
     if filt is None:
-        return [_select(t, names) for t in tables]
+        return [t if t.column_names == names else _select(t, names) for t in tables]
     out: list[pa.Table | _Probe] = []
     for task, frag, table, mask in zip(tasks, frags, tables, masks):
         early = table.select(rest) if eager else None
