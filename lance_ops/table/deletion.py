@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike
 from pyroaring import BitMap
 
 from lance_ops._proto import table_pb2
-from lance_ops.errors import CorruptFileError, ObjectNotFoundError
+from lance_ops.errors import CorruptFileError, ObjectNotFoundError, UnsafePathError
 from lance_ops.io.base import ObjectStore
 from lance_ops.table.manifest import naming
 from lance_ops.table.paths import resolve_inside
@@ -452,10 +452,10 @@ def _plain_local_directory(store: ObjectStore, base: str) -> str | None:
     symlink: then every file takes the one-file path and its checks), else None."""
     if getattr(store, "scheme", "") != "file":
         return None
-    directory = deletion_directory(store, base)  # the usual containment check, once
     try:
+        directory = deletion_directory(store, base)  # the usual containment check, once
         st = os.lstat(directory)
-    except OSError:
+    except (OSError, UnsafePathError):  # (the one-file path reports it, naming the file)
         return None
     return directory if stat.S_ISDIR(st.st_mode) else None
 

@@ -130,3 +130,14 @@ def test_duplicate_offsets_are_read_as_the_one_file_path_reads_them(many_ds, tmp
         f.write(_ipc(np.array(want[:-1] + [want[0]], np.uint32)))
     with pytest.raises(CorruptFileError, match="holds 9 offsets but"):
         lance_ops.dataset(uri).to_table()
+
+
+def test_symlinked_deletions_directory_outside_is_refused_per_file(many_ds, tmp_path):
+    """A ``_deletions`` directory that is a symlink leading out is refused with the one-file
+    path's message (naming the first fragment's file), not a message about the directory."""
+    uri = _copy(many_ds, str(tmp_path / "ds"))
+    outside = tmp_path / "outside"
+    os.rename(os.path.join(uri, "_deletions"), outside)
+    os.symlink(outside, os.path.join(uri, "_deletions"))
+    with pytest.raises(UnsafePathError, match=r"deletion file of fragment 0 '_deletions/0-2-\d+\.arrow' resolves"):
+        lance_ops.dataset(uri).to_table()
