@@ -171,7 +171,7 @@ class LanceFragment:
             return deletion.read_deletion_offsets(self._dataset.store, self._dataset.base, self.fragment_id, None)
         df = self.proto.deletion_file
         # deletion files are immutable (a new one is written for every change): cache by name
-        key = (self.fragment_id, int(df.file_type), int(df.read_version), int(df.id))
+        key = self._deletion_key()
         cache = self._dataset.cache(_DELETIONS_CACHE)
         offsets = cache.get(key)
         if offsets is None:
@@ -180,6 +180,10 @@ class LanceFragment:
             offsets.flags.writeable = False
             _remember(cache, key, offsets, _DELETION_CACHE_LIMIT)
         return offsets
+
+    def _deletion_key(self) -> tuple[int, int, int, int]:
+        df = self.proto.deletion_file
+        return (self.fragment_id, int(df.file_type), int(df.read_version), int(df.id))
 
     def live_mask(self) -> np.ndarray | None:
         """Boolean mask over physical rows (None when nothing is deleted)."""
@@ -375,6 +379,34 @@ class LanceFragment:
             return col
         return pa.chunked_array([blobs.v2_bytes(self._dataset, self.proto.files[file_index], col)],
                                 pa.large_binary())
+
+
+def load_deletions(fragments: Sequence[LanceFragment]) -> None:
+    """Read the deletion vectors of ``fragments`` (fragments of one dataset) not read yet, all at
+    once (:func:`lance_ops.table.deletion.read_deletion_vectors`: one directory check, one
+    decode per file length, a thread pool on remote stores), as ``deleted_offsets`` would one
+    by one; they land in the dataset's cache and on the fragment objects."""
+    todo = [f for f in fragments if "_deleted_offsets" not in f.__dict__ and f.proto.HasField("deletion_file")]
+    if not todo:
+        return
+    ds = todo[0]._dataset
+    cache = ds.cache(_DELETIONS_CACHE)
+    missing = []
+    for f in todo:
+        got = cache.get(f._deletion_key())
+        if got is None:
+            missing.append(f)
+        else:
+            f.__dict__["_deleted_offsets"] = got
+    if len(missing) < 2:  # one file: the usual path
+        for f in missing:
+            f.deleted_offsets  # noqa: B018
+        return
+    vectors = deletion.read_deletion_vectors(ds.store, ds.base, [f.proto for f in missing], dataset_where(ds))
+    for f, offsets in zip(missing, vectors):
+        offsets.flags.writeable = False
+        _remember(cache, f._deletion_key(), offsets, _DELETION_CACHE_LIMIT)
+        f.__dict__["_deleted_offsets"] = offsets
 
 
 def fragment_of(dataset: Any, fragment_id: int) -> "LanceFragment":
