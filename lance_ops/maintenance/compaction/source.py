@@ -36,7 +36,7 @@ from lance_ops.format import blob_v2
 from lance_ops.format.v2_0 import batch as v20_batch
 from lance_ops.format.v2_0.reader import LanceFileReader as V20Reader
 from lance_ops.table import deletion, scan
-from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.fragment import LanceFragment, forget_readers
 from lance_ops.table.manifest import naming
 from lance_ops.table.paths import dataset_where
 
@@ -226,6 +226,10 @@ class TaskReader:
         finally:
             for fut in singles.values():
                 fut.cancel()
+            # each file is read once: its reader (a small file's reader holds the file whole) would
+            # otherwise stay in the view's cache, up to a thousand of them, until the task ends
+            for proto, _ in group:
+                forget_readers(self._view, proto)
         return tables
 
     def _account(self, group: list[tuple[table_pb2.DataFragment, int | None]], tables: list[pa.Table]) -> pa.Table:
