@@ -116,7 +116,7 @@ class TaskReader:
     """Reads a task's fragments (of the dataset ``view`` at the task's read version) group by group."""
 
     def __init__(self, view: Any, fragments: Sequence[table_pb2.DataFragment], live_rows: Sequence[int],
-                 stats: dict[str, int]) -> None:
+                 stats: dict[str, int], *, keep_deleted: bool = False) -> None:
         self._view = view
         self._schema: pa.Schema = view.storage_schema  # extension columns as stored, as the writer takes them
         self._ids = [view.top_field_ids[name] for name in self._schema.names]
@@ -126,6 +126,10 @@ class TaskReader:
         self._groups = groups(fragments, live_rows)
         self._stats = stats
         self._where = dataset_where(view)
+        #: with ``keep_deleted``: fragment id -> its deleted offsets, as read here (sorted unique),
+        #: for the directly read fragments that have a deletion file; the stable row ids are
+        #: carried over from them without reading the deletion files again
+        self.deleted: dict[int, np.ndarray] | None = {} if keep_deleted else None
 
     # --- one fragment --------------------------------------------------------------------------
     def _open(self, item: tuple[table_pb2.DataFragment, int | None]) -> _Source:
@@ -145,6 +149,8 @@ class TaskReader:
             view = self._view
             dead = deletion.read_deletion_offsets(view.store, view.base, proto.id, proto.deletion_file,
                                                   proto.physical_rows, self._where)
+            if self.deleted is not None:
+                self.deleted[proto.id] = dead  # (one dict item per fragment: atomic under the GIL)
             if dead.size:
                 mask = np.ones(proto.physical_rows, dtype=bool)
                 mask[dead] = False
