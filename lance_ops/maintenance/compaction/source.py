@@ -16,7 +16,8 @@ Compaction copies whole fragments, so it reads them differently from a scan (ADR
 A deletion file is always applied when the manifest names one, also when it records no count
 (very old writers): its rows are never resurrected. Each fragment's live rows must equal what
 the plan counted, else LanceOpsError (the deletion file or metadata is inconsistent).
-Memory: ``PREFETCH + 1`` groups (the one being written and those read ahead) plus one group's copy.
+Memory: ``PREFETCH + 1`` groups (the one being written and those read ahead) plus one group's copy;
+each file's reader leaves the view's reader cache once its group is read (ADR 0048).
 """
 from __future__ import annotations
 
