@@ -417,6 +417,15 @@ def fragment_of(dataset: Any, fragment_id: int) -> "LanceFragment":
     return frag
 
 
+def forget_readers(dataset: Any, fragment: table_pb2.DataFragment) -> None:
+    """Drop the readers of ``fragment``'s data files from ``dataset``'s reader cache (added for
+    compaction, which reads each file once: a cached small-file reader holds its file whole)."""
+    cache = dataset.cache(_READERS_CACHE)
+    for df in fragment.files:
+        cache.pop((df.path,), None)
+        cache.pop((df.path, dataset.version), None)
+
+
 def _check_data_file(reader: DataFileReader, df: table_pb2.DataFile, frag: table_pb2.DataFragment,
                      ds: "DatasetSnapshot", legacy: bool) -> None:
     """The manifest's record of a data file must agree with the file's own footer: its row count
