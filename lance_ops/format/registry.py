@@ -12,7 +12,7 @@ opening a 2.0 file costs one request, not two.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Hashable, Mapping, MutableMapping
 
 import pyarrow as pa
 
@@ -86,8 +86,12 @@ def _read_tail(store: ObjectStore, path: str) -> tuple[tuple[int, int], tuple[by
 
 
 def open_file_reader(path: str, storage_options: Mapping[str, Any] | None = None, *, store: ObjectStore | None = None,
+                     memo: MutableMapping[Hashable, Any] | None = None,
                      **legacy_kwargs: Any) -> LanceFileReaderV20 | LanceFileReaderV21 | LegacyFileReader:
-    """The right reader for the file's version; ``legacy_kwargs`` go to :class:`LegacyFileReader`."""
+    """The right reader for the file's version; ``legacy_kwargs`` go to :class:`LegacyFileReader`.
+
+    ``memo``: a dict kept by the caller for as long as one dataset object, in which 2.1+ readers
+    share what they derive from metadata bytes (ADR 0043)."""
     if store is None:
         from lance_ops.io import open_store
 
@@ -102,7 +106,7 @@ def open_file_reader(path: str, storage_options: Mapping[str, Any] | None = None
             f"{store.uri(path)}: Lance file version {major}.{minor} is pylance's unstable 'next' format "
             "(pylance warns its files may not be readable in the future); lance_ops reads 0.1, 2.0, 2.1 and 2.2")
     if major == 2:
-        return LanceFileReaderV21(path, store=store, _tail=tail)
+        return LanceFileReaderV21(path, store=store, _tail=tail, memo=memo)
     raise UnsupportedError(f"{store.uri(path)}: unknown Lance file version {major}.{minor}")
 
 

@@ -38,6 +38,8 @@ DataFileReader = Union[LanceFileReader, "LanceFileReaderV21", "LegacyFileReader"
 #: keyed by immutable file names; bounded, oldest entries dropped first
 _READERS_CACHE = "lance_ops.file_readers"
 _DELETIONS_CACHE = "lance_ops.deletion_offsets"
+#: what the dataset's 2.1+ readers derive from metadata bytes, shared among them (ADR 0043)
+_FILE_MEMO = "lance_ops.file_metadata_memo"
 _READER_CACHE_LIMIT = 1024
 _DELETION_CACHE_LIMIT = 4096
 
@@ -268,7 +270,7 @@ class LanceFragment:
                         dictionaries=mf.dictionaries or mf.path or None, schema_metadata=dict(ds.manifest.schema_metadata),
                     )
                 else:
-                    reader = open_file_reader(path, store=ds.store)
+                    reader = open_file_reader(path, store=ds.store, memo=ds.cache(_FILE_MEMO))
                 # --- end legacy dispatch ---
             except ObjectNotFoundError as exc:
                 # a missing file is a damaged manifest as often as a removed file: name both
