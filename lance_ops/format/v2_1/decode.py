@@ -249,6 +249,13 @@ def decode_group(items: Sequence[tuple["MiniBlockPage", tuple]], datas: Sequence
         cids, ra, rb = items[0][1]
         sizes, counts = page.chunk_sizes[cids], page.chunk_counts[cids]
         new_run = np.diff(cids) != 1  # (cids[i + 1] > 0 then)
+    elif all(p.whole_plan is not None and part is p.whole_plan[1] for p, part in items):
+        # whole pages (what scans read): every chunk of each, one run of all their rows
+        sizes = np.concatenate([p.chunk_sizes for p, _ in items])
+        counts = np.concatenate([p.chunk_counts for p, _ in items])
+        ra = np.zeros(1, np.int64)
+        rb = np.full(1, sum([p.num_rows for p, _ in items]), np.int64)
+        new_run = None
     else:
         sizes = np.concatenate([p.chunk_sizes[part[0]] for p, part in items])
         counts = np.concatenate([p.chunk_counts[part[0]] for p, part in items])
@@ -267,7 +274,7 @@ def decode_group(items: Sequence[tuple["MiniBlockPage", tuple]], datas: Sequence
     # a run of chunks starting at a chunk > 0 may begin with the tail of an unwanted row: the rows
     # of the run before it end where that run ends
     run_ends = None
-    if page.max_rep and bool(new_run.any()):
+    if page.max_rep and new_run is not None and bool(new_run.any()):
         run_ends = np.cumsum(nlev)[np.append(np.flatnonzero(new_run), len(nlev) - 1)]
     d = select_rows(lv, vals, page.ctx.canon, ra, rb, run_ends)
     if post is not None:

@@ -475,24 +475,28 @@ class LanceFileReaderV21(V2ReaderBase):
             if not p.ready and id(p) not in seen:  # each page once, in first-seen order
                 seen[id(p)] = (rdr, p)
         # (failures of a page's metadata or planning name its file, column and row: ``cur``)
-        init_reqs: list[tuple[LanceFileReaderV21, tuple[int, int]]] = []
-        owners: list[int] = []
         cur: tuple = (self, None)
         try:
+            later = []  # (reader, page, ranges): metadata still to read, in one round
             for cur in seen.values():
                 rdr, p = cur
                 rr = p.init_ranges()
-                init_reqs.extend((rdr, r) for r in rr)
-                owners.append(len(rr))
-            cur = (self, None)  # a failed fetch is not a page's failure
-            datas = _fetch_from(init_reqs)
-            pos = 0
-            for cur, k in zip(seen.values(), owners):
-                cur[1].init(datas[pos:pos + k])
-                pos += k
+                if rdr._whole is not None:  # the file's bytes are in memory: no round to wait for
+                    p.init(rdr._fetch(rr))
+                else:
+                    later.append((rdr, p, rr))
+            if later:
+                cur = (self, None)  # a failed fetch is not a page's failure
+                datas = _fetch_from([(rdr, r) for rdr, _, rr in later for r in rr])
+                pos = 0
+                for rdr, p, rr in later:
+                    cur = (rdr, p)
+                    p.init(datas[pos:pos + len(rr)])
+                    pos += len(rr)
             # round 2: data; small parts of consecutive mini-block pages with the same encodings
             # (of one file or of several files with this layout) decode as one batch
-            reqs: list = []
+            got: list = []  # the bytes of each planned range (None: read below, in one round)
+            fetch_later: list = []  # (index in got, (reader, range))
             plans: list = []
             group = None
             for lid, rdr, page, rr in work:
@@ -514,14 +518,22 @@ class LanceFileReaderV21(V2ReaderBase):
                         items = [(page, part)] if part is not None else []
                         plans.append((lid, rdr, page, _group_decoder(page, items), len(r)))
                         group = (lid, key, items) if part is not None and small else None
-                reqs.extend((rdr, q) for q in r)
+                if rdr._whole is not None:
+                    got.extend(rdr._fetch(r))
+                else:
+                    for q in r:
+                        fetch_later.append((len(got), (rdr, q)))
+                        got.append(None)
         except Exception as exc:
             rdr, page = cur
             err = rdr._page_failure(page, exc) if page is not None else None
             if err is None:
                 raise
             raise err from None
-        datas = _fetch_from(reqs)
+        if fetch_later:
+            for (i, _), data in zip(fetch_later, _fetch_from([q for _, q in fetch_later])):
+                got[i] = data
+        datas = got
         jobs, pos = [], 0
         for _, rdr, page, fn, k in plans:
             jobs.append((rdr, page, fn, datas[pos:pos + k]))
