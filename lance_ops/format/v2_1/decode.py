@@ -177,11 +177,23 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
         if self.whole_plan is not None and len(starts) == 1 and int(starts[0]) == 0 and int(ends[0]) == self.num_rows:
             return self.whole_plan  # the whole page (what scans read), planned once by init()
         nch = len(self.chunk_sizes)
+        fr_end = self.chunk_first_row[1:]
+        if len(starts) == 1 and nch and int(ends[0]) > int(starts[0]):  # one range (a take's usual case)
+            a0, b0 = int(starts[0]), int(ends[0])
+            k0 = min(int(fr_end.searchsorted(a0, side="right")), nch - 1)
+            if self.max_rep:
+                k1 = nch - 1 if b0 >= self.num_rows else int(fr_end.searchsorted(b0, side="right"))
+            else:
+                k1 = int(fr_end.searchsorted(b0 - 1, side="right"))
+            k1 = min(k1, nch - 1)
+            offs = self.chunk_offsets
+            ra0 = a0 - int(self.chunk_first_row[k0])
+            return ([(self.data_pos + int(offs[k0]), int(offs[k1 + 1]) - int(offs[k0]))],
+                    (np.arange(k0, k1 + 1), np.array([ra0], np.int64), np.array([ra0 + b0 - a0], np.int64)))
         keep = ends > starts
         a, b = starts[keep], ends[keep]
         if not len(a) or nch == 0:
             return [], None
-        fr_end = self.chunk_first_row[1:]
         c0 = np.searchsorted(fr_end, a, side="right")
         if self.max_rep:  # up to the chunk where row b starts: row b - 1 may run into it
             c1 = np.where(b >= self.num_rows, nch - 1, np.searchsorted(fr_end, b, side="right"))

@@ -117,6 +117,8 @@ class _FileMeta:
     column_meta: list[file2_pb2.ColumnMetadata]
     #: column -> its pages as built, never initialised (what later readers copy)
     templates: dict[int, list] = field(default_factory=dict)
+    #: the file's Lance fields (``lance_fields``), listed on first use
+    fields: Optional[tuple[file_pb2.Field, ...]] = None
 
 
 def _plain_full_zip(page: dec.AnyPage) -> bool:
@@ -152,6 +154,15 @@ class LanceFileReaderV21(V2ReaderBase):
             return self._gb0_bytes
         pos, size = self._gbo[index]
         return self._guard(lambda: bytes(self._store.read_range(self._path, pos, size)))
+
+    @property
+    def lance_fields(self) -> list[file_pb2.Field]:
+        """The Lance field protos stored in the file (pre-order, with their field ids); listed once
+        per shared metadata state."""
+        meta = self._meta
+        if meta.fields is None:
+            meta.fields = tuple(self._descriptor.schema.fields)
+        return list(meta.fields)
 
     def column_layouts(self, column_index: int) -> list[str]:
         """A short description of each page of a column (layout and encodings)."""
