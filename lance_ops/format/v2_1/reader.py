@@ -83,8 +83,8 @@ def _group_decoder(page: dec.MiniBlockPage, items: list) -> dec.DecodeFn:
 
 def _fresh(page: _P) -> _P:
     """A copy of an uninitialised page (what its constructor derived is shared, read-only)."""
-    copy = type(page).__new__(type(page))
-    copy.__dict__.update(page.__dict__)
+    copy = object.__new__(type(page))
+    copy.__dict__ = page.__dict__.copy()
     return copy
 
 
@@ -140,7 +140,7 @@ class LanceFileReaderV21(V2ReaderBase):
         self._bind(path, storage_options, store)
         self._memo = memo if memo is not None else mm.new_memo()
         self._given_tail = _tail  # (last bytes, file size) already read by the version dispatch
-        self._whole: Optional[bytes] = None  # the whole file, when the tail read held all of it
+        self._whole: Optional[memoryview] = None  # the whole file, when the tail read held all of it
         self._pages: dict = {}
         self._described: Optional[list] = None  # the schema tree with blob descriptions
         self._guard(self._open)
@@ -226,7 +226,7 @@ class LanceFileReaderV21(V2ReaderBase):
                 mm.remember(self._memo, "files", key, meta)
         if len(tail) == size:
             # a small file came whole with its tail: later reads are served from it (no I/O)
-            self._whole = bytes(tail)
+            self._whole = memoryview(bytes(tail))
         self._meta = meta
         self._footer, self._version, self._gbo, self._gb0_bytes = meta.footer, meta.version, meta.gbo, meta.gb0_bytes
         self._descriptor, self._num_rows, self._column_meta = meta.descriptor, meta.num_rows, meta.column_meta
@@ -618,7 +618,7 @@ class LanceFileReaderV21(V2ReaderBase):
             if pos < 0 or size < 0 or pos + size > body_end:
                 raise self._corrupt(f"data range {pos}..{pos + size} lies outside the file")
         whole = self._whole
-        if whole is not None:
+        if whole is not None:  # views of the bytes in memory (no copy per range)
             return [whole[pos:pos + size] for pos, size in reqs]
         return self._store.read_ranges(self._path, reqs)
 
