@@ -107,3 +107,28 @@ def test_damaged_metadata_fails_after_a_good_file_with_the_same_memo(tmp_path):
     bad.write_bytes(bytes(data))
     with pytest.raises(CorruptFileError, match="FileDescriptor"):
         _open(str(bad), memo)
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_take_all_of_equals_taking_file_by_file(tmp_path, version):
+    rng = np.random.default_rng(7)
+    tables, paths = [], []
+    for i in range(5):
+        n = int(rng.integers(50, 400))
+        t = pa.table({
+            "id": np.arange(n, dtype=np.int64) + i * 10_000,
+            "s": pa.array([None if k % 7 == 0 else "v" * int(k % 13) for k in range(n)]),
+            "l": pa.array([None if k % 5 == 0 else list(range(int(k % 4))) for k in range(n)], pa.list_(pa.int32())),
+        })
+        tables.append(t)
+        paths.append(_write(tmp_path / f"t{i}.lance", t, version))
+    memo: dict = {}
+    readers = [_open(p, memo) for p in paths]
+    picks = [rng.integers(0, t.num_rows, int(rng.integers(0, 30))) for t in tables]
+    picks[1] = np.array([3, 3, 0, 2, 1])  # repeats and any order
+    picks[2] = np.arange(tables[2].num_rows)  # every row
+    got = LanceFileReaderV21.take_all_of(readers, picks, ["id", "s", "l"])
+    expected = pa.concat_tables([_pylance(p).take(pa.array(k, pa.int64())) for p, k in zip(paths, picks)])
+    assert_tables_equal(got, expected)
+    one_by_one = pa.concat_tables([r.take_rows(k, ["id", "s", "l"]) for r, k in zip(readers, picks)])
+    assert_tables_equal(got, one_by_one)

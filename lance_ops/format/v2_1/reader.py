@@ -191,11 +191,7 @@ class LanceFileReaderV21(V2ReaderBase):
                   blob_descriptions: bool = False) -> pa.Table:
         """The rows at ``indices`` (any order, repeats allowed), in that order; consecutive rows are read as ranges."""
         uniq, inverse = take_indices(indices, self._num_rows, self._uri)
-        # merge consecutive rows into ranges
-        brk = np.flatnonzero(np.diff(uniq) != 1) + 1
-        starts = uniq[np.concatenate([[0], brk])] if len(uniq) else uniq
-        ends = uniq[np.concatenate([brk, [len(uniq)]]) - 1] + 1 if len(uniq) else uniq
-        return self._read(columns, (starts, ends), inverse, blob_descriptions)
+        return self._read(columns, _row_ranges(uniq), inverse, blob_descriptions)
 
     def __repr__(self) -> str:
         return f"LanceFileReaderV21({self._uri!r}, version={self._version}, rows={self._num_rows})"
@@ -458,6 +454,36 @@ class LanceFileReaderV21(V2ReaderBase):
             # naming the damaged file (failures are rare: the happy path pays nothing for this)
             return pa.concat_tables([r.read_all(columns) for r in readers]).combine_chunks()
 
+    @staticmethod
+    def take_all_of(readers: Sequence["LanceFileReaderV21"], indices: Sequence[Iterable[int] | np.ndarray],
+                    columns: Sequence[str]) -> pa.Table:
+        """``take_rows(indices[i], columns)`` of each of ``readers``, back to back in reader order,
+        as one table: the rows of files of one schema layout are planned and decoded together (one
+        decode per column and encoding for all the files, as :meth:`read_all_of`)."""
+        if not readers or len(readers) != len(indices):
+            raise ValueError("take_all_of needs one list of indices per reader, and at least one reader")
+        first = readers[0]
+
+        def one_by_one() -> pa.Table:
+            return pa.concat_tables([r.take_rows(i, columns) for r, i in zip(readers, indices)]).combine_chunks()
+
+        if len(readers) == 1 or any(r._layout is not first._layout and r._layout.key != first._layout.key
+                                    for r in readers):
+            return one_by_one()
+        nodes = first._select(columns)
+        segments, orders, done, reorder = [], [], 0, False
+        for r, idx in zip(readers, indices):
+            uniq, inverse = take_indices(idx, r._num_rows, r._uri)
+            segments.append((r, _row_ranges(uniq)))
+            reorder = reorder or inverse is not None
+            orders.append((np.arange(len(uniq)) if inverse is None else inverse) + done)
+            done += len(uniq)
+        try:
+            table = first._guard(lambda: first._read_segments(segments, nodes, False))
+        except (CorruptFileError, UnsupportedError):
+            return one_by_one()  # names the damaged file (as read_all_of)
+        return table.take(pa.array(np.concatenate(orders))) if reorder else table
+
     def _read_segments(self, segments: Sequence[tuple["LanceFileReaderV21", tuple[np.ndarray, np.ndarray]]],
                        nodes: list[FieldNode], describe: bool = False) -> pa.Table:
         """The rows of every (reader, row ranges) segment, back to back, of ``nodes`` (fields of
@@ -624,6 +650,14 @@ class LanceFileReaderV21(V2ReaderBase):
 
 
 _WHOLE_PAGES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _row_ranges(uniq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the runs of consecutive rows in ``uniq`` (sorted, unique)."""
+    if not len(uniq):
+        return uniq, uniq
+    brk = np.flatnonzero(np.diff(uniq) != 1) + 1
+    return uniq[np.concatenate([[0], brk])], uniq[np.concatenate([brk, [len(uniq)]]) - 1] + 1
 
 
 def _whole_page(num_rows: int) -> tuple[np.ndarray, np.ndarray]:
