@@ -473,7 +473,7 @@ class LanceFileReaderV21(V2ReaderBase):
         nodes = first._select(columns)
         segments, orders, done, reorder = [], [], 0, False
         for r, idx in zip(readers, indices):
-            uniq, inverse = take_indices(idx, r._num_rows, r._uri)
+            uniq, inverse = take_indices(idx, r.num_rows, r.path)
             segments.append((r, _row_ranges(uniq)))
             reorder = reorder or inverse is not None
             orders.append((np.arange(len(uniq)) if inverse is None else inverse) + done)
