@@ -12,7 +12,7 @@ opening a 2.0 file costs one request, not two.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, MutableMapping
+from typing import Any, Hashable, Mapping, MutableMapping
 
 import pyarrow as pa
 
@@ -86,12 +86,13 @@ def _read_tail(store: ObjectStore, path: str) -> tuple[tuple[int, int], tuple[by
 
 
 def open_file_reader(path: str, storage_options: Mapping[str, Any] | None = None, *, store: ObjectStore | None = None,
-                     memo: MutableMapping[str, Any] | None = None,
+                     memo: MutableMapping[Hashable, Any] | None = None,
                      **legacy_kwargs: Any) -> LanceFileReaderV20 | LanceFileReaderV21 | LegacyFileReader:
     """The right reader for the file's version; ``legacy_kwargs`` go to :class:`LegacyFileReader`.
 
-    ``memo``: a dict owned by one dataset object, in which readers of that dataset's files keep
-    what equal metadata bytes of its files share (2.0 files: ADR 0044); None for a file read alone."""
+    ``memo``: a dict owned by one dataset object (kept as long as it is), in which readers of that
+    dataset's files share what they derive from equal metadata bytes (2.0: ADR 0044, 2.1+: ADR
+    0043; each keeps its own entries under its own keys); None for a file read alone."""
     if store is None:
         from lance_ops.io import open_store
 
@@ -106,7 +107,7 @@ def open_file_reader(path: str, storage_options: Mapping[str, Any] | None = None
             f"{store.uri(path)}: Lance file version {major}.{minor} is pylance's unstable 'next' format "
             "(pylance warns its files may not be readable in the future); lance_ops reads 0.1, 2.0, 2.1 and 2.2")
     if major == 2:
-        return LanceFileReaderV21(path, store=store, _tail=tail)
+        return LanceFileReaderV21(path, store=store, _tail=tail, memo=memo)
     raise UnsupportedError(f"{store.uri(path)}: unknown Lance file version {major}.{minor}")
 
 

@@ -37,7 +37,8 @@ DataFileReader = Union[LanceFileReader, "LanceFileReaderV21", "LegacyFileReader"
 #: per-dataset caches (``LanceDataset.cache``): open file readers and decoded deletion vectors,
 #: keyed by immutable file names; bounded, oldest entries dropped first
 _READERS_CACHE = "lance_ops.file_readers"
-#: the dataset cache in which readers of its files share parsed metadata (format/v2_0/memo.py)
+#: the dataset cache in which readers of its files share what they derive from equal metadata
+#: bytes (format/v2_0/memo.py, format/v2_1/memo.py: each under its own keys; ADR 0043, 0044)
 _FORMAT_MEMO = "lance_ops.format_memo"
 _DELETIONS_CACHE = "lance_ops.deletion_offsets"
 _READER_CACHE_LIMIT = 1024

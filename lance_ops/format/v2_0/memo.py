@@ -16,7 +16,7 @@ scan threads of one dataset share a memo without locks.
 """
 from __future__ import annotations
 
-from typing import Any, MutableMapping, Optional, TypeVar
+from typing import Any, Hashable, MutableMapping, Optional, TypeVar
 
 from lance_ops._proto import file2_pb2, file_pb2
 from lance_ops.format.v2_0.layout import ColumnState, EncodingInfo, SchemaLayout
@@ -66,7 +66,7 @@ class ReadMemo:
         self.columns: dict[tuple[int, str, str, bytes], ColumnState] = {}
 
 
-def memo_of(shared: Optional[MutableMapping[str, Any]]) -> ReadMemo:
+def memo_of(shared: Optional[MutableMapping[Hashable, Any]]) -> ReadMemo:
     """The 2.0 memo kept in ``shared`` (a dataset object's cache dict), made on first use; a new
     private memo when ``shared`` is None (a reader opened on its own)."""
     if shared is None:

@@ -15,7 +15,7 @@ rows -- and, for fixed-width and plain variable-width pages, only the bytes of t
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, Mapping, MutableMapping, Optional, Sequence, TypeGuard
+from typing import Any, Hashable, Iterable, Mapping, MutableMapping, Optional, Sequence, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -68,7 +68,7 @@ class LanceFileReader(NodeReads):
 
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *,
                  store: Optional[ObjectStore] = None, _tail: Optional[tuple[bytes, int]] = None,
-                 memo: Optional[MutableMapping[str, Any]] = None) -> None:
+                 memo: Optional[MutableMapping[Hashable, Any]] = None) -> None:
         self._given_tail = _tail  # (last bytes, file size) already read by the version dispatch
         self._whole = None  # the whole file, when the tail read held all of it
         self._bind(path, storage_options, store)

@@ -4,12 +4,9 @@ The byte formats of the four page layouts are described in :mod:`lance_ops.forma
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Generic, Optional, Sequence, TypeVar, Union
+from typing import Callable, Generic, Optional, Sequence, TypeVar, Union
 
 import numpy as np
-from google.protobuf import unknown_fields
-from google.protobuf.message import Message
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops.format.v2_1.compression import decode as comp
@@ -18,14 +15,10 @@ from lance_ops.format.v2_1.compression.per_value import per_value_fixed, per_val
 from lance_ops.format.v2_1.layout import chunks
 from lance_ops.format.v2_1.layout import repdef as rd
 from lance_ops.format.v2_1.layout.chunks import spans_index
+from lance_ops.format.v2_1.rows import (Decoded, DecodeFn, PageCtx, Ranges, empty_decoded, join_bytes, map_defs,
+                                        placeholder_vals, select_rows, unknown)
 
-Ranges = list[tuple[int, int]]  # absolute (position, size)
 _Layout = TypeVar("_Layout", pb.MiniBlockLayout, pb.FullZipLayout, pb.AllNullLayout, pb.BlobLayout)
-
-
-def unknown(msg: Message) -> dict[int, Any]:
-    """Fields of ``msg`` that our compiled proto does not know (newer upstream additions)."""
-    return {u.field_number: u.data for u in unknown_fields.UnknownFieldSet(msg)}
 
 
 def layout_name(layout: pb.PageLayout) -> str:
@@ -47,132 +40,8 @@ def layout_name(layout: pb.PageLayout) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# decoded run of rows
-# --------------------------------------------------------------------------------------------
-@dataclass
-class Decoded:
-    """Levels (canonical) and visible values of some rows of one leaf column."""
-
-    levels: rd.Levels
-    values: Vals
-    num_rows: int
-
-    @staticmethod
-    def concat(parts: Sequence["Decoded"]) -> "Decoded":
-        """The rows of ``parts`` (consecutive runs of one leaf column) as one run."""
-        if len(parts) == 1:
-            return parts[0]
-        return Decoded(rd.Levels.concat([p.levels for p in parts]), Vals.concat([p.values for p in parts]),
-                       sum(p.num_rows for p in parts))
-
-
-DecodeFn = Callable[[Sequence[bytes]], Decoded]  # decodes the bytes of a page's planned ranges into rows
-
-
-def select_rows(levels: rd.Levels, values: Vals, canon: rd.Canonical, ra: np.ndarray, rb: np.ndarray,
-                run_ends: Optional[np.ndarray] = None) -> Decoded:
-    """Cut the rows ``[ra[i], rb[i])`` (sorted, disjoint, numbered from the run's first row start)
-    out of a decoded run; one slice for one range, one gather for many.
-
-    ``run_ends`` (level positions, increasing): where runs of chunks that were decoded back to back
-    end; a row never extends past the end of its run (the next run may begin with the tail of a
-    row that is not wanted)."""
-    starts = np.flatnonzero(levels.rep == canon.max_rep) if canon.max_rep and levels.rep is not None else None
-    nrows = levels.n if starts is None else len(starts)
-    if len(ra) > 1 and (run_ends is None or starts is None):  # merge touching ranges (e.g. whole pages)
-        touch = rb[:-1] == ra[1:]
-        if bool(touch.any()):
-            ra, rb = ra[np.concatenate([[True], ~touch])], rb[np.concatenate([~touch, [True]])]
-    k = len(ra)
-    if k == 0:
-        return Decoded(rd.Levels(None, None, 0), values.slice(0, 0), 0)
-    if int(ra[0]) < 0 or int(rb[-1]) > nrows:
-        raise EncodingCorrupt("requested rows are not in the decoded chunks")
-    if k == 1 and int(ra[0]) == 0 and int(rb[0]) == nrows and (starts is None or nrows == 0 or starts[0] == 0) \
-            and (run_ends is None or len(run_ends) <= 1 or starts is None):
-        return Decoded(levels, values, nrows)
-    if starts is None:
-        la, lb = ra, rb
-    else:
-        bounds = np.append(starts, levels.n)
-        la, lb = bounds[ra], bounds[rb]
-        if run_ends is not None and len(run_ends) > 1:
-            lb = np.minimum(lb, run_ends[np.minimum(np.searchsorted(run_ends, la, side="right"), len(run_ends) - 1)])
-    vis = rd.visible_mask(levels, canon)
-    if vis is None:
-        va, vb = la, lb
-    else:
-        # visible levels before a position: the position less the hidden ones before it (hidden
-        # levels are few; no prefix sum over every level)
-        hidden = np.flatnonzero(~np.asarray(vis, dtype=bool))
-        va, vb = la - np.searchsorted(hidden, la), lb - np.searchsorted(hidden, lb)
-    nsel = int((rb - ra).sum())
-    if k == 1:
-        a, b = int(la[0]), int(lb[0])
-        lv = rd.Levels(None if levels.rep is None else levels.rep[a:b],
-                       None if levels.defs is None else levels.defs[a:b], b - a)
-        return Decoded(lv, values.slice(int(va[0]), int(vb[0])), nsel)
-    lidx = spans_index(la, lb)
-    lv = rd.Levels(None if levels.rep is None else levels.rep[lidx],
-                   None if levels.defs is None else levels.defs[lidx], len(lidx))
-    vidx = lidx if vis is None else spans_index(va, vb)
-    return Decoded(lv, values.take(vidx), nsel)
-
-
-def _join(datas: Sequence) -> np.ndarray:
-    """The requested byte ranges back to back as one uint8 array (no copy for a single range; one copy else)."""
-    if len(datas) == 1:
-        return np.frombuffer(datas[0], dtype=np.uint8)
-    return np.frombuffer(b"".join(datas), dtype=np.uint8)  # bytes and memoryviews alike: no array per range
-
-
-def empty_decoded(ctx: "PageCtx") -> Decoded:
-    """No rows of a leaf column."""
-    return Decoded(rd.Levels(None, None, 0),
-                   placeholder_vals(ctx.value_kind, ctx.value_width, 0, ctx.items_per_value), 0)
-
-
-def _map_defs(defs: Optional[np.ndarray], table: np.ndarray) -> Optional[np.ndarray]:
-    """Page definition levels -> canonical ones (``table`` is increasing: a few compares, no gather)."""
-    if defs is None:
-        return None
-    top = int(defs.max()) if len(defs) else 0
-    if top >= len(table):
-        raise EncodingCorrupt(f"definition level {top} is out of range for the page's layers")
-    if bool(np.all(table[:top + 1] == np.arange(top + 1))):
-        return defs.astype(np.uint16, copy=False)
-    if len(table) > 8 or bool(np.any(np.diff(table.astype(np.int64)) <= 0)):
-        return table[defs]
-    out = np.zeros(len(defs), np.uint16)
-    for i in range(1, top + 1):
-        out += (defs >= i).astype(np.uint16) * np.uint16(table[i] - table[i - 1])
-    return out
-
-
-def placeholder_vals(kind: str, width: int, n: int, ipv: int = 1) -> Vals:
-    """``n`` zero values of ``kind`` (``width`` bytes, ``ipv`` FSL items each): null or empty entries."""
-    if kind == "var":
-        return Vals("var", n, np.zeros(0, np.uint8), np.zeros(n + 1, np.int64))
-    if kind == "bool":
-        return Vals("bool", n, np.zeros(n, bool))
-    v = Vals("fixed", n, np.zeros((n, width), np.uint8))
-    v.items_per_value = ipv
-    return v
-
-
-# --------------------------------------------------------------------------------------------
 # pages
 # --------------------------------------------------------------------------------------------
-@dataclass
-class PageCtx:
-    """What a page decoder needs to know about its column."""
-
-    canon: rd.Canonical
-    value_kind: str  # "fixed" | "bool" | "var" (of the leaf's values)
-    value_width: int  # bytes per value for fixed (whole FSL row)
-    items_per_value: int = 1
-
-
 class Page(Generic[_Layout]):
     """Base class: a page of ``num_rows`` rows starting at ``first_row``."""
 
@@ -308,11 +177,23 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
         if self.whole_plan is not None and len(starts) == 1 and int(starts[0]) == 0 and int(ends[0]) == self.num_rows:
             return self.whole_plan  # the whole page (what scans read), planned once by init()
         nch = len(self.chunk_sizes)
+        fr_end = self.chunk_first_row[1:]
+        if len(starts) == 1 and nch and int(ends[0]) > int(starts[0]):  # one range (a take's usual case)
+            a0, b0 = int(starts[0]), int(ends[0])
+            k0 = min(int(fr_end.searchsorted(a0, side="right")), nch - 1)
+            if self.max_rep:
+                k1 = nch - 1 if b0 >= self.num_rows else int(fr_end.searchsorted(b0, side="right"))
+            else:
+                k1 = int(fr_end.searchsorted(b0 - 1, side="right"))
+            k1 = min(k1, nch - 1)
+            offs = self.chunk_offsets
+            ra0 = a0 - int(self.chunk_first_row[k0])
+            return ([(self.data_pos + int(offs[k0]), int(offs[k1 + 1]) - int(offs[k0]))],
+                    (np.arange(k0, k1 + 1), np.array([ra0], np.int64), np.array([ra0 + b0 - a0], np.int64)))
         keep = ends > starts
         a, b = starts[keep], ends[keep]
         if not len(a) or nch == 0:
             return [], None
-        fr_end = self.chunk_first_row[1:]
         c0 = np.searchsorted(fr_end, a, side="right")
         if self.max_rep:  # up to the chunk where row b starts: row b - 1 may run into it
             c1 = np.where(b >= self.num_rows, nch - 1, np.searchsorted(fr_end, b, side="right"))
@@ -355,7 +236,7 @@ class MiniBlockPage(Page[pb.MiniBlockLayout]):
         n = int(nlev.sum()) if (self.has_rep or self.has_def) else int(counts.sum())
         if reps is not None and len(reps) != n or defs is not None and len(defs) != n:
             raise EncodingCorrupt("mini-block levels do not match the chunk level counts")
-        dfs = _map_defs(defs, self.def_table) if defs is not None else None
+        dfs = map_defs(defs, self.def_table) if defs is not None else None
         return rd.Levels(reps, dfs, n), values, post, nlev
 
     def _lookup(self, values: Vals) -> Vals:
@@ -375,11 +256,18 @@ def decode_group(items: Sequence[tuple["MiniBlockPage", tuple]], datas: Sequence
     equal ``batch_key``) as one batch: pages start and end on row boundaries, so their chunks
     can be decoded back to back. ``datas`` are the pages' byte ranges, in order."""
     page = items[0][0]
-    buf = _join(datas)
+    buf = join_bytes(datas)
     if len(items) == 1:
         cids, ra, rb = items[0][1]
         sizes, counts = page.chunk_sizes[cids], page.chunk_counts[cids]
         new_run = np.diff(cids) != 1  # (cids[i + 1] > 0 then)
+    elif all(p.whole_plan is not None and part is p.whole_plan[1] for p, part in items):
+        # whole pages (what scans read): every chunk of each, one run of all their rows
+        sizes = np.concatenate([p.chunk_sizes for p, _ in items])
+        counts = np.concatenate([p.chunk_counts for p, _ in items])
+        ra = np.zeros(1, np.int64)
+        rb = np.full(1, sum([p.num_rows for p, _ in items]), np.int64)
+        new_run = None
     else:
         sizes = np.concatenate([p.chunk_sizes[part[0]] for p, part in items])
         counts = np.concatenate([p.chunk_counts[part[0]] for p, part in items])
@@ -398,7 +286,7 @@ def decode_group(items: Sequence[tuple["MiniBlockPage", tuple]], datas: Sequence
     # a run of chunks starting at a chunk > 0 may begin with the tail of an unwanted row: the rows
     # of the run before it end where that run ends
     run_ends = None
-    if page.max_rep and bool(new_run.any()):
+    if page.max_rep and new_run is not None and bool(new_run.any()):
         run_ends = np.cumsum(nlev)[np.append(np.flatnonzero(new_run), len(nlev) - 1)]
     d = select_rows(lv, vals, page.ctx.canon, ra, rb, run_ends)
     if post is not None:
@@ -466,7 +354,7 @@ class FullZipPage(Page[pb.FullZipLayout]):
         def decode(datas: Sequence[bytes]) -> Decoded:
             if not len(a):
                 return empty_decoded(self.ctx)
-            buf = _join(datas)
+            buf = join_bytes(datas)
             if self.row_offsets is None and self.cw == 0 and self.fixed_bytes:
                 # no levels, no index: rows of exactly one fixed-width value each
                 n = int((b - a).sum())
@@ -556,7 +444,7 @@ class FullZipPage(Page[pb.FullZipLayout]):
         starts, lens = np.compress(vis, vstart), np.compress(vis, vlen)
         values = self._values(buf, starts, lens, np.compress(vis, dfs))
         levels = rd.Levels(rep.astype(np.uint16) if self.max_rep else None,
-                           _map_defs(dfs.astype(np.uint16), self.def_table) if self.bits_def else None, n)
+                           map_defs(dfs.astype(np.uint16), self.def_table) if self.bits_def else None, n)
         return Decoded(levels, values, nrows)
 
     def _values(self, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, dfs: np.ndarray) -> Vals:
@@ -659,7 +547,7 @@ class ConstantPage(Page[pb.AllNullLayout]):
                 if self.inline_value is None and not self.value_buf:
                     # every entry is null at the innermost nullable layer
                     page_def = 1 if self.ndefs else 0
-                    levels.defs = _map_defs(np.full(n_rows, page_def, np.uint16), self.def_table)
+                    levels.defs = map_defs(np.full(n_rows, page_def, np.uint16), self.def_table)
             else:
                 some_levels = self.defs if self.defs is not None else self.rep
                 assert some_levels is not None  # one of them is stored here
@@ -670,7 +558,7 @@ class ConstantPage(Page[pb.AllNullLayout]):
                 dfs = self.defs
                 if dfs is None and self.inline_value is None and not self.value_buf:
                     dfs = np.full(n, 1 if self.ndefs else 0, np.uint16)
-                levels = rd.Levels(rep, _map_defs(dfs, self.def_table) if dfs is not None else None, n)
+                levels = rd.Levels(rep, map_defs(dfs, self.def_table) if dfs is not None else None, n)
             vis = rd.visible_mask(levels, self.ctx.canon)
             nvis = levels.n if vis is None else int(vis.sum())
             if self.scalar is not None:
@@ -771,7 +659,7 @@ class BlobPage(Page[pb.BlobLayout]):
             pos, size = raw[:, 0].astype(np.int64), raw[:, 1].astype(np.int64)
             null = (size == 0) & (pos != 0)
             page_def = np.where(null, (pos >> 16) & 0xFFFF, 0).astype(np.uint16)
-            defs = _map_defs(page_def, self.def_table) if self.ctx.canon.kinds and len(self.layout.layers) and \
+            defs = map_defs(page_def, self.def_table) if self.ctx.canon.kinds and len(self.layout.layers) and \
                 any(lay != pb.REPDEF_ALL_VALID_ITEM for lay in self.layout.layers) else None
             if describe:
                 vals = Vals("fixed", len(size), np.ascontiguousarray(raw).view(np.uint8).reshape(-1, 16))

@@ -28,17 +28,18 @@ from google.protobuf.message import DecodeError
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops._proto import file2_pb2, file_pb2
-from lance_ops.errors import CorruptFileError, LanceOpsError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
+from lance_ops.errors import CorruptFileError, LanceOpsError, OutOfRangeError, UnsupportedError
 from lance_ops.format import blob_v2
 from lance_ops.format.container import FOOTER_SIZE, PAGE_LAYOUT_URL, Footer
 from lance_ops.format.reader_base import DECODE_ERRORS, V2ReaderBase, take_indices
 from lance_ops.format.v2_1 import assemble
 from lance_ops.format.v2_1 import decode as dec
 from lance_ops.format.v2_1.compression.decode import EncodingCorrupt, EncodingUnsupported
-from lance_ops.format.v2_1.layout import repdef as rd
+from lance_ops.format.v2_1 import memo as mm
+from lance_ops.format.v2_1 import schema_layout as sl
 from lance_ops.format.version import FileVersion
 from lance_ops.io.base import ObjectStore
-from lance_ops.schema import FieldNode, field_tree, from_lance_fields
+from lance_ops.schema import FieldNode
 
 __all__ = ["LanceFileReaderV21", "SUPPORTED_VERSIONS"]
 
@@ -51,6 +52,7 @@ GROUP_MAX_PART_BYTES = 1 << 20  # pages reading at most this much may be decoded
 _POOL: tuple = (None, None)  # (pid, executor)
 _POOL_LOCK = threading.Lock()
 _T = TypeVar("_T")
+_P = TypeVar("_P")
 #: what a failed decode may raise, turned into CorruptFileError by ``_guard``
 _CORRUPT_ERRORS: tuple[type[BaseException], ...] = (EncodingCorrupt, AssertionError, *DECODE_ERRORS)
 
@@ -68,14 +70,6 @@ def _decode_pool() -> Optional[ThreadPoolExecutor]:
     return _POOL[1]
 
 
-def _is_packed(node: FieldNode) -> bool:
-    md = node.proto.metadata
-    for key in ("packed", "lance-encoding:packed"):
-        if key in md and bytes(md[key]).strip().lower() in (b"true", b"1", b"yes", b"on"):
-            return True
-    return False
-
-
 def _ranges(pairs: Iterable[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends) arrays of the non-empty row ranges."""
     pairs = [(a, b) for a, b in pairs if b > a]
@@ -87,22 +81,49 @@ def _group_decoder(page: dec.MiniBlockPage, items: list) -> dec.DecodeFn:
     return lambda datas: dec.decode_group(items, datas) if items else dec.empty_decoded(page.ctx)
 
 
-def _plain_full_zip(page: dec.AnyPage) -> bool:
-    return isinstance(page, dec.FullZipPage) and page.cw == 0 and not page.has_index and page.fixed_bytes > 0 \
-        and page.max_rep == 0 and len(page.offsets) == 1
+def _fresh(page: _P) -> _P:
+    """A copy of an uninitialised page (what its constructor derived is shared, read-only)."""
+    copy = object.__new__(type(page))
+    copy.__dict__ = page.__dict__.copy()
+    return copy
 
 
-def _is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t)
+def _meta_key(tail: bytes, size: int, footer: Footer) -> Optional[tuple[int, bytes]]:
+    """(file size, the bytes from global buffer 0 or the column metadata, whichever comes first,
+    to the end of the file): what the file's metadata is a function of, when the tail holds it."""
+    rs = size - len(tail)
+    g = footer.gbo_table_start - rs
+    if g < 0 or g + 16 > len(tail):
+        return None
+    gb0_pos = struct.unpack_from("<Q", tail, g)[0]
+    start = min(gb0_pos, footer.column_meta_start)
+    if start < rs:
+        return None
+    return size, bytes(tail[start - rs:])
 
 
 @dataclass
-class _Leaf:
-    column: int
-    node: FieldNode
-    path: str
-    canon: rd.Canonical
-    ctx: dec.PageCtx
+class _FileMeta:
+    """What a file's metadata bytes give, shared by the readers of files whose metadata bytes
+    (and size) are identical (see ``_meta_key``); read-only but for ``templates``."""
+
+    footer: Footer
+    version: FileVersion
+    gbo: list[tuple[int, int]]
+    gb0_bytes: bytes
+    descriptor: file_pb2.FileDescriptor
+    num_rows: int
+    layout: sl.SchemaLayout
+    column_meta: list[file2_pb2.ColumnMetadata]
+    #: column -> its pages as built, never initialised (what later readers copy)
+    templates: dict[int, list] = field(default_factory=dict)
+    #: the file's Lance fields (``lance_fields``), listed on first use
+    fields: Optional[tuple[file_pb2.Field, ...]] = None
+
+
+def _plain_full_zip(page: dec.AnyPage) -> bool:
+    return isinstance(page, dec.FullZipPage) and page.cw == 0 and not page.has_index and page.fixed_bytes > 0 \
+        and page.max_rep == 0 and len(page.offsets) == 1
 
 
 class LanceFileReaderV21(V2ReaderBase):
@@ -112,10 +133,14 @@ class LanceFileReaderV21(V2ReaderBase):
     """
 
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *,
-                 store: Optional[ObjectStore] = None, _tail: Optional[tuple[bytes, int]] = None) -> None:
+                 store: Optional[ObjectStore] = None, _tail: Optional[tuple[bytes, int]] = None,
+                 memo: Optional[mm.Memo] = None) -> None:
+        """``memo``: what the readers of one dataset object share (see :mod:`.memo`); a fresh one
+        by default."""
         self._bind(path, storage_options, store)
+        self._memo = memo if memo is not None else mm.new_memo()
         self._given_tail = _tail  # (last bytes, file size) already read by the version dispatch
-        self._whole: Optional[bytes] = None  # the whole file, when the tail read held all of it
+        self._whole: Optional[memoryview] = None  # the whole file, when the tail read held all of it
         self._pages: dict = {}
         self._described: Optional[list] = None  # the schema tree with blob descriptions
         self._guard(self._open)
@@ -129,6 +154,15 @@ class LanceFileReaderV21(V2ReaderBase):
             return self._gb0_bytes
         pos, size = self._gbo[index]
         return self._guard(lambda: bytes(self._store.read_range(self._path, pos, size)))
+
+    @property
+    def lance_fields(self) -> list[file_pb2.Field]:
+        """The Lance field protos stored in the file (pre-order, with their field ids); listed once
+        per shared metadata state."""
+        meta = self._meta
+        if meta.fields is None:
+            meta.fields = tuple(self._descriptor.schema.fields)
+        return list(meta.fields)
 
     def column_layouts(self, column_index: int) -> list[str]:
         """A short description of each page of a column (layout and encodings)."""
@@ -157,11 +191,7 @@ class LanceFileReaderV21(V2ReaderBase):
                   blob_descriptions: bool = False) -> pa.Table:
         """The rows at ``indices`` (any order, repeats allowed), in that order; consecutive rows are read as ranges."""
         uniq, inverse = take_indices(indices, self._num_rows, self._uri)
-        # merge consecutive rows into ranges
-        brk = np.flatnonzero(np.diff(uniq) != 1) + 1
-        starts = uniq[np.concatenate([[0], brk])] if len(uniq) else uniq
-        ends = uniq[np.concatenate([brk, [len(uniq)]]) - 1] + 1 if len(uniq) else uniq
-        return self._read(columns, (starts, ends), inverse, blob_descriptions)
+        return self._read(columns, _row_ranges(uniq), inverse, blob_descriptions)
 
     def __repr__(self) -> str:
         return f"LanceFileReaderV21({self._uri!r}, version={self._version}, rows={self._num_rows})"
@@ -183,15 +213,31 @@ class LanceFileReaderV21(V2ReaderBase):
         tail, size = given if given is not None else self._store.read_tail(self._path, TAIL_READ_BYTES)
         self._file_size = size
         footer = Footer.unpack(tail, size, self._uri)
-        self._footer = footer
-        self._version = FileVersion.from_footer(footer.major, footer.minor, self._uri)
-        if self._version not in SUPPORTED_VERSIONS:
-            raise UnsupportedError(f"{self._uri}: Lance file version {self._version} is not read by the 2.1+ reader")
-        tail = bytes(tail)
-        region_start = size - len(tail)
-        if region_start == 0:
+        key = _meta_key(tail, size, footer)
+        meta = mm.recall(self._memo, "files", key) if key is not None else None
+        if meta is None:
+            meta, lowest = self._parse_meta(bytes(tail), size, footer)
+            # shared only when every byte it came from lies inside the key
+            if key is not None and lowest >= size - len(key[1]):
+                mm.remember(self._memo, "files", key, meta)
+        if len(tail) == size:
             # a small file came whole with its tail: later reads are served from it (no I/O)
-            self._whole = tail
+            self._whole = memoryview(bytes(tail))
+        self._meta = meta
+        self._footer, self._version, self._gbo, self._gb0_bytes = meta.footer, meta.version, meta.gbo, meta.gb0_bytes
+        self._descriptor, self._num_rows, self._column_meta = meta.descriptor, meta.num_rows, meta.column_meta
+        layout = self._layout = meta.layout
+        self._schema, self._tree = layout.schema, layout.tree
+        self._leaves, self._leaf_ids, self._by_column = layout.leaves, layout.leaf_ids, layout.by_column
+
+    def _parse_meta(self, tail: bytes, size: int, footer: Footer) -> tuple["_FileMeta", int]:
+        """Parse and check the file's metadata (GBO table, FileDescriptor, column metadata) from
+        ``tail`` (the file's last bytes) and whatever else must be read; also returns the lowest
+        file position any of it came from."""
+        version = FileVersion.from_footer(footer.major, footer.minor, self._uri)
+        if version not in SUPPORTED_VERSIONS:
+            raise UnsupportedError(f"{self._uri}: Lance file version {version} is not read by the 2.1+ reader")
+        region_start = size - len(tail)
         gbo_end = footer.gbo_table_start + 16 * footer.num_global_buffers
         need_start = footer.column_meta_start
         if footer.gbo_table_start < region_start:
@@ -203,8 +249,9 @@ class LanceFileReaderV21(V2ReaderBase):
         body_end = size - FOOTER_SIZE
         if np.any(gbo[:, 0] + gbo[:, 1] > body_end):
             raise self._corrupt("a global buffer lies beyond the end of the file")
-        self._gbo = [(int(p), int(s)) for p, s in gbo]
-        gb0_pos, gb0_size = self._gbo[0]
+        gbo_list = [(int(p), int(s)) for p, s in gbo]
+        gb0_pos, gb0_size = gbo_list[0]
+        lowest = min(footer.cmo_table_start, footer.gbo_table_start, gb0_pos)
         need_start = min(need_start, gb0_pos) if footer.column_meta_start - gb0_pos <= (1 << 20) else need_start
         if need_start < region_start:
             head = bytes(self._store.read_range(self._path, need_start, region_start - need_start))
@@ -218,24 +265,19 @@ class LanceFileReaderV21(V2ReaderBase):
             return tail[off:off + length]
 
         if gb0_pos >= region_start:
-            self._gb0_bytes = take(gb0_pos, gb0_size)
+            gb0_bytes = take(gb0_pos, gb0_size)
         else:
-            self._gb0_bytes = bytes(self._store.read_range(self._path, gb0_pos, gb0_size))
+            gb0_bytes = bytes(self._store.read_range(self._path, gb0_pos, gb0_size))
         descriptor = file_pb2.FileDescriptor()
         try:
-            descriptor.ParseFromString(self._gb0_bytes)
+            descriptor.ParseFromString(gb0_bytes)
         except DecodeError as exc:
             raise self._corrupt(f"global buffer 0 (FileDescriptor) does not decode: {exc}") from None
-        self._descriptor = descriptor
-        self._num_rows = int(descriptor.length)
-        layout = _schema_layout(descriptor.schema, self._uri)
+        layout = sl.schema_layout(descriptor.schema, self._uri, self._memo)
         if layout.num_columns != footer.num_columns:
             raise self._corrupt(f"schema has {layout.num_columns} leaf fields but the file has {footer.num_columns} columns")
-        self._schema, self._tree = layout.schema, layout.tree
-        self._leaves, self._leaf_ids, self._by_column = layout.leaves, layout.leaf_ids, layout.by_column
-        self._layout = layout
         cmo = np.frombuffer(take(footer.cmo_table_start, 16 * footer.num_columns), dtype="<u8").reshape(-1, 2).astype(np.int64)
-        self._column_meta: list[file2_pb2.ColumnMetadata] = []
+        column_meta: list[file2_pb2.ColumnMetadata] = []
         for i, (pos, length) in enumerate(cmo.tolist()):
             meta = file2_pb2.ColumnMetadata()
             try:
@@ -245,38 +287,30 @@ class LanceFileReaderV21(V2ReaderBase):
                     any_pb2.Any().ParseFromString(meta.encoding.direct.encoding)
             except DecodeError as exc:
                 raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
-            self._column_meta.append(meta)
+            column_meta.append(meta)
+            lowest = min(lowest, pos)
+        return _FileMeta(footer, version, gbo_list, gb0_bytes, descriptor, int(descriptor.length), layout,
+                         column_meta), lowest
 
-    @staticmethod
-    def ctx_for(t: pa.DataType, canon: rd.Canonical) -> dec.PageCtx:
-        """What the page decoders of a leaf column of Arrow type ``t`` need to know about it."""
-        vt = t.value_type if pa.types.is_dictionary(t) else t
-        if (pa.types.is_string(vt) or pa.types.is_binary(vt) or pa.types.is_large_string(vt)
-                or pa.types.is_large_binary(vt)):
-            return dec.PageCtx(canon, "var", 0)
-        if pa.types.is_boolean(vt):
-            return dec.PageCtx(canon, "bool", 0)
-        ipv = 1
-        inner = vt
-        while pa.types.is_fixed_size_list(inner):
-            ipv *= inner.list_size
-            inner = inner.value_type
-        if pa.types.is_boolean(inner):
-            return dec.PageCtx(canon, "bool", 0, ipv)
-        try:
-            bw = inner.bit_width
-        except ValueError:
-            bw = 0
-        if pa.types.is_struct(inner):
-            try:
-                bw = sum(f.type.bit_width for f in inner)
-            except ValueError:  # variable packed struct (2.2): rows are variable width
-                return dec.PageCtx(canon, "var", 0)
-        return dec.PageCtx(canon, "fixed", (bw // 8) * ipv, ipv)
+    ctx_for = staticmethod(sl.ctx_for)
 
     def _column_pages(self, column: int) -> list:
-        if column in self._pages:
-            return self._pages[column]
+        """The pages of a column, not yet initialised (copies of the pages of an earlier file with
+        byte-identical metadata when there is one)."""
+        got = self._pages.get(column)
+        if got is not None:
+            return got
+        templates = self._meta.templates.get(column)
+        if templates is not None:
+            pages = [_fresh(t) for t in templates]
+        else:
+            pages = self._build_pages(column)
+            if not any(isinstance(p, dec.BlobPage) for p in pages):  # (blob pages hold this reader's fetch)
+                self._meta.templates[column] = [_fresh(p) for p in pages]
+        self._pages[column] = pages
+        return pages
+
+    def _build_pages(self, column: int) -> list:
         leaf = self._by_column[column]
         meta = self._column_meta[column]
         protos = self._layout.page_protos.setdefault(self._version, {})
@@ -310,13 +344,12 @@ class LanceFileReaderV21(V2ReaderBase):
             page.page_layout = layout
             page.leaf = leaf
             if isinstance(page, dec.MiniBlockPage) and type(page) is dec.MiniBlockPage \
-                    and len(protos) < _PAGE_PROTOS_LIMIT:
+                    and len(protos) < sl.PAGE_PROTOS_LIMIT:
                 protos[(column, bytes(raw))] = page.prototype()
             pages.append(page)
             first += int(p.length)
         if first != self._num_rows and meta.pages:
             raise self._corrupt(f"column {column} ({leaf.path}) pages hold {first} rows, file has {self._num_rows}")
-        self._pages[column] = pages
         return pages
 
     def _read_pages(self, column: int) -> list:
@@ -343,7 +376,7 @@ class LanceFileReaderV21(V2ReaderBase):
         self._pages[key] = out
         return out
 
-    def _make_page(self, layout: pb.PageLayout, p: file2_pb2.ColumnMetadata.Page, first: int, leaf: _Leaf, column: int,
+    def _make_page(self, layout: pb.PageLayout, p: file2_pb2.ColumnMetadata.Page, first: int, leaf: sl.Leaf, column: int,
                    index: int) -> dec.AnyPage:
         which = layout.WhichOneof("layout")
         args = (list(p.buffer_offsets), list(p.buffer_sizes), int(p.length), first, leaf.ctx, self._version)
@@ -407,7 +440,7 @@ class LanceFileReaderV21(V2ReaderBase):
         if not readers:
             raise ValueError("read_all_of needs at least one reader")
         first = readers[0]
-        if any(r._leaves is not first._leaves for r in readers):
+        if any(r._layout is not first._layout and r._layout.key != first._layout.key for r in readers):
             return pa.concat_tables([r.read_all(columns) for r in readers]).combine_chunks()
         nodes = first._select(columns)
         segments = [(r, _ranges([(0, r._num_rows)])) for r in readers]
@@ -420,6 +453,36 @@ class LanceFileReaderV21(V2ReaderBase):
             # always tell whose page it was: read the files one by one, which raises the error
             # naming the damaged file (failures are rare: the happy path pays nothing for this)
             return pa.concat_tables([r.read_all(columns) for r in readers]).combine_chunks()
+
+    @staticmethod
+    def take_all_of(readers: Sequence["LanceFileReaderV21"], indices: Sequence[Iterable[int] | np.ndarray],
+                    columns: Sequence[str]) -> pa.Table:
+        """``take_rows(indices[i], columns)`` of each of ``readers``, back to back in reader order,
+        as one table: the rows of files of one schema layout are planned and decoded together (one
+        decode per column and encoding for all the files, as :meth:`read_all_of`)."""
+        if not readers or len(readers) != len(indices):
+            raise ValueError("take_all_of needs one list of indices per reader, and at least one reader")
+        first = readers[0]
+
+        def one_by_one() -> pa.Table:
+            return pa.concat_tables([r.take_rows(i, columns) for r, i in zip(readers, indices)]).combine_chunks()
+
+        if len(readers) == 1 or any(r._layout is not first._layout and r._layout.key != first._layout.key
+                                    for r in readers):
+            return one_by_one()
+        nodes = first._select(columns)
+        segments, orders, done, reorder = [], [], 0, False
+        for r, idx in zip(readers, indices):
+            uniq, inverse = take_indices(idx, r.num_rows, r.path)
+            segments.append((r, _row_ranges(uniq)))
+            reorder = reorder or inverse is not None
+            orders.append((np.arange(len(uniq)) if inverse is None else inverse) + done)
+            done += len(uniq)
+        try:
+            table = first._guard(lambda: first._read_segments(segments, nodes, False))
+        except (CorruptFileError, UnsupportedError):
+            return one_by_one()  # names the damaged file (as read_all_of)
+        return table.take(pa.array(np.concatenate(orders))) if reorder else table
 
     def _read_segments(self, segments: Sequence[tuple["LanceFileReaderV21", tuple[np.ndarray, np.ndarray]]],
                        nodes: list[FieldNode], describe: bool = False) -> pa.Table:
@@ -449,24 +512,28 @@ class LanceFileReaderV21(V2ReaderBase):
             if not p.ready and id(p) not in seen:  # each page once, in first-seen order
                 seen[id(p)] = (rdr, p)
         # (failures of a page's metadata or planning name its file, column and row: ``cur``)
-        init_reqs: list[tuple[LanceFileReaderV21, tuple[int, int]]] = []
-        owners: list[int] = []
         cur: tuple = (self, None)
         try:
+            later = []  # (reader, page, ranges): metadata still to read, in one round
             for cur in seen.values():
                 rdr, p = cur
                 rr = p.init_ranges()
-                init_reqs.extend((rdr, r) for r in rr)
-                owners.append(len(rr))
-            cur = (self, None)  # a failed fetch is not a page's failure
-            datas = _fetch_from(init_reqs)
-            pos = 0
-            for cur, k in zip(seen.values(), owners):
-                cur[1].init(datas[pos:pos + k])
-                pos += k
+                if rdr._whole is not None:  # the file's bytes are in memory: no round to wait for
+                    p.init(rdr._fetch(rr))
+                else:
+                    later.append((rdr, p, rr))
+            if later:
+                cur = (self, None)  # a failed fetch is not a page's failure
+                datas = _fetch_from([(rdr, r) for rdr, _, rr in later for r in rr])
+                pos = 0
+                for rdr, p, rr in later:
+                    cur = (rdr, p)
+                    p.init(datas[pos:pos + len(rr)])
+                    pos += len(rr)
             # round 2: data; small parts of consecutive mini-block pages with the same encodings
             # (of one file or of several files with this layout) decode as one batch
-            reqs: list = []
+            got: list = []  # the bytes of each planned range (None: read below, in one round)
+            fetch_later: list = []  # (index in got, (reader, range))
             plans: list = []
             group = None
             for lid, rdr, page, rr in work:
@@ -488,14 +555,22 @@ class LanceFileReaderV21(V2ReaderBase):
                         items = [(page, part)] if part is not None else []
                         plans.append((lid, rdr, page, _group_decoder(page, items), len(r)))
                         group = (lid, key, items) if part is not None and small else None
-                reqs.extend((rdr, q) for q in r)
+                if rdr._whole is not None:
+                    got.extend(rdr._fetch(r))
+                else:
+                    for q in r:
+                        fetch_later.append((len(got), (rdr, q)))
+                        got.append(None)
         except Exception as exc:
             rdr, page = cur
             err = rdr._page_failure(page, exc) if page is not None else None
             if err is None:
                 raise
             raise err from None
-        datas = _fetch_from(reqs)
+        if fetch_later:
+            for (i, _), data in zip(fetch_later, _fetch_from([q for _, q in fetch_later])):
+                got[i] = data
+        datas = got
         jobs, pos = [], 0
         for _, rdr, page, fn, k in plans:
             jobs.append((rdr, page, fn, datas[pos:pos + k]))
@@ -556,9 +631,9 @@ class LanceFileReaderV21(V2ReaderBase):
         return None
 
     @staticmethod
-    def _by_column_of_page(page: dec.AnyPage) -> _Leaf:
+    def _by_column_of_page(page: dec.AnyPage) -> sl.Leaf:
         leaf = page.leaf
-        assert isinstance(leaf, _Leaf), "page not made by this reader"
+        assert isinstance(leaf, sl.Leaf), "page not made by this reader"
         return leaf
 
     def _fetch(self, reqs: dec.Ranges) -> Sequence[bytes | memoryview]:
@@ -569,12 +644,20 @@ class LanceFileReaderV21(V2ReaderBase):
             if pos < 0 or size < 0 or pos + size > body_end:
                 raise self._corrupt(f"data range {pos}..{pos + size} lies outside the file")
         whole = self._whole
-        if whole is not None:
+        if whole is not None:  # views of the bytes in memory (no copy per range)
             return [whole[pos:pos + size] for pos, size in reqs]
         return self._store.read_ranges(self._path, reqs)
 
 
 _WHOLE_PAGES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _row_ranges(uniq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the runs of consecutive rows in ``uniq`` (sorted, unique)."""
+    if not len(uniq):
+        return uniq, uniq
+    brk = np.flatnonzero(np.diff(uniq) != 1) + 1
+    return uniq[np.concatenate([[0], brk])], uniq[np.concatenate([brk, [len(uniq)]]) - 1] + 1
 
 
 def _whole_page(num_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -631,74 +714,3 @@ def _others(segments: Sequence[tuple["LanceFileReaderV21", Any]]) -> str:
         return ""
     names = [r.path for r, _ in segments]
     return f" (read together with {len(names) - 1} other file(s) of the same layout: {names[1:4]}...)"
-
-
-@dataclass(frozen=True)
-class _SchemaLayout:
-    """A file schema's Arrow schema, field tree and leaf columns: a pure function of the schema
-    bytes, shared (read-only) by every reader of files with that schema (see ``_schema_layout``)."""
-
-    schema: pa.Schema
-    tree: list[FieldNode]
-    leaves: dict[int, _Leaf]
-    leaf_ids: dict[int, list[int]]
-    by_column: dict[int, _Leaf]
-    num_columns: int
-    #: file version -> (column, page encoding bytes) -> an uninitialised mini-block page of that
-    #: encoding (bounded by ``_PAGE_PROTOS_LIMIT``): what pages copy instead of re-deriving it
-    page_protos: dict = field(default_factory=dict, compare=False)
-
-
-#: schema bytes -> its layout; files of one dataset share a schema, so each is parsed once
-_SCHEMA_LAYOUTS: dict[bytes, _SchemaLayout] = {}
-_SCHEMA_LAYOUTS_LIMIT = 256
-_PAGE_PROTOS_LIMIT = 4096
-
-
-def _schema_layout(schema_proto: file_pb2.Schema, uri: str) -> _SchemaLayout:
-    """The :class:`_SchemaLayout` of a file's schema message (memoised by its bytes: the result
-    depends on nothing else, and is never mutated by readers)."""
-    key = schema_proto.SerializeToString(deterministic=True)
-    got = _SCHEMA_LAYOUTS.get(key)
-    if got is not None:
-        return got
-    try:
-        fields = blob_v2.attach_descriptor_fields(schema_proto.fields)
-        schema = from_lance_fields(fields, dict(schema_proto.metadata))
-        tree = field_tree(fields)
-    except CorruptFileError as exc:
-        raise CorruptFileError(uri, f"schema: {exc.problem}") from None
-    except UnsupportedTypeError as exc:
-        raise UnsupportedTypeError(f"{uri}: {exc}") from None
-    leaves: dict[int, _Leaf] = {}
-    leaf_ids: dict[int, list[int]] = {}
-    counter = [0]
-
-    def walk(node: FieldNode, prefix: str, kinds: list[str]) -> list[int]:
-        path = f"{prefix}{node.proto.name}"
-        t = node.arrow.type
-        if pa.types.is_struct(t) and not _is_packed(node) and node.children:
-            ids: list[int] = []
-            for c in node.children:
-                ids.extend(walk(c, path + ".", kinds + [rd.ITEM]))
-        elif _is_list(t) and node.children:
-            ids = walk(node.children[0], path + ".", kinds + [rd.LIST])
-        else:
-            col = counter[0]
-            counter[0] += 1
-            canon = rd.Canonical(tuple(reversed(kinds + [rd.ITEM])))
-            leaves[node.id] = _Leaf(col, node, path, canon, LanceFileReaderV21.ctx_for(t, canon))
-            ids = [node.id]
-        leaf_ids[node.id] = ids
-        return ids
-
-    for top in tree:
-        walk(top, "", [])
-    layout = _SchemaLayout(schema, tree, leaves, leaf_ids, {leaf.column: leaf for leaf in leaves.values()}, counter[0])
-    if len(_SCHEMA_LAYOUTS) >= _SCHEMA_LAYOUTS_LIMIT:
-        try:
-            del _SCHEMA_LAYOUTS[next(iter(_SCHEMA_LAYOUTS))]
-        except (StopIteration, KeyError, RuntimeError):  # another thread evicted first
-            pass
-    _SCHEMA_LAYOUTS[key] = layout
-    return layout
