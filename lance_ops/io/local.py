@@ -20,7 +20,6 @@ import os
 import shutil
 import stat
 import threading
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Callable, Iterable, Iterator, Sequence
@@ -132,7 +131,26 @@ def _pread_exact(fd: int, length: int, offset: int) -> bytes:
 
 def _temp_path(path: str) -> str:
     head, name = os.path.split(path)
-    return os.path.join(head, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
+    return os.path.join(head, f".{name}.{os.urandom(6).hex()}.tmp")  # 12 random hex digits
+
+
+def _create_temp(path: str, flags: int = os.O_WRONLY) -> tuple[str, int]:
+    """A fresh temp file next to ``path`` (its directory created only when missing): (name, fd)."""
+    tmp = _temp_path(path)
+    try:
+        return tmp, os.open(tmp, flags | os.O_CREAT | os.O_EXCL, 0o666)
+    except (FileNotFoundError, NotADirectoryError):  # no directory yet (usually there is one);
+        # makedirs creates it, or raises as before when a file is in the way
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    return tmp, os.open(tmp, flags | os.O_CREAT | os.O_EXCL, 0o666)
+
+
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """Write all of ``data`` to ``fd`` (looping over short writes)."""
+    view = memoryview(data)
+    while view.nbytes:
+        n = os.write(fd, view)
+        view = view[n:]
 
 
 def _unlink_quietly(path: str) -> None:
@@ -346,15 +364,14 @@ class LocalStore(ObjectStore):
     # --- writes ----------------------------------------------------------------------------
     def _write_temp(self, path: str, data: bytes, sync: bool = True) -> str:
         """Write ``data`` fully (and fsync it if ``sync``) to a fresh temp file next to ``path``."""
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = _temp_path(path)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        tmp, fd = _create_temp(path)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
+            try:
+                _write_all(fd, data)
                 if sync:
-                    os.fsync(f.fileno())
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
         except BaseException:
             _unlink_quietly(tmp)
             raise
@@ -556,14 +573,13 @@ class _LocalWriter(ObjectWriter):
         super().__init__()
         self._store = store
         self._path = path
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        self._tmp = _temp_path(path)
-        self._file = open(self._tmp, "xb")
+        self._tmp, fd = _create_temp(path)
+        self._file = open(fd, "wb")
         self._pos = 0  # bytes handed to the file
         self._flushed_to = 0  # write-back requested up to here
 
     def _write(self, view: memoryview) -> None:
-        with _mapped_errors("write", self._path):
+        try:  # (no context manager per call: a file writer hands over many small pieces)
             self._file.write(view)
             self._pos += len(view)
             if _sync_file_range is not None and self._pos - self._flushed_to >= _WRITEBACK_STEP:
@@ -571,6 +587,9 @@ class _LocalWriter(ObjectWriter):
                 _sync_file_range(self._file.fileno(), self._flushed_to, self._pos - self._flushed_to,
                                  _SYNC_FILE_RANGE_WRITE)  # a hint: failures are ignored
                 self._flushed_to = self._pos
+        except OSError:
+            with _mapped_errors("write", self._path):
+                raise
 
     def _finish(self) -> None:
         with _mapped_errors("close", self._path):
