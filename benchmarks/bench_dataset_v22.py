@@ -10,7 +10,8 @@ task does; rounds alternate A/B and the minimum of each side is kept; results ar
 page on both sides (``bench_file_v22.consume``). Delete runs on a fresh copy of the dataset every
 round (the copy is not timed). Compaction: ``--compact-fragments`` appends of equal size, then
 ``optimize.compact_files()`` on a fresh copy every round. Results are checked equal across the two
-libraries. Prints the ratio table (ours/pylance, lower is better); exits 1 above ``--max-ratio``.
+libraries. Prints the ratio table (ours/pylance, lower is better) and the CPU seconds (all threads)
+of each side; exits 1 when a wall ratio is above ``--max-ratio``.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -27,6 +29,36 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import lance_ops  # noqa: E402
 from benchmarks.bench_file import make_table  # noqa: E402
 from benchmarks.bench_file_v22 import ab_rounds, hardware_limits, report  # noqa: E402
+
+
+class Cpu:
+    """CPU seconds (user+sys of all threads, ``time.process_time``) of each timed call, per side and
+    step: under load the CPU ratio is steadier than the wall ratio."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, float, float]] = []
+
+    def pair(self, fo, ft):
+        acc: tuple[list[float], list[float]] = ([], [])
+
+        def wrap(fn, side: int):
+            def run():
+                start = time.process_time()
+                try:
+                    return fn()
+                finally:
+                    acc[side].append(time.process_time() - start)
+            return run
+        return wrap(fo, 0), wrap(ft, 1), acc
+
+    def add(self, label: str, acc: tuple[list[float], list[float]]) -> None:
+        self.rows.append((label, min(acc[0]), min(acc[1])))
+
+    def print(self) -> None:
+        print(f"\nCPU seconds, all threads (minimum per side; load average now {os.getloadavg()[0]:.2f})")
+        print(f"{'step':<28}{'lance_ops cpu':>14}{'pylance cpu':>13}{'ratio':>8}")
+        for label, a, b in self.rows:
+            print(f"{label:<28}{a:>14.4f}{b:>13.4f}{a / b if b else float('inf'):>8.2f}")
 
 
 def _dir_bytes(path: str) -> int:
@@ -58,6 +90,7 @@ def main() -> None:
     predicate = "x > 1.5 AND id % 3 = 0"
     indices = np.sort(np.random.default_rng(1).choice(args.rows, 1000, replace=False))
     rows: list = []
+    cpu = Cpu()
     failures = 0
 
     def write_ours() -> None:
@@ -71,8 +104,10 @@ def main() -> None:
     if "write" in skip:
         write_ours(), write_theirs()
     else:
-        t_o, t_t, _, _ = ab_rounds(args.rounds, write_ours, write_theirs, setup=lambda side: os.sync())
+        w_o, w_t, acc = cpu.pair(write_ours, write_theirs)
+        t_o, t_t, _, _ = ab_rounds(args.rounds, w_o, w_t, setup=lambda side: os.sync())
         rows.append(("write", t_o, t_t, float(_dir_bytes(theirs)), "buffered write"))
+        cpu.add("write", acc)
     size = float(_dir_bytes(theirs))
 
     steps = [
@@ -86,7 +121,9 @@ def main() -> None:
     for label, f_o, f_t, nbytes in steps:
         if label in skip:
             continue
+        f_o, f_t, acc = cpu.pair(f_o, f_t)
         t_o, t_t, got, ref = ab_rounds(args.rounds, f_o, f_t)
+        cpu.add(label, acc)
         same = got.equals(ref)
         failures += not same
         rows.append((label + ("" if same else " [DIFFERS]"), t_o, t_t, nbytes, "page-cache read"))
@@ -101,9 +138,10 @@ def main() -> None:
         return setup
 
     if "delete" not in skip:
-        t_o, t_t, _, _ = ab_rounds(args.rounds, lambda: lance_ops.dataset(work_o).delete("id % 97 = 5"),
-                                   lambda: lance.dataset(work_t).delete("id % 97 = 5"),
-                                   setup=fresh_copies(ours, theirs))
+        d_o, d_t, acc = cpu.pair(lambda: lance_ops.dataset(work_o).delete("id % 97 = 5"),
+                                 lambda: lance.dataset(work_t).delete("id % 97 = 5"))
+        t_o, t_t, _, _ = ab_rounds(args.rounds, d_o, d_t, setup=fresh_copies(ours, theirs))
+        cpu.add("delete (1% of rows)", acc)
         same = lance_ops.dataset(work_o).to_table().equals(lance.dataset(work_t).to_table())
         failures += not same
         rows.append(("delete (1% of rows)" + ("" if same else " [DIFFERS]"), t_o, t_t, None, None))
@@ -117,9 +155,10 @@ def main() -> None:
             lance_ops.write_dataset(part, c_o, mode=mode, data_storage_version=version)
             lance.write_dataset(part, c_t, mode=mode, data_storage_version=version)
         csize = float(_dir_bytes(c_t))
-        t_o, t_t, _, _ = ab_rounds(args.rounds, lambda: lance_ops.dataset(work_o).optimize.compact_files(),
-                                   lambda: lance.dataset(work_t).optimize.compact_files(),
-                                   setup=fresh_copies(c_o, c_t))
+        k_o, k_t, acc = cpu.pair(lambda: lance_ops.dataset(work_o).optimize.compact_files(),
+                                 lambda: lance.dataset(work_t).optimize.compact_files())
+        t_o, t_t, _, _ = ab_rounds(args.rounds, k_o, k_t, setup=fresh_copies(c_o, c_t))
+        cpu.add(f"compact {args.compact_fragments} frags", acc)
         d_o, d_t = lance_ops.dataset(work_o), lance.dataset(work_t)
         same = d_o.to_table().equals(d_t.to_table()) and len(d_o.get_fragments()) == len(d_t.get_fragments())
         failures += not same
@@ -127,6 +166,7 @@ def main() -> None:
                      csize, "buffered write"))
 
     over = report(f"{version} dataset, {args.rows} rows (each call opens the dataset)", rows, hw, args.max_ratio)
+    cpu.print()
     shutil.rmtree(scratch, ignore_errors=True)
     if failures or over:
         print(f"{failures} step(s) differ, {over} ratio(s) above {args.max_ratio}")

@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/bench_memory.py [--gib 4] [--version 2.2] [--budget-mib 1024]
         [--compact-rows 1000000,3000000] [--dir /tmp] [--keep]
 
+``--gib 0`` skips part 1 (streaming) and measures compaction only.
+
 1. Writes (with pylance, streamed in 100k-row batches) a dataset of about ``--gib`` GiB of the table
    of ``benchmarks/bench_file.py`` at ``--version``; then each library, in its own fresh process,
    streams ``to_batches()`` over all of it (every batch consumed page by page, then dropped) and
@@ -88,6 +90,33 @@ def _dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
+def _stream(args: argparse.Namespace, scratch: str) -> int:
+    """Part 1: each side streams ``to_batches`` over a dataset of ``--gib`` GiB; 1 above the budget."""
+    failures = 0
+    big = os.path.join(scratch, "big")
+    rows = int(args.gib * 2**30 / 570)  # about 570 bytes a row
+    t = time.perf_counter()
+    write_dataset(big, rows, args.version, 1024 * 1024)
+    size = _dir_bytes(big)
+    print(f"dataset: {rows:,} rows, {size / 2**30:.2f} GiB, version {args.version} "
+          f"(written in {time.perf_counter() - t:.0f} s); machine RAM "
+          f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"\n{'operation':<34}{'side':<10}{'base MiB':>9}{'peak MiB':>10}{'peak-base':>10}{'seconds':>9}")
+    results = {}
+    for side in ("ours", "pylance"):
+        r = run_child(side, "stream", big)
+        assert r["rows"] == rows, r
+        results[side] = r
+        print(f"{'to_batches over ' + format(size / 2**30, '.1f') + ' GiB':<34}{side:<10}{r['base']:>9.0f}"
+              f"{r['peak']:>10.0f}{r['peak'] - r['base']:>10.0f}{r['seconds']:>9.1f}")
+    if results["ours"]["peak"] - results["ours"]["base"] > args.budget_mib:
+        print(f"lance_ops streaming peak above the {args.budget_mib:.0f} MiB budget")
+        failures += 1
+    shutil.rmtree(big)
+    return failures
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(*sys.argv[2:5])
@@ -104,27 +133,11 @@ def main() -> None:
     scratch = tempfile.mkdtemp(prefix="bench_memory_", dir=args.dir)
     failures = 0
     try:
-        big = os.path.join(scratch, "big")
-        rows = int(args.gib * 2**30 / 570)  # about 570 bytes a row
-        t = time.perf_counter()
-        write_dataset(big, rows, args.version, 1024 * 1024)
-        size = _dir_bytes(big)
-        print(f"dataset: {rows:,} rows, {size / 2**30:.2f} GiB, version {args.version} "
-              f"(written in {time.perf_counter() - t:.0f} s); machine RAM "
-              f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB; "
-              f"load average {os.getloadavg()[0]:.2f}")
-        print(f"\n{'operation':<34}{'side':<10}{'base MiB':>9}{'peak MiB':>10}{'peak-base':>10}{'seconds':>9}")
-        results = {}
-        for side in ("ours", "pylance"):
-            r = run_child(side, "stream", big)
-            assert r["rows"] == rows, r
-            results[side] = r
-            print(f"{'to_batches over ' + format(size / 2**30, '.1f') + ' GiB':<34}{side:<10}{r['base']:>9.0f}"
-                  f"{r['peak']:>10.0f}{r['peak'] - r['base']:>10.0f}{r['seconds']:>9.1f}")
-        if results["ours"]["peak"] - results["ours"]["base"] > args.budget_mib:
-            print(f"lance_ops streaming peak above the {args.budget_mib:.0f} MiB budget")
-            failures += 1
-        shutil.rmtree(big)
+        if args.gib > 0:
+            failures += _stream(args, scratch)
+        else:
+            print(f"(streaming skipped: --gib 0); load average {os.getloadavg()[0]:.2f}")
+            print(f"\n{'operation':<34}{'side':<10}{'base MiB':>9}{'peak MiB':>10}{'peak-base':>10}{'seconds':>9}")
 
         peaks: dict[str, list[float]] = {"ours": [], "pylance": []}
         for n in (int(x) for x in args.compact_rows.split(",") if x):

@@ -81,6 +81,10 @@ with DAG(
                             description="repartition the input into this many Spark tasks (empty: as read)"),
         "max_rows_per_file": Param(None, type=["null", "integer"], minimum=1, maximum=1 << 31,
                                    title="Max rows per file", description="cap on rows per written data file"),
+        "data_storage_version": Param(None, type=["null", "string"], enum=[None, "2.0", "2.1", "2.2", "stable"],
+                                      title="Data storage version",
+                                      description="file format of a dataset this run creates (empty: lance-ops' "
+                                                  "default); an existing dataset keeps its own"),
     },
 ) as ingest_dag:
     lance_ingest_group(
@@ -94,6 +98,7 @@ with DAG(
         upsert_engine="{{ params.upsert_engine }}",
         partitions="{{ params.partitions }}",
         max_rows_per_file="{{ params.max_rows_per_file }}",
+        data_storage_version="{{ params.data_storage_version }}",
         spark_conf={"spark.ui.enabled": "false"},
         outlets=[INGEST_ASSET],
     )

@@ -92,10 +92,12 @@ def _without(args: Sequence[str], flag: str) -> list[str]:
 
 
 def merge_job_args(args: Sequence[str]) -> list[str]:
-    """The ingest job's rendered arguments as the merge job's: ``--mode`` dropped, the ``--on``
+    """The ingest job's rendered arguments as the merge job's: ``--mode`` and
+    ``--data-storage-version`` dropped (a merge target exists and keeps its format), the ``--on``
     value (a list, JSON text or comma-separated names) checked as :func:`key_columns` does."""
     on = key_columns(_arg_value(args, "--on"))
-    return [*_without(_without(args, "--mode"), "--on"), "--on", ",".join(on)]
+    kept = _without(_without(_without(args, "--mode"), "--on"), "--data-storage-version")
+    return [*kept, "--on", ",".join(on)]
 #: what a failed lance_ops job prints first, and its exit code when a retry cannot help
 #: (lance_ops.spark._common.ERROR_PREFIX / EXIT_NOT_RETRYABLE, repeated here so that parsing a DAG
 #: does not import lance_ops)
@@ -339,6 +341,7 @@ def lance_ingest_group(
     commit_kwargs: dict[str, Any] | None = None,
     on: Any = None,
     upsert_engine: str = "spark",
+    data_storage_version: str | None = None,
 ) -> TaskGroup:
     """A TaskGroup ``<group_id>.spark_stage >> <group_id>.commit`` ingesting files into a dataset,
     and, when ``on`` is given, ``<group_id>.upsert`` beside them (a :class:`LanceMergeInsertOperator`
@@ -349,14 +352,18 @@ def lance_ingest_group(
     ``spark_stage`` (it commits, re-planning when preempted) and ``commit`` reports that version
     (and emits the asset events); with ``upsert_engine`` ``task`` both skip and the ``upsert``
     task merges the source in its own process. ``dataset_uri``, ``source_path``, ``mode``, ``on``,
-    ``partitions``, ``max_rows_per_file`` and ``upsert_engine`` may be templates. ``outlets`` (e.g. a fixed
-    ``Asset``) go on the commit and upsert tasks, which also emit the dataset's own asset event.
+    ``partitions``, ``max_rows_per_file``, ``upsert_engine`` and ``data_storage_version`` may be templates.
+    ``data_storage_version`` (e.g. ``"2.2"``; empty: lance-ops' default) is the file format of a
+    dataset the run creates; an existing dataset keeps its own. ``outlets`` (e.g. a fixed ``Asset``) go on
+    the commit and upsert tasks, which also emit the dataset's own asset event.
     """
     job_args = ["--format", source_format, "--path", source_path, "--mode", mode]
     if partitions is not None:
         job_args += ["--partitions", str(partitions)]
     if max_rows_per_file is not None:
         job_args += ["--max-rows-per-file", str(max_rows_per_file)]
+    if data_storage_version is not None:
+        job_args += ["--data-storage-version", str(data_storage_version)]
     for k, v in (reader_options or {}).items():
         job_args += ["--option", f"{k}={v}"]
     if on is not None:

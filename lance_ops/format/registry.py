@@ -12,7 +12,7 @@ opening a 2.0 file costs one request, not two.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, MutableMapping
 
 import pyarrow as pa
 
@@ -86,8 +86,12 @@ def _read_tail(store: ObjectStore, path: str) -> tuple[tuple[int, int], tuple[by
 
 
 def open_file_reader(path: str, storage_options: Mapping[str, Any] | None = None, *, store: ObjectStore | None = None,
+                     memo: MutableMapping[str, Any] | None = None,
                      **legacy_kwargs: Any) -> LanceFileReaderV20 | LanceFileReaderV21 | LegacyFileReader:
-    """The right reader for the file's version; ``legacy_kwargs`` go to :class:`LegacyFileReader`."""
+    """The right reader for the file's version; ``legacy_kwargs`` go to :class:`LegacyFileReader`.
+
+    ``memo``: a dict owned by one dataset object, in which readers of that dataset's files keep
+    what equal metadata bytes of its files share (2.0 files: ADR 0044); None for a file read alone."""
     if store is None:
         from lance_ops.io import open_store
 
@@ -96,7 +100,7 @@ def open_file_reader(path: str, storage_options: Mapping[str, Any] | None = None
     if is_legacy_footer(major, minor):
         return LegacyFileReader(path, store=store, **legacy_kwargs)
     if FileVersion.from_manifest(major, minor) is FileVersion.V2_0:  # footer (0, 3), or (2, 0)
-        return LanceFileReaderV20(path, store=store, _tail=tail)
+        return LanceFileReaderV20(path, store=store, _tail=tail, memo=memo)
     if major == 2 and minor >= 3:
         raise UnsupportedError(
             f"{store.uri(path)}: Lance file version {major}.{minor} is pylance's unstable 'next' format "

@@ -39,7 +39,8 @@ from lance_ops.table.commit.properties import CommitProperties
 from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.scan import ROW_ADDR, ROW_ID
 from lance_ops.table.snapshot import BlobSelection
-from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.fragment import LanceFragment, load_deletions
+from lance_ops.table.fragment_counts import DELETED_ROWS_RECORDED, PHYSICAL_ROWS, LazyFragments, live_counts
 from lance_ops.table.columns import ColumnPlan, restore_extension_types, with_extension_types
 from lance_ops.table.extension_types import view_schema
 from lance_ops.table.manifest.codec import (ManifestFile, check_fragments, manifest_schema, read_manifest,
@@ -377,8 +378,9 @@ class LanceDataset:
             rows = sum(t.num_rows for t in tables)
             result = pa.table({"_": pa.nulls(rows)}).drop_columns(["_"])
         else:
-            tables = [t.replace_schema_metadata(schema.metadata) for t in tables]
-            result = pa.concat_tables(tables) if tables else schema.empty_table()
+            # (concat_tables ignores schema metadata: the result's is set once, not per fragment)
+            result = (pa.concat_tables(tables).replace_schema_metadata(schema.metadata) if tables
+                      else schema.empty_table())
         if offset or limit is not None:
             result = result.slice(offset or 0, limit)
         return result.combine_chunks() if result.num_rows else result
@@ -389,14 +391,15 @@ class LanceDataset:
 
         Without a filter this reads only the manifest and deletion counts; with one, a single
         column is scanned (the planner prunes fragments by statistics)."""
-        filt = compile_filter(filter, self.storage_schema)
+        # (no filter: no schema needed, so none is built)
+        filt = None if filter is None else compile_filter(filter, self.storage_schema)
         wanted = None if fragment_ids is None else set(fragment_ids)
         protos = self.manifest.fragments if wanted is None else [f for f in self.manifest.fragments if f.id in wanted]
         if filt is None or filt.constant is True:
             # the manifest's counts (no fragment objects: thousands of fragments are common); a
             # deletion file without a recorded count (very old writers) is read and counted
-            deleted = [f.deletion_file.num_deleted_rows for f in protos]  # 0 without a deletion file
-            total = sum(f.physical_rows for f in protos) - sum(deleted)
+            deleted = list(map(DELETED_ROWS_RECORDED, protos))  # 0 without a deletion file
+            total = sum(map(PHYSICAL_ROWS, protos)) - sum(deleted)
             if 0 in deleted:
                 total += sum(LanceFragment(self, f).count_rows() - int(f.physical_rows)
                              for f, n in zip(protos, deleted) if not n and not deletion_mod.deletion_count_known(f))
@@ -424,26 +427,26 @@ class LanceDataset:
     def take(self, indices: Sequence[int] | np.ndarray | pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
         """Rows at positions ``indices`` among the live rows, in the order given (duplicates allowed)."""
         idx = np.asarray(indices.to_numpy() if isinstance(indices, pa.Array) else indices, dtype=np.int64)
-        frags = self.get_fragments()
+        frags = LazyFragments(self)  # fragment objects only for the fragments the rows are in
         which, starts = self._locate_live(frags, idx)
         return self._take_physical(frags, which, lambda f, pos: f.live_offsets()[pos] if f.num_deletions else pos.astype(np.uint64),
                                    idx - starts[which], columns)
 
-    def _locate_live(self, frags: list[LanceFragment], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _locate_live(self, frags: Sequence[LanceFragment], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Fragment of each live-row position in ``idx`` and each fragment's first position (OutOfRangeError if out of range)."""
-        live = np.array([f.count_rows() for f in frags], dtype=np.int64)
+        live = live_counts(frags)
         starts = np.concatenate([[0], np.cumsum(live)])
         total = int(starts[-1])
         if idx.size and (idx.min() < 0 or idx.max() >= total):
-            for f in frags:  # the counts come from the manifest: make sure it is not damaged
-                if f.num_deletions:
-                    f.deleted_offsets  # noqa: B018 (reading them checks them)
+            # the counts come from the manifest: make sure it is not damaged (reading the
+            # deletion vectors checks them against it)
+            load_deletions(list(frags))
             bad = int(idx[(idx < 0) | (idx >= total)][0])
             raise OutOfRangeError(f"{self.uri}: take index {bad} out of range for {total} rows "
                                   f"(valid positions are 0..{total - 1})")
         return np.searchsorted(starts, idx, side="right") - 1, starts
 
-    def _take_physical(self, frags: list[LanceFragment], which: np.ndarray,
+    def _take_physical(self, frags: Sequence[LanceFragment], which: np.ndarray,
                        to_offsets: Callable[[LanceFragment, np.ndarray], np.ndarray], positions: np.ndarray,
                        columns: Sequence[str] | None) -> pa.Table:
         out_columns = scan.resolve_columns(self, columns)
@@ -460,7 +463,8 @@ class LanceDataset:
             offs = np.asarray(to_offsets(frag, positions[sel]), dtype=np.uint64)
             return scan.fragment_task(self, frag, out_columns, offsets=offs)
 
-        # the fragments' deletion vectors (to_offsets) and rows are read side by side
+        load_deletions(chosen)  # the deletion vectors (to_offsets) read together
+        # ... and the fragments' rows side by side
         if len(chosen) > 1:
             with ThreadPoolExecutor(max_workers=min(_TAKE_WORKERS, len(chosen)),
                                     thread_name_prefix="lance-ops-take") as pool:

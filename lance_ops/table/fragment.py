@@ -37,6 +37,8 @@ DataFileReader = Union[LanceFileReader, "LanceFileReaderV21", "LegacyFileReader"
 #: per-dataset caches (``LanceDataset.cache``): open file readers and decoded deletion vectors,
 #: keyed by immutable file names; bounded, oldest entries dropped first
 _READERS_CACHE = "lance_ops.file_readers"
+#: the dataset cache in which readers of its files share parsed metadata (format/v2_0/memo.py)
+_FORMAT_MEMO = "lance_ops.format_memo"
 _DELETIONS_CACHE = "lance_ops.deletion_offsets"
 _READER_CACHE_LIMIT = 1024
 _DELETION_CACHE_LIMIT = 4096
@@ -169,7 +171,7 @@ class LanceFragment:
             return deletion.read_deletion_offsets(self._dataset.store, self._dataset.base, self.fragment_id, None)
         df = self.proto.deletion_file
         # deletion files are immutable (a new one is written for every change): cache by name
-        key = (self.fragment_id, int(df.file_type), int(df.read_version), int(df.id))
+        key = self._deletion_key()
         cache = self._dataset.cache(_DELETIONS_CACHE)
         offsets = cache.get(key)
         if offsets is None:
@@ -178,6 +180,10 @@ class LanceFragment:
             offsets.flags.writeable = False
             _remember(cache, key, offsets, _DELETION_CACHE_LIMIT)
         return offsets
+
+    def _deletion_key(self) -> tuple[int, int, int, int]:
+        df = self.proto.deletion_file
+        return (self.fragment_id, int(df.file_type), int(df.read_version), int(df.id))
 
     def live_mask(self) -> np.ndarray | None:
         """Boolean mask over physical rows (None when nothing is deleted)."""
@@ -268,7 +274,7 @@ class LanceFragment:
                         dictionaries=mf.dictionaries or mf.path or None, schema_metadata=dict(ds.manifest.schema_metadata),
                     )
                 else:
-                    reader = open_file_reader(path, store=ds.store)
+                    reader = open_file_reader(path, store=ds.store, memo=ds.cache(_FORMAT_MEMO))
                 # --- end legacy dispatch ---
             except ObjectNotFoundError as exc:
                 # a missing file is a damaged manifest as often as a removed file: name both
@@ -375,12 +381,49 @@ class LanceFragment:
                                 pa.large_binary())
 
 
+def load_deletions(fragments: Sequence[LanceFragment]) -> None:
+    """Read the deletion vectors of ``fragments`` (fragments of one dataset) not read yet, all at
+    once (:func:`lance_ops.table.deletion.read_deletion_vectors`: one directory check, one
+    decode per file length, a thread pool on remote stores), as ``deleted_offsets`` would one
+    by one; they land in the dataset's cache and on the fragment objects."""
+    todo = [f for f in fragments if "_deleted_offsets" not in f.__dict__ and f.proto.HasField("deletion_file")]
+    if not todo:
+        return
+    ds = todo[0]._dataset
+    cache = ds.cache(_DELETIONS_CACHE)
+    missing = []
+    for f in todo:
+        got = cache.get(f._deletion_key())
+        if got is None:
+            missing.append(f)
+        else:
+            f.__dict__["_deleted_offsets"] = got
+    if len(missing) < 2:  # one file: the usual path
+        for f in missing:
+            f.deleted_offsets  # noqa: B018
+        return
+    vectors = deletion.read_deletion_vectors(ds.store, ds.base, [f.proto for f in missing], dataset_where(ds))
+    for f, offsets in zip(missing, vectors):
+        offsets.flags.writeable = False
+        _remember(cache, f._deletion_key(), offsets, _DELETION_CACHE_LIMIT)
+        f.__dict__["_deleted_offsets"] = offsets
+
+
 def fragment_of(dataset: Any, fragment_id: int) -> "LanceFragment":
     """Fragment ``fragment_id`` of ``dataset`` (how a pickled fragment is rebuilt)."""
     frag = dataset.get_fragment(fragment_id)
     if frag is None:
         raise ValueError(f"{dataset.uri}: version {dataset.version} has no fragment {fragment_id}")
     return frag
+
+
+def forget_readers(dataset: Any, fragment: table_pb2.DataFragment) -> None:
+    """Drop the readers of ``fragment``'s data files from ``dataset``'s reader cache (added for
+    compaction, which reads each file once: a cached small-file reader holds its file whole)."""
+    cache = dataset.cache(_READERS_CACHE)
+    for df in fragment.files:
+        cache.pop((df.path,), None)
+        cache.pop((df.path, dataset.version), None)
 
 
 def _check_data_file(reader: DataFileReader, df: table_pb2.DataFile, frag: table_pb2.DataFragment,

@@ -1,7 +1,8 @@
 """Plan a merge-insert (upsert): match source rows with target rows on key columns.
 
 Only the key columns (and the columns a condition or a delete expression reads) of the target are
-scanned, one fragment at a time, and joined with the source's keys (a pyarrow hash join). Matched
+scanned, one fragment at a time, and matched with the source's keys (:mod:`lance_ops.table.merge_keys`:
+a binary search or a hash lookup, a pyarrow hash join for several keys). Matched
 target rows that are updated, and target rows deleted because no source row matches them, are
 marked in deletion vectors; the source rows replacing them and the source rows inserted go to new
 fragments (:mod:`lance_ops.table.rewrite_rows`), committed as pylance commits them: one ``Update``.
@@ -13,11 +14,9 @@ whose match fails the update condition is neither updated nor inserted; null key
 """
 from __future__ import annotations
 
-import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -29,12 +28,12 @@ from lance_ops.table.commit.loop import CommitContext
 from lance_ops.table.commit.properties import CommitProperties
 from lance_ops.table.filters import Filter, compile_filter
 from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.merge_keys import SourceKeys, prepare_keys
+from lance_ops.table.stats import prune as stats_prune
 from lance_ops.table.rewrite_rows import RewriteTarget, RowsRewrite, build_transaction, refuse_unwritable, run
 from lance_ops.table.write import check_append_schema
 
-#: fragments scanned at once
-_SCANNERS = max(1, min(4, os.cpu_count() or 1))
-_OFF, _SRC = "__lance_ops_target_pos", "__lance_ops_source_row"
+_OFF = "__lance_ops_target_pos"
 
 
 @dataclass
@@ -94,86 +93,80 @@ def _target_columns(condition: str, names: Sequence[str]) -> list[str]:
 class _Plan:
     spec: MergeSpec
     source: pa.Table
-    source_keys: pa.Table
+    keys: SourceKeys
     condition: Filter | None
     condition_columns: list[str]
     delete_filter: Filter | None
     stable: bool
-    #: one integer-like key: its sorted non-null values and their source rows (else None: hash join)
-    sorted_source: tuple[np.ndarray, np.ndarray] | None = None
-    #: the sorted source keys are all different (each target row matches at most one source row)
-    unique_source_keys: bool = False
 
 
-def _integer_keys(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
-    """A single integer-like key column as int64 numbers (None when it is not one)."""
-    t = column.type
-    if not (pa.types.is_integer(t) or pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t)
-            or pa.types.is_duration(t)):
+def _ranges_with_keys(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) -> np.ndarray | None:
+    """Physical row ranges of ``frag`` whose key statistics (min/max per page, lance_ops statistics
+    files) admit a source key: ``(n, 2)`` ``[start, end)`` ranges, empty to skip the fragment, None
+    to read it whole (no statistics, nothing ruled out, or every row needed: deletes by source).
+    For one integer key: the rows of other pages cannot match, so they change nothing."""
+    name = plan.spec.on[0]
+    if (plan.keys.unsorted is None and plan.keys.sorted_values is None) or plan.spec.delete_by_source:
+        return None  # (not one integer-like key)
+    t = dataset.storage_schema.field(name).type
+    if not pa.types.is_integer(t) or pa.types.is_uint64(t):
         return None
-    if pa.types.is_uint64(t):
-        return None  # (values past int64 would wrap)
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return np.asarray(arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
-def _sorted_source(source_keys: pa.Table, on: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
-    """For one integer-like key: the source's non-null keys sorted, and their source rows."""
-    if len(on) != 1:
+    try:
+        pages = stats_prune.fragment_statistics(dataset, frag, [name]).get(name)
+    except Exception:  # noqa: BLE001 - statistics never break a merge: read the fragment
         return None
-    col = source_keys.column(on[0])
-    values = _integer_keys(col)
-    if values is None:
+    if pages is None or not len(pages):
         return None
-    rows = np.arange(len(values), dtype=np.int64)
-    if col.null_count:
-        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        values, rows = values[valid], rows[valid]
-    order = np.argsort(values, kind="stable")
-    return values[order], rows[order]
+    keys = plan.keys.sorted_keys()
+    assert keys is not None
+    keep = np.ones(len(pages), dtype=bool)
+    for i in range(len(pages)):
+        lo, hi, nulls = pages.mins[i], pages.maxs[i], pages.null_count[i]
+        if lo is not None and hi is not None:
+            keep[i] = np.searchsorted(keys, int(hi), side="right") > np.searchsorted(keys, int(lo), side="left")
+        elif nulls is not None and nulls >= int(pages.num_rows[i]):
+            keep[i] = False  # (only nulls: they match nothing)
+    if keep.all():
+        return None
+    starts = np.asarray(pages.row_start, dtype=np.int64)[keep]
+    return np.stack([starts, starts + np.asarray(pages.num_rows, dtype=np.int64)[keep]], axis=1)
 
 
-def _matches(target_keys: pa.Table, plan: "_Plan") -> tuple[np.ndarray, np.ndarray]:
-    """Every (target position, source row) pair with equal keys (nulls match nothing): a binary
-    search in the sorted source keys for one integer-like key, a pyarrow hash join otherwise."""
-    if plan.sorted_source is not None:
-        keys, rows = plan.sorted_source
-        col = target_keys.column(0)
-        values = _integer_keys(col)
-        assert values is not None  # (same type as the source's key)
-        if not keys.size:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        lo = np.searchsorted(keys, values, side="left")
-        if plan.unique_source_keys:  # one source row at most per target row: no expansion needed
-            np.minimum(lo, keys.size - 1, out=lo)
-            hit = keys[lo] == values
-            if col.null_count:
-                hit &= np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            pos = np.flatnonzero(hit)
-            return pos.astype(np.int64, copy=False), rows[lo[pos]]
-        counts = np.searchsorted(keys, values, side="right") - lo
-        if col.null_count:
-            counts[~np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)] = 0
-        total = int(counts.sum())
-        pos = np.repeat(np.arange(len(values), dtype=np.int64), counts)
-        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
-        return pos, rows[starts + np.arange(total, dtype=np.int64)]
-    keys_t = target_keys.append_column(_OFF, pa.array(np.arange(target_keys.num_rows, dtype=np.int64)))
-    joined = keys_t.join(plan.source_keys, keys=plan.spec.on, join_type="inner", use_threads=False)
-    return (joined.column(_OFF).to_numpy().astype(np.int64), joined.column(_SRC).to_numpy().astype(np.int64))
+def _read_targets(dataset: RewriteTarget, frags: list[LanceFragment], columns: list[str],
+                  plan: _Plan) -> Iterator[tuple[LanceFragment, pa.Table, np.ndarray | None]]:
+    """Each fragment's live rows of ``columns`` that may match a source key (see
+    :func:`_ranges_with_keys`; the scan reads ahead while the previous fragment is matched), with
+    the physical offsets (uint32) of its rows; None: the positions themselves (nothing deleted, all
+    read). Offsets come from the deletion vector, not from a ``_rowaddr`` column built for every
+    row of the fragment."""
+    ranges = [_ranges_with_keys(dataset, f, plan) for f in frags]
+    wanted = [(f, r) for f, r in zip(frags, ranges) if r is None or len(r)]
+    tasks = [scan.fragment_task(dataset, f, columns, ranges=r) for f, r in wanted]
+    for (frag, r), target in zip(wanted, scan.execute_many(dataset, tasks)):
+        if r is not None:
+            offsets: np.ndarray | None = frag.live_offsets_in(r).astype(np.uint32)
+        else:
+            mask = frag.live_mask()
+            offsets = None if mask is None else np.flatnonzero(mask).astype(np.uint32)
+        if (frag.physical_rows if offsets is None else offsets.size) != target.num_rows:
+            # (never expected: then the scan gives each row's address)
+            task = scan.fragment_task(dataset, frag, columns, with_row_address=True)
+            target = scan.execute(dataset, task)
+            offsets = (target.column("_rowaddr").to_numpy() & 0xFFFFFFFF).astype(np.uint32)
+            target = target.drop_columns(["_rowaddr"])
+        yield frag, target, offsets
 
 
-def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) -> _FragmentMatch:
+def _match_fragment(frag: LanceFragment, target: pa.Table, offsets: np.ndarray | None,
+                    plan: _Plan) -> _FragmentMatch:
+    """What the merge does to the rows of one fragment (``target``: its live rows' key and
+    condition columns; ``offsets``: their physical offsets, None when equal to positions)."""
     spec = plan.spec
-    extra = [*plan.condition_columns, *(sorted(plan.delete_filter.columns) if plan.delete_filter else [])]
-    cols = list(dict.fromkeys([*spec.on, *(c for c in extra if c in dataset.top_field_ids)]))
-    task = scan.fragment_task(dataset, frag, cols, with_row_id=plan.stable, with_row_address=True)
-    target = scan.execute(dataset, task)
-    offsets = (target.column("_rowaddr").to_numpy() & 0xFFFFFFFF).astype(np.uint32)
-    pos, src = _matches(target.select(spec.on), plan)
-    if not (plan.unique_source_keys and plan.sorted_source is not None):  # (else pos is already ascending)
-        order = np.lexsort((src, pos))
-        pos, src = pos[order], src[order]
+
+    def physical(positions: np.ndarray) -> np.ndarray:
+        return positions.astype(np.uint32) if offsets is None else offsets[positions]
+
+    pos, src = plan.keys.match(target.select(spec.on))  # (sorted by position, then source row)
     if spec.matched == "fail" and pos.size:
         raise MergeMatchError("Merge insert failed: found matching row with key values: "
                               + key_values(target.select(spec.on), int(pos[0])))
@@ -194,7 +187,7 @@ def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) ->
         })
         keep = pairs.filter(plan.condition.expression).column(_OFF).to_numpy().astype(np.int64)
         upd_pos, upd_src = pos[keep], src[keep]
-    deleted = offsets[np.unique(pos)] if spec.matched == "delete" else np.zeros(0, np.uint32)
+    deleted = physical(np.unique(pos)) if spec.matched == "delete" else np.zeros(0, np.uint32)
     if spec.delete_by_source:
         unmatched = np.ones(target.num_rows, dtype=bool)
         unmatched[pos] = False
@@ -206,9 +199,10 @@ def _match_fragment(dataset: RewriteTarget, frag: LanceFragment, plan: _Plan) ->
                 hit = np.zeros(target.num_rows, dtype=bool)
                 hit[t.filter(plan.delete_filter.expression).column(_OFF).to_numpy()] = True
                 unmatched &= hit
-        deleted = np.concatenate([deleted, offsets[unmatched]])
-    ids = target.column("_rowid").to_numpy()[upd_pos] if plan.stable else None
-    return _FragmentMatch(frag.fragment_id, offsets[upd_pos], upd_src, ids, deleted, src)
+        deleted = np.concatenate([deleted, physical(np.flatnonzero(unmatched))])
+    updated = physical(upd_pos)
+    ids = frag.row_ids(updated) if plan.stable else None
+    return _FragmentMatch(frag.fragment_id, updated, upd_src, ids, deleted, src)
 
 
 def _prepare(dataset: RewriteTarget, spec: MergeSpec, source: pa.Table) -> _Plan:
@@ -227,7 +221,6 @@ def _prepare(dataset: RewriteTarget, spec: MergeSpec, source: pa.Table) -> _Plan
             "supported by lance_ops yet; give every column. Nothing was written")
     check_append_schema(dataset.storage_schema, source.schema, dataset.uri)
     source = source.select(names)
-    keys = source.select(spec.on).append_column(_SRC, pa.array(np.arange(source.num_rows, dtype=np.int64)))
     condition = cond_cols = None
     if spec.update and spec.condition:
         both = pa.schema([pa.field("target", pa.struct(list(dataset.storage_schema))),
@@ -235,10 +228,14 @@ def _prepare(dataset: RewriteTarget, spec: MergeSpec, source: pa.Table) -> _Plan
         condition = compile_filter(spec.condition, both)
         cond_cols = _target_columns(spec.condition, names)
     delete_filter = compile_filter(spec.delete_expr, dataset.storage_schema) if spec.delete_by_source else None
-    ordered = _sorted_source(keys, spec.on)
-    unique = ordered is not None and (ordered[0].size < 2 or bool((ordered[0][1:] != ordered[0][:-1]).all()))
-    return _Plan(spec, source, keys, condition, cond_cols or [], delete_filter, dataset.has_stable_row_ids,
-                 ordered, unique)
+    return _Plan(spec, source, prepare_keys(source, spec.on), condition, cond_cols or [], delete_filter,
+                 dataset.has_stable_row_ids)
+
+
+def _mask(size: int, rows: np.ndarray) -> np.ndarray:
+    out = np.zeros(size, dtype=bool)
+    out[rows] = True
+    return out
 
 
 def plan_merge(dataset: RewriteTarget, spec: MergeSpec,
@@ -248,36 +245,51 @@ def plan_merge(dataset: RewriteTarget, spec: MergeSpec,
     refuse_unwritable(dataset, "merge_insert")
     plan = _prepare(dataset, spec, source)
     frags = dataset.get_fragments()
-    if len(frags) > 1:
-        with ThreadPoolExecutor(max_workers=min(_SCANNERS, len(frags)), thread_name_prefix="lance-ops-merge") as pool:
-            matches = list(pool.map(lambda f: _match_fragment(dataset, f, plan), frags))
-    else:
-        matches = [_match_fragment(dataset, f, plan) for f in frags]
+    extra = [*plan.condition_columns, *(sorted(plan.delete_filter.columns) if plan.delete_filter else [])]
+    cols = list(dict.fromkeys([*spec.on, *(c for c in extra if c in dataset.top_field_ids)]))
+    matches = [_match_fragment(frag, target, offsets, plan)
+               for frag, target, offsets in _read_targets(dataset, frags, cols, plan)]
     change = RowsRewrite()
     updated = deleted = 0
     for m in matches:
         change.delete(m.fragment_id, np.concatenate([m.updated, m.deleted]))
         updated += int(m.updated.size)
         deleted += int(m.deleted.size)
+    rows = plan.source.num_rows
+    rewritten = np.zeros(0, np.int64)  # source rows of the rewritten rows, in the order written
     if updated:
         # pylance writes the updated rows in source order; in target order when every column is a
         # key, or when rows missing from the source are deleted and none inserted (its join differs)
         src = np.concatenate([m.updated_source for m in matches])
+        ids = np.concatenate([m.updated_ids for m in matches if m.updated_ids is not None]) if plan.stable else None
         target_order = (spec.delete_by_source and not spec.insert) or set(spec.on) >= set(plan.source.column_names)
-        order = np.arange(src.size) if target_order else np.argsort(src, kind="stable")
-        change.rewritten.append(plan.source.take(pa.array(src[order])))
-        if plan.stable:
-            ids = np.concatenate([m.updated_ids for m in matches if m.updated_ids is not None])
-            change.rewritten_ids.append(ids[order])
-    inserted = 0
+        chosen = None if target_order else _mask(rows, src)
+        if chosen is not None and int(np.count_nonzero(chosen)) == src.size:
+            # each source row updates one target row: source order is the mask's order
+            rewritten = np.flatnonzero(chosen)
+            if ids is not None:
+                by_row = np.zeros(rows, dtype=ids.dtype)
+                by_row[src] = ids
+                change.rewritten_ids.append(by_row[rewritten])
+        else:  # target order, or a source row matching several target rows (duplicate target keys)
+            order = np.arange(src.size) if target_order else np.argsort(src, kind="stable")
+            rewritten = src[order]
+            if ids is not None:
+                change.rewritten_ids.append(ids[order])
+    alone = np.zeros(0, np.int64)  # source rows inserted, in source order
     if spec.insert:
-        matched = np.concatenate([m.matched_source for m in matches]) if matches else np.zeros(0, np.int64)
-        alone = np.ones(plan.source.num_rows, dtype=bool)
-        alone[matched] = False
-        rows = np.flatnonzero(alone)
-        inserted = int(rows.size)
-        if inserted:
-            change.inserted.append(plan.source.take(pa.array(rows)))
+        unmatched = np.ones(rows, dtype=bool)
+        for m in matches:
+            unmatched[m.matched_source] = False
+        alone = np.flatnonzero(unmatched)
+    inserted = int(alone.size)
+    if rewritten.size or alone.size:  # one take for both (the new rows: rewritten ones first)
+        both = plan.source if rewritten.size + alone.size == rows and not rewritten.size else \
+            plan.source.take(pa.array(np.concatenate([rewritten, alone])))
+        if rewritten.size:
+            change.rewritten.append(both.slice(0, rewritten.size))
+        if alone.size:
+            change.inserted.append(both.slice(rewritten.size))
     preserving = [f.id for f in dataset.manifest.fields if f.parent_id == -1]
     txn, ctx = build_transaction(dataset, frags, change, preserving)
     return txn, ctx, {"num_inserted_rows": inserted, "num_updated_rows": updated, "num_deleted_rows": deleted}

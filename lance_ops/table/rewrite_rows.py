@@ -10,6 +10,8 @@ as they are (pylance leaves them: the old fragments stay covered, the new ones a
 from __future__ import annotations
 
 import json
+import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
@@ -26,6 +28,7 @@ from lance_ops.errors import (
     UnsupportedError,
 )
 from lance_ops.format.version import FileVersion
+from lance_ops.io.local import LocalStore
 from lance_ops.table import deletion, rowids
 from lance_ops.table.commit import idempotency
 from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
@@ -38,8 +41,10 @@ from lance_ops.table.manifest import naming
 from lance_ops.table.snapshot import DatasetSnapshot
 from lance_ops.table.write import as_storage_types, to_reader, write_fragments
 
-#: deletion files written at once
+#: deletion files written at once to an object store (a shared pool: see :func:`_writer_pool`)
 _WRITERS = 8
+_POOL: tuple[int | None, ThreadPoolExecutor | None] = (None, None)  # (pid, executor)
+_POOL_LOCK = threading.Lock()
 #: the transaction property holding a keyed rewrite's result (what a retry under the key returns)
 RESULT_PROPERTY = "lance_ops.rewrite_rows.result"
 #: rows per new data file (pylance's default ``max_rows_per_file``)
@@ -97,6 +102,20 @@ class RowsRewrite:
         self.deleted[fragment_id] = merged
 
 
+def _writer_pool() -> ThreadPoolExecutor:
+    """The pool writing deletion files to object stores, kept between calls (starting threads per
+    call cost more than the writes of a small merge); re-created in a forked child. It holds no
+    data between calls."""
+    global _POOL
+    pid = os.getpid()
+    with _POOL_LOCK:
+        if _POOL[0] != pid or _POOL[1] is None:
+            _POOL = (pid, ThreadPoolExecutor(_WRITERS, thread_name_prefix="lance-ops-update"))
+        pool = _POOL[1]
+    assert pool is not None
+    return pool
+
+
 def refuse_unwritable(dataset: RewriteTarget, what: str) -> None:
     """Refuse (before writing anything) datasets whose rows lance_ops cannot rewrite."""
     if FileVersion.parse(dataset.data_storage_version) is FileVersion.LEGACY:
@@ -133,14 +152,16 @@ def build_transaction(dataset: RewriteTarget, fragments: Iterable[LanceFragment]
     def write(item: tuple[LanceFragment, np.ndarray]) -> table_pb2.DeletionFile:
         frag, merged = item
         old = frag.proto.deletion_file if frag.proto.HasField("deletion_file") else None
-        proto = deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id, dataset.version,
-                                             merged, old)
+        with dataset.store.deferred_sync():  # (per thread: a pool's threads defer too)
+            proto = deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id, dataset.version,
+                                                 merged, old)
         assert proto is not None  # (merged is not empty)
         return proto
 
-    if len(to_write) > 1:
-        with ThreadPoolExecutor(max_workers=min(_WRITERS, len(to_write)), thread_name_prefix="lance-ops-update") as pool:
-            written = list(pool.map(write, to_write))
+    # a local file is written in a fraction of a millisecond: threads (their start-up and hand-offs)
+    # only pay where each write is a request (object stores), and then on the shared pool
+    if len(to_write) > 1 and not isinstance(dataset.store, LocalStore):
+        written = list(_writer_pool().map(write, to_write))
     else:
         written = [write(item) for item in to_write]
     for (frag, _), proto in zip(to_write, written):
@@ -150,10 +171,13 @@ def build_transaction(dataset: RewriteTarget, fragments: Iterable[LanceFragment]
 
     rows = _new_rows(dataset, [*change.rewritten, *change.inserted])
     if rows.num_rows:
-        new = write_fragments(as_storage_types(to_reader(rows)), dataset.store, dataset.base,
-                              list(dataset.manifest.fields), storage_options=dataset.storage_options,
-                              max_rows_per_file=MAX_ROWS_PER_FILE, version=dataset.data_storage_version,
-                              allow_external_blob_outside_bases=True)
+        # the new files become durable with the manifest: the commit's barrier fsyncs them (and their
+        # directories) together, instead of one fsync each as they close (ADR 0036)
+        with dataset.store.deferred_sync():
+            new = write_fragments(as_storage_types(to_reader(rows)), dataset.store, dataset.base,
+                                  list(dataset.manifest.fields), storage_options=dataset.storage_options,
+                                  max_rows_per_file=MAX_ROWS_PER_FILE, version=dataset.data_storage_version,
+                                  allow_external_blob_outside_bases=True)
         if dataset.has_stable_row_ids:
             kept = (np.concatenate(change.rewritten_ids).astype(np.uint64) if change.rewritten_ids
                     else np.zeros(0, np.uint64))

@@ -34,6 +34,7 @@ from lance_ops.format.v2_1.reader import LanceFileReaderV21
 from lance_ops.io.local import LocalStore
 from lance_ops.table.stats import prune as stats_prune
 from lance_ops.table.filters import Filter, compile_filter
+from lance_ops.table.batch_rows import filter_table, live_masks
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.snapshot import DatasetSnapshot
 
@@ -291,7 +292,7 @@ def execute(ds: DatasetSnapshot, task: FragmentScanTask) -> pa.Table:
     if isinstance(started, pa.Table):
         return started
     assert task.filter is not None
-    return _finish(ds, started, started.probe.filter(task.filter.expression))
+    return _finish(ds, started, filter_table(started.probe, task.filter.expression))
 
 
 #: a filtered scan evaluates its filter once per group of fragments holding about this many rows
@@ -436,7 +437,7 @@ def _start_batch(ds: DatasetSnapshot, tasks: list[FragmentScanTask]) -> list["pa
     tables, masks = got
     names = output_names(first.columns, False, False)
     if filt is None:
-        return [_select(t, names) for t in tables]
+        return [t if t.column_names == names else _select(t, names) for t in tables]
     out: list[pa.Table | _Probe] = []
     for task, frag, table, mask in zip(tasks, frags, tables, masks):
         early = table.select(rest) if eager else None
@@ -516,12 +517,10 @@ def _read_together(ds: DatasetSnapshot, frags: list[LanceFragment], columns: lis
         col = table.column(name)
         arrays.append(col.cast(field.type) if col.type != field.type else col)
     table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-    masks = [frag.live_mask() for frag in frags]
-    rows = [frag.physical_rows for frag in frags]
-    if any(m is not None for m in masks):
-        keep = np.concatenate([np.ones(n, dtype=bool) if m is None else m for m, n in zip(masks, rows)])
-        table = table.filter(pa.array(keep))
-        rows = [n if m is None else int(np.count_nonzero(m)) for m, n in zip(masks, rows)]
+    masks, live = live_masks(frags)
+    if live is not None:
+        table = table.filter(pa.array(live))
+    rows = [frag.physical_rows if m is None else int(np.count_nonzero(m)) for frag, m in zip(frags, masks)]
     bounds = np.concatenate([[0], np.cumsum(rows)]).tolist()
     return [table.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:])], masks
 
@@ -569,7 +568,7 @@ def _flush(ds: DatasetSnapshot, pending: list["_Probe | pa.Table"],
     if len(probes) > 1 and filt is not None:
         filtered = _filter_together([p.probe for p in probes], filt.expression)
     if filtered is None:
-        filtered = [p.probe.filter(p.task.filter.expression) for p in probes]  # type: ignore[union-attr]
+        filtered = [filter_table(p.probe, p.task.filter.expression) for p in probes]  # type: ignore[union-attr]
     jobs: list[Any] = []
     for lo in range(0, len(probes), _BATCH_TASKS):
         some, their = probes[lo:lo + _BATCH_TASKS], filtered[lo:lo + _BATCH_TASKS]
@@ -602,7 +601,7 @@ def _filter_together(probes: list[pa.Table], expression: pc.Expression) -> list[
     lengths = np.array([t.num_rows for t in probes], dtype=np.int64)
     owner = np.repeat(np.arange(len(probes), dtype=np.int32), lengths)
     combined = combined.append_column(_TASK, pa.array(owner))
-    out = combined.filter(expression)
+    out = filter_table(combined, expression)
     which = out.column(_TASK).to_numpy()
     if which.size > 1 and bool((np.diff(which) < 0).any()):  # keep each probe's own order
         order = np.lexsort((out.column(_POSITION).to_numpy(), which))
@@ -680,6 +679,8 @@ def _finish_batch(ds: DatasetSnapshot, probes: list[_Probe], filtered: list[pa.T
     """:func:`_finish` of each probe; the other columns of whole small fragments (probes started
     by :func:`_start_batch`) are read together for all of them, then the matching rows taken."""
     rest = probes[0].rest
+    if rest and len(probes) > 1 and all(p.early is not None and p.rest == rest for p in probes):
+        return _finish_early(ds, probes, filtered)
     if any(p.early is not None for p in probes):
         return [_finish(ds, p, f) for p, f in zip(probes, filtered)]
     if (not rest or len(probes) == 1 or any(blob_v2.has_blobs(ds.storage_schema.field(c)) for c in rest)
@@ -699,6 +700,29 @@ def _finish_batch(ds: DatasetSnapshot, probes: list[_Probe], filtered: list[pa.T
             col = (full.column(field.name).take(probe.column(_POSITION)) if full is not None
                    else pa.chunked_array([], field.type))
             probe = probe.append_column(field, col)
+        out.append(_select(probe, p.names))
+    return out
+
+
+def _finish_early(ds: DatasetSnapshot, probes: list[_Probe], filtered: list[pa.Table]) -> list[pa.Table]:
+    """:func:`_finish` of probes whose other columns were read with the filter's (``early``, the
+    same ``rest`` columns): the matching rows of all of them taken in one ``take``, then cut."""
+    blobs = probes[0].task.blob_handling
+    fields = [output_field(ds, c, blobs) for c in probes[0].rest]
+    earlies = [p.early for p in probes if p.early is not None]
+    early = pa.concat_tables(earlies)  # (slices of one read: no copy)
+    starts = np.zeros(len(probes) + 1, dtype=np.int64)
+    np.cumsum([t.num_rows for t in earlies], out=starts[1:])
+    positions = np.concatenate([f.column(_POSITION).to_numpy().astype(np.int64, copy=False) + int(s)
+                                for f, s in zip(filtered, starts[:-1].tolist())])
+    taken = early.take(pa.array(positions))
+    out, at = [], 0
+    for p, probe in zip(probes, filtered):
+        n = probe.num_rows
+        piece = taken.slice(at, n)
+        at += n
+        for field in fields:
+            probe = probe.append_column(field, piece.column(field.name))
         out.append(_select(probe, p.names))
     return out
 

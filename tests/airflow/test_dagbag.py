@@ -215,3 +215,21 @@ def test_every_dag_survives_serialization(dagbag):
                 assert got == want, (dag.dag_id, task_id, name, got, want)
             checked += 1
     assert checked >= 14
+
+
+def test_ingest_data_storage_version_param_reaches_the_job(dagbag):
+    import copy
+
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = dagbag.get_dag("lance_ingest")
+    args = dag.task_dict["ingest.spark_stage"].job_args
+    assert args[args.index("--data-storage-version") + 1] == "{{ params.data_storage_version }}"
+    params = copy.deepcopy(dag.params)
+    params.update({"dataset_uri": "/x.lance", "source_path": "/raw", "data_storage_version": "2.2"})
+    assert params.validate()["data_storage_version"] == "2.2"
+    for bad in ("3.0", "", 2.2):
+        params = copy.deepcopy(dag.params)
+        with pytest.raises(ParamValidationError, match="data_storage_version"):
+            params.update({"dataset_uri": "/x.lance", "source_path": "/raw", "data_storage_version": bad})
+            params.validate()

@@ -209,6 +209,10 @@ def test_ingest_arguments_become_merge_arguments(airflow_home):
     rendered = _clean_args(["--format", "parquet", "--path", "/raw/x", "--mode", "upsert", "--partitions", None,
                             "--on", ["id", "day"]])
     assert merge_job_args(rendered) == ["--format", "parquet", "--path", "/raw/x", "--on", "id,day"]
+    # a merge target exists and keeps its format: the create-time format flag is not the merge job's
+    with_version = _clean_args(["--path", "/p", "--mode", "upsert", "--data-storage-version", "2.2", "--on", "k"])
+    assert merge_job_args(with_version) == ["--path", "/p", "--on", "k"]
+    assert _clean_args(["--path", "/p", "--data-storage-version", None]) == ["--path", "/p"]
     assert merge_job_args(["--path", "/p", "--mode", "upsert", "--on", '["k"]'])[-2:] == ["--on", "k"]
     with pytest.raises(ValueError, match=r"Param 'on' is required when mode is 'upsert'"):
         merge_job_args(_clean_args(["--path", "/p", "--mode", "upsert", "--on", None]))

@@ -16,7 +16,7 @@ from lance_ops._proto import encodings_v2_0_pb2 as pb
 from lance_ops._proto import file_pb2
 from lance_ops.format.v2_0 import decode as dec
 from lance_ops.errors import CorruptFileError
-from lance_ops.format.v2_0 import reader as reader_mod
+from lance_ops.format.v2_0 import node_reads
 from lance_ops.format.v2_0.reader import FileMetadata, LanceFileReader
 from tests.file.test_bad_input import rewrite_file, write_pylance
 from tests.file.type_matrix import assert_tables_equal, make_table
@@ -402,7 +402,7 @@ def test_take_accepts_many_index_forms(matrix):
 def test_partial_and_full_page_paths_agree(matrix, monkeypatch, fraction):
     """0.0 forces whole-page decoding, 2.0 forces ranged reads wherever a page allows them."""
     path, table = matrix
-    monkeypatch.setattr(reader_mod, "PARTIAL_READ_FRACTION", fraction)
+    monkeypatch.setattr(node_reads, "PARTIAL_READ_FRACTION", fraction)
     r = LanceFileReader(path)
     rng = np.random.default_rng(int(fraction * 10))
     idx = np.concatenate([rng.integers(0, 2500, 200), np.arange(690, 720), [0, 2499, 2499]])

@@ -1,6 +1,7 @@
 """Compaction's source reading (ADR 0034, 0041): small fragments read together in groups, read
 ahead by a bounded queue; the output equals pylance's compaction of the same dataset row for row,
-at 2.0 and 2.2, with deletions, and never more than ``PREFETCH + 1`` groups are held at once."""
+at 2.0 and 2.2, with deletions, and never more than ``PREFETCH + 1`` groups are held at once; the
+readers of a group's files leave the task's reader cache once the group is read (ADR 0048)."""
 from __future__ import annotations
 
 import shutil
@@ -36,13 +37,17 @@ def test_groups_read_ahead_give_pylance_data(tmp_path, monkeypatch, version):
     lance.dataset(theirs).optimize.compact_files(target_rows_per_fragment=1 << 20)
     monkeypatch.setattr(source, "GROUP_ROWS", 150)  # several groups, several read ahead
     held, peak, lock = [0], [0], threading.Lock()
+    cached_after: list[int] = []
     real_load, real_account = source.TaskReader._load, source.TaskReader._account
 
     def load(self, group, pool):
         with lock:
             held[0] += 1
             peak[0] = max(peak[0], held[0])
-        return real_load(self, group, pool)
+        tables = real_load(self, group, pool)
+        paths = {(df.path,) for proto, _ in group for df in proto.files}
+        cached_after.append(len(paths & set(self._view.cache("lance_ops.file_readers"))))
+        return tables
 
     def account(self, group, tables):
         with lock:
@@ -54,6 +59,7 @@ def test_groups_read_ahead_give_pylance_data(tmp_path, monkeypatch, version):
     metrics = compact_files(lance_ops.dataset(ours), target_rows_per_fragment=1 << 20)
     assert metrics["fragments_removed"] == 24 and metrics["fragments_added"] == 1
     assert 1 < peak[0] <= source.PREFETCH + 1
+    assert len(cached_after) > 1 and set(cached_after) == {0}  # no reader of a read group stays cached
     want = lance.dataset(theirs).to_table()
     assert lance.dataset(ours).to_table().equals(want)
     assert lance_ops.dataset(ours).to_table().equals(want)

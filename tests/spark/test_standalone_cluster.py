@@ -175,7 +175,8 @@ def test_dags_run_on_a_standalone_cluster(airflow_runner, tmp_path, monkeypatch)
                                                                      "port": int(port)}))
         monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
 
-        ingest = airflow_runner.run("lance_ingest", {"dataset_uri": uri, "source_path": str(src), "partitions": 2})
+        ingest = airflow_runner.run("lance_ingest", {"dataset_uri": uri, "source_path": str(src), "partitions": 2,
+                                                     "data_storage_version": "2.1"})
         ingest.assert_success(skipped=("ingest.upsert",))
         summary = ingest.xcoms["ingest.spark_stage"]["summary"]
         assert summary["rows"] == 2000 and summary["committed"] is False  # stage only: the commit is its own task
@@ -185,6 +186,7 @@ def test_dags_run_on_a_standalone_cluster(airflow_runner, tmp_path, monkeypatch)
         ds = lance_ops.dataset(uri)
         assert ds.count_rows() == 2000 and len(ds.get_fragments()) == 2
         assert len(lance.dataset(uri).get_fragments()) == 2
+        assert lance.dataset(uri).data_storage_version == "2.1"  # the DAG's Param reached the Spark job
 
         ingest_events = _asset_events("lance://ingest")
         assert ingest_events and ingest_events[-1]["uri"] == uri and ingest_events[-1]["version"] == 1

@@ -3,7 +3,7 @@
 
 A scan of thousands of small 2.0 files spent most of its decode time in per-file and per-page
 Python: one table built and validated per file, one decode call per page. Here the pages of a
-plain leaf column of every file are fetched per file (:meth:`LanceFileReader.whole_pages`), then
+plain leaf column of every file are fetched per file (:meth:`LanceFileReader.whole_columns`), then
 runs of pages of one kind are assembled at once: plain fixed-width values (flat, no validity,
 optionally inside fixed-size lists) by joining their bytes, plain binary pages (u64 end offsets
 and bytes) by rebasing each page's offsets onto the joined bytes. Any other page is decoded on its
@@ -26,6 +26,7 @@ from lance_ops.format.v2_0.reader import LanceFileReader
 __all__ = ["read_all_of"]
 
 _Page = tuple[EncodingInfo, int, dict]
+_UNKNOWN: tuple = ("unknown",)
 
 
 def read_all_of(readers: Sequence[LanceFileReader], columns: Sequence[str]) -> pa.Table:
@@ -47,8 +48,9 @@ def _read_all_of(readers: Sequence[LanceFileReader], columns: Sequence[str]) -> 
     first = readers[0]
     arrays: list[pa.ChunkedArray] = []
     fields: list[pa.Field] = []
-    for name in columns:
-        sources = [r.whole_pages(name) for r in readers]
+    per_file = [r.whole_columns(columns) for r in readers]  # one fetch round per file
+    for j, name in enumerate(columns):
+        sources = [got[j] for got in per_file]
         dtype = sources[0][0] if sources[0] is not None else None
         if dtype is None or any(s is None or s[0] != dtype for s in sources):
             one_by_one = [r.read_all(columns=[name]).column(0) for r in readers]
@@ -67,8 +69,12 @@ def _decode_pages(pages: list[_Page], dtype: pa.DataType, path: str) -> list[pa.
     out: list[pa.Array] = []
     run: list[_Page] = []
     run_key: Optional[tuple] = None
+    keys: dict[int, Optional[tuple]] = {}  # id(info) -> batch key: files of one dataset share their infos
     for page in pages:
-        key = _batch_key(page[0], dtype)
+        info = page[0]
+        key = keys.get(id(info), _UNKNOWN)
+        if key is _UNKNOWN:
+            key = keys[id(info)] = _batch_key(info, dtype)
         if run and key != run_key:
             out.append(_assemble(run, run_key, dtype, path))
             run = []

@@ -7,7 +7,7 @@ Split from :mod:`lance_ops.format.v2_0.reader`, which opens files and runs the r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Optional, Sequence, TypeVar, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -24,16 +24,14 @@ from lance_ops.schema import FieldNode
 
 ZERO = np.zeros(1, dtype=np.int64)
 ZERO.flags.writeable = False
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 # --------------------------------------------------------------------------------------------
 # public metadata objects
 # --------------------------------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class PageInfo:
-    """One page of one column."""
+    """One page of one column (read-only: files of one dataset with equal column bytes share it)."""
 
     index: int
     row_start: int  # first row (item, for list item columns) of the page within its column
@@ -165,9 +163,18 @@ class EncodingInfo:
         return self._offsets
 
 
+#: a non-empty page read whole: (page index, encoding info, rows, (position, size) of each buffer
+#: its encoding references, in ``info.buffers`` order)
+WholePage = tuple[int, EncodingInfo, int, list[tuple[int, int]]]
+
+
 @dataclass
 class ColumnState:
-    """One column as read: its metadata, pages and the rows each page holds."""
+    """One column as read: its metadata, pages and the rows each page holds.
+
+    Derived from the column's metadata bytes, its index and its field alone (shared read-only by
+    the readers of one dataset whose files hold equal bytes, :mod:`memo`); ``data_end`` is the
+    end of the furthest page buffer, checked against each file's size."""
     index: int
     path: str
     role: str
@@ -177,12 +184,18 @@ class ColumnState:
     buffer_offsets: tuple[int, ...]
     buffer_sizes: tuple[int, ...]
     infos: list[EncodingInfo]
-    checked_length: bool = False
+    data_end: int = 0
+    rows: int = -1  # rows of all the pages (computed once; -1: from ``page_ends``)
+    #: every non-empty page read whole, when no page references a global buffer
+    #: (``ColumnAccess._whole_plan``)
+    whole_plan: Optional[list[WholePage]] = None
 
     @property
     def num_rows(self) -> int:
         """Rows of all the pages of the column."""
-        return int(self.page_ends[-1]) if len(self.page_ends) else 0
+        if self.rows < 0:
+            self.rows = int(self.page_ends[-1]) if len(self.page_ends) else 0
+        return self.rows
 
 
 @dataclass(frozen=True)
@@ -195,26 +208,6 @@ class SchemaLayout:
     top_names: list[str]
     num_columns: int
     described: Optional[dict[str, Node]] = None  # like ``nodes``, blob leaves returning descriptions
-
-
-# Caches shared by all readers (files written with one schema repeat the same schema and page
-# encodings): parsing them once per process instead of once per file is most of the cost of
-# opening a small file. Bounded; dict reads and writes are atomic, so threads may share them.
-SCHEMA_CACHE_LIMIT = 256
-ENCODING_CACHE_LIMIT = 100_000
-SCHEMA_LAYOUTS: dict[bytes, SchemaLayout] = {}
-ENCODINGS_CACHE: dict[bytes, "EncodingInfo"] = {}
-GOOD_COLUMN_ENCODINGS: dict[tuple[bytes, str], bool] = {}
-
-
-def remember(cache: dict[K, V], key: K, value: V, limit: int) -> None:
-    """Put ``key`` in a bounded cache, dropping the oldest entry when full."""
-    if len(cache) >= limit:
-        try:
-            del cache[next(iter(cache))]  # oldest entry
-        except (StopIteration, KeyError, RuntimeError):  # emptied or changed by another thread
-            pass
-    cache[key] = value
 
 
 def is_packed(node: FieldNode) -> bool:

@@ -14,49 +14,35 @@ rows -- and, for fixed-width and plain variable-width pages, only the bytes of t
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional, Sequence, TypeGuard
+import struct
+from typing import Any, Iterable, Mapping, MutableMapping, Optional, Sequence, TypeGuard
 
 import numpy as np
 import pyarrow as pa
-from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
-from lance_ops._proto import encodings_v2_0_pb2 as pb
 from lance_ops._proto import file2_pb2, file_pb2
-from lance_ops.errors import (
-    CorruptFileError,
-    OutOfRangeError,
-    UnsupportedError,
-    UnsupportedTypeError,
-)
+from lance_ops.errors import CorruptFileError, OutOfRangeError, UnsupportedError, UnsupportedTypeError
 from lance_ops.format import blob_v2
-from lance_ops.format.container import (
-    ARRAY_ENCODING_URL,
-    COLUMN_ENCODING_URL,
-    FOOTER_SIZE,
-    PAGE_LAYOUT_URL,
-    Footer,
-)
-from lance_ops.format.reader_base import V2ReaderBase, take_indices
+from lance_ops.format.container import FOOTER_SIZE, Footer
+from lance_ops.format.io_plan import drive, gather_requests
+from lance_ops.format.reader_base import take_indices
 from lance_ops.format.v2_0 import decode as dec
-from lance_ops.format.v2_0 import plans
 from lance_ops.format.v2_0.layout import (
-    BlobNode, build_schema_layout, ColumnInfo, ColumnState, concat_chunks, cut_blobs, empty_array,
-    ENCODING_CACHE_LIMIT, EncodingInfo, ENCODINGS_CACHE, FileMetadata,
-    GOOD_COLUMN_ENCODINGS, has_binary, LeafNode, list_to_binary, ListBinaryNode, ListNode, Node, normalize_ranges,
-    PageInfo, remember, row_lengths, SCHEMA_CACHE_LIMIT, SCHEMA_LAYOUTS, StructNode, ZERO,
+    build_schema_layout, ColumnInfo, empty_array, EncodingInfo, FileMetadata, has_binary, LeafNode, Node,
+    normalize_ranges, PageInfo, SchemaLayout, StructNode, WholePage, ZERO,
 )
-from lance_ops.format.io_plan import Fetched, Gen, drive, gather_requests
+from lance_ops.format.v2_0.memo import COLUMN_LIMIT, memo_of, remember, SCHEMA_LIMIT, SMALL_COLUMN_BYTES
+from lance_ops.format.v2_0.node_reads import NodeReads
 from lance_ops.format.version import FileVersion
 from lance_ops.io.base import ObjectStore
-from lance_ops.io.ranges import SMALL_RANGE_COUNT, coalesce, coalesce_list
 from lance_ops.schema import field_tree, from_lance_fields
 
 __all__ = ["LanceFileReader", "PageInfo", "ColumnInfo", "FileMetadata"]
 
 TAIL_READ_BYTES = 64 * 1024
-# Below this fraction of a page's rows, fixed-width and plain binary pages are read by ranges.
-PARTIAL_READ_FRACTION = 0.5
+#: a plain leaf column read whole: its type and, per non-empty page, (encoding info, rows, buffer key -> bytes)
+WholeColumn = tuple[pa.DataType, list[tuple[EncodingInfo, int, dict]]]
 # Global buffer 0 is fetched together with the column metadata when it is at most this far away.
 _GB0_GAP = 1 << 20
 
@@ -69,30 +55,27 @@ def _all_plain_leaves(nodes: Sequence[Node]) -> TypeGuard[Sequence[LeafNode]]:
 # --------------------------------------------------------------------------------------------
 # the reader
 # --------------------------------------------------------------------------------------------
-class LanceFileReader(V2ReaderBase):
+class LanceFileReader(NodeReads):
     """Read a Lance 2.0 data file from a local path or an object store URI.
 
     ``path`` is a local path or URI (``s3://bucket/key``); when ``store`` is given, ``path`` is
     the location inside that store (as returned by :func:`lance_ops.io.open_store`).
     """
 
-    _file_size: int
-    _gbo: list[tuple[int, int]]
     _gb0_extra: Optional[bytes]
     _gb0_bytes: bytes
-    _column_meta: list[file2_pb2.ColumnMetadata]
-    _nodes: dict[str, Node]
-    _roles: dict[int, tuple[str, str]]
-    _top_names: list[str]
     _described: Optional[dict[str, Node]]
 
     def __init__(self, path: str, storage_options: Optional[Mapping[str, Any]] = None, *,
-                 store: Optional[ObjectStore] = None, _tail: Optional[tuple[bytes, int]] = None) -> None:
+                 store: Optional[ObjectStore] = None, _tail: Optional[tuple[bytes, int]] = None,
+                 memo: Optional[MutableMapping[str, Any]] = None) -> None:
         self._given_tail = _tail  # (last bytes, file size) already read by the version dispatch
-        self._whole: Optional[bytes] = None  # the whole file, when the tail read held all of it
+        self._whole = None  # the whole file, when the tail read held all of it
         self._bind(path, storage_options, store)
-        self._columns: dict[int, ColumnState] = {}
-        self._encodings = ENCODINGS_CACHE
+        self._columns = {}
+        self._checked = set()
+        # what files of one dataset share (``memo``: the dataset object's cache dict; ADR 0044)
+        self._memo = memo_of(memo)
         self._guard(self._open)
 
     # --- public properties ---------------------------------------------------------------
@@ -223,12 +206,13 @@ class LanceFileReader(V2ReaderBase):
         # the global buffer table (normally already in the tail)
         if footer.gbo_table_start < region_start:
             ensure(min(footer.gbo_table_start, footer.column_meta_start))
-        gbo_raw = take(footer.gbo_table_start, 16 * footer.num_global_buffers)
-        gbo = np.frombuffer(gbo_raw, dtype="<u8").reshape(-1, 2).astype(np.int64)
+        n_gb = footer.num_global_buffers
+        gbo = struct.unpack(f"<{2 * n_gb}Q", take(footer.gbo_table_start, 16 * n_gb))
         body_end = size - FOOTER_SIZE
-        self._gbo = [(p, s) for p, s in gbo.tolist()]
-        if any(p < 0 or s < 0 or p + s > body_end for p, s in self._gbo):
-            raise self._corrupt("a global buffer lies beyond the end of the file")
+        self._gbo = list(zip(gbo[0::2], gbo[1::2]))
+        for p, s in self._gbo:
+            if p + s > body_end:
+                raise self._corrupt("a global buffer lies beyond the end of the file")
         gb0_pos, gb0_size = self._gbo[0]
         self._gb0_extra = None
         near = footer.column_meta_start - _GB0_GAP <= gb0_pos
@@ -238,41 +222,60 @@ class LanceFileReader(V2ReaderBase):
         else:
             ensure(footer.column_meta_start, (gb0_pos, gb0_size))
             gb0 = self._gb0_extra if self._gb0_extra is not None else take(gb0_pos, gb0_size)
-        self._gb0_bytes = bytes(gb0)
-        descriptor = file_pb2.FileDescriptor()
-        try:
-            descriptor.ParseFromString(self._gb0_bytes)
-        except DecodeError as exc:
-            raise self._corrupt(f"global buffer 0 (FileDescriptor) does not decode: {exc}") from None
+        self._gb0_bytes = gb0 = bytes(gb0)
+        memo = self._memo
+        known = memo.descriptors.get(gb0)
+        schema = tree = None
+        layout: Optional[SchemaLayout]
+        if known is not None:  # a file of this dataset with the same descriptor bytes was opened
+            descriptor, layout = known
+        else:
+            descriptor = file_pb2.FileDescriptor()
+            try:
+                descriptor.ParseFromString(gb0)
+            except DecodeError as exc:
+                raise self._corrupt(f"global buffer 0 (FileDescriptor) does not decode: {exc}") from None
+            # the schema and its column layout are shared by every file with the same schema
+            schema_key = descriptor.schema.SerializeToString()
+            got = memo.layouts.get(schema_key)
+            if got is None:
+                try:
+                    schema = from_lance_fields(descriptor.schema.fields, dict(descriptor.schema.metadata))
+                    tree = field_tree(descriptor.schema.fields)
+                except CorruptFileError as exc:
+                    raise self._corrupt(f"schema: {exc.problem}") from None
+                except UnsupportedTypeError as exc:
+                    raise UnsupportedTypeError(f"{self._uri}: {exc}") from None
+            layout = got
         self._descriptor = descriptor
         self._num_rows = int(descriptor.length)
-        # the schema and its column layout are shared by every file with the same schema
-        schema_key = descriptor.schema.SerializeToString()
-        layout = SCHEMA_LAYOUTS.get(schema_key)
-        if layout is None:
-            try:
-                schema = from_lance_fields(descriptor.schema.fields, dict(descriptor.schema.metadata))
-                tree = field_tree(descriptor.schema.fields)
-            except CorruptFileError as exc:
-                raise self._corrupt(f"schema: {exc.problem}") from None
-            except UnsupportedTypeError as exc:
-                raise UnsupportedTypeError(f"{self._uri}: {exc}") from None
-        # column metadata positions and the messages themselves
-        cmo_raw = take(footer.cmo_table_start, 16 * footer.num_columns)
-        cmo = np.frombuffer(cmo_raw, dtype="<u8").reshape(-1, 2).astype(np.int64)
-        if len(cmo) and (int(cmo.min()) < 0 or int((cmo[:, 0] + cmo[:, 1]).max()) > body_end):
-            raise self._corrupt("a column metadata block lies beyond the end of the file")
+        # column metadata positions and the messages themselves (equal bytes parsed once)
+        n_col = footer.num_columns
+        cmo = struct.unpack(f"<{2 * n_col}Q", take(footer.cmo_table_start, 16 * n_col))
+        positions = list(zip(cmo[0::2], cmo[1::2]))
+        for pos, length in positions:
+            if pos + length > body_end:
+                raise self._corrupt("a column metadata block lies beyond the end of the file")
+        metas = memo.column_metas
+        self._column_raw = raws = [take(pos, length) for pos, length in positions]
         self._column_meta = []
-        for i, (pos, length) in enumerate(cmo.tolist()):
-            meta = file2_pb2.ColumnMetadata()
-            try:
-                meta.ParseFromString(take(pos, length))
-            except DecodeError as exc:
-                raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
+        for i, raw in enumerate(raws):
+            meta = metas.get(raw)
+            if meta is None:
+                meta = file2_pb2.ColumnMetadata()
+                try:
+                    meta.ParseFromString(raw)
+                except DecodeError as exc:
+                    raise self._corrupt(f"column {i} metadata does not decode: {exc}") from None
+                if len(raw) <= SMALL_COLUMN_BYTES:
+                    remember(metas, raw, meta, COLUMN_LIMIT)
             self._column_meta.append(meta)
         if layout is None:
+            assert schema is not None and tree is not None
             layout = build_schema_layout(schema, tree, self._uri, self._corrupt)
-            remember(SCHEMA_LAYOUTS, schema_key, layout, SCHEMA_CACHE_LIMIT)
+            remember(memo.layouts, schema_key, layout, SCHEMA_LIMIT)
+        if known is None:
+            remember(memo.descriptors, gb0, (descriptor, layout), SCHEMA_LIMIT)
         self._schema, self._nodes, self._roles, self._top_names, self._described = (
             layout.schema, layout.nodes, layout.roles, layout.top_names, layout.described)
         if layout.num_columns != footer.num_columns and has_binary(layout.schema):
@@ -287,179 +290,6 @@ class LanceFileReader(V2ReaderBase):
             raise self._corrupt(
                 f"schema needs {layout.num_columns} columns but the footer lists {footer.num_columns}"
             )
-
-    def _first_page_is_list(self, col: int) -> bool:
-        """True if column ``col`` exists and its first page is list-encoded (as pylance decides)."""
-        if col >= len(self._column_meta) or not self._column_meta[col].pages:
-            return False
-        info = self._page_encoding(self._column_meta[col].pages[0], f"column {col} page 0")
-        return dec.encoding_kind(info.encoding) == "list"
-
-    def _top_node(self, name: str) -> Node:
-        try:
-            return self._nodes[name]
-        except KeyError:
-            raise ValueError(
-                f"{self._uri}: no column named {name!r}; the file has {self._top_names}"
-            ) from None
-
-    # --- columns and pages ---------------------------------------------------------------
-    def _column(self, index: int) -> ColumnState:
-        col = self._columns.get(index)
-        if col is not None:
-            return col
-        meta = self._column_meta[index]
-        path, role = self._roles[index]
-        where = f"column {index} ({path!r})"
-        self._check_column_encoding(meta, where, role)
-        body_end = self._file_size - FOOTER_SIZE
-        pages: list[PageInfo] = []
-        infos: list[EncodingInfo] = []
-        row = 0
-        encodings = self._encodings
-        for p_index, page in enumerate(meta.pages):
-            offs = tuple(page.buffer_offsets)
-            sizes = tuple(page.buffer_sizes)
-            if len(offs) != len(sizes):
-                raise self._corrupt(f"{where} page {p_index}: {len(offs)} buffer offsets but {len(sizes)} sizes")
-            for o, s in zip(offs, sizes):
-                if o + s > body_end:
-                    raise self._corrupt(
-                        f"{where} page {p_index}: buffer {o}..{o + s} lies beyond the end of the data ({body_end})"
-                    )
-            length = int(page.length)
-            info = None
-            if page.encoding.WhichOneof("location") == "direct":
-                info = encodings.get(page.encoding.direct.encoding)
-            if info is None:
-                info = self._page_encoding(page, f"{where} page {p_index}")
-            infos.append(info)
-            pages.append(PageInfo(p_index, row, length, offs, sizes, int(page.priority), info.encoding))
-            row += length
-        starts = np.array([p.row_start for p in pages], dtype=np.int64)
-        ends = starts + np.array([p.length for p in pages], dtype=np.int64)
-        col = ColumnState(index, path, role, pages, starts, ends,
-                      tuple(int(x) for x in meta.buffer_offsets), tuple(int(x) for x in meta.buffer_sizes), infos)
-        if len(col.buffer_offsets) != len(col.buffer_sizes):
-            raise self._corrupt(f"{where}: column buffer offsets and sizes differ in number")
-        self._columns[index] = col
-        return col
-
-    def _check_column_encoding(self, meta: file2_pb2.ColumnMetadata, where: str, role: str) -> None:
-        if not meta.HasField("encoding"):
-            return
-        loc = meta.encoding.WhichOneof("location")
-        if loc != "direct":
-            if loc == "indirect":
-                raise UnsupportedError(f"{self._uri}: {where}: deferred (indirect) column encodings are not supported")
-            return
-        raw = meta.encoding.direct.encoding
-        if (raw, role) in GOOD_COLUMN_ENCODINGS:
-            return
-        wrapped = any_pb2.Any()
-        try:
-            wrapped.ParseFromString(raw)
-        except DecodeError as exc:
-            raise self._corrupt(f"{where}: column encoding does not decode: {exc}") from None
-        if wrapped.type_url != COLUMN_ENCODING_URL:
-            raise UnsupportedError(f"{self._uri}: {where}: unknown column encoding type {wrapped.type_url!r}")
-        ce = pb.ColumnEncoding()
-        try:
-            ce.ParseFromString(wrapped.value)
-        except DecodeError as exc:
-            raise self._corrupt(f"{where}: column encoding does not decode: {exc}") from None
-        case = ce.WhichOneof("column_encoding")
-        if case == "blob" and role != "blob":
-            raise self._corrupt(f"{where}: blob column encoding on a field without the lance-encoding:blob metadata")
-        if case == "blob" and ce.blob.inner.WhichOneof("column_encoding") not in (None, "values"):
-            raise UnsupportedError(f"{self._uri}: {where}: blob column with inner encoding "
-                                   f"{ce.blob.inner.WhichOneof('column_encoding')!r} is not supported")
-        remember(GOOD_COLUMN_ENCODINGS, (raw, role), True, ENCODING_CACHE_LIMIT)
-
-    def _page_encoding(self, page: file2_pb2.ColumnMetadata.Page, where: str) -> EncodingInfo:
-        loc = page.encoding.WhichOneof("location")
-        if loc == "indirect":
-            raise UnsupportedError(f"{self._uri}: {where}: deferred (indirect) page encodings are not supported")
-        if loc != "direct":
-            raise self._corrupt(f"{where}: page has no encoding")
-        raw = page.encoding.direct.encoding
-        info = self._encodings.get(raw)
-        if info is not None:
-            return info
-        wrapped = any_pb2.Any()
-        try:
-            wrapped.ParseFromString(page.encoding.direct.encoding)
-        except DecodeError as exc:
-            raise self._corrupt(f"{where}: page encoding does not decode: {exc}") from None
-        if wrapped.type_url != ARRAY_ENCODING_URL:
-            if wrapped.type_url == PAGE_LAYOUT_URL:
-                raise UnsupportedError(f"{self._uri}: {where}: 2.1+ page layout found in a 2.0 file")
-            raise UnsupportedError(f"{self._uri}: {where}: unknown page encoding type {wrapped.type_url!r}")
-        enc = pb.ArrayEncoding()
-        try:
-            enc.ParseFromString(wrapped.value)
-        except DecodeError as exc:
-            raise self._corrupt(f"{where}: page encoding does not decode: {exc}") from None
-        info = EncodingInfo.of(enc)
-        remember(self._encodings, raw, info, ENCODING_CACHE_LIMIT)
-        return info
-
-    def _check_length(self, col: ColumnState, expected: int) -> None:
-        if not col.checked_length:
-            if col.num_rows != expected:
-                raise self._corrupt(
-                    f"column {col.index} ({col.path!r}) pages hold {col.num_rows} rows, expected {expected}"
-                )
-            col.checked_length = True
-
-    # --- I/O -----------------------------------------------------------------------------
-    def _fetch(self, requests: np.ndarray | Sequence[tuple[int, int]]) -> Fetched:
-        """The bytes of ``(start, length)`` ranges, as zero-copy views into coalesced reads.
-
-        Ranges are merged here (same gap rule as the store) so that the store returns each merged
-        span whole and no range is copied out of it.
-        """
-        arr = np.asarray(requests, dtype=np.int64).reshape(-1, 2)
-        if not len(arr):
-            return []
-        whole = self._whole
-        if whole is not None:
-            pairs = arr.tolist()
-            if any(s < 0 or n < 0 or s + n > len(whole) for s, n in pairs):
-                raise self._corrupt("a read would go past the end of the file")
-            return [whole[s:s + n] for s, n in pairs]
-        gap = int(getattr(self._store, "coalesce_gap", 4096))
-        if len(arr) <= SMALL_RANGE_COUNT:  # the usual case: a few pages' buffers
-            pairs = arr.tolist()
-            size = self._file_size
-            if any(s < 0 or n < 0 or s + n > size for s, n in pairs):
-                raise self._corrupt("a read would go past the end of the file")
-            groups, placement = coalesce_list(pairs, gap)
-            blobs = [memoryview(b) for b in self._store.read_ranges(self._path, [(s, e - s) for s, e in groups])]
-            return [blobs[g][o : o + n] for g, o, n in placement]
-        if np.any(arr < 0) or np.any(arr[:, 0] + arr[:, 1] > self._file_size):
-            raise self._corrupt("a read would go past the end of the file")
-        plan = coalesce(arr[:, 0], arr[:, 1], gap)
-        spans = np.stack([plan.group_starts, plan.group_ends - plan.group_starts], axis=1)
-        return cut_blobs(self._store.read_ranges(self._path, spans), plan.range_group.tolist(),
-                    plan.range_offset.tolist(), plan.range_lengths.tolist())
-
-    def _buffer_location(self, col: ColumnState, page: PageInfo, key: tuple[int, int],
-                         ctx: dec.DecodeContext) -> tuple[int, int]:
-        kind, index = key
-        if kind == 0:  # page buffer
-            offsets, sizes = page.buffer_offsets, page.buffer_sizes
-        elif kind == 1:  # column buffer
-            offsets, sizes = col.buffer_offsets, col.buffer_sizes
-        elif kind == 2:  # file (global) buffer
-            if not 0 <= index < len(self._gbo):
-                raise ctx.corrupt(f"encoding references global buffer {index}, the file has {len(self._gbo)}")
-            return self._gbo[index]
-        else:
-            raise ctx.corrupt(f"unknown buffer type {kind}")
-        if not 0 <= index < len(offsets):
-            raise ctx.corrupt(f"encoding references buffer {index}, the page has {len(offsets)}")
-        return offsets[index], sizes[index]
 
     # --- table assembly ------------------------------------------------------------------
     def _read_table(self, columns: Optional[Sequence[str]], sel: tuple[np.ndarray, np.ndarray],
@@ -500,28 +330,42 @@ class LanceFileReader(V2ReaderBase):
 
         return self._guard(work)
 
-    def whole_pages(self, name: str) -> Optional[tuple[pa.DataType, list[tuple[EncodingInfo, int, dict]]]]:
+    def whole_pages(self, name: str) -> Optional[WholeColumn]:
         """Top-level column ``name`` as stored when it is a plain leaf (None otherwise): its type and,
         per non-empty page, (encoding info, rows, buffer key -> bytes), every buffer fetched in one
         round (what :mod:`lance_ops.format.v2_0.batch` decodes for many files at once)."""
-        node = self._top_node(name)
-        if type(node) is not LeafNode:
-            return None
+        return self.whole_columns([name])[0]
 
-        def work() -> tuple[pa.DataType, list[tuple[EncodingInfo, int, dict]]]:
-            self._check_top(node)
-            col = self._column(node.column)
+    def whole_columns(self, names: Sequence[str]) -> list[Optional[WholeColumn]]:
+        """:meth:`whole_pages` of each of ``names``, the buffers of all of them fetched in one round."""
+        nodes = [self._top_node(name) for name in names]
+
+        def work() -> list[Optional[WholeColumn]]:
+            planned: list[Optional[tuple[pa.DataType, list[WholePage]]]] = []
             requests: list[tuple[int, int]] = []
-            pages = []
-            for page in col.pages:
-                if page.length > 0:
-                    info = col.infos[page.index]
-                    ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
-                    pages.append((info, page.length, len(requests)))
-                    requests.extend(self._buffer_location(col, page, key, ctx) for key in info.buffers)
+            for node in nodes:
+                if type(node) is not LeafNode:
+                    planned.append(None)
+                    continue
+                self._check_top(node)
+                plan = self._whole_plan(self._column(node.column))
+                planned.append((node.dtype, plan))
+                for _, _, _, locations in plan:
+                    requests.extend(locations)
             data = self._fetch(requests)
-            return node.dtype, [(info, n, dict(zip(info.buffers, data[first:first + len(info.buffers)])))
-                                for info, n, first in pages]
+            out: list[Optional[WholeColumn]] = []
+            k = 0
+            for got in planned:
+                if got is None:
+                    out.append(None)
+                    continue
+                pages = []
+                for _, info, n, locations in got[1]:
+                    m = len(locations)
+                    pages.append((info, n, dict(zip(info.buffers, data[k:k + m]))))
+                    k += m
+                out.append((got[0], pages))
+            return out
 
         return self._guard(work)
 
@@ -535,258 +379,21 @@ class LanceFileReader(V2ReaderBase):
         work = []
         for node in nodes:
             col = self._column(node.column)
-            for page in col.pages:
-                if page.length <= 0:
-                    continue
-                info = col.infos[page.index]
-                ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
+            for p_index, info, n, locations in self._whole_plan(col):
                 if info.fixed is not None and info.fixed.all_null:
-                    work.append((node, page, info, ctx, -1))
+                    work.append((node, p_index, n, info, -1))
                     continue
-                work.append((node, page, info, ctx, len(requests)))
-                requests.extend(self._buffer_location(col, page, key, ctx) for key in info.buffers)
+                work.append((node, p_index, n, info, len(requests)))
+                requests.extend(locations)
         data = self._fetch(requests)
         chunks: dict[int, list[pa.Array]] = {id(node): [] for node in nodes}
-        for node, page, info, ctx, first in work:
+        for node, p_index, n, info, first in work:
             if first < 0:
-                arr = pa.nulls(page.length, node.dtype)
+                arr = pa.nulls(n, node.dtype)
             else:
                 keys = info.buffers
                 bufs = dec.PageBuffers({key: pa.py_buffer(d) for key, d in zip(keys, data[first : first + len(keys)])})
-                arr = dec.decode_rows(info.encoding, page.length, node.dtype, bufs, ctx,
-                                      ZERO, np.array([page.length], dtype=np.int64))
+                ctx = dec.DecodeContext(self._uri, f"column {node.column} ({node.path!r}) page {p_index}")
+                arr = dec.decode_rows(info.encoding, n, node.dtype, bufs, ctx, ZERO, np.array([n], dtype=np.int64))
             chunks[id(node)].append(arr)
         return [chunks[id(node)] or [empty_array(node.dtype)] for node in nodes]
-
-    def _check_top(self, node: Node) -> None:
-        if isinstance(node, StructNode):
-            self._check_length(self._column(node.header), self._num_rows)
-        else:
-            self._check_length(self._column(node.column), self._num_rows)
-
-    def _read_node(self, node: Node, starts: np.ndarray, ends: np.ndarray) -> Gen:
-        """Generator returning the chunks of ``node`` for the row ranges ``[starts, ends)``."""
-        if isinstance(node, ListBinaryNode):
-            chunks = yield from self._read_list(ListNode(node.column, node.child, node.list_type, node.path), starts, ends)
-            return [list_to_binary(c, node.dtype) for c in chunks]
-        if isinstance(node, BlobNode):
-            return (yield from self._read_blob(node, starts, ends))
-        if isinstance(node, LeafNode):
-            return (yield from self._read_leaf(node, starts, ends))
-        if isinstance(node, StructNode):
-            return (yield from self._read_struct(node, starts, ends))
-        return (yield from self._read_list(node, starts, ends))
-
-    def _pages_for(self, col: ColumnState, starts: np.ndarray,
-                   ends: np.ndarray) -> list[tuple[PageInfo, np.ndarray, np.ndarray]]:
-        """(page, local starts, local ends) for each page overlapping the ranges."""
-        if not len(starts):
-            return []
-        out = []
-        if len(starts) == 1:  # one range: pages p0..p1 overlap it
-            s, e = int(starts[0]), int(ends[0])
-            p0 = int(np.searchsorted(col.page_ends, s, side="right"))
-            p1 = int(np.searchsorted(col.page_starts, e, side="left"))
-            pstarts = col.page_starts[p0:p1].tolist()
-            pends = col.page_ends[p0:p1].tolist()
-            for p, ps, pe in zip(range(p0, p1), pstarts, pends):
-                if pe > ps:
-                    out.append((col.pages[p], np.array([max(s, ps) - ps]), np.array([min(e, pe) - ps])))
-            return out
-        lo = np.searchsorted(ends, col.page_starts, side="right")
-        hi = np.searchsorted(starts, col.page_ends, side="left")
-        for p in np.flatnonzero((hi > lo) & (col.page_ends > col.page_starts)).tolist():
-            ps, pe = int(col.page_starts[p]), int(col.page_ends[p])
-            ls = np.maximum(starts[lo[p] : hi[p]], ps) - ps
-            le = np.minimum(ends[lo[p] : hi[p]], pe) - ps
-            out.append((col.pages[p], ls, le))
-        return out
-
-    def _read_leaf(self, node: LeafNode, starts: np.ndarray, ends: np.ndarray) -> Gen:
-        col = self._column(node.column)
-        gens = [
-            self._read_page(col, page, col.infos[page.index], ls, le, node.dtype)
-            for page, ls, le in self._pages_for(col, starts, ends)
-        ]
-        chunks = yield from gather_requests(gens)
-        if not chunks:
-            return [empty_array(node.dtype)]
-        return chunks
-
-    def _read_blob(self, node: BlobNode, starts: np.ndarray, ends: np.ndarray) -> Gen:
-        """A blob column: its descriptions, then (unless ``node.describe``) one more I/O round
-        for the bytes they point at. A description (p, 0) is empty for p = 0, else null (2.0
-        writes (1, 0))."""
-        col = self._column(node.column)
-        dtype = blob_v2.DESCRIPTION_TYPE
-        gens = [self._read_page(col, page, col.infos[page.index], ls, le, dtype)
-                for page, ls, le in self._pages_for(col, starts, ends)]
-        desc = concat_chunks((yield from gather_requests(gens)), dtype)
-        if node.describe:
-            return [desc]
-        n = len(desc)
-        if desc.null_count:
-            raise self._corrupt(f"blob column {col.index} ({col.path!r}) has null descriptions")
-        pos = np.asarray(desc.field(0).to_numpy(zero_copy_only=False), dtype=np.uint64)
-        size = np.asarray(desc.field(1).to_numpy(zero_copy_only=False), dtype=np.uint64)
-        if n and int(size.max()) > self._file_size:
-            raise self._corrupt(f"blob column {col.index} ({col.path!r}): a value lies beyond the end of the file")
-        want = np.flatnonzero(size > 0)
-        pieces = []
-        if len(want):
-            pieces = yield np.stack([pos[want], size[want]], axis=1).astype(np.int64)
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(size.astype(np.int64), out=offsets[1:])
-        nulls = (size == 0) & (pos != 0)
-        validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() else None
-        data = pa.py_buffer(b"".join(pieces))
-        return [pa.Array.from_buffers(pa.large_binary(), n, [validity, pa.py_buffer(offsets), data],
-                                      null_count=int(nulls.sum()))]
-
-    def _read_struct(self, node: StructNode, starts: np.ndarray, ends: np.ndarray) -> Gen:
-        total = int((ends - starts).sum())
-        gens = [self._read_node(child, starts, ends) for child in node.children]
-        for child in node.children:
-            self._check_child(child, node)
-        results = yield from gather_requests(gens)
-        arrays = [concat_chunks(chunks, child.dtype) for chunks, child in zip(results, node.children)]
-        for a in arrays:
-            if len(a) != total:
-                raise self._corrupt(f"struct field {node.path!r}: children have {len(a)} rows, expected {total}")
-        if not arrays:
-            return [pa.Array.from_buffers(node.dtype, total, [None], children=[])]
-        return [pa.StructArray.from_arrays(arrays, fields=list(node.dtype))]
-
-    def _check_child(self, child: Node, parent: StructNode) -> None:
-        expected = self._column(parent.header).num_rows
-        if isinstance(child, StructNode):
-            self._check_length(self._column(child.header), expected)
-        else:
-            self._check_length(self._column(child.column), expected)
-
-    def _read_list(self, node: ListNode, starts: np.ndarray, ends: np.ndarray) -> Gen:
-        col = self._column(node.column)
-        pages = self._pages_for(col, starts, ends)
-        base = np.zeros(len(col.pages) + 1, dtype=np.int64)
-        for i, page in enumerate(col.pages):
-            if dec.encoding_kind(page.encoding) != "list":
-                raise self._corrupt(
-                    f"column {col.index} ({col.path!r}) page {i}: expected list offsets, found {dec.describe(page.encoding)}"
-                )
-            base[i + 1] = base[i] + int(page.encoding.list.num_items)
-        self._check_item_column(node.child, int(base[-1]))
-        gens = [self._read_list_page(col, page, ls, le, int(base[page.index])) for page, ls, le in pages]
-        parts = yield from gather_requests(gens)
-        if parts:
-            span_s = np.concatenate([p[0] for p in parts])
-            span_e = np.concatenate([p[1] for p in parts])
-            lengths = np.concatenate([p[2] for p in parts])
-            nulls = [p[3] if p[3] is not None else np.zeros(len(p[2]), dtype=bool) for p in parts]
-            null_mask = np.concatenate(nulls) if any(p[3] is not None for p in parts) else None
-        else:
-            span_s = span_e = lengths = np.zeros(0, dtype=np.int64)
-            null_mask = None
-        item_s, item_e = normalize_ranges(span_s, span_e)
-        child_chunks = yield from self._read_node(node.child, item_s, item_e)
-        values = concat_chunks(child_chunks, node.child.dtype)
-        n = len(lengths)
-        total_items = int(lengths.sum())
-        if len(values) != total_items:
-            raise self._corrupt(f"list field {node.path!r}: {len(values)} items read, offsets say {total_items}")
-        large = pa.types.is_large_list(node.dtype)
-        if not large and total_items > 2**31 - 1:
-            raise UnsupportedError(f"{self._uri}: list field {node.path!r} needs more than 2^31 items in one read")
-        offsets = np.zeros(n + 1, dtype=np.int64 if large else np.int32)
-        np.cumsum(lengths, out=offsets[1:])
-        validity = None if null_mask is None or not null_mask.any() else pa.py_buffer(np.packbits(~null_mask, bitorder="little"))
-        if values.offset:
-            values = pa.concat_arrays([values])
-        arr = pa.Array.from_buffers(node.dtype, n, [validity, pa.py_buffer(offsets)], children=[values])
-        return [arr]
-
-    def _check_item_column(self, child: Node, expected: int) -> None:
-        if isinstance(child, StructNode):
-            self._check_length(self._column(child.header), expected)
-        else:
-            self._check_length(self._column(child.column), expected)
-
-    def _read_list_page(self, col: ColumnState, page: PageInfo, ls: np.ndarray, le: np.ndarray,
-                        item_base: int) -> Gen:
-        ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
-        lst = page.encoding.list
-        has_prev = ls > 0
-        first = ls - has_prev.astype(np.int64)
-        arr = yield from self._read_page(col, page, col.infos[page.index].offsets, first, le, pa.uint64(), ctx=ctx)
-        if arr.null_count:
-            raise ctx.corrupt("list offsets contain nulls")
-        stored = arr.to_numpy(zero_copy_only=False)
-        span_s, span_e, row_real, row_nulls = plans.resolve_range_ends(
-            ls, le, has_prev, stored, int(lst.null_offset_adjustment), int(lst.num_items), ctx, "list"
-        )
-        lengths = row_lengths(row_real, span_s, le - ls)
-        return span_s + item_base, span_e + item_base, lengths, row_nulls
-
-    def _read_page(self, col: ColumnState, page: PageInfo, info: EncodingInfo, ls: np.ndarray,
-                   le: np.ndarray, dtype: pa.DataType, ctx: Optional[dec.DecodeContext] = None) -> Gen:
-        """Generator returning the rows ``[ls[k], le[k])`` (page-local) of one page as one array."""
-        if ctx is None:
-            ctx = dec.DecodeContext(self._uri, f"column {col.index} ({col.path!r}) page {page.index}")
-        n_sel = int((le - ls).sum())
-        if n_sel == 0:
-            return empty_array(dtype)
-        enc = info.encoding
-        plan = info.fixed
-        if plan is not None and plan.all_null:
-            return pa.nulls(n_sel, dtype)
-        partial = n_sel < PARTIAL_READ_FRACTION * page.length
-        if partial and plan is not None and not pa.types.is_dictionary(dtype):
-            return (yield from self._read_fixed_partial(col, page, plan, ls, le, dtype, ctx))
-        if partial:
-            bplan = info.binary
-            if bplan is not None and dec.is_var_binary(dtype):
-                return (yield from self._read_binary_partial(col, page, bplan, ls, le, dtype, ctx))
-        keys = info.buffers
-        locations = [self._buffer_location(col, page, key, ctx) for key in keys]
-        data = yield np.array(locations, dtype=np.int64).reshape(-1, 2)
-        bufs = dec.PageBuffers({key: pa.py_buffer(d) for key, d in zip(keys, data)})
-        return dec.decode_rows(enc, page.length, dtype, bufs, ctx, ls, le)
-
-    def _read_fixed_partial(self, col: ColumnState, page: PageInfo, plan: plans.FixedPlan, ls: np.ndarray,
-                            le: np.ndarray, dtype: pa.DataType, ctx: dec.DecodeContext) -> Gen:
-        values = plan.values
-        assert values is not None  # only all-null plans have no values buffer, and they are never read
-        v_off, v_size = self._buffer_location(col, page, (int(values.buffer_type), int(values.buffer_index)), ctx)
-        bits = plan.bits_per_row
-        if bits == 1:
-            b_start, b_end = ls // 8, (le - 1) // 8 + 1
-        else:
-            w = bits // 8
-            b_start, b_end = ls * w, le * w
-        if int(b_end.max()) > v_size:
-            raise ctx.corrupt(f"values buffer of {v_size} bytes is too short for row {int(le.max()) - 1}")
-        requests = np.stack([b_start + v_off, b_end - b_start], axis=1)
-        k = len(requests)
-        if plan.validity is not None:
-            m_off, m_size = self._buffer_location(col, page, (int(plan.validity.buffer_type), int(plan.validity.buffer_index)), ctx)
-            m_start, m_end = ls // 8, (le - 1) // 8 + 1
-            if int(m_end.max()) > m_size:
-                raise ctx.corrupt(f"validity buffer of {m_size} bytes is too short for row {int(le.max()) - 1}")
-            requests = np.concatenate([requests, np.stack([m_start + m_off, m_end - m_start], axis=1)])
-        data = yield requests
-        return plans.assemble_fixed(plan, dtype, ls, le, data[:k], data[k:] if plan.validity is not None else None, ctx)
-
-    def _read_binary_partial(self, col: ColumnState, page: PageInfo, plan: plans.BinaryPlan, ls: np.ndarray,
-                             le: np.ndarray, dtype: pa.DataType, ctx: dec.DecodeContext) -> Gen:
-        o_off, o_size = self._buffer_location(col, page, (int(plan.offsets.buffer_type), int(plan.offsets.buffer_index)), ctx)
-        d_off, d_size = self._buffer_location(col, page, (int(plan.data.buffer_type), int(plan.data.buffer_index)), ctx)
-        has_prev = ls > 0
-        first = ls - has_prev.astype(np.int64)
-        if int(le.max()) * 8 > o_size:
-            raise ctx.corrupt(f"offsets buffer of {o_size} bytes is too short for row {int(le.max()) - 1}")
-        chunks = yield np.stack([first * 8 + o_off, (le - first) * 8], axis=1)
-        stored = np.frombuffer(b"".join(chunks), dtype="<u8")
-        span_s, span_e, row_real, row_nulls = plans.resolve_range_ends(
-            ls, le, has_prev, stored, plan.null_adjustment, d_size, ctx, "binary"
-        )
-        data = yield np.stack([span_s + d_off, span_e - span_s], axis=1)
-        return plans.finish_binary(dtype, le - ls, span_s, span_e, row_real, row_nulls, data, ctx)

@@ -109,14 +109,21 @@ def _version_arrays(store: ObjectStore, base: str, frag: table_pb2.DataFragment)
     return created, updated
 
 
-def _carry_row_ids(task: RewriteTask, store: ObjectStore, base: str, new_fragments: list[table_pb2.DataFragment]) -> None:
-    """Give the new fragments the row ids and version sequences of the rows they received."""
+def _carry_row_ids(task: RewriteTask, store: ObjectStore, base: str, new_fragments: list[table_pb2.DataFragment],
+                   deleted: dict[int, np.ndarray] | None = None) -> None:
+    """Give the new fragments the row ids and version sequences of the rows they received.
+
+    ``deleted``: the deleted offsets the source reader already read (fragment id -> offsets);
+    the deletion files of the other fragments are read here."""
     sequences, created, updated = [], [], []
+    known = deleted or {}
     for proto in task.fragments:
         seq = _row_id_sequence(store, base, proto)
         c, u = _version_arrays(store, base, proto)
         if proto.HasField("deletion_file"):
-            dead = deletion.read_deletion_offsets(store, base, proto.id, proto.deletion_file)
+            dead = known.get(proto.id)
+            if dead is None:
+                dead = deletion.read_deletion_offsets(store, base, proto.id, proto.deletion_file)
             seq = seq.mask(dead)
             keep = np.ones(proto.physical_rows, dtype=bool)
             keep[dead.astype(np.int64)] = False
@@ -201,13 +208,14 @@ def execute_task(task: RewriteTask, store: ObjectStore, base: str, *, storage_op
     view = _open_read_version(task, store, base)
     schema = view.storage_schema
     stats = {"rows_read": 0, "bytes_read": 0}
-    source = _RowSource(TaskReader(view, task.fragments, task.live_rows, stats).tables())
+    reader = TaskReader(view, task.fragments, task.live_rows, stats, keep_deleted=task.stable_row_ids)
+    source = _RowSource(reader.tables())
     new_fragments: list[table_pb2.DataFragment] = []
     try:
         for size in task.output_rows:
-            reader = pa.RecordBatchReader.from_batches(schema, source.take(size))
+            batches = pa.RecordBatchReader.from_batches(schema, source.take(size))
             # (legacy datasets: the rewritten files keep the dataset's dictionary values)
-            written = write_fragments(reader, store, base, list(task.fields), storage_options=storage_options,
+            written = write_fragments(batches, store, base, list(task.fields), storage_options=storage_options,
                                       max_rows_per_file=size, version=version,
                                       dictionaries=view.manifest_file.dictionaries or None)
             if len(written) != 1 or written[0].physical_rows != size:
@@ -217,7 +225,7 @@ def execute_task(task: RewriteTask, store: ObjectStore, base: str, *, storage_op
         if not source.exhausted():
             raise LanceOpsError(f"{where}: the source fragments hold more live rows than the plan counted")
         if task.stable_row_ids:
-            _carry_row_ids(task, store, base, new_fragments)
+            _carry_row_ids(task, store, base, new_fragments, reader.deleted)
     except BaseException:
         _delete_data_files(store, base, [df.path for f in new_fragments for df in f.files])
         raise

@@ -385,22 +385,47 @@ class CompactionPlan:
 
 
 # --- planning --------------------------------------------------------------------------------
-def _split_run(items: list[tuple[table_pb2.DataFragment, int]], target: int) -> list[list]:
-    """Greedy split into chunks of >= ``target`` live rows; a small remainder joins the last one."""
-    chunks = []
-    rest = items
-    while rest:
-        taken, rows = 0, 0
-        while rows < target and taken < len(rest):
-            rows += rest[taken][1]
-            taken += 1
-        if sum(n for _, n in rest[taken:]) >= target:
-            chunks.append(rest[:taken])
-            rest = rest[taken:]
+def _split_run(live: np.ndarray, target: int) -> list[tuple[int, int]]:
+    """Greedy split of a run (its fragments' live rows, in order) into chunks of >= ``target``
+    live rows; a remainder smaller than ``target`` joins the last chunk. Returns (start, end)
+    positions in the run; a loop per chunk, not per fragment (cumulative sums)."""
+    n = len(live)
+    ends = np.cumsum(live, dtype=np.int64)
+    total = int(ends[-1]) if n else 0
+    chunks: list[tuple[int, int]] = []
+    start, before = 0, 0
+    while start < n:
+        # fragments are taken while the chunk holds fewer than ``target`` rows
+        end = min(n, int(np.searchsorted(ends, before + target, side="left")) + 1)
+        taken = int(ends[end - 1])
+        if total - taken >= target:
+            chunks.append((start, end))
+            start, before = end, taken
         else:
-            chunks.append(rest)
+            chunks.append((start, n))
             break
     return chunks
+
+
+def _candidate_runs(frags: Sequence[table_pb2.DataFragment], candidates: np.ndarray,
+                    coverage: IndexCoverage) -> list[tuple[tuple[str, ...], int, int]]:
+    """Maximal runs of consecutive candidates, cut wherever the set of covering index segments
+    changes: (that set's key, first position, end position). Without indices, from the boolean
+    array alone (no loop per fragment)."""
+    edges = np.diff(np.concatenate(([0], candidates.astype(np.int8), [0])))
+    spans = zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist())
+    if not coverage.segments:
+        return [((), first, last) for first, last in spans]
+    runs: list[tuple[tuple[str, ...], int, int]] = []
+    for first, last in spans:
+        start, current = first, coverage.key(frags[first].id)
+        for i in range(first + 1, last):
+            key = coverage.key(frags[i].id)
+            if key != current:  # never bin different index sets together
+                runs.append((current, start, i))
+                start, current = i, key
+        runs.append((current, start, last))
+    return runs
 
 
 def _fragment_copies(ds: Any) -> list[table_pb2.DataFragment]:
@@ -411,9 +436,9 @@ def _fragment_copies(ds: Any) -> list[table_pb2.DataFragment]:
     return list(holder.fragments)
 
 
-def _task(ds: Any, frags_rows: Any, options: CompactionOptions, kind: str, output_rows: list[int]) -> CompactionTask:
-    frags = [frag for frag, _ in frags_rows]  # copies already (_fragment_copies)
-    m = ds.manifest
+def _task(ds: Any, frags: list[table_pb2.DataFragment], live_rows: list[int], options: CompactionOptions, kind: str,
+          output_rows: list[int]) -> CompactionTask:
+    m = ds.manifest  # ``frags``: copies already (_fragment_copies)
     return CompactionTask(
         read_version=ds.version,
         fragments=frags,
@@ -424,7 +449,7 @@ def _task(ds: Any, frags_rows: Any, options: CompactionOptions, kind: str, outpu
         data_storage_version=m.data_format.version or "2.0",
         stable_row_ids=ds.has_stable_row_ids,
         kind=kind,
-        live_rows=[n for _, n in frags_rows],
+        live_rows=live_rows,
     )
 
 
@@ -501,30 +526,12 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explai
     versions.refuse_mixed(ds.manifest, files)
     other_bases = any(df.HasField("base_id") for df in files)  # else no chunk needs the check below
     target = options.target_rows_per_fragment
-    runs: list[tuple[tuple[str, ...], list[tuple[table_pb2.DataFragment, int, bool]]]] = []
-    current: list[tuple[table_pb2.DataFragment, int, bool]] | None = None
-    current_key: tuple[str, ...] = ()
     frags, physical_rows, deleted_rows = _fragment_arrays(ds, frags)
     selves = (_exceeding(deleted_rows, physical_rows, options.materialize_deletions_threshold)
               if options.materialize_deletions else np.zeros(len(frags), dtype=bool))
     candidates = selves | (physical_rows < target)
-    unindexed = not coverage.segments
-    for frag, live, candidate, itself in zip(frags, (physical_rows - deleted_rows).tolist(), candidates.tolist(),
-                                             selves.tolist()):
-        if not candidate:
-            if current:
-                runs.append((current_key, current))
-            current = None
-            continue
-        key = () if unindexed else coverage.key(frag.id)
-        if current is not None and key != current_key:  # never bin different index sets together
-            runs.append((current_key, current))
-            current = None
-        if current is None:
-            current, current_key = [], key
-        current.append((frag, live, itself))
-    if current:
-        runs.append((current_key, current))
+    live_rows = physical_rows - deleted_rows
+    runs = _candidate_runs(frags, candidates, coverage)
 
     tasks: list[CompactionTask] = []
     held: list[CompactionTask] = []
@@ -532,30 +539,34 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explai
     budget = options.max_source_fragments
     used = 0
     stop = False
-    itself_ids = {f.id for _, run in runs for f, _, itself in run if itself}
-    for key, run in runs:
-        if len(run) == 1 and not run[0][2]:
+    for key, first, last in runs:
+        if last - first == 1 and not selves[first]:
             continue  # a lone compact-with-neighbours fragment: nothing to gain
-        for chunk in _split_run([(f, n) for f, n, _ in run], target):
-            live = sum(n for _, n in chunk)
-            sizes = output_sizes(live, target, _rows_cap(chunk, live, options))
-            segments = coverage.covering(chunk[0][0].id)
+        for a, b in _split_run(live_rows[first:last], target):
+            chunk_frags = frags[first + a:first + b]
+            lives = live_rows[first + a:first + b].tolist()
+            live = sum(lives)
+            cap = (options.max_rows_per_file if options.max_bytes_per_file is None
+                   else _rows_cap(list(zip(chunk_frags, lives)), live, options))
+            sizes = output_sizes(live, target, cap)
+            segments = coverage.covering(chunk_frags[0].id)
             if key and not all(remappable(s) for s in segments):
-                task = _held_back(_task(ds, chunk, options, COMPACT, sizes), segments)
+                task = _held_back(_task(ds, chunk_frags, lives, options, COMPACT, sizes), segments)
                 held.append(task)
-                if itself_ids & set(task.fragment_ids):
+                if selves[first + a:first + b].any():
                     refused.append(task)
                 continue
             if stop:
                 continue
-            if budget is not None and used + len(chunk) > budget:
+            if budget is not None and used + len(chunk_frags) > budget:
                 stop = True
                 continue
-            used += len(chunk)
+            used += len(chunk_frags)
             if other_bases:
-                _refuse_other_bases([frag for frag, _ in chunk], ds.uri)
-            task = _task(ds, chunk, options, COMPACT, sizes)
+                _refuse_other_bases(chunk_frags, ds.uri)
+            task = _task(ds, chunk_frags, lives, options, COMPACT, sizes)
             tasks.append(_with_remap(task, segments) if key else task)
+    itself_ids = {frags[i].id for i in np.flatnonzero(selves).tolist()} if refused else set()
     plan = CompactionPlan(ds.version, tasks, options, held)
     if refused:
         plan.refusal = str(refuse_indexed_rewrite(
@@ -592,12 +603,12 @@ def plan_materialization(ds: Any, threshold: float = 0.1, *, max_rows_per_file: 
         sizes = output_sizes(live, live or 1, max_rows_per_file)
         segments = coverage.covering(frag.id)
         if segments and not all(remappable(s) for s in segments):
-            held.append(_held_back(_task(ds, [(frag, live)], options, MATERIALIZE, sizes), segments))
+            held.append(_held_back(_task(ds, [frag], [live], options, MATERIALIZE, sizes), segments))
             continue
         if options.max_source_fragments is not None and len(tasks) >= options.max_source_fragments:
             continue
         _check_fragment_supported(frag, ds.uri)
-        task = _task(ds, [(frag, live)], options, MATERIALIZE, sizes)
+        task = _task(ds, [frag], [live], options, MATERIALIZE, sizes)
         tasks.append(_with_remap(task, segments) if segments else task)
     plan = CompactionPlan(ds.version, tasks, options, held)
     if held:

@@ -16,7 +16,8 @@ Compaction copies whole fragments, so it reads them differently from a scan (ADR
 A deletion file is always applied when the manifest names one, also when it records no count
 (very old writers): its rows are never resurrected. Each fragment's live rows must equal what
 the plan counted, else LanceOpsError (the deletion file or metadata is inconsistent).
-Memory: ``PREFETCH + 1`` groups (the one being written and those read ahead) plus one group's copy.
+Memory: ``PREFETCH + 1`` groups (the one being written and those read ahead) plus one group's copy;
+each file's reader leaves the view's reader cache once its group is read (ADR 0048).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from lance_ops.format import blob_v2
 from lance_ops.format.v2_0 import batch as v20_batch
 from lance_ops.format.v2_0.reader import LanceFileReader as V20Reader
 from lance_ops.table import deletion, scan
-from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.fragment import LanceFragment, forget_readers
 from lance_ops.table.manifest import naming
 from lance_ops.table.paths import dataset_where
 
@@ -116,7 +117,7 @@ class TaskReader:
     """Reads a task's fragments (of the dataset ``view`` at the task's read version) group by group."""
 
     def __init__(self, view: Any, fragments: Sequence[table_pb2.DataFragment], live_rows: Sequence[int],
-                 stats: dict[str, int]) -> None:
+                 stats: dict[str, int], *, keep_deleted: bool = False) -> None:
         self._view = view
         self._schema: pa.Schema = view.storage_schema  # extension columns as stored, as the writer takes them
         self._ids = [view.top_field_ids[name] for name in self._schema.names]
@@ -126,6 +127,10 @@ class TaskReader:
         self._groups = groups(fragments, live_rows)
         self._stats = stats
         self._where = dataset_where(view)
+        #: with ``keep_deleted``: fragment id -> its deleted offsets, as read here (sorted unique),
+        #: for the directly read fragments that have a deletion file; the stable row ids are
+        #: carried over from them without reading the deletion files again
+        self.deleted: dict[int, np.ndarray] | None = {} if keep_deleted else None
 
     # --- one fragment --------------------------------------------------------------------------
     def _open(self, item: tuple[table_pb2.DataFragment, int | None]) -> _Source:
@@ -145,6 +150,8 @@ class TaskReader:
             view = self._view
             dead = deletion.read_deletion_offsets(view.store, view.base, proto.id, proto.deletion_file,
                                                   proto.physical_rows, self._where)
+            if self.deleted is not None:
+                self.deleted[proto.id] = dead  # (one dict item per fragment: atomic under the GIL)
             if dead.size:
                 mask = np.ones(proto.physical_rows, dtype=bool)
                 mask[dead] = False
@@ -226,6 +233,10 @@ class TaskReader:
         finally:
             for fut in singles.values():
                 fut.cancel()
+            # each file is read once: its reader (a small file's reader holds the file whole) would
+            # otherwise stay in the view's cache, up to a thousand of them, until the task ends
+            for proto, _ in group:
+                forget_readers(self._view, proto)
         return tables
 
     def _account(self, group: list[tuple[table_pb2.DataFragment, int | None]], tables: list[pa.Table]) -> pa.Table:

@@ -1,0 +1,218 @@
+"""FSST longest-match machinery of the writer (``v2_1.compression.fsst``, ADR 0046).
+
+The strings, cut into 511-byte segments like upstream, are laid end to end with a *terminator*
+byte after each (``expand``; the sample's least frequent byte, which no multi-byte symbol
+contains, as upstream), so no match can run past its segment. ``match`` gives the longest symbol
+at every position from one 2-byte table lookup plus hashed probes, longest length first, of the
+symbols of 3+ bytes that share the position's first three bytes; ``walk`` follows the chains of
+matches from every segment's start, one numpy step per token for all segments at once.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+SEGMENT = 511
+ESCAPE = 255
+MAX_SYMBOLS = 255
+MASKS = np.array([0] + [(1 << (8 * k)) - 1 for k in range(1, 8)] + [0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
+_CHUNK = 1 << 17
+_WALK_CHUNK = 1 << 18
+_COMPACT_EVERY = 4  # chain steps between drops of the chains that reached their segment's end
+
+
+class Table:
+    """A symbol table (values and lengths in code order, at most 255) and its terminator byte;
+    the lookup structures of :func:`match` are built on first use (training builds a last table
+    that is only ever exported)."""
+
+    def __init__(self, vals: np.ndarray, lens: np.ndarray, term: int) -> None:
+        self.vals = np.asarray(vals, dtype=np.uint64)
+        self.lens = np.asarray(lens, dtype=np.int64)
+        self.term = int(term)
+        self._lookups: Optional[tuple[np.ndarray, Optional[tuple]]] = None
+
+    def lookups(self) -> tuple[np.ndarray, Optional[tuple]]:
+        """(the 2-byte window table, the 3+-byte symbol lookup of :func:`_long_lookup` or None).
+
+        The 65,536-entry table over the 2-byte window holds ``code | length << 8`` of the 2-byte
+        symbol, else of the 1-byte symbol of the first byte, else escape (255, length 1)."""
+        if self._lookups is None:
+            codes = np.arange(len(self.vals), dtype=np.uint16)
+            one = np.full(256, ESCAPE | (1 << 8), dtype=np.uint16)
+            is1, is2 = self.lens == 1, self.lens == 2
+            one[self.vals[is1].astype(np.intp)] = codes[is1] | np.uint16(1 << 8)
+            two = np.tile(one, 256)
+            two[self.vals[is2].astype(np.intp)] = codes[is2] | np.uint16(2 << 8)
+            self._lookups = (two, _long_lookup(self.vals, self.lens, codes))
+        return self._lookups
+
+
+def _hash(keys: np.ndarray, dtype: type) -> tuple:
+    """A collision-free multiplicative hash over distinct ``keys`` (at most 255): (multiplier,
+    shift, number of slots, slot per key). The table has more than k**2 slots (at most 65,536)
+    so that a random odd multiplier is collision-free with probability >= ~0.6 per try."""
+    bits = min(16, max(8, (len(keys) * len(keys)).bit_length()))
+    width = 8 * np.dtype(dtype).itemsize
+    shift = dtype(width - bits)
+    rng = np.random.default_rng(0x46535354)
+    for _ in range(256):
+        mult = dtype(int(rng.integers(1, 2**(width - 1), dtype=np.uint64)) * 2 + 1)
+        h = (keys * mult) >> shift
+        if len(np.unique(h)) == len(h):
+            return mult, shift, 1 << bits, h.astype(np.intp)
+    raise RuntimeError("FSST: no collision-free hash found")  # pragma: no cover - p < 0.4**256
+
+
+def _long_lookup(vals: np.ndarray, lens: np.ndarray, codes: np.ndarray) -> Optional[tuple]:
+    """Symbols of 3+ bytes: a collision-free hash of their distinct first three bytes -- (multiplier,
+    shift, prefix per slot (0xFFFFFFFF when empty: no 3-byte window equals it), bit L set when some
+    symbol of length L has that prefix) -- and, longest first, per length L present: (L, its mask,
+    multiplier, shift, value per slot, ``code | L << 8`` per slot) of a collision-free hash of
+    the symbols of that length (an empty slot holds a value that hashes elsewhere)."""
+    idx = np.flatnonzero(lens >= 3)
+    if not len(idx):
+        return None
+    p3 = (vals[idx] & np.uint64(0xFFFFFF)).astype(np.uint32)
+    uniq, inv = np.unique(p3, return_inverse=True)
+    mult, shift, size, h = _hash(uniq, np.uint32)
+    hp3 = np.full(size, 0xFFFFFFFF, dtype=np.uint32)
+    hp3[h] = uniq
+    lenbits = np.zeros(size, dtype=np.uint16)
+    np.bitwise_or.at(lenbits, h[inv], (np.uint16(1) << lens[idx].astype(np.uint16)))
+    per_len = []
+    for L in range(8, 2, -1):
+        sel = idx[lens[idx] == L]
+        if not len(sel):
+            continue
+        keys = vals[sel]
+        m, sh, lsize, hh = _hash(keys, np.uint64)
+        hk = np.full(lsize, keys[0], dtype=np.uint64)
+        hk[hh] = keys
+        hcl = np.zeros(lsize, dtype=np.uint16)
+        hcl[hh] = codes[sel] | np.uint16(L << 8)
+        per_len.append((L, MASKS[L], m, sh, hk, hcl))
+    return mult, shift, hp3, lenbits, per_len
+
+
+def _view(buf: np.ndarray, dtype: str, width: int) -> np.ndarray:
+    """The little-endian ``width``-byte window starting at every position of ``buf`` (a strided,
+    unaligned, read-only view: no copy)."""
+    v = np.ndarray(shape=(len(buf) - width + 1,), dtype=dtype, buffer=buf, strides=(1,))
+    v.flags.writeable = False
+    return v
+
+
+def expand(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray,
+           term: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The segments (which tile ``data`` in order) laid end to end with ``term`` after each, plus
+    8 bytes of ``term`` padding: (buffer, segment starts, segment ends = terminator positions)."""
+    k = len(seg_start)
+    n = len(data)
+    shift = np.arange(k, dtype=np.int64)
+    st = seg_start + shift
+    en = seg_end + shift
+    buf = np.full(n + k + 8, term, dtype=np.uint8)
+    if k and n:
+        keep = np.ones(n + k, dtype=bool)
+        keep[en] = False
+        buf[:n + k][keep] = data
+    return buf, st, en
+
+
+def match(buf: np.ndarray, table: Table) -> np.ndarray:
+    """``code | length << 8`` (u16) of the longest symbol starting at every position of an
+    expanded buffer (:func:`expand`; its last 8 bytes are padding), code 255 = escape."""
+    n = len(buf) - 8
+    out = np.empty(n, dtype=np.uint16)
+    w2 = _view(buf, "<u2", 2)
+    two, lk = table.lookups()
+    if lk is not None:
+        mult, shift, hp3 = lk[:3]
+        w4 = _view(buf, "<u4", 4)
+        w8 = _view(buf, "<u8", 8)
+    for a in range(0, n, _CHUNK):
+        b = min(n, a + _CHUNK)
+        cl = np.take(two, w2[a:b])  # (np.take: cheaper than fancy indexing)
+        if lk is not None:
+            w3 = w4[a:b] & np.uint32(0xFFFFFF)
+            h = w3 * mult
+            h >>= shift
+            cand = np.flatnonzero(np.take(hp3, h) == w3)
+            if len(cand):
+                _probe(cl, cand, np.take(h, cand), w8[cand + a], lk)
+        out[a:b] = cl
+    return out
+
+
+def _probe(cl: np.ndarray, cand: np.ndarray, s: np.ndarray, w: np.ndarray, lk: tuple) -> None:
+    """Overwrite ``cl`` at the positions ``cand`` (prefix slot ``s``, 8-byte window ``w``) that
+    start with a symbol of 3+ bytes: lengths longest first, only where the prefix has a symbol
+    of that length, each position leaving the search at its first hit (its longest match)."""
+    _, _, _, lenbits, per_len = lk
+    bits = np.take(lenbits, s)
+    for L, mask, mult, shift, hk, hcl in per_len:
+        sub = np.flatnonzero(bits & np.uint16(1 << L))
+        if not len(sub):
+            continue
+        key = w[sub] & mask
+        hh = key * mult
+        hh >>= shift
+        hi = hh.view(np.int64)  # < the table size
+        hit = np.take(hk, hi) == key
+        if not hit.any():
+            continue
+        done = sub[hit]
+        cl[cand[done]] = hcl[hi[hit]]
+        bits[done] = 0  # found: no shorter length is looked up
+
+
+def walk(lens: np.ndarray, st: np.ndarray, en: np.ndarray) -> np.ndarray:
+    """Where the greedy tokens of an expanded buffer start (bool per position): the chains of
+    matches followed from all segment starts at once, one step per token. ``lens`` is the match
+    length at every position (a terminator's is 1).
+
+    A chain that reaches its segment's terminator steps onto the next segment's start and, until
+    it is dropped (every few steps), walks that segment's own tokens again -- the same positions;
+    terminators are unmarked at the end."""
+    n = len(lens)
+    tl = np.zeros(n + 1, dtype=np.uint8)
+    tl[:n] = lens
+    is_tok = np.zeros(n + 1, dtype=bool)
+    live = st < en
+    st_l = st[live].astype(np.intp)
+    en_l = en[live].astype(np.intp)
+    # a few hundred KiB of the buffer at a time, so the chains' lookups stay in the cache
+    cuts = np.searchsorted(st_l, np.arange(0, n + _WALK_CHUNK, _WALK_CHUNK))
+    for i in range(len(cuts) - 1):
+        p = st_l[cuts[i]:cuts[i + 1]]
+        if not len(p):
+            continue
+        p = p.copy()
+        e = en_l[cuts[i]:cuts[i + 1]]
+        step = 0
+        while len(p):
+            is_tok[p] = True
+            p += np.take(tl, p)
+            step += 1
+            if step % _COMPACT_EVERY == 0:
+                keep = p < e
+                p, e = p[keep], e[keep]
+    is_tok[en] = False
+    return is_tok[:n]
+
+
+def segments(offs: np.ndarray) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """Cut strings into <= 511-byte segments; returns (start, end, owning string). Empty strings
+    may appear as empty segments."""
+    lens = np.diff(offs)
+    if not len(lens) or int(lens.max()) <= SEGMENT:
+        return offs[:-1], offs[1:], None
+    nseg = np.maximum((lens + SEGMENT - 1) // SEGMENT, 0)
+    owner = np.repeat(np.arange(len(lens)), nseg)
+    first = np.concatenate([[0], np.cumsum(nseg)[:-1]]) if len(nseg) else np.zeros(0, np.int64)
+    k = np.arange(len(owner)) - np.repeat(first, nseg)
+    start = offs[:-1][owner] + k * SEGMENT
+    end = np.minimum(start + SEGMENT, offs[1:][owner])
+    return start.astype(np.int64), end.astype(np.int64), owner
