@@ -20,7 +20,6 @@ import os
 import shutil
 import stat
 import threading
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Callable, Iterable, Iterator, Sequence
@@ -67,6 +66,21 @@ def _fsync_all(paths: Sequence[str]) -> None:
             _fsync_path(path)
         return
     list(_sync_pool().map(_fsync_path, paths))
+
+
+#: deferred-sync scopes: depth per thread (shared by every LocalStore of the process)
+_DEFERRING = threading.local()
+#: files written in a scope and not yet fsynced: (pid, paths); a forked child starts empty
+_UNSYNCED: tuple[int, set[str]] = (os.getpid(), set())
+_UNSYNCED_LOCK = threading.Lock()
+
+
+def _unsynced() -> set[str]:
+    """The remembered files of this process (call with ``_UNSYNCED_LOCK`` held)."""
+    global _UNSYNCED
+    if _UNSYNCED[0] != os.getpid():
+        _UNSYNCED = (os.getpid(), set())
+    return _UNSYNCED[1]
 
 
 _SYNC_POOL: tuple[int | None, ThreadPoolExecutor | None] = (None, None)  # (pid, executor)
@@ -117,7 +131,26 @@ def _pread_exact(fd: int, length: int, offset: int) -> bytes:
 
 def _temp_path(path: str) -> str:
     head, name = os.path.split(path)
-    return os.path.join(head, f".{name}.{uuid.uuid4().hex[:12]}.tmp")
+    return os.path.join(head, f".{name}.{os.urandom(6).hex()}.tmp")  # 12 random hex digits
+
+
+def _create_temp(path: str, flags: int = os.O_WRONLY) -> tuple[str, int]:
+    """A fresh temp file next to ``path`` (its directory created only when missing): (name, fd)."""
+    tmp = _temp_path(path)
+    try:
+        return tmp, os.open(tmp, flags | os.O_CREAT | os.O_EXCL, 0o666)
+    except (FileNotFoundError, NotADirectoryError):  # no directory yet (usually there is one);
+        # makedirs creates it, or raises as before when a file is in the way
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    return tmp, os.open(tmp, flags | os.O_CREAT | os.O_EXCL, 0o666)
+
+
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """Write all of ``data`` to ``fd`` (looping over short writes)."""
+    view = memoryview(data)
+    while view.nbytes:
+        n = os.write(fd, view)
+        view = view[n:]
 
 
 def _unlink_quietly(path: str) -> None:
@@ -137,59 +170,51 @@ class LocalStore(ObjectStore):
     def __init__(self, coalesce_gap: int = 4 * 1024) -> None:
         super().__init__()
         self.coalesce_gap = coalesce_gap
-        self._deferring = threading.local()
-        self._unsynced: set[str] = set()
-        self._unsynced_lock = threading.Lock()
 
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        for name in ("_deferring", "_unsynced", "_unsynced_lock"):
-            state.pop(name, None)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._deferring = threading.local()
-        self._unsynced = set()
-        self._unsynced_lock = threading.Lock()
-
-    # --- durability (ADR 0036) -------------------------------------------------------------
+    # --- durability (ADR 0036, ADR 0047) ---------------------------------------------------
+    # The scope and the remembered files belong to the thread and the process, not to one
+    # LocalStore: a data file is written through the store its file writer opens for the path
+    # (``open_store``), the manifest through the committing store; both must meet in one barrier.
     @contextlib.contextmanager
     def deferred_sync(self) -> Iterator[None]:
-        """In this thread, files written by ``put``/``open_output`` are not fsynced one by one
-        but remembered, and made durable together by the next ``put_if_absent`` (or
-        :meth:`sync_written`)."""
-        self._deferring.depth = getattr(self._deferring, "depth", 0) + 1
+        """In this thread, files written by ``put``/``open_output`` of any LocalStore are not
+        fsynced one by one but remembered, and made durable together by the next
+        ``put_if_absent`` (or :meth:`sync_written`) of any LocalStore of this process."""
+        _DEFERRING.depth = getattr(_DEFERRING, "depth", 0) + 1
         try:
             yield
         finally:
-            self._deferring.depth -= 1
+            _DEFERRING.depth -= 1
 
     def _defers(self) -> bool:
-        return getattr(self._deferring, "depth", 0) > 0
+        return getattr(_DEFERRING, "depth", 0) > 0
 
     def _written(self, path: str) -> bool:
         """Remember ``path`` for the next barrier if this thread defers; True if it does."""
         if not self._defers():
             return False
-        with self._unsynced_lock:
-            self._unsynced.add(path)
+        with _UNSYNCED_LOCK:
+            _unsynced().add(path)
         return True
 
-    def sync_written(self, *also: str) -> None:
-        """The barrier: fsync every remembered file, ``also``, and their directories, side by side."""
-        with self._unsynced_lock:
-            files = sorted(self._unsynced)
-            self._unsynced.clear()
-        files += [p for p in also if p not in files]
+    def sync_written(self, *also: str, also_dirs: bool = True) -> None:
+        """The barrier: fsync every remembered file, ``also``, and their directories, side by side
+        (the directories of ``also`` only if ``also_dirs``).
+
+        A remembered file leaves the set only once its fsync is done: a barrier running at the
+        same time in another thread fsyncs it too instead of publishing before it is durable.
+        """
+        with _UNSYNCED_LOCK:
+            remembered = sorted(_unsynced())
+        files = remembered + [p for p in also if p not in remembered]
         if not files:
             return
-        try:  # files and directories side by side: all of them are done before anything is published
-            _fsync_all(files + sorted({os.path.dirname(p) or "." for p in files}))
-        except BaseException:
-            with self._unsynced_lock:  # not known to be durable: the next barrier tries again
-                self._unsynced.update(p for p in files if p not in also)
-            raise
+        dirs = {os.path.dirname(p) or "." for p in (files if also_dirs else remembered)}
+        # files and directories side by side: all of them are done before anything is published;
+        # a failure leaves the remembered files in the set, so the next barrier tries again
+        _fsync_all(files + sorted(dirs))
+        with _UNSYNCED_LOCK:
+            _unsynced().difference_update(remembered)
 
     def join(self, path: str, *parts: str) -> str:
         """Join with the OS separator; leading slashes of ``parts`` never escape ``path``."""
@@ -339,15 +364,14 @@ class LocalStore(ObjectStore):
     # --- writes ----------------------------------------------------------------------------
     def _write_temp(self, path: str, data: bytes, sync: bool = True) -> str:
         """Write ``data`` fully (and fsync it if ``sync``) to a fresh temp file next to ``path``."""
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = _temp_path(path)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        tmp, fd = _create_temp(path)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
+            try:
+                _write_all(fd, data)
                 if sync:
-                    os.fsync(f.fileno())
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
         except BaseException:
             _unlink_quietly(tmp)
             raise
@@ -382,7 +406,8 @@ class LocalStore(ObjectStore):
         with _mapped_errors("put_if_absent", path):
             tmp = self._write_temp(path, data, sync=False)
             try:
-                self.sync_written(tmp)
+                # the temp file's own name needs no fsync: the directory is fsynced after the link
+                self.sync_written(tmp, also_dirs=False)
                 os.link(tmp, path)  # atomic: fails with EEXIST if anything is at path
             except FileExistsError as e:
                 raise AlreadyExistsError(f"put_if_absent: {path} already exists") from e
@@ -548,14 +573,13 @@ class _LocalWriter(ObjectWriter):
         super().__init__()
         self._store = store
         self._path = path
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        self._tmp = _temp_path(path)
-        self._file = open(self._tmp, "xb")
+        self._tmp, fd = _create_temp(path)
+        self._file = open(fd, "wb")
         self._pos = 0  # bytes handed to the file
         self._flushed_to = 0  # write-back requested up to here
 
     def _write(self, view: memoryview) -> None:
-        with _mapped_errors("write", self._path):
+        try:  # (no context manager per call: a file writer hands over many small pieces)
             self._file.write(view)
             self._pos += len(view)
             if _sync_file_range is not None and self._pos - self._flushed_to >= _WRITEBACK_STEP:
@@ -563,6 +587,9 @@ class _LocalWriter(ObjectWriter):
                 _sync_file_range(self._file.fileno(), self._flushed_to, self._pos - self._flushed_to,
                                  _SYNC_FILE_RANGE_WRITE)  # a hint: failures are ignored
                 self._flushed_to = self._pos
+        except OSError:
+            with _mapped_errors("write", self._path):
+                raise
 
     def _finish(self) -> None:
         with _mapped_errors("close", self._path):

@@ -16,6 +16,7 @@ import re
 import stat
 from typing import TYPE_CHECKING, Iterable
 
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
 from lance_ops.errors import UnsafePathError
@@ -127,10 +128,47 @@ def dataset_where(ds: DatasetSnapshot) -> str:
 _PATH_MESSAGES = {"lance.table.DataFile": "data file path", "lance.table.ExternalFile": "external file path"}
 
 
+#: message type name -> whether a message of it can hold a DataFile or ExternalFile (itself or below)
+_HOLDS_PATHS: dict[str, bool] = {}
+
+
+def _holds_paths(descriptor: Descriptor, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether messages of ``descriptor`` can hold a path message (maps never do)."""
+    name = descriptor.full_name
+    known = _HOLDS_PATHS.get(name)
+    if known is not None:
+        return known
+    if name in _PATH_MESSAGES:
+        _HOLDS_PATHS[name] = True
+        return True
+    if name in seen:  # a recursive type: decided by its other fields
+        return False
+    found = any(fd.message_type is not None and not fd.message_type.GetOptions().map_entry
+                and _holds_paths(fd.message_type, seen | {name}) for fd in descriptor.fields)
+    if not seen:
+        _HOLDS_PATHS[name] = found  # (only answers not cut short by a cycle are kept)
+    return found
+
+
+#: message type name -> whether a field of it can lead to a path message
+_CHILDREN_HOLD_PATHS: dict[str, bool] = {}
+
+
+def _children_hold_paths(descriptor: Descriptor) -> bool:
+    """Whether a field of ``descriptor`` can lead to a path message."""
+    known = _CHILDREN_HOLD_PATHS.get(descriptor.full_name)
+    if known is None:
+        known = any(fd.message_type is not None and not fd.message_type.GetOptions().map_entry
+                    and _holds_paths(fd.message_type) for fd in descriptor.fields)
+        _CHILDREN_HOLD_PATHS[descriptor.full_name] = known
+    return known
+
+
 def check_message_paths(message: Message, *, where: str) -> None:
     """Refuse a protobuf message (a transaction, a fragment) holding any ``DataFile`` or
     ``ExternalFile`` with an unsafe path (:func:`unsafe_reason`), so that nothing we commit
-    can point outside the dataset."""
+    can point outside the dataset. Sub-messages of types that cannot hold one (deletion files,
+    row-id sequences, ...) are not walked (thousands of fragments per transaction are common)."""
     stack = [message]
     while stack:
         msg = stack.pop()
@@ -139,10 +177,20 @@ def check_message_paths(message: Message, *, where: str) -> None:
             reason = unsafe_reason(msg.path)
             if reason is not None:
                 raise UnsafePathError(where, what, msg.path, reason)
+        if what is not None and not _children_hold_paths(msg.DESCRIPTOR):
+            continue  # (a DataFile: nothing below it to walk)
         for fd, value in msg.ListFields():
-            if fd.message_type is None:
+            if fd.message_type is None or not _holds_paths(fd.message_type):
                 continue
             if isinstance(value, Message):
                 stack.append(value)
-            elif not fd.message_type.GetOptions().map_entry:  # repeated messages (maps hold no files)
-                stack.extend(value)
+            elif fd.message_type.GetOptions().map_entry:
+                continue  # (maps hold no files)
+            elif fd.message_type.full_name in _PATH_MESSAGES and not _children_hold_paths(fd.message_type):
+                leaf = _PATH_MESSAGES[fd.message_type.full_name]  # (data files: checked here, not stacked)
+                for item in value:
+                    reason = unsafe_reason(item.path)
+                    if reason is not None:
+                        raise UnsafePathError(where, leaf, item.path, reason)
+            else:
+                stack.extend(value)  # repeated messages

@@ -98,6 +98,16 @@ def basename(path: str) -> str:
     return _basename(path)
 
 
+def _split_v2_candidates(paths: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``paths`` split into those whose name has a V2 manifest name's length and suffix (the only
+    ones :func:`parse_manifest_name` can read as V2) and the others that end in the suffix."""
+    named = [p for p in paths if p.endswith(MANIFEST_SUFFIX)]
+    v2 = [p for p in named if len(_basename(p)) == _V2_NAME_LEN]
+    if len(v2) == len(named):
+        return v2, []
+    return v2, [p for p in named if len(_basename(p)) != _V2_NAME_LEN]
+
+
 def parse_manifest_name(name: str) -> tuple[int, NamingScheme] | None:
     """``(version, scheme)`` for a committed manifest file name, else None.
 
@@ -159,7 +169,12 @@ def list_versions_from(store: ObjectStore, base: str, first: int) -> list[Manife
     parsed: dict[str, tuple[int, NamingScheme]] = {}
 
     def pick(paths: Sequence[str]) -> list[str]:
-        for path in paths:
+        v2_named, others = _split_v2_candidates(paths)
+        # a V2 name holds version >= first iff its 20 digits are <= U64_MAX - first (equal-length
+        # digit strings compare as numbers): only those few are parsed
+        bound = f"{U64_MAX - first:020d}" if 0 <= first <= U64_MAX else None
+        close = [p for p in v2_named if bound is None or _basename(p)[:_V2_STEM_LEN] <= bound]
+        for path in close + others:
             got = parse_manifest_name(path)
             if got is not None and got[0] >= first:
                 parsed[path] = got
@@ -258,7 +273,17 @@ def _newest_by_name(store: ObjectStore, base: str) -> ManifestLocation | None:
     def pick(paths: Sequence[str]) -> list[str]:
         schemes: set[NamingScheme] = set()
         best: tuple[int, str] | None = None  # (version, path) of the newest
-        for path in paths:
+        v2_named, others = _split_v2_candidates(paths)
+        # V2: the newest is the first valid name in name order (equal-length digit strings sort
+        # as numbers, the inverted numbering puts the newest first); others are all parsed
+        for path in sorted(v2_named, key=_basename):
+            parsed = parse_manifest_name(path)
+            if parsed is not None:
+                found[path] = parsed
+                schemes.add(parsed[1])
+                best = (parsed[0], path)
+                break
+        for path in others:
             parsed = parse_manifest_name(path)
             if parsed is not None:
                 found[path] = parsed
