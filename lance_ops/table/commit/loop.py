@@ -66,6 +66,7 @@ from lance_ops.table.manifest.codec import (
     read_manifest,
     write_manifest,
 )
+from lance_ops.table.manifest.facts import fragment_facts
 from lance_ops.table.stats.fragments import fill_fragment_stats
 from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY, find_in_versions, kind_of
 from lance_ops.table.commit.properties import DEFAULT_MAX_RETRIES, CommitProperties
@@ -471,13 +472,18 @@ def _attempt(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ct
         raise DatasetNotFoundError(f"{store.uri(base)}: the dataset disappeared while committing")
 
     version = current.version + 1 if current else 1
+    # an Append keeps the previous fragments as they are: one pass over them answers the builder's
+    # and the statistics check's questions, which then look only at the new fragments (ADR 0052)
+    facts = fragment_facts(current.manifest.fragments) \
+        if current is not None and txn.WhichOneof("operation") == "append" else None
     manifest = build_manifest(
         current.manifest if current else None, txn, version=version, transaction_file="",
         data_storage_version=options.data_storage_version,
-        enable_stable_row_ids=options.enable_stable_row_ids, restored=restored,
+        enable_stable_row_ids=options.enable_stable_row_ids, restored=restored, previous_facts=facts,
     )
     _check_data_file_versions(manifest, txn, store.uri(base))
-    fill_fragment_stats(store, base, manifest)  # old datasets: as pylance's commit fills them
+    settled = len(facts.ids) if facts is not None and not facts.needs_stats else 0
+    fill_fragment_stats(store, base, manifest, settled)  # old datasets: as pylance's commit fills them
     # legacy datasets: the dictionary values go into the manifest file (offsets set here too);
     # missing values are refused here, before anything of this attempt is written
     dictionaries = _new_dictionaries(txn, current, restored_file, ctx)

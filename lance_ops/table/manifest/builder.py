@@ -16,18 +16,29 @@ from google.protobuf import unknown_fields
 from lance_ops._version import __version__
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import RetryableCommitConflictError, UnsupportedError
+from lance_ops.format.version import FileVersion
 from lance_ops.table import rowids, versions
 from lance_ops.table.manifest import feature_flags
+from lance_ops.table.manifest.facts import FragmentFacts
 
 WRITER_LIBRARY = "lance-ops"
 
 
-def _next_fragment_id(manifest: table_pb2.Manifest | None) -> int:
+def _next_fragment_id(manifest: table_pb2.Manifest | None, ids: np.ndarray | None = None) -> int:
     if manifest is None:
         return 0
     high = manifest.max_fragment_id if manifest.HasField("max_fragment_id") else -1
-    ids = _fragment_ids(manifest)
+    if ids is None:
+        ids = _fragment_ids(manifest)
     return max(high, int(ids.max())) + 1 if ids.size else (high + 1 if high >= 0 else 0)
+
+
+def _one_known_version(facts: FragmentFacts | None) -> bool:
+    """The facts show one data file per fragment, all of one storage version pylance knows."""
+    if facts is None or facts.version_pairs is None or len(facts.version_pairs) != 1:
+        return False
+    (major, minor), = facts.version_pairs
+    return FileVersion.from_manifest(int(major), int(minor)) is not None
 
 
 def _fragment_ids(manifest: table_pb2.Manifest) -> np.ndarray:
@@ -193,14 +204,18 @@ def build_manifest(
     data_storage_version: str = versions.DEFAULT,
     enable_stable_row_ids: bool = False,
     restored: table_pb2.Manifest | None = None,
+    previous_facts: FragmentFacts | None = None,
 ) -> table_pb2.Manifest:
     """The manifest for ``version`` after applying ``transaction`` on top of ``previous``.
 
     ``previous`` is None for a new dataset. ``restored`` is the manifest a Restore brings back.
     ``enable_stable_row_ids`` only matters when the dataset is created (it cannot be turned on later).
+    ``previous_facts``: :func:`~lance_ops.table.manifest.facts.fragment_facts` of ``previous``'s
+    fragments, when the caller has them (an Append then walks no fragment list again).
     """
     op = transaction.WhichOneof("operation")
-    if previous is not None and op not in ("overwrite", "restore"):
+    facts = previous_facts if previous is not None and op == "append" else None
+    if previous is not None and op not in ("overwrite", "restore") and not _one_known_version(facts):
         versions.refuse_mixed(previous)
     out = table_pb2.Manifest()
     if op == "restore":
@@ -216,7 +231,8 @@ def build_manifest(
         (previous is not None and previous.reader_feature_flags & feature_flags.FLAG_STABLE_ROW_IDS)
         or (previous is None and enable_stable_row_ids)
     )
-    next_id = _next_fragment_id(out if previous is not None else None)
+    next_id = _next_fragment_id(out if previous is not None else None, facts.ids if facts is not None else None)
+    first_new = next_id
 
     if op == "append":
         next_id = _add_new_fragments(out, transaction.append.fragments, next_id, stable, version)
@@ -298,7 +314,10 @@ def build_manifest(
     # pylance keeps fragments ordered by id in every manifest it builds (its row-id lookups rely on
     # it: with a rewrite placed "in place" it misses rows of fragments listed out of order), and so
     # do we; this also repairs manifests older lance-ops compactions left out of order.
-    ids = _fragment_ids(out)
+    if facts is not None:  # the previous ids, then the new ones (ascending, above all previous ids)
+        ids = np.concatenate([facts.ids, np.arange(first_new, next_id, dtype=np.uint64)])
+    else:
+        ids = _fragment_ids(out)
     if ids.size > 1 and bool((ids[1:] < ids[:-1]).any()):
         ordered = sorted(out.fragments, key=lambda f: f.id)
         del out.fragments[:]

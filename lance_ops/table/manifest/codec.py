@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Mapping, TypeVar
 
 import numpy as np
 import pyarrow as pa
+from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError, Message
 
 from lance_ops.format.version import FileVersion
@@ -238,8 +239,12 @@ def encode_manifest(
     ``dictionaries`` (field id -> values; e.g. a read ``ManifestFile.dictionaries``): they are
     written first and the copy's ``dictionary`` offsets point at them.
     """
-    m = table_pb2.Manifest()
-    m.CopyFrom(manifest)
+    run = None  # the fragment records' bytes, when ``m`` is a copy without them
+    if len(manifest.fragments) >= _SPLICE_MIN_FRAGMENTS and not dictionary_fields(manifest):
+        m, run = _split_fragments(manifest)
+    else:
+        m = table_pb2.Manifest()
+        m.CopyFrom(manifest)
     prefix = place_dictionaries(m, dictionaries) if dictionary_fields(m) else b""
     parts: list[bytes] = [prefix]
     pos = len(prefix)
@@ -261,7 +266,7 @@ def encode_manifest(
     else:
         m.ClearField("transaction_section")
 
-    blob = _serialize_manifest(m)
+    blob = _serialize_manifest(m) if run is None else _splice_fragments(m, run)
     if len(blob) > 0xFFFFFFFF:
         raise ValueError("manifest larger than 4 GiB cannot be written")
     manifest_pos = pos
@@ -271,6 +276,8 @@ def encode_manifest(
 
 #: fragment lists at least this long are serialised apart from the rest of the Manifest
 _SPLICE_MIN_FRAGMENTS = 16
+#: the field number of ``Manifest.fragments``
+_FRAGMENTS_FIELD = table_pb2.Manifest.DESCRIPTOR.fields_by_name["fragments"].number
 
 
 def _first_record_after(data: bytes, number: int) -> int:
@@ -279,6 +286,50 @@ def _first_record_after(data: bytes, number: int) -> int:
         if field > number:
             return start
     return len(data)
+
+
+def _copy_without_fragments(manifest: table_pb2.Manifest) -> table_pb2.Manifest | None:
+    """A copy of ``manifest`` without its fragment list (None when the top level holds unknown
+    fields, which only a whole copy carries over)."""
+    if len(unknown_fields.UnknownFieldSet(manifest)):
+        return None
+    m = table_pb2.Manifest()
+    for fd, value in manifest.ListFields():
+        if fd.number == _FRAGMENTS_FIELD:
+            continue
+        if fd.is_repeated:  # repeated fields and maps
+            getattr(m, fd.name).MergeFrom(value)
+        elif fd.message_type is not None:
+            getattr(m, fd.name).CopyFrom(value)
+        else:
+            setattr(m, fd.name, value)
+    return m
+
+
+def _split_fragments(manifest: table_pb2.Manifest) -> tuple[table_pb2.Manifest, bytes | None]:
+    """``(copy, fragment records)``: the fragment list's bytes as they lie in the serialised
+    Manifest (fragment records hold no maps: their plain deterministic form is upstream's), and a
+    copy of everything else; ``(whole copy, None)`` where that cannot be done. Copying the
+    thousands of fragment records only to serialise them was the cost of an encode (ADR 0052)."""
+    m = None if has_map(table_pb2.DataFragment.DESCRIPTOR) else _copy_without_fragments(manifest)
+    if m is not None:
+        full = manifest.SerializeToString(deterministic=True)
+        rest = m.SerializeToString(deterministic=True)
+        cut = _first_record_after(rest, 1)
+        frag_len = len(full) - len(rest)
+        if full[:cut] == rest[:cut] and full[cut + frag_len:] == rest[cut:]:
+            return m, full[cut:cut + frag_len]
+    m = table_pb2.Manifest()
+    m.CopyFrom(manifest)
+    return m, None
+
+
+def _splice_fragments(m: table_pb2.Manifest, run: bytes) -> bytes:
+    """The Manifest ``m`` (without fragments) serialised as upstream does, with the fragment
+    records ``run`` in their place: after the schema (field 1), before the later fields."""
+    fixed = _serialize(m)
+    at = _first_record_after(fixed, 1)
+    return fixed[:at] + run + fixed[at:]
 
 
 def _serialize_manifest(m: table_pb2.Manifest) -> bytes:

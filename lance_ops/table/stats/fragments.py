@@ -11,44 +11,21 @@ counts the rows of the data files), and so are fragments whose files live in oth
 """
 from __future__ import annotations
 
-from typing import Sequence
-
-import numpy as np
-
 from lance_ops._proto import table_pb2
 from lance_ops.io import ObjectStore
-from lance_ops.table import deletion, versions
+from lance_ops.table import deletion
+from lance_ops.table.manifest.facts import fragment_facts
 
 
-def _needs_stats(frag: table_pb2.DataFragment) -> bool:
-    if any(df.file_size_bytes == 0 and not df.HasField("base_id") for df in frag.files):
-        return True
-    if frag.physical_rows == 0:
-        return False  # unknown row count: nothing this module can fill in
-    has_deletions = frag.HasField("deletion_file")
-    if has_deletions and frag.deletion_file.num_deleted_rows == 0:
-        return True
-    deleted = frag.deletion_file.num_deleted_rows if has_deletions else 0
-    return frag.physical_rows - deleted <= 0
+def fill_fragment_stats(store: ObjectStore, base: str, manifest: table_pb2.Manifest, settled: int = 0) -> None:
+    """In place: missing data-file sizes and deleted-row counts, and no fragment without live rows.
 
-
-def _any_needs_stats(frags: Sequence[table_pb2.DataFragment]) -> bool:
-    """``any(_needs_stats(f) for f in frags)``, in a few passes over plain values (thousands of
-    fragments are common; with a data file of unknown size, fragment by fragment)."""
-    if 0 in [df.file_size_bytes for df in versions.data_files(frags)]:
-        return any(_needs_stats(f) for f in frags)
-    physical = np.fromiter((f.physical_rows for f in frags), dtype=np.int64, count=len(frags))
-    deleted = np.fromiter((f.deletion_file.num_deleted_rows for f in frags), dtype=np.int64, count=len(frags))
-    uncounted = deleted == 0  # no deletion file, or (very old writers) one without its count
-    if uncounted.any():
-        has_file = np.fromiter((f.HasField("deletion_file") for f in frags), dtype=bool, count=len(frags))
-        uncounted &= has_file
-    return bool(((physical != 0) & (uncounted | (physical - deleted <= 0))).any())
-
-
-def fill_fragment_stats(store: ObjectStore, base: str, manifest: table_pb2.Manifest) -> None:
-    """In place: missing data-file sizes and deleted-row counts, and no fragment without live rows."""
-    if not _any_needs_stats(list(manifest.fragments)):
+    ``settled``: the first ``settled`` fragments are known to need nothing (an Append's commit
+    checked them on the previous manifest, :func:`lance_ops.table.manifest.facts.fragment_facts`);
+    only the others are looked at to decide whether anything needs filling.
+    """
+    frags = manifest.fragments
+    if not fragment_facts(frags[settled:] if settled else frags).needs_stats:
         return
     kept = []
     for frag in manifest.fragments:
