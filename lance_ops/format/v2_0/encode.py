@@ -366,9 +366,12 @@ def concat_page_arrays(arrays: Sequence[pa.Array]) -> pa.Array:
     return pa.concat_arrays(arrays)
 
 
+#: Arrow type ids of string and binary types (one set lookup: asked per column and page)
+_BINARY_LIKE_IDS = frozenset(t.id for t in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()))
+
+
 def _is_binary_like(dt: pa.DataType) -> bool:
-    return (pa.types.is_string(dt) or pa.types.is_large_string(dt) or pa.types.is_binary(dt)
-            or pa.types.is_large_binary(dt))
+    return dt.id in _BINARY_LIKE_IDS
 
 
 def leaf_page_encoder_supported(dt: pa.DataType) -> bool:

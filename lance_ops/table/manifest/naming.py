@@ -108,6 +108,15 @@ def _split_v2_candidates(paths: Sequence[str]) -> tuple[list[str], list[str]]:
     return v2, [p for p in named if len(_basename(p)) != _V2_NAME_LEN]
 
 
+def _split_v2_named(paths: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """:func:`_split_v2_candidates`, the V2 candidates as ``(name, path)`` pairs."""
+    named = [(_basename(p), p) for p in paths if p.endswith(MANIFEST_SUFFIX)]
+    v2 = [entry for entry in named if len(entry[0]) == _V2_NAME_LEN]
+    if len(v2) == len(named):
+        return v2, []
+    return v2, [p for n, p in named if len(n) != _V2_NAME_LEN]
+
+
 def parse_manifest_name(name: str) -> tuple[int, NamingScheme] | None:
     """``(version, scheme)`` for a committed manifest file name, else None.
 
@@ -273,10 +282,16 @@ def _newest_by_name(store: ObjectStore, base: str) -> ManifestLocation | None:
     def pick(paths: Sequence[str]) -> list[str]:
         schemes: set[NamingScheme] = set()
         best: tuple[int, str] | None = None  # (version, path) of the newest
-        v2_named, others = _split_v2_candidates(paths)
+        by_name, others = _split_v2_named(paths)
         # V2: the newest is the first valid name in name order (equal-length digit strings sort
-        # as numbers, the inverted numbering puts the newest first); others are all parsed
-        for path in sorted(v2_named, key=_basename):
+        # as numbers, the inverted numbering puts the newest first); others are all parsed.
+        # The smallest name is nearly always valid: it is tried before sorting them all.
+        smallest = min(by_name) if by_name else None
+        if smallest is not None and parse_manifest_name(smallest[0]) is None:
+            ordered = [p for _, p in sorted(by_name)]
+        else:
+            ordered = [smallest[1]] if smallest is not None else []
+        for path in ordered:
             parsed = parse_manifest_name(path)
             if parsed is not None:
                 found[path] = parsed
