@@ -44,8 +44,9 @@ def _needs_stats(frag: table_pb2.DataFragment) -> bool:
 
 
 def fragment_facts(fragments: Sequence[table_pb2.DataFragment]) -> FragmentFacts:
-    """The facts of ``fragments``: one pass reading each record's id, row counts and first data file."""
-    rows = [(f.id, f.physical_rows, f.deletion_file.num_deleted_rows, f.files) for f in fragments]
+    """The facts of ``fragments``: one pass reading each record's id, row counts, deletion file and data files."""
+    rows = [(f.id, f.physical_rows, f.deletion_file.num_deleted_rows, f.files, f.HasField("deletion_file"))
+            for f in fragments]
     n = len(rows)
     ids = np.fromiter((r[0] for r in rows), dtype=np.uint64, count=n)
     single = all(len(r[3]) == 1 for r in rows)
@@ -62,7 +63,6 @@ def fragment_facts(fragments: Sequence[table_pb2.DataFragment]) -> FragmentFacts
     deleted = np.fromiter((r[2] for r in rows), dtype=np.int64, count=n)
     uncounted = deleted == 0  # no deletion file, or (very old writers) one without its count
     if uncounted.any():
-        has_file = np.fromiter((f.HasField("deletion_file") for f in fragments), dtype=bool, count=n)
-        uncounted &= has_file
+        uncounted &= np.fromiter((r[4] for r in rows), dtype=bool, count=n)
     needs = bool(((physical != 0) & (uncounted | (physical - deleted <= 0))).any())
     return FragmentFacts(ids, pairs, needs)
