@@ -7,8 +7,9 @@ Compaction copies whole fragments, so it reads them differently from a scan (ADR
   out per group. A background thread reads the next group while the current one is written.
 * A fragment whose one data file stores every column of a blob-free schema is read *directly*:
   its (cached, manifest-checked) file reader returns all physical rows and the deletion vector
-  is applied as one boolean mask. Data files are opened and deletion files read on a small
-  thread pool (the I/O of a remote store overlaps); readers that can decode many files of one
+  is applied as one boolean mask. Data files are opened on a small thread pool on a remote
+  store (their I/O overlaps; on local disk one after the other), a group's deletion vectors
+  are read together (ADR 0051); readers that can decode many files of one
   layout at once (``read_all_of``) do so for consecutive small files of a group.
 * Any other fragment (several data files, blob columns, missing columns) is read through the
   scan planner as before.
@@ -143,19 +144,25 @@ class TaskReader:
             if len(located) == len(self._ids) and all(index == 0 for index, _ in located.values()):
                 reader = frag.data_file_reader(0)
                 names = tuple(located[fid][1] for fid in self._ids)
-        mask = None
-        if reader is not None and proto.HasField("deletion_file"):  # applied even when its count is unknown (0)
-            # read here, not through LanceFragment.deleted_offsets: each fragment is read once, and
-            # that cached property's lock (one per class in Python 3.11) would serialise the pool
-            view = self._view
-            dead = deletion.read_deletion_offsets(view.store, view.base, proto.id, proto.deletion_file,
-                                                  proto.physical_rows, self._where)
+        return _Source(proto, expected, frag, reader, names, None)
+
+    def _mask_deleted(self, sources: Sequence[_Source]) -> None:
+        """Give the directly read sources with a deletion file their live-row masks: the group's
+        deletion vectors read together (``deletion.read_deletion_vectors``: one directory check,
+        one decode per file length; the same offsets and errors as one file at a time). Applied
+        even when a deletion file records no count (0: very old writers)."""
+        todo = [s for s in sources if s.reader is not None and s.proto.HasField("deletion_file")]
+        if not todo:
+            return
+        view = self._view
+        vectors = deletion.read_deletion_vectors(view.store, view.base, [s.proto for s in todo], self._where)
+        for src, dead in zip(todo, vectors):
             if self.deleted is not None:
-                self.deleted[proto.id] = dead  # (one dict item per fragment: atomic under the GIL)
+                self.deleted[src.proto.id] = dead
             if dead.size:
-                mask = np.ones(proto.physical_rows, dtype=bool)
+                mask = np.ones(src.proto.physical_rows, dtype=bool)
                 mask[dead] = False
-        return _Source(proto, expected, frag, reader, names, mask)
+                src.mask = mask
 
     def _conform(self, table: pa.Table, names: Sequence[str]) -> pa.Table:
         """A file's columns ``names`` as the dataset schema's columns (names, types)."""
@@ -202,7 +209,12 @@ class TaskReader:
     # --- one group -----------------------------------------------------------------------------
     def _load(self, group: list[tuple[table_pb2.DataFragment, int | None]], pool: ThreadPoolExecutor) -> list[pa.Table]:
         """The group's live rows, as tables in fragment order."""
-        sources = list(pool.map(self._open, group)) if len(group) > 1 else [self._open(group[0])]
+        # on a remote store the files are opened side by side (their I/O overlaps); on local disk
+        # opening is Python over small buffers that holds the GIL: one after the other in this
+        # thread costs less CPU than handing the GIL between pool threads (ADR 0051)
+        sources = (list(pool.map(self._open, group)) if self._remote and len(group) > 1
+                   else [self._open(item) for item in group])
+        self._mask_deleted(sources)
         runs: list[list[_Source]] = []
         for key, same in itertools.groupby(sources, key=lambda s: s.batch_key(self._remote)):
             members = list(same)
