@@ -59,13 +59,22 @@ def _fsync_path(path: str) -> None:
         os.close(fd)
 
 
+def _fsync_each(paths: Sequence[str]) -> None:
+    """fsync the paths one after the other (one pool task of a barrier)."""
+    for path in paths:
+        _fsync_path(path)
+
+
 def _fsync_all(paths: Sequence[str]) -> None:
-    """fsync every path in ``paths`` (side by side when there are several)."""
+    """fsync every path in ``paths``, side by side when there are several: the paths are dealt
+    round-robin into at most ``_SYNC_WORKERS`` lists, one pool task each (one future per path
+    cost more CPU than the fsyncs of 2,000 small files; ADR 0050). Returns when every fsync did;
+    the first error is raised."""
     if len(paths) <= 1:
-        for path in paths:
-            _fsync_path(path)
+        _fsync_each(paths)
         return
-    list(_sync_pool().map(_fsync_path, paths))
+    lanes = min(_SYNC_WORKERS, len(paths))
+    list(_sync_pool().map(_fsync_each, [paths[i::lanes] for i in range(lanes)]))
 
 
 #: deferred-sync scopes: depth per thread (shared by every LocalStore of the process)

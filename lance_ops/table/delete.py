@@ -54,6 +54,12 @@ def _mask(table: pa.Table, filt: Filter) -> np.ndarray:
     """The predicate as a boolean mask over the rows of ``table`` (null counts as false, as in a filter)."""
     from pyarrow import acero
 
+    if table.num_rows and any(col.num_chunks > 1 for col in table.columns):
+        # one batch: Acero's cost is per batch, and a group holds ~300 fragments' chunks (ADR 0050)
+        try:
+            table = table.combine_chunks()
+        except pa.ArrowException:  # (e.g. > 2 GiB of one string column: as it is)
+            pass
     plan = acero.Declaration.from_sequence([
         acero.Declaration("table_source", acero.TableSourceNodeOptions(table)),
         acero.Declaration("project", acero.ProjectNodeOptions([filt.expression], ["m"])),
