@@ -45,6 +45,13 @@ class ObjectNotFoundError(StorageError, FileNotFoundError, ValueError):
     pylance_raises = "LanceFileReader(path) on a missing file: ValueError ('Not found: ...')"
 
 
+class DurabilityError(StorageError):
+    """Files could not be made durable (an fsync failed): nothing naming them was published."""
+
+    retryable = False
+    pylance_raises = "(none: pylance does not fsync local writes)"
+
+
 class AlreadyExistsError(StorageError, FileExistsError):
     """A put-if-absent found the object already there (another writer won)."""
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from lance_ops.errors import (
     AlreadyExistsError,
+    DurabilityError,
     CorruptFileError,
     LanceOpsError,
     ObjectNotFoundError,
@@ -90,6 +91,20 @@ def _unsynced() -> set[str]:
     if _UNSYNCED[0] != os.getpid():
         _UNSYNCED = (os.getpid(), set())
     return _UNSYNCED[1]
+
+
+#: the files of a barrier that failed in this process: (pid, paths). After a failed fsync, Linux
+#: may report a later fsync of the same lost pages as a success, so fsyncing again proves nothing:
+#: every later barrier of the process refuses (ADR 0036 item 5, amended)
+_FAILED_BARRIER: tuple[int, list[str]] = (os.getpid(), [])
+
+
+def _failed_barrier() -> list[str]:
+    """The files of this process' failed barrier, if any (call with ``_UNSYNCED_LOCK`` held)."""
+    global _FAILED_BARRIER
+    if _FAILED_BARRIER[0] != os.getpid():
+        _FAILED_BARRIER = (os.getpid(), [])
+    return _FAILED_BARRIER[1]
 
 
 _SYNC_POOL: tuple[int | None, ThreadPoolExecutor | None] = (None, None)  # (pid, executor)
@@ -211,17 +226,33 @@ class LocalStore(ObjectStore):
         (the directories of ``also`` only if ``also_dirs``).
 
         A remembered file leaves the set only once its fsync is done: a barrier running at the
-        same time in another thread fsyncs it too instead of publishing before it is durable.
+        same time in another thread fsyncs it too instead of publishing before it is durable. A
+        failed fsync raises :class:`DurabilityError` (not retryable), and every later barrier of the
+        process does too: after a write error, a second fsync proves nothing.
         """
         with _UNSYNCED_LOCK:
             remembered = sorted(_unsynced())
+            failed = list(_failed_barrier())
+        if failed:
+            raise DurabilityError(
+                f"an fsync failed earlier in this process (files such as {failed[0]}): files written since "
+                "cannot be shown to be on disk (a second fsync may report lost data as written); nothing "
+                "was published — restart the process and redo the write")
         files = remembered + [p for p in also if p not in remembered]
         if not files:
             return
         dirs = {os.path.dirname(p) or "." for p in (files if also_dirs else remembered)}
-        # files and directories side by side: all of them are done before anything is published;
-        # a failure leaves the remembered files in the set, so the next barrier tries again
-        _fsync_all(files + sorted(dirs))
+        # files and directories side by side: all of them are done before anything is published
+        try:
+            _fsync_all(files + sorted(dirs))
+        except OSError as exc:
+            # not retried: a repeated fsync can succeed on pages the kernel already dropped. The
+            # publish is refused (here and by every later barrier of this process)
+            with _UNSYNCED_LOCK:
+                _failed_barrier().extend(files)
+            raise DurabilityError(
+                f"fsync failed ({exc}) for the files of a commit (such as {files[0]}): they may not be on disk, "
+                "so nothing naming them was published; redo the write in a new process") from exc
         with _UNSYNCED_LOCK:
             _unsynced().difference_update(remembered)
 

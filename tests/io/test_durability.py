@@ -90,3 +90,56 @@ def test_a_lost_race_still_syncs_and_raises(traced):
         store.put_if_absent(path, b"second")
     assert store.read(path) == b"first"
     assert ("fsync", store.join(root, "_deletions", "d.arrow")) in events
+
+
+FAILED_FSYNC_SCRIPT = r"""
+import errno, json, os, sys
+import pyarrow as pa
+import lance_ops
+import lance_ops.io.local as local_mod
+from lance_ops.errors import DurabilityError
+
+uri = sys.argv[1]
+lance_ops.write_dataset(pa.table({"id": [1, 2]}), uri)
+real_fsync = os.fsync
+failing = {"armed": True}
+
+def fsync(fd):
+    path = os.readlink(f"/proc/self/fd/{fd}")
+    if failing["armed"] and path.endswith(".lance") and "/data/" in path:
+        failing["armed"] = False  # one write error, as a disk reports it once
+        raise OSError(errno.EIO, "Input/output error")
+    real_fsync(fd)
+
+local_mod.os.fsync = fsync
+out = {}
+for step in ("first", "second"):
+    try:
+        lance_ops.write_dataset(pa.table({"id": [3, 4]}), uri, mode="append")
+        out[step] = "committed"
+    except DurabilityError as exc:
+        out[step] = type(exc).__name__ + ": " + str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_a_failed_fsync_publishes_nothing_now_or_later_in_the_process(tmp_path):
+    """After a write error, a second fsync may report the lost pages as written (Linux): the
+    commit whose barrier failed is refused without a retry, and so is every later commit of the
+    process; the dataset keeps its last good version (run in a child process: the refusal lasts
+    as long as the process)."""
+    import json
+    import subprocess
+    import sys
+
+    uri = str(tmp_path / "ds")
+    done = subprocess.run([sys.executable, "-c", FAILED_FSYNC_SCRIPT, uri], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["first"].startswith("DurabilityError: fsync failed") and "Input/output error" in out["first"]
+    assert out["second"].startswith("DurabilityError: an fsync failed earlier in this process")
+    import lance
+
+    ds = lance.dataset(uri)
+    assert ds.version == 1 and ds.to_table()["id"].to_pylist() == [1, 2]

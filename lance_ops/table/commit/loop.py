@@ -43,6 +43,7 @@ from lance_ops.errors import (
     CommitOutcomeUnknownError,
     CommitRetriesExhaustedError,
     DatasetNotFoundError,
+    DurabilityError,
     LanceOpsError,
     ObjectNotFoundError,
     RetryableCommitConflictError,
@@ -515,6 +516,8 @@ def _attempt(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ct
         log.info("lost the race for version %d of %s (attempt %d)", version, store.uri(base), attempt + 1)
         _backoff(options, attempt)
         return None
+    except DurabilityError:  # the files could not be made durable: nothing was linked, and no retry can help
+        raise
     except (StorageError, OSError) as exc:
         landed, mine = _check_landed(store, path, txn.uuid)
         if landed == _Landed.OURS:
