@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import os
 import struct
-import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ import pyarrow as pa
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
+from lance_ops.io.per_process import kept_pool
 from lance_ops._proto import encodings_v2_0_pb2 as enc_pb
 from lance_ops._proto import file2_pb2, file_pb2
 from lance_ops.errors import SchemaMismatchError, UnsupportedError
@@ -65,21 +65,12 @@ _PADDING = PAD_BYTE * PAGE_ALIGNMENT
 SUPPORTED_VERSIONS = V2_WRITABLE  # 2.1/2.2 via lance_ops.format.v2_1.encode
 #: columns of a 2.1+ batch encoded at once (``LANCE_OPS_ENCODE_THREADS``; 0 or 1: one at a time)
 ENCODE_THREADS = int(os.environ.get("LANCE_OPS_ENCODE_THREADS", min(4, os.cpu_count() or 1)))
-_POOL: tuple[Optional[int], Optional[ThreadPoolExecutor]] = (None, None)  # (pid, executor)
-_POOL_LOCK = threading.Lock()
+_POOL = kept_pool(max(ENCODE_THREADS, 1), "lance-ops-encode")
 
 
 def _encode_pool() -> Optional[ThreadPoolExecutor]:
     """The shared column-encoding pool (re-created in a forked child), or None when threads are off."""
-    global _POOL
-    if ENCODE_THREADS <= 1:
-        return None
-    pid = os.getpid()
-    if _POOL[0] != pid:
-        with _POOL_LOCK:
-            if _POOL[0] != pid:
-                _POOL = (pid, ThreadPoolExecutor(ENCODE_THREADS, thread_name_prefix="lance-ops-encode"))
-    return _POOL[1]
+    return _POOL.get() if ENCODE_THREADS > 1 else None
 
 
 @dataclass(frozen=True)

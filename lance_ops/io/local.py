@@ -20,12 +20,12 @@ import os
 import shutil
 import stat
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from lance_ops.io.per_process import PerProcess, kept_pool
 from lance_ops.errors import (
     AlreadyExistsError,
     DurabilityError,
@@ -75,55 +75,21 @@ def _fsync_all(paths: Sequence[str]) -> None:
         _fsync_each(paths)
         return
     lanes = min(_SYNC_WORKERS, len(paths))
-    list(_sync_pool().map(_fsync_each, [paths[i::lanes] for i in range(lanes)]))
+    list(_SYNC_POOL.get().map(_fsync_each, [paths[i::lanes] for i in range(lanes)]))
 
 
 #: deferred-sync scopes: depth per thread (shared by every LocalStore of the process)
 _DEFERRING = threading.local()
-#: files written in a scope and not yet fsynced: (pid, paths); a forked child starts empty
-_UNSYNCED: tuple[int, set[str]] = (os.getpid(), set())
+#: files written in a scope and not yet fsynced (a forked child starts empty); read and changed
+#: with ``_UNSYNCED_LOCK`` held
+_UNSYNCED: PerProcess[set[str]] = PerProcess(set)
 _UNSYNCED_LOCK = threading.Lock()
-
-
-def _unsynced() -> set[str]:
-    """The remembered files of this process (call with ``_UNSYNCED_LOCK`` held)."""
-    global _UNSYNCED
-    if _UNSYNCED[0] != os.getpid():
-        _UNSYNCED = (os.getpid(), set())
-    return _UNSYNCED[1]
-
-
-#: the files of a barrier that failed in this process: (pid, paths). After a failed fsync, Linux
-#: may report a later fsync of the same lost pages as a success, so fsyncing again proves nothing:
-#: every later barrier of the process refuses (ADR 0036 item 5, amended)
-_FAILED_BARRIER: tuple[int, list[str]] = (os.getpid(), [])
-
-
-def _failed_barrier() -> list[str]:
-    """The files of this process' failed barrier, if any (call with ``_UNSYNCED_LOCK`` held)."""
-    global _FAILED_BARRIER
-    if _FAILED_BARRIER[0] != os.getpid():
-        _FAILED_BARRIER = (os.getpid(), [])
-    return _FAILED_BARRIER[1]
-
-
-_SYNC_POOL: tuple[int | None, ThreadPoolExecutor | None] = (None, None)  # (pid, executor)
-_SYNC_POOL_LOCK = threading.Lock()
-
-
-def _sync_pool() -> ThreadPoolExecutor:
-    """The shared fsync pool (its threads are kept: a commit's barrier would otherwise start one
-    thread per file and directory each time); re-created in a forked child."""
-    global _SYNC_POOL
-    pid = os.getpid()
-    pool = _SYNC_POOL[1]
-    if _SYNC_POOL[0] != pid or pool is None:
-        with _SYNC_POOL_LOCK:
-            if _SYNC_POOL[0] != pid or _SYNC_POOL[1] is None:
-                _SYNC_POOL = (pid, ThreadPoolExecutor(_SYNC_WORKERS, thread_name_prefix="lance-ops-fsync"))
-            pool = _SYNC_POOL[1]
-    assert pool is not None
-    return pool
+#: the files of a barrier that failed in this process. After a failed fsync, Linux may report a
+#: later fsync of the same lost pages as a success, so fsyncing again proves nothing: every later
+#: barrier of the process refuses (ADR 0036 item 5, amended)
+_FAILED_BARRIER: PerProcess[list[str]] = PerProcess(list)
+#: the shared fsync pool (kept: a barrier would otherwise start its threads each time)
+_SYNC_POOL = kept_pool(_SYNC_WORKERS, "lance-ops-fsync")
 
 
 @contextlib.contextmanager
@@ -218,7 +184,7 @@ class LocalStore(ObjectStore):
         if not self._defers():
             return False
         with _UNSYNCED_LOCK:
-            _unsynced().add(path)
+            _UNSYNCED.get().add(path)
         return True
 
     def sync_written(self, *also: str, also_dirs: bool = True) -> None:
@@ -231,8 +197,8 @@ class LocalStore(ObjectStore):
         process does too: after a write error, a second fsync proves nothing.
         """
         with _UNSYNCED_LOCK:
-            remembered = sorted(_unsynced())
-            failed = list(_failed_barrier())
+            remembered = sorted(_UNSYNCED.get())
+            failed = list(_FAILED_BARRIER.get())
         if failed:
             raise DurabilityError(
                 f"an fsync failed earlier in this process (files such as {failed[0]}): files written since "
@@ -249,12 +215,12 @@ class LocalStore(ObjectStore):
             # not retried: a repeated fsync can succeed on pages the kernel already dropped. The
             # publish is refused (here and by every later barrier of this process)
             with _UNSYNCED_LOCK:
-                _failed_barrier().extend(files)
+                _FAILED_BARRIER.get().extend(files)
             raise DurabilityError(
                 f"fsync failed ({exc}) for the files of a commit (such as {files[0]}): they may not be on disk, "
                 "so nothing naming them was published; redo the write in a new process") from exc
         with _UNSYNCED_LOCK:
-            _unsynced().difference_update(remembered)
+            _UNSYNCED.get().difference_update(remembered)
 
     def join(self, path: str, *parts: str) -> str:
         """Join with the OS separator; leading slashes of ``parts`` never escape ``path``."""

@@ -10,8 +10,6 @@ as they are (pylance leaves them: the old fragments stay covered, the new ones a
 from __future__ import annotations
 
 import json
-import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
@@ -19,6 +17,7 @@ from typing import Any, Callable, Iterable, Protocol
 import numpy as np
 import pyarrow as pa
 
+from lance_ops.io.per_process import kept_pool
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import (
     DatasetNotFoundError,
@@ -43,8 +42,7 @@ from lance_ops.table.write import as_storage_types, to_reader, write_fragments
 
 #: deletion files written at once to an object store (a shared pool: see :func:`_writer_pool`)
 _WRITERS = 8
-_POOL: tuple[int | None, ThreadPoolExecutor | None] = (None, None)  # (pid, executor)
-_POOL_LOCK = threading.Lock()
+_POOL = kept_pool(_WRITERS, "lance-ops-update")
 #: the transaction property holding a keyed rewrite's result (what a retry under the key returns)
 RESULT_PROPERTY = "lance_ops.rewrite_rows.result"
 #: rows per new data file (pylance's default ``max_rows_per_file``)
@@ -106,14 +104,7 @@ def _writer_pool() -> ThreadPoolExecutor:
     """The pool writing deletion files to object stores, kept between calls (starting threads per
     call cost more than the writes of a small merge); re-created in a forked child. It holds no
     data between calls."""
-    global _POOL
-    pid = os.getpid()
-    with _POOL_LOCK:
-        if _POOL[0] != pid or _POOL[1] is None:
-            _POOL = (pid, ThreadPoolExecutor(_WRITERS, thread_name_prefix="lance-ops-update"))
-        pool = _POOL[1]
-    assert pool is not None
-    return pool
+    return _POOL.get()
 
 
 def refuse_unwritable(dataset: RewriteTarget, what: str) -> None:

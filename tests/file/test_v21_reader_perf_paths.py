@@ -17,6 +17,7 @@ from lance_ops.format.v2_1.decode import FullZipPage, MiniBlockPage  # noqa: E40
 from lance_ops.format.v2_1 import reader as reader_v2_1  # noqa: E402
 from lance_ops.format.v2_1.reader import LanceFileReaderV21  # noqa: E402
 from lance_ops.io import LocalStore  # noqa: E402
+from lance_ops.io.per_process import kept_pool  # noqa: E402
 from tests.file.type_matrix import assert_tables_equal  # noqa: E402
 
 VERSIONS = ("2.1", "2.2")
@@ -204,7 +205,7 @@ def test_take_requests_only_the_chunks_and_rows_holding_the_rows(tmp_path, versi
 def test_decode_threads_give_the_same_tables(tmp_path, monkeypatch, threads):
     monkeypatch.setattr(reader_v2_1, "DECODE_THREADS", threads)
     monkeypatch.setattr(reader_v2_1, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(reader_v2_1, "_POOL", (None, None))
+    monkeypatch.setattr(reader_v2_1, "_POOL", kept_pool(threads, "lance-ops-decode"))  # a pool of this size
     table = _long_lists(3000, seed=2)
     table = table.append_column("s", pa.array([f"v{i % 97}-{i}" for i in range(table.num_rows)]))
     path = write(tmp_path / "p.lance", table, "2.2", batch=500, data_cache_bytes=1 << 16)

@@ -8,11 +8,11 @@ reads of column nodes on top of it; :mod:`reader` opens files and assembles tabl
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TypeVar
 
 import numpy as np
 from google.protobuf import any_pb2
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from lance_ops._proto import encodings_v2_0_pb2 as pb
 from lance_ops._proto import file2_pb2
@@ -26,6 +26,9 @@ from lance_ops.format.v2_0.memo import (
     COLUMN_LIMIT, ENCODING_LIMIT, ReadMemo, remember, SMALL_COLUMN_BYTES, SMALL_COLUMN_PAGES,
 )
 from lance_ops.io.ranges import SMALL_RANGE_COUNT, coalesce, coalesce_list
+
+#: a protobuf message type (parsed by ``ColumnAccess._parsed``)
+_M = TypeVar("_M", bound=Message)
 
 
 class ColumnAccess(V2ReaderBase):
@@ -145,18 +148,10 @@ class ColumnAccess(V2ReaderBase):
         raw = meta.encoding.direct.encoding
         if (raw, role) in self._memo.column_encodings:
             return
-        wrapped = any_pb2.Any()
-        try:
-            wrapped.ParseFromString(raw)
-        except DecodeError as exc:
-            raise self._corrupt(f"{where}: column encoding does not decode: {exc}") from None
+        wrapped = self._parsed(any_pb2.Any(), raw, where, "column encoding")
         if wrapped.type_url != COLUMN_ENCODING_URL:
             raise UnsupportedError(f"{self._uri}: {where}: unknown column encoding type {wrapped.type_url!r}")
-        ce = pb.ColumnEncoding()
-        try:
-            ce.ParseFromString(wrapped.value)
-        except DecodeError as exc:
-            raise self._corrupt(f"{where}: column encoding does not decode: {exc}") from None
+        ce = self._parsed(pb.ColumnEncoding(), wrapped.value, where, "column encoding")
         case = ce.WhichOneof("column_encoding")
         if case == "blob" and role != "blob":
             raise self._corrupt(f"{where}: blob column encoding on a field without the lance-encoding:blob metadata")
@@ -164,6 +159,14 @@ class ColumnAccess(V2ReaderBase):
             raise UnsupportedError(f"{self._uri}: {where}: blob column with inner encoding "
                                    f"{ce.blob.inner.WhichOneof('column_encoding')!r} is not supported")
         remember(self._memo.column_encodings, (raw, role), True, ENCODING_LIMIT)
+
+    def _parsed(self, message: _M, data: bytes, where: str, what: str) -> _M:
+        """``message`` parsed from ``data``; bytes that do not decode are a corrupt file."""
+        try:
+            message.ParseFromString(data)
+        except DecodeError as exc:
+            raise self._corrupt(f"{where}: {what} does not decode: {exc}") from None
+        return message
 
     def _page_encoding(self, page: file2_pb2.ColumnMetadata.Page, where: str) -> EncodingInfo:
         loc = page.encoding.WhichOneof("location")
@@ -175,20 +178,12 @@ class ColumnAccess(V2ReaderBase):
         info = self._memo.encodings.get(raw)
         if info is not None:
             return info
-        wrapped = any_pb2.Any()
-        try:
-            wrapped.ParseFromString(page.encoding.direct.encoding)
-        except DecodeError as exc:
-            raise self._corrupt(f"{where}: page encoding does not decode: {exc}") from None
+        wrapped = self._parsed(any_pb2.Any(), raw, where, "page encoding")
         if wrapped.type_url != ARRAY_ENCODING_URL:
             if wrapped.type_url == PAGE_LAYOUT_URL:
                 raise UnsupportedError(f"{self._uri}: {where}: 2.1+ page layout found in a 2.0 file")
             raise UnsupportedError(f"{self._uri}: {where}: unknown page encoding type {wrapped.type_url!r}")
-        enc = pb.ArrayEncoding()
-        try:
-            enc.ParseFromString(wrapped.value)
-        except DecodeError as exc:
-            raise self._corrupt(f"{where}: page encoding does not decode: {exc}") from None
+        enc = self._parsed(pb.ArrayEncoding(), wrapped.value, where, "page encoding")
         info = EncodingInfo.of(enc)
         remember(self._memo.encodings, raw, info, ENCODING_LIMIT)
         return info

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar
@@ -26,6 +25,7 @@ import pyarrow as pa
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
+from lance_ops.io.per_process import kept_pool
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops._proto import file2_pb2, file_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, OutOfRangeError, UnsupportedError
@@ -49,8 +49,7 @@ TAIL_READ_BYTES = 64 * 1024
 DECODE_THREADS = int(os.environ.get("LANCE_OPS_DECODE_THREADS", min(4, os.cpu_count() or 1)))
 PARALLEL_MIN_BYTES = 1 << 20  # smaller reads decode in the calling thread
 GROUP_MAX_PART_BYTES = 1 << 20  # pages reading at most this much may be decoded as one batch
-_POOL: tuple = (None, None)  # (pid, executor)
-_POOL_LOCK = threading.Lock()
+_POOL = kept_pool(max(DECODE_THREADS, 1), "lance-ops-decode")
 _T = TypeVar("_T")
 _P = TypeVar("_P")
 #: what a failed decode may raise, turned into CorruptFileError by ``_guard``
@@ -59,15 +58,7 @@ _CORRUPT_ERRORS: tuple[type[BaseException], ...] = (EncodingCorrupt, AssertionEr
 
 def _decode_pool() -> Optional[ThreadPoolExecutor]:
     """The shared decode pool (re-created in a forked child), or None when threads are off."""
-    global _POOL
-    if DECODE_THREADS <= 1:
-        return None
-    pid = os.getpid()
-    if _POOL[0] != pid:
-        with _POOL_LOCK:
-            if _POOL[0] != pid:
-                _POOL = (pid, ThreadPoolExecutor(DECODE_THREADS, thread_name_prefix="lance-ops-decode"))
-    return _POOL[1]
+    return _POOL.get() if DECODE_THREADS > 1 else None
 
 
 def _ranges(pairs: Iterable[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
