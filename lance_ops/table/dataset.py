@@ -31,6 +31,7 @@ from lance_ops.table import blobs as blobs_mod
 from lance_ops.table import deletion as deletion_mod
 from lance_ops.table import scan
 from lance_ops.table import tags as tags_mod
+from lance_ops.table import versions as versions_mod
 from lance_ops.table.manifest import feature_flags
 from lance_ops.table.manifest import naming
 from lance_ops.table.commit import locate
@@ -256,7 +257,7 @@ class LanceDataset:
     @property
     def data_storage_version(self) -> str:
         """The data file format version the manifest records (e.g. ``"2.0"``, ``"2.1"``)."""
-        return self.manifest.data_format.version or "2.0"
+        return self.manifest.data_format.version or versions_mod.UNRECORDED.value
 
     @property
     def has_stable_row_ids(self) -> bool:

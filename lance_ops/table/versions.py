@@ -20,6 +20,11 @@ WRITABLE = (FileVersion.V2_0, FileVersion.V2_1, FileVersion.V2_2, FileVersion.LE
 #: LanceDB default to 2.2; the switch to 2.2 (issue 20 item 4) waits for 2.2's performance items
 #: (ADR 0039 lists the suites that ran green with it). data_storage_version="stable" asks for 2.2 today.
 DEFAULT = FileVersion.V2_0
+#: what a missing version means where lance-ops itself once left it out: compaction task and staged
+#: commit JSON written before they carried ``data_storage_version`` (lance-ops wrote only 2.0 then),
+#: and the manifest fallbacks behind :func:`fill_missing_data_format`. Fixed, whatever ``DEFAULT``
+#: says: changing the default must not reinterpret what was written under the old one.
+UNRECORDED = FileVersion.V2_0
 
 
 def normalize(version: str | None, default: str = DEFAULT) -> FileVersion:

@@ -30,6 +30,7 @@ from lance_ops.table.commit.loop import (
 )
 from lance_ops.table.commit.properties import DEFAULT_MAX_RETRIES, CommitProperties
 from lance_ops.table.manifest.codec import read_manifest
+from lance_ops.table import versions
 
 from lance_ops.maintenance.compaction.indices import index_segments
 from lance_ops.maintenance.compaction.remap import PreparedRemap, affected_segments, discard_index_dirs, prepare_remap
@@ -181,7 +182,7 @@ def commit_compaction(ds_or_uri: Any, results: Sequence[RewriteResult], *, stora
         "rewrite", idempotency_key or None,
         extra={OPERATION_PROPERTY: "compaction", METRICS_PROPERTY: json.dumps(sum_metrics(results), sort_keys=True)},
         max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries)
-    options = CommitOptions(data_storage_version=read_mf.manifest.data_format.version or "2.0")
+    options = CommitOptions(data_storage_version=read_mf.manifest.data_format.version or versions.UNRECORDED)
     try:
         mf = commit_transaction(store, base, txn, CommitContext(read_mf), options, properties=properties)
     except CommitOutcomeUnknownError:

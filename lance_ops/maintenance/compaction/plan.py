@@ -204,7 +204,7 @@ class CompactionTask:
     output_rows: list[int]
     fields: list[file_pb2.Field]
     schema_metadata: dict[str, bytes] = field(default_factory=dict)
-    data_storage_version: str = "2.0"
+    data_storage_version: str = versions.UNRECORDED
     stable_row_ids: bool = False
     kind: str = COMPACT
     #: live rows of each source fragment (plan-time numbers, used for checks and summaries)
@@ -285,7 +285,7 @@ class CompactionTask:
                 output_rows=[int(n) for n in raw["output_rows"]],
                 fields=[message_from_b64(file_pb2.Field, t) for t in raw["fields"]],
                 schema_metadata={k: base64.b64decode(v) for k, v in raw.get("schema_metadata", {}).items()},
-                data_storage_version=str(raw.get("data_storage_version", "2.0")),
+                data_storage_version=str(raw.get("data_storage_version", versions.UNRECORDED)),
                 stable_row_ids=bool(raw.get("stable_row_ids", False)),
                 kind=str(raw.get("kind", COMPACT)),
                 live_rows=[int(n) for n in raw.get("live_rows", [])],
@@ -446,7 +446,7 @@ def _task(ds: Any, frags: list[table_pb2.DataFragment], live_rows: list[int], op
         output_rows=output_rows,
         fields=[_copy_field(f) for f in m.fields],
         schema_metadata=dict(m.schema_metadata),
-        data_storage_version=m.data_format.version or "2.0",
+        data_storage_version=m.data_format.version or versions.UNRECORDED,
         stable_row_ids=ds.has_stable_row_ids,
         kind=kind,
         live_rows=live_rows,

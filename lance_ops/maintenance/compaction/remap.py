@@ -35,7 +35,7 @@ from lance_ops.maintenance.compaction.model import RewriteResult
 from lance_ops.maintenance.index_remap import AddressMap, RemapOutcome, RemapRequest
 from lance_ops.maintenance.index_remap.base import REWRITE_ACTIONS
 from lance_ops.maintenance.index_remap.registry import REMAPPERS
-from lance_ops.table import deletion
+from lance_ops.table import deletion, versions
 from lance_ops.table.commit.loop import CommitContext, CommitOptions, commit_transaction
 from lance_ops.table.commit.properties import CommitProperties
 from lance_ops.table.index_files import add_rewritten_files
@@ -137,7 +137,7 @@ def prepare_remap(read_ds: Any, results: Sequence[RewriteResult],
     count = sum(len(r.new_fragments) for r in results)
     stable = bool(read_ds.has_stable_row_ids)
     version, ids = reserve_fragment_ids(store, base, read_ds.manifest_file, count,
-                                        read_ds.manifest.data_format.version or "2.0")
+                                        read_ds.manifest.data_format.version or versions.UNRECORDED)
     log.info("%s: reserved fragment ids %s at version %d", where, ids, version)
     next_ids = iter(ids)
     new_groups: list[list[table_pb2.DataFragment]] = []

@@ -41,6 +41,7 @@ from lance_ops.table.index_files import set_index_files
 from lance_ops.table.indices import SYSTEM_PREFIX, fragment_ids, index_kind
 from lance_ops.table.manifest import naming
 from lance_ops.table.manifest.codec import ManifestFile
+from lance_ops.table import versions
 
 log = logging.getLogger(__name__)
 
@@ -265,8 +266,8 @@ def commit_segments(store: ObjectStore, base: str, read: ManifestFile, new_indic
     txn = transaction_pb2.Transaction(uuid=naming.new_transaction_uuid(), read_version=int(read.version))
     txn.create_index.new_indices.extend(new_indices)
     txn.create_index.removed_indices.extend(removed)
-    mf = commit_transaction(store, base, txn, CommitContext(read),
-                            CommitOptions(data_storage_version=read.manifest.data_format.version or "2.0"),
+    version = read.manifest.data_format.version or versions.UNRECORDED
+    mf = commit_transaction(store, base, txn, CommitContext(read), CommitOptions(data_storage_version=version),
                             properties=CommitProperties(KIND, idempotency_key=idempotency_key,
                                                         extra={"lance_ops.operation": "optimize_indices"}))
     if idempotency_key:

@@ -130,7 +130,7 @@ class StagedResult:
                 rewrite_groups=list(raw.get("rewrite_groups", [])),
                 schema_fields=list(raw.get("schema_fields", [])),
                 schema_metadata=dict(raw.get("schema_metadata", {})),
-                data_storage_version=raw.get("data_storage_version", "2.0"),  # (lance-ops always writes it)
+                data_storage_version=raw.get("data_storage_version", versions.UNRECORDED),  # (always written now)
                 metrics=dict(raw.get("metrics", {})),
                 indices=dict(raw.get("indices", {})),
                 committed_version=(int(raw["committed_version"]) if raw.get("committed_version") is not None
