@@ -81,7 +81,7 @@ with DAG(
                             description="repartition the input into this many Spark tasks (empty: as read)"),
         "max_rows_per_file": Param(None, type=["null", "integer"], minimum=1, maximum=1 << 31,
                                    title="Max rows per file", description="cap on rows per written data file"),
-        "data_storage_version": Param(None, type=["null", "string"], enum=[None, "2.0", "2.1", "2.2", "stable"],
+        "data_storage_version": Param(None, type=["null", "string"], enum=[None, "2.0", "2.1", "2.2", "stable", "legacy"],
                                       title="Data storage version",
                                       description="file format of a dataset this run creates (empty: lance-ops' "
                                                   "default); an existing dataset keeps its own"),

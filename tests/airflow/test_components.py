@@ -153,11 +153,12 @@ def test_append_operator_creates_in_the_version_asked(tmp_path):
     from lance_ops_airflow.operators import LanceAppendOperator
 
     rows = [{"id": 1, "v": "a"}]
-    for version, want in [("2.1", "2.1"), ("legacy", "0.1"), ("None", str(DEFAULT))]:
-        uri = str(tmp_path / f"{want}.lance")
+    for version, want in [("2.0", "2.0"), ("2.1", "2.1"), ("2.2", "2.2"), ("legacy", "0.1"), ("None", str(DEFAULT))]:
+        uri = str(tmp_path / f"{version}.lance")
         op = LanceAppendOperator(task_id="create", dataset_uri=uri, data=rows, data_storage_version=version)
         assert op.execute(context(task_id="create"))["operation"] == "create"
-        LanceAppendOperator(task_id="more", dataset_uri=uri, data=rows, data_storage_version="2.2").execute(
+        other = "2.1" if want == "2.0" else "2.0"  # asked for, and ignored: the dataset exists
+        LanceAppendOperator(task_id="more", dataset_uri=uri, data=rows, data_storage_version=other).execute(
             context(task_id="more"))
         assert lance.dataset(uri).data_storage_version == want
         assert lance.dataset(uri).to_table().to_pylist() == rows * 2

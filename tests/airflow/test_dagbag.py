@@ -225,9 +225,10 @@ def test_ingest_data_storage_version_param_reaches_the_job(dagbag):
     dag = dagbag.get_dag("lance_ingest")
     args = dag.task_dict["ingest.spark_stage"].job_args
     assert args[args.index("--data-storage-version") + 1] == "{{ params.data_storage_version }}"
-    params = copy.deepcopy(dag.params)
-    params.update({"dataset_uri": "/x.lance", "source_path": "/raw", "data_storage_version": "2.2"})
-    assert params.validate()["data_storage_version"] == "2.2"
+    for good in ("2.0", "2.1", "2.2", "stable", "legacy", None):  # None: the library's default
+        params = copy.deepcopy(dag.params)
+        params.update({"dataset_uri": "/x.lance", "source_path": "/raw", "data_storage_version": good})
+        assert params.validate()["data_storage_version"] == good
     for bad in ("3.0", "", 2.2):
         params = copy.deepcopy(dag.params)
         with pytest.raises(ParamValidationError, match="data_storage_version"):

@@ -167,7 +167,7 @@ def test_append_errors_and_idempotency(capsys, tmp_path, ds_uri):
     assert lance_ops.dataset(ds_uri).count_rows() == 1010
 
 
-@pytest.mark.parametrize("version", [None, "2.0", "2.1", "legacy"])
+@pytest.mark.parametrize("version", [None, "2.0", "2.1", "2.2", "legacy"])
 def test_append_create_takes_a_storage_version(capsys, tmp_path, version):
     """``--data-storage-version`` picks a new dataset's file format (default: versions.DEFAULT); a
     later append keeps the dataset's own version whatever is asked."""
@@ -179,7 +179,8 @@ def test_append_create_takes_a_storage_version(capsys, tmp_path, version):
     assert run_json(capsys, "append", uri, tmp_path / "a.parquet", "--create", *opt)["created"]
     want = {None: str(DEFAULT), "legacy": "0.1"}.get(version, version)
     assert lance.dataset(uri).data_storage_version == want
-    res = run_json(capsys, "append", uri, tmp_path / "a.parquet", "--data-storage-version", "2.2")
+    other = "2.1" if want == "2.0" else "2.0"  # asked for, and ignored: the dataset exists
+    res = run_json(capsys, "append", uri, tmp_path / "a.parquet", "--data-storage-version", other)
     assert res["rows"] == 20 and lance.dataset(uri).data_storage_version == want
     assert lance.dataset(uri).to_table().equals(pa.concat_tables([table(0, 10)] * 2))
 

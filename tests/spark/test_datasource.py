@@ -283,6 +283,28 @@ def test_append_to_a_pylance_dataset_and_schema_errors(spark, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("version", [None, "2.0", "2.1", "2.2", "legacy"])
+def test_write_in_the_storage_version_asked(spark, tmp_path, version):
+    """The ``data_storage_version`` option picks a new dataset's format (none: the library's
+    default); an append keeps the dataset's own, whatever it asks; pylance and Spark read it."""
+    from lance_ops.table.versions import DEFAULT
+
+    uri = str(tmp_path / "ds.lance")
+    want = {None: str(DEFAULT), "legacy": "0.1"}.get(version, version)
+    writer = spark.createDataFrame(make_rows(0, 2_000)).repartition(2).write.format("lance").mode("overwrite")
+    (writer.option("data_storage_version", version) if version else writer).save(uri)
+    assert lance.dataset(uri).data_storage_version == want
+    other = "2.1" if want == "2.0" else "2.0"  # asked for, and ignored: the dataset exists
+    spark.createDataFrame(make_rows(2_000, 2_500)).write.format("lance").mode("append") \
+        .option("data_storage_version", other).save(uri)
+    ds = lance.dataset(uri)
+    assert (ds.version, ds.data_storage_version) == (2, want)
+    assert sorted_table(ds.to_table()).equals(make_rows(0, 2_500))
+    back = spark.read.format("lance").load(uri).where("id >= 1990").select("id").collect()
+    assert sorted(r.id for r in back) == list(range(1990, 2_500))
+
+
+@pytest.mark.slow
 def test_write_retried_tasks_never_duplicate_rows(spark, tmp_path):
     uri = str(tmp_path / "ds.lance")
     df = spark.createDataFrame(make_rows(0, 30_000)).repartition(3)

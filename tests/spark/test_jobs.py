@@ -51,6 +51,25 @@ def test_ingest_retried_tasks_leave_orphans_not_duplicates(spark, tmp_path, smal
     assert len(orphans) >= 4  # what the failed first attempts wrote: never referenced
 
 
+@pytest.mark.parametrize("version", [None, "2.0", "2.1", "2.2", "legacy"])
+def test_ingest_creates_in_the_storage_version_asked(spark, tmp_path, version):
+    """``--data-storage-version`` picks the format of a dataset the job creates (none: the library's
+    default); a later ingest keeps the dataset's own, whatever it asks."""
+    from lance_ops.table.versions import DEFAULT
+
+    path, uri = str(tmp_path / "src.parquet"), str(tmp_path / "ds.lance")
+    pq.write_table(make_rows(0, 1_000), path)
+    want = {None: str(DEFAULT), "legacy": "0.1"}.get(version, version)
+    opt = ["--data-storage-version", version] if version else []
+    ingest.run(spark, ingest_args("--path", path, "--uri", uri, "--mode", "create", *opt))
+    assert lance.dataset(uri).data_storage_version == want
+    other = "2.1" if want == "2.0" else "2.0"  # asked for, and ignored: the dataset exists
+    ingest.run(spark, ingest_args("--path", path, "--uri", uri, "--data-storage-version", other))
+    ds = lance.dataset(uri)
+    assert (ds.version, ds.data_storage_version) == (2, want)
+    assert ds.to_table().sort_by("id").equals(pa.concat_tables([make_rows(0, 1_000)] * 2).sort_by("id"))
+
+
 def test_ingest_stage_only_then_commit_and_reruns_are_noops(spark, tmp_path, small_parquet):
     path, table = small_parquet
     uri = str(tmp_path / "ds.lance")

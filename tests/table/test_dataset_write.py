@@ -23,6 +23,7 @@ from lance_ops.errors import (
     SchemaMismatchError,
     UnsupportedError,
 )
+from lance_ops.format.version import FileVersion
 from lance_ops.io import open_store
 from lance_ops.table.manifest import naming
 from lance_ops.table.manifest.codec import read_manifest, write_manifest
@@ -403,6 +404,30 @@ def test_appends_keep_the_datasets_own_storage_version(tmp_path, version):
     assert {f"{df.file_major_version}.{df.file_minor_version}" for f in ds.manifest.fragments for df in f.files} == {want}
     assert lance.dataset(uri).to_table().equals(pa.concat_tables([rows(5), rows(2, 5)]))
     assert lance_ops.dataset(uri).to_table().equals(lance.dataset(uri).to_table())
+
+
+@pytest.mark.parametrize("version", ["2.0", "2.1", "2.2", "legacy"])
+def test_existing_datasets_keep_their_storage_version_whatever_the_default(tmp_path, version):
+    """A dataset created at ``version`` on request keeps it through appends, deletes, compaction
+    and an overwrite that names no version (as pylance's do); every data file is written at it
+    and pylance reads the same rows after each step."""
+    uri = str(tmp_path / "ds")
+    want = {"legacy": "0.1"}.get(version, version)
+    lance_ops.write_dataset(rows(6), uri, max_rows_per_file=3, data_storage_version=version)
+    lance_ops.write_dataset(rows(4, 6), uri, mode="append")
+    lance_ops.dataset(uri).delete("id = 1 OR id = 7")
+    expected = pa.concat_tables([rows(6), rows(4, 6)]).filter(pa.array([a not in (1, 7) for a in range(10)]))
+    lance_ops.dataset(uri).optimize.compact_files(target_rows_per_fragment=100)
+    for ds in (lance_ops.dataset(uri), lance.dataset(uri)):
+        assert ds.data_storage_version == want
+        assert ds.to_table().equals(expected.combine_chunks())
+    manifest = lance_ops.dataset(uri).manifest
+    assert len(manifest.fragments) == 1
+    assert {FileVersion.from_manifest(df.file_major_version, df.file_minor_version)
+            for f in manifest.fragments for df in f.files} == {FileVersion.parse(version)}
+    lance_ops.write_dataset(rows(2, 50), uri, mode="overwrite")
+    assert lance.dataset(uri).data_storage_version == lance_ops.dataset(uri).data_storage_version == want
+    assert lance.dataset(uri).to_table().equals(rows(2, 50))
 
 
 # --- single-writer commits ----------------------------------------------------------------------
