@@ -53,7 +53,7 @@ def main() -> None:
 
     def write_ours():
         shutil.rmtree(ours, ignore_errors=True)
-        lance_ops.write_dataset(table, ours, max_rows_per_file=args.rows_per_file)
+        lance_ops.write_dataset(table, ours, max_rows_per_file=args.rows_per_file, data_storage_version="2.0")
 
     def write_theirs():
         shutil.rmtree(theirs, ignore_errors=True)

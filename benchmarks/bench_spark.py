@@ -1,9 +1,10 @@
 """Spark ingestion (lance_ops.spark.ingest) with local[1] vs local[2], against single-process writes.
 
     PATH=.venv/bin:$PATH SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON=.venv/bin/python \\
-        .venv/bin/python benchmarks/bench_spark.py [--rows 2000000] [--files 8] [--repeat 2]
+        .venv/bin/python benchmarks/bench_spark.py [--rows 2000000] [--files 8] [--repeat 2] [--version 2.0]
 
-The same Parquet input (``--files`` files) is ingested into a new Lance dataset by:
+The same Parquet input (``--files`` files) is ingested into a new Lance dataset, storage version
+``--version`` on every side (2.0 by default, as in the earlier figures), by:
 
 * pylance ``write_dataset`` in this process (Parquet read included) - the oracle;
 * lance_ops ``write_dataset`` in this process (Parquet read included);
@@ -64,7 +65,7 @@ def _noop_arrow(batches):
     yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["n"])
 
 
-def spark_runs(master: str, files: list[str], scratch: str, repeat: int) -> dict[str, float]:
+def spark_runs(master: str, files: list[str], scratch: str, repeat: int, version: str) -> dict[str, float]:
     from pyspark.sql import SparkSession
 
     from lance_ops.spark import ingest
@@ -82,7 +83,8 @@ def spark_runs(master: str, files: list[str], scratch: str, repeat: int) -> dict
     def ingest_once():
         shutil.rmtree(uri, ignore_errors=True)
         paths = [a for f in files for a in ("--path", f)]
-        args = ingest.build_parser().parse_args([*paths, "--uri", uri, "--mode", "create"])
+        args = ingest.build_parser().parse_args([*paths, "--uri", uri, "--mode", "create",
+                                                 "--data-storage-version", version])
         summary = ingest.run(spark, args)
         assert summary["committed"], summary
 
@@ -104,6 +106,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--version", default="2.0", choices=["2.0", "2.1", "2.2"], help="data storage version")
     args = parser.parse_args()
 
     import lance  # the oracle: only benchmarks and tests import it
@@ -127,16 +130,16 @@ def main() -> None:
 
     def write_pylance():
         shutil.rmtree(theirs_uri, ignore_errors=True)
-        lance.write_dataset(pq.ParquetDataset(files).read(), theirs_uri, data_storage_version="2.0")
+        lance.write_dataset(pq.ParquetDataset(files).read(), theirs_uri, data_storage_version=args.version)
 
     def write_ours():
         shutil.rmtree(ours_uri, ignore_errors=True)
-        lance_ops.write_dataset(pq.ParquetDataset(files).read(), ours_uri)
+        lance_ops.write_dataset(pq.ParquetDataset(files).read(), ours_uri, data_storage_version=args.version)
 
     t_pylance = best_of(args.repeat, write_pylance)
     t_ours = best_of(args.repeat, write_ours)
-    one = spark_runs("local[1]", files, scratch, args.repeat)
-    two = spark_runs("local[2]", files, scratch, args.repeat)
+    one = spark_runs("local[1]", files, scratch, args.repeat, args.version)
+    two = spark_runs("local[2]", files, scratch, args.repeat, args.version)
     assert one["rows"] == two["rows"] == args.rows == lance.dataset(theirs_uri).count_rows()
 
     def line(name: str, seconds: float) -> None:
