@@ -67,7 +67,7 @@ SUPPORTED_VERSIONS = V2_WRITABLE  # 2.1/2.2 via lance_ops.format.v2_1.encode
 #: columns of a 2.1+ batch encoded at once (``LANCE_OPS_ENCODE_THREADS``; 0 or 1: one at a time)
 ENCODE_THREADS = int(os.environ.get("LANCE_OPS_ENCODE_THREADS", min(4, os.cpu_count() or 1)))
 _POOL = kept_pool(max(ENCODE_THREADS, 1), "lance-ops-encode")
-#: input bytes below which a batch's (or the final flush's) columns are encoded without the pool
+#: input bytes of a whole file below which its columns are encoded without the pool
 PARALLEL_MIN_BYTES = 256 * 1024
 
 
@@ -176,7 +176,7 @@ class V2FileWriter:
         self._blob_columns: set[int] = set()  # 2.0 columns whose column encoding is ``blob``
         self._has_blobs = False
         self._rows = 0
-        self._queued_bytes = 0  # input bytes given since the last flush (see _encode_in_order)
+        self._input_bytes = 0  # input bytes given so far (see _encode_in_order)
         self._blob_v2_names: set[str] = set()
         self._blob_side_files: SideFiles | None = None
         self._inner_path = ""
@@ -363,7 +363,7 @@ class V2FileWriter:
                 "the schema is unknown and the file cannot be created (pass schema= or write a batch); "
                 "nothing was written")
         try:
-            self._encode_in_order([encoder.flush for encoder in self._encoders], self._queued_bytes)
+            self._encode_in_order([encoder.flush for encoder in self._encoders], self._input_bytes)
             for encoder in self._encoders:
                 self._write_pages(encoder.finish())
             self._write_tail()
@@ -420,9 +420,9 @@ class V2FileWriter:
         if n > 2**32:
             raise ValueError("cannot write Lance files with more than 2^32 rows in one batch")
         if not self._has_blobs:
-            self._queued_bytes += batch.nbytes  # (an upper bound: some encoders may cut pages now)
+            self._input_bytes += batch.nbytes
             self._encode_in_order([functools.partial(encoder.maybe_encode, array)
-                                   for encoder, array in zip(self._encoders, batch.columns)], batch.nbytes)
+                                   for encoder, array in zip(self._encoders, batch.columns)], self._input_bytes)
         else:
             # blob values go out of line, at the current end of the file, before every page this
             # batch completes (pylance's order); positions are absolute file offsets
@@ -439,9 +439,10 @@ class V2FileWriter:
     def _encode_in_order(self, jobs: Sequence[Callable[[], Sequence[EncodedPage]]], size: int) -> None:
         """Run each field's encode job and write its pages, in field order (the bytes do not depend
         on the threads). 2.1+ fields without blobs (blob v2 side files are written in order) encode on the pool, a few ahead of the writing
-        (numpy and pyarrow release the GIL); the window bounds the pages held in memory. Jobs over
-        fewer than :data:`PARALLEL_MIN_BYTES` input bytes (``size``) run here: handing them to
-        threads costs more than it saves (a small append's file, ADR 0053)."""
+        (numpy and pyarrow release the GIL); the window bounds the pages held in memory. While the
+        file has been given fewer than :data:`PARALLEL_MIN_BYTES` input bytes in all (``size``), the
+        jobs run here: no page can hold more, and handing a few small columns to threads costs more
+        than it saves (a small append's file, ADR 0053)."""
         parallel = self.version is not FileVersion.V2_0 and not self._has_blobs and not self._blob_v2_names \
             and size >= PARALLEL_MIN_BYTES
         pool = _encode_pool() if parallel else None
