@@ -466,7 +466,7 @@ class V2FileWriter:
                 and not self._blob_v2_names:
             pool = _encode_pool()
             if pool is not None:
-                self._line = PageLine(pool, self._write_pages, 4 * ENCODE_THREADS + 2)
+                self._line = PageLine(pool, self._write_pages, 2 * ENCODE_THREADS + 2)
         return self._line
 
     @staticmethod

@@ -66,14 +66,15 @@ def test_write_batch_does_not_wait_for_a_page(tmp_path, monkeypatch) -> None:
         return original(self, arrays, first_row)
 
     monkeypatch.setattr(FieldEncoderV21, "_encode_at", slow)
-    monkeypatch.setattr(writer_mod, "ENCODE_THREADS", 3)
+    monkeypatch.setattr(writer_mod, "ENCODE_THREADS", 4)  # (a line of 10 jobs)
     path = str(tmp_path / "x.lance")
     w = LanceFileWriter(path, table.schema, version="2.2", data_cache_bytes=4 * 16 * 1024)
     try:
-        for batch in table.to_batches(max_chunksize=2_000):  # (fewer pages than the line holds)
+        for batch in table.to_batches(max_chunksize=3_000):  # (8 pages: fewer than the line holds)
             w.write_batch(batch)  # returns although the first "name" page is still being encoded
-        assert started.is_set() and not release.is_set()
+        # every batch was taken while the first "name" page cannot finish (it waits for ``release``)
         assert w.rows_written == 6_000
+        assert started.wait(30)
     finally:
         release.set()
     w.close()

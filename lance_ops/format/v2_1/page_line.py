@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 from lance_ops.format.v2_1.encode import EncodedPageV21, PageJob
 
 #: input bytes of waiting jobs above which the caller waits for the oldest one
-MAX_PENDING_BYTES = 64 << 20
+MAX_PENDING_BYTES = 32 << 20
 #: an upper bound of the bytes a job's pages can take in the file per byte of its input, plus a
 #: fixed allowance per job (levels, chunk metadata, symbol tables, padding): see :meth:`bound`
 _GROWTH = 64
