@@ -45,6 +45,7 @@ from lance_ops.format.container import (
     Footer,
     padding_for,
 )
+from lance_ops.format.v2_0 import encode as enc20
 from lance_ops.format.v2_0.blob import column_encoding_bytes as blob_column_encoding_bytes
 from lance_ops.format.v2_0.fields import EncodedPage, build_encoder, check_values, check_writable
 from lance_ops.format.v2_0.leaf_encoder import PageEncoding
@@ -66,6 +67,8 @@ SUPPORTED_VERSIONS = V2_WRITABLE  # 2.1/2.2 via lance_ops.format.v2_1.encode
 #: columns of a 2.1+ batch encoded at once (``LANCE_OPS_ENCODE_THREADS``; 0 or 1: one at a time)
 ENCODE_THREADS = int(os.environ.get("LANCE_OPS_ENCODE_THREADS", min(4, os.cpu_count() or 1)))
 _POOL = kept_pool(max(ENCODE_THREADS, 1), "lance-ops-encode")
+#: input bytes of a whole file below which its columns are encoded without the pool
+PARALLEL_MIN_BYTES = 256 * 1024
 
 
 def _encode_pool() -> Optional[ThreadPoolExecutor]:
@@ -173,6 +176,7 @@ class V2FileWriter:
         self._blob_columns: set[int] = set()  # 2.0 columns whose column encoding is ``blob``
         self._has_blobs = False
         self._rows = 0
+        self._input_bytes = 0  # input bytes given so far (see _encode_in_order)
         self._blob_v2_names: set[str] = set()
         self._blob_side_files: SideFiles | None = None
         self._inner_path = ""
@@ -359,7 +363,7 @@ class V2FileWriter:
                 "the schema is unknown and the file cannot be created (pass schema= or write a batch); "
                 "nothing was written")
         try:
-            self._encode_in_order([encoder.flush for encoder in self._encoders])
+            self._encode_in_order([encoder.flush for encoder in self._encoders], self._input_bytes)
             for encoder in self._encoders:
                 self._write_pages(encoder.finish())
             self._write_tail()
@@ -416,8 +420,9 @@ class V2FileWriter:
         if n > 2**32:
             raise ValueError("cannot write Lance files with more than 2^32 rows in one batch")
         if not self._has_blobs:
+            self._input_bytes += batch.nbytes
             self._encode_in_order([functools.partial(encoder.maybe_encode, array)
-                                   for encoder, array in zip(self._encoders, batch.columns)])
+                                   for encoder, array in zip(self._encoders, batch.columns)], self._input_bytes)
         else:
             # blob values go out of line, at the current end of the file, before every page this
             # batch completes (pylance's order); positions are absolute file offsets
@@ -431,11 +436,15 @@ class V2FileWriter:
             self._write_pages(pages)
         self._rows += n
 
-    def _encode_in_order(self, jobs: Sequence[Callable[[], Sequence[EncodedPage]]]) -> None:
+    def _encode_in_order(self, jobs: Sequence[Callable[[], Sequence[EncodedPage]]], size: int) -> None:
         """Run each field's encode job and write its pages, in field order (the bytes do not depend
         on the threads). 2.1+ fields without blobs (blob v2 side files are written in order) encode on the pool, a few ahead of the writing
-        (numpy and pyarrow release the GIL); the window bounds the pages held in memory."""
-        parallel = self.version is not FileVersion.V2_0 and not self._has_blobs and not self._blob_v2_names
+        (numpy and pyarrow release the GIL); the window bounds the pages held in memory. While the
+        file has been given fewer than :data:`PARALLEL_MIN_BYTES` input bytes in all (``size``), the
+        jobs run here: no page can hold more, and handing a few small columns to threads costs more
+        than it saves (a small append's file, ADR 0053)."""
+        parallel = self.version is not FileVersion.V2_0 and not self._has_blobs and not self._blob_v2_names \
+            and size >= PARALLEL_MIN_BYTES
         pool = _encode_pool() if parallel else None
         if pool is None or len(jobs) < 2:
             for job in jobs:
@@ -468,51 +477,143 @@ class V2FileWriter:
             return
         sink = self._open_sink()
         for page in pages:
-            locations = []
-            for chunks in page.buffers:
-                position = sink.tell()
-                size = 0
-                for chunk in chunks:
-                    size += chunk_size(chunk)
-                    sink.write(chunk)  # type: ignore[arg-type]  # a Chunk is a buffer; numpy's stubs give ndarray none before 3.12
-                pad = padding_for(size)
-                if pad:
-                    sink.write(_PADDING[:pad])
-                locations.append((position, size))
             column = page.column_index
-            proto = self._columns[column].pages.add()
-            proto.buffer_offsets.extend(p for p, _ in locations)
-            proto.buffer_sizes.extend(s for _, s in locations)
-            proto.length = page.num_rows
-            # [v2.1 dispatch] 2.1+ pages are PageLayouts with priority = first row
-            proto.encoding.CopyFrom(_direct_encoding(getattr(page, "type_url", ARRAY_ENCODING_URL), page.encoding))
-            priority = getattr(page, "priority", 0)
-            if priority:
-                proto.priority = priority
+            locations = _place_page(sink, self._columns[column], page)
             self._pages[column].append(
-                WrittenPage(column, self._column_rows[column], page.num_rows, tuple(locations), page.encoding))
+                WrittenPage(column, self._column_rows[column], page.num_rows, locations, page.encoding))
             self._column_rows[column] += page.num_rows
 
     def _write_tail(self) -> None:
         sink = self._open_sink()
-        descriptor = file_pb2.FileDescriptor(length=self._rows)
-        descriptor.schema.fields.extend(self._lance_fields)
-        for key, value in self._schema_metadata.items():
-            descriptor.schema.metadata[key] = value
-        descriptor_bytes = descriptor.SerializeToString()
-        gbo = [(sink.tell(), len(descriptor_bytes))] + self._global_buffers
-        sink.write(descriptor_bytes)
+        sink.write(_tail_bytes(sink.tell(), self._rows, self._lance_fields, self._schema_metadata, self._columns,
+                               self._blob_columns, self._global_buffers, self.version))
 
-        column_meta_start = sink.tell()
-        cmo = []
-        for index, column in enumerate(self._columns):
-            column.encoding.direct.encoding = _BLOB_COLUMN_ENCODING if index in self._blob_columns else _COLUMN_ENCODING
-            data = column.SerializeToString()
-            cmo.append((sink.tell(), len(data)))
-            sink.write(data)
-        cmo_table_start = sink.tell()
-        sink.write(b"".join(struct.pack("<QQ", p, s) for p, s in cmo))
-        gbo_table_start = sink.tell()
-        sink.write(b"".join(struct.pack("<QQ", p, s) for p, s in gbo))
-        major, minor = self.version.footer
-        sink.write(Footer(column_meta_start, cmo_table_start, gbo_table_start, len(gbo), len(cmo), major, minor).pack())
+
+class _Sink(Protocol):
+    """Where pages go: the writer's ObjectWriter, or the buffer of :func:`small_file_bytes`."""
+
+    def write(self, data: Any) -> int:
+        """Append ``data`` (any buffer)."""
+
+    def tell(self) -> int:
+        """Bytes written so far."""
+
+
+def _place_page(sink: _Sink, column: file2_pb2.ColumnMetadata, page: EncodedPage) -> tuple[tuple[int, int], ...]:
+    """Write the buffers of ``page`` (each padded to the page alignment) and record the page in
+    ``column``; returns ``(offset, size)`` of each buffer."""
+    locations = []
+    for chunks in page.buffers:
+        position = sink.tell()
+        size = 0
+        for chunk in chunks:
+            size += chunk_size(chunk)
+            sink.write(chunk)
+        pad = padding_for(size)
+        if pad:
+            sink.write(_PADDING[:pad])
+        locations.append((position, size))
+    proto = column.pages.add()
+    proto.buffer_offsets.extend(p for p, _ in locations)
+    proto.buffer_sizes.extend(s for _, s in locations)
+    proto.length = page.num_rows
+    # [v2.1 dispatch] 2.1+ pages are PageLayouts with priority = first row
+    proto.encoding.CopyFrom(_direct_encoding(getattr(page, "type_url", ARRAY_ENCODING_URL), page.encoding))
+    priority = getattr(page, "priority", 0)
+    if priority:
+        proto.priority = priority
+    return tuple(locations)
+
+
+def _tail_bytes(start: int, rows: int, lance_fields: Sequence[file_pb2.Field], schema_metadata: Mapping[str, bytes],
+                columns: Sequence[file2_pb2.ColumnMetadata], blob_columns: set[int],
+                global_buffers: Sequence[tuple[int, int]], version: FileVersion) -> bytes:
+    """Everything after the pages of a file whose pages end at ``start``: global buffer 0 (the
+    FileDescriptor), the column metadata, the two offset tables and the footer. Sets each
+    column's encoding."""
+    descriptor = file_pb2.FileDescriptor(length=rows)
+    descriptor.schema.fields.extend(lance_fields)
+    for key, value in schema_metadata.items():
+        descriptor.schema.metadata[key] = value
+    parts = [descriptor.SerializeToString()]
+    gbo = [(start, len(parts[0]))] + list(global_buffers)
+    column_meta_start = position = start + len(parts[0])
+    cmo = []
+    for index, column in enumerate(columns):
+        column.encoding.direct.encoding = _BLOB_COLUMN_ENCODING if index in blob_columns else _COLUMN_ENCODING
+        data = column.SerializeToString()
+        cmo.append((position, len(data)))
+        parts.append(data)
+        position += len(data)
+    cmo_table_start = position
+    parts.append(b"".join(struct.pack("<QQ", p, s) for p, s in cmo))
+    gbo_table_start = cmo_table_start + 16 * len(cmo)
+    parts.append(b"".join(struct.pack("<QQ", p, s) for p, s in gbo))
+    major, minor = version.footer
+    parts.append(Footer(column_meta_start, cmo_table_start, gbo_table_start, len(gbo), len(cmo), major, minor).pack())
+    return b"".join(parts)
+
+
+# --- a whole small table at once ---------------------------------------------------------------------
+#: tables up to this many bytes may take :func:`small_file_bytes`
+SMALL_FILE_BYTES = 1 << 20
+
+
+class _Buffer:
+    """An in-memory sink."""
+
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.data += view
+        return len(view)
+
+    def tell(self) -> int:
+        return len(self.data)
+
+
+def _one_leaf_column(field: pa.Field, column: pa.ChunkedArray) -> bool:
+    """Whether the 2.0 writer stores ``field`` as one leaf column of plain values that the
+    writer's queue would hand to the page encoder whole (one chunk; nulls only where allowed)."""
+    dt = field.type
+    if field.metadata or isinstance(dt, pa.ExtensionType) or column.num_chunks != 1:
+        return False
+    if pa.types.is_dictionary(dt) or pa.types.is_fixed_size_list(dt) or pa.types.is_null(dt) or \
+            pa.types.is_nested(dt) or not enc20.leaf_page_encoder_supported(dt):
+        return False
+    return field.nullable or column.null_count == 0
+
+
+def small_file_bytes(table: pa.Table) -> bytes | None:
+    """The bytes of the Lance 2.0 file ``LanceFileWriter(path, table.schema)`` writes for
+    ``write_batch(table)``, made in memory without the streaming writer (its encoders, queues and
+    output stream cost more than the encoding of a few rows: the statistics file of every data
+    file is such a table, ADR 0053); None when that is not known to be the same file (any column
+    other than one flat leaf in one chunk, no rows, over :data:`SMALL_FILE_BYTES` or the page size
+    limit), for the caller to use the writer. Same page encoder, page placement and tail as the
+    writer, so the same bytes (tests/file/test_small_file.py compares them)."""
+    schema = table.schema
+    rows = table.num_rows
+    if rows == 0 or rows > 2**32 or len(schema) == 0 or table.nbytes > min(SMALL_FILE_BYTES, _max_page_bytes(None)):
+        return None
+    columns = [table.column(i) for i in range(len(schema))]
+    if not all(_one_leaf_column(f, c) for f, c in zip(schema, columns)):
+        return None
+    lance_fields = to_lance_fields(schema)
+    if len(lance_fields) != len(schema):
+        return None
+    out = _Buffer()
+    metas = []
+    for index, (f, column) in enumerate(zip(schema, columns)):
+        encoded = enc20.encode_leaf_page(column.chunk(0), enc20.compression_from_metadata(f.metadata))
+        meta = file2_pb2.ColumnMetadata()
+        _place_page(out, meta, EncodedPage(index, encoded.num_rows, encoded.buffers, encoded.encoding))
+        metas.append(meta)
+    metadata = {(k.decode() if isinstance(k, bytes) else k): (v if isinstance(v, bytes) else str(v).encode())
+                for k, v in (schema.metadata or {}).items()}
+    out.write(_tail_bytes(out.tell(), rows, lance_fields, metadata, metas, set(), [], FileVersion.V2_0))
+    return bytes(out.data)

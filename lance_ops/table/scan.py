@@ -28,13 +28,10 @@ import pyarrow.compute as pc
 from lance_ops._proto import table_pb2
 from lance_ops.errors import InvalidArgumentError
 from lance_ops.format import blob_v2
-from lance_ops.format.v2_0 import batch as v20_batch
-from lance_ops.format.v2_0.reader import LanceFileReader
-from lance_ops.format.v2_1.reader import LanceFileReaderV21
 from lance_ops.io.local import LocalStore
 from lance_ops.table.stats import prune as stats_prune
 from lance_ops.table.filters import Filter, compile_filter
-from lance_ops.table.batch_rows import filter_table, live_masks
+from lance_ops.table.batch_rows import filter_table, read_together
 from lance_ops.table.fragment import LanceFragment
 from lance_ops.table.snapshot import DatasetSnapshot
 
@@ -365,7 +362,9 @@ def _started(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask],
 
 #: fragments of at most this many rows stored in one 2.x data file are read in batches: 2.1+ files
 #: are planned and decoded together (``LanceFileReaderV21.read_all_of``), and the rows of a batch
-#: are masked by their deletion vectors and cut into per-task tables at once
+#: are masked by their deletion vectors and cut into per-task tables at once; takes (tasks of
+#: explicit offsets, no filter) of one-file fragments of any size are batched the same way
+#: (``take_all_of``)
 _BATCH_FILE_ROWS = 1 << 14
 #: a batch holds at most this many tasks and about this many rows
 _BATCH_TASKS = 128
@@ -383,26 +382,35 @@ def _batches(ds: DatasetSnapshot, tasks: Iterable[FragmentScanTask]) -> Iterator
         if ok is None:
             ok = simple[key] = _simple_columns(ds, task)
         frag = task.fragment
-        if not (ok and task.offsets is None and task.ranges is None and len(frag.files) == 1
-                and frag.physical_rows <= _BATCH_FILE_ROWS and _v2_file(frag.files[0])):
+        take = task.offsets is not None  # a take: rows picked from each fragment, of any size
+        if not (ok and task.ranges is None and len(frag.files) == 1 and _v2_file(frag.files[0])
+                and (frag.physical_rows <= _BATCH_FILE_ROWS if not take
+                     else task.filter is None and 0 < task.planned_rows <= _BATCH_ROWS
+                     and _v21_file(frag.files[0]))):
             if batch:
                 yield batch
                 batch, rows = [], 0
             yield [task]
             continue
-        if batch and (rows + frag.physical_rows > _BATCH_ROWS or len(batch) >= _BATCH_TASKS
+        size = task.planned_rows
+        if batch and (rows + size > _BATCH_ROWS or len(batch) >= _BATCH_TASKS
+                      or (batch[0].offsets is not None) != take
                       or batch[0].columns != task.columns or batch[0].filter is not task.filter
                       or batch[0].blob_handling != task.blob_handling):
             yield batch
             batch, rows = [], 0
         batch.append(task)
-        rows += frag.physical_rows
+        rows += size
     if batch:
         yield batch
 
 
 def _v2_file(df: table_pb2.DataFile) -> bool:
     return int(df.file_major_version) >= 2  # 2.0 and later (legacy 0.x files are read one by one)
+
+
+def _v21_file(df: table_pb2.DataFile) -> bool:
+    return (int(df.file_major_version), int(df.file_minor_version)) >= (2, 1)  # takes: ``take_all_of``
 
 
 def _simple_columns(ds: DatasetSnapshot, task: FragmentScanTask) -> bool:
@@ -431,7 +439,12 @@ def _start_batch(ds: DatasetSnapshot, tasks: list[FragmentScanTask]) -> list["pa
     rest = [c for c in data_cols if c not in read_cols]
     eager = filt is not None and bool(rest) and bool(read_cols) and _narrow(ds, rest)
     frags = [LanceFragment(ds, t.fragment) for t in tasks]
-    got = _read_together(ds, frags, read_cols + rest if eager else read_cols)
+    if first.offsets is not None:  # a take (no filter): the picked rows of every file in one decode
+        taken = read_together(ds, frags, data_cols, [t.offsets for t in tasks if t.offsets is not None])
+        names = output_names(first.columns, False, False)
+        return ([_select(t, names) for t in taken[0]] if taken is not None
+                else [_start(ds, t) for t in tasks])
+    got = read_together(ds, frags, read_cols + rest if eager else read_cols)
     if got is None:
         return [_start(ds, t) for t in tasks]
     tables, masks = got
@@ -473,56 +486,6 @@ def _narrow(ds: DatasetSnapshot, columns: list[str]) -> bool:
         if width * max(1, inner.bit_width // 8) > _EARLY_MAX_WIDTH:
             return False
     return True
-
-
-def _read_together(ds: DatasetSnapshot, frags: list[LanceFragment], columns: list[str]
-                   ) -> tuple[list[pa.Table], list[np.ndarray | None]] | None:
-    """The live rows of ``columns`` of each fragment (what :func:`_read_rows` returns for all rows)
-    and each fragment's live mask: 2.1+ files decoded together (``read_all_of``), 2.0 files one by
-    one, then masked and cut at once; None when the fragments' files do not allow it (a legacy
-    file, a column outside the one data file, files that disagree on names or types)."""
-    if not columns:
-        return None
-    ids = ds.top_field_ids
-    fids = [ids[c] for c in columns]
-    readers: list[LanceFileReaderV21 | LanceFileReader] = []
-    names: list[str] | None = None
-    for frag in frags:
-        located = frag.locate_fields(fids)
-        if len(located) != len(fids) or any(i != 0 for i, _ in located.values()):
-            return None
-        stored = [located[fid][1] for fid in fids]
-        if names is None:
-            names = stored
-        elif stored != names:
-            return None
-        reader = frag.data_file_reader(0)
-        if not isinstance(reader, (LanceFileReaderV21, LanceFileReader)):
-            return None
-        readers.append(reader)
-    assert names is not None
-    v21 = [r for r in readers if isinstance(r, LanceFileReaderV21)]
-    if len(v21) == len(readers):
-        table = LanceFileReaderV21.read_all_of(v21, names)  # decoded together
-    else:  # 2.0 files: plain columns decoded together (v2_0.batch), masked and cut together
-        v20 = [r for r in readers if isinstance(r, LanceFileReader)]
-        try:
-            table = (v20_batch.read_all_of(v20, names) if len(v20) == len(readers)
-                     else pa.concat_tables([r.read_all(columns=names) for r in readers]))
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            return None
-    fields = [ds.storage_schema.field(c) for c in columns]
-    arrays = []
-    for field, name in zip(fields, names):
-        col = table.column(name)
-        arrays.append(col.cast(field.type) if col.type != field.type else col)
-    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-    masks, live = live_masks(frags)
-    if live is not None:
-        table = table.filter(pa.array(live))
-    rows = [frag.physical_rows if m is None else int(np.count_nonzero(m)) for frag, m in zip(frags, masks)]
-    bounds = np.concatenate([[0], np.cumsum(rows)]).tolist()
-    return [table.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:])], masks
 
 
 def _grouped(ds: DatasetSnapshot, started: Iterable["pa.Table | _Probe"],
@@ -687,7 +650,7 @@ def _finish_batch(ds: DatasetSnapshot, probes: list[_Probe], filtered: list[pa.T
             or any(p.offsets is not None or p.rest != rest or not _batch_probe(p) for p in probes)):
         return [_finish(ds, p, f) for p, f in zip(probes, filtered)]
     matched = [i for i, f in enumerate(filtered) if f.num_rows]
-    got = _read_together(ds, [probes[i].frag for i in matched], rest) if matched else ([], [])
+    got = read_together(ds, [probes[i].frag for i in matched], rest) if matched else ([], [])
     if got is None:
         return [_finish(ds, p, f) for p, f in zip(probes, filtered)]
     fulls = dict(zip(matched, got[0]))

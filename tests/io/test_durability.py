@@ -143,3 +143,28 @@ def test_a_failed_fsync_publishes_nothing_now_or_later_in_the_process(tmp_path):
 
     ds = lance.dataset(uri)
     assert ds.version == 1 and ds.to_table()["id"].to_pylist() == [1, 2]
+
+
+def test_an_append_syncs_its_data_and_statistics_files_before_the_manifest_link(traced):
+    """A real append (ADR 0053: the statistics file is one put): its data file, statistics file and
+    transaction file are fsynced before the link that publishes the manifest naming them."""
+    import pyarrow as pa
+
+    import lance_ops
+
+    store, root, events = traced
+
+    def files() -> set[str]:
+        return {os.path.join(root, d, n) for d in ("data", "_stats", "_transactions")
+                for n in os.listdir(os.path.join(root, d))}
+
+    lance_ops.write_dataset(pa.table({"a": pa.array([1, 2, 3], pa.int64())}), root, data_storage_version="2.2")
+    old = files()
+    events.clear()
+    lance_ops.write_dataset(pa.table({"a": pa.array([4, 5], pa.int64())}), root, mode="append")
+    new = files() - old
+    assert {os.path.basename(os.path.dirname(p)) for p in new} == {"data", "_stats", "_transactions"}
+    links = [i for i, (kind, p) in enumerate(events) if kind == "link" and "/_versions/" in p]
+    assert len(links) == 1
+    before = {p for kind, p in events[:links[0]] if kind == "fsync"}
+    assert new <= before

@@ -212,14 +212,14 @@ def test_small_fragments_read_together_equal_one_by_one_and_pylance(small_v22, m
     real = LanceFileReaderV21.read_all_of
     monkeypatch.setattr(LanceFileReaderV21, "read_all_of",
                         staticmethod(lambda readers, cols: calls.append(len(readers)) or real(readers, cols)))
-    real_together = scan._read_together
+    real_together = scan.read_together
 
-    def spy(ds, frags, cols):
-        got = real_together(ds, frags, cols)
+    def spy(ds, frags, cols, offsets=None):
+        got = real_together(ds, frags, cols, offsets)
         together_reads.append(len(frags) if got is not None else 0)
         return got
 
-    monkeypatch.setattr(scan, "_read_together", spy)
+    monkeypatch.setattr(scan, "read_together", spy)
     for batch_tasks in (2, 5, 128):
         monkeypatch.setattr(scan, "_BATCH_TASKS", batch_tasks)
         together = list(scan.execute_many(ds, tasks))
@@ -231,3 +231,26 @@ def test_small_fragments_read_together_equal_one_by_one_and_pylance(small_v22, m
         assert calls and max(calls) > 1  # 2.1+ files were decoded together
     assert ds.to_table(columns=columns, filter=predicate).equals(
         lance.dataset(small_v22).to_table(columns=columns, filter=predicate))
+
+
+@pytest.mark.parametrize("columns", [None, ["s", "id"], ["w"]])
+def test_takes_from_many_small_fragments_decode_together_and_equal_pylance(small_v22, monkeypatch, columns):
+    import lance
+    from lance_ops.format.v2_1.reader import LanceFileReaderV21
+
+    ds = lance_ops.dataset(small_v22)
+    live = ds.count_rows()
+    picks = np.random.default_rng(3).choice(live, min(live, 150), replace=False)  # unsorted: any order
+    picks = np.concatenate([picks, picks[:7]])  # and repeats
+    calls = []
+    real = LanceFileReaderV21.take_all_of
+    monkeypatch.setattr(LanceFileReaderV21, "take_all_of",
+                        staticmethod(lambda readers, idx, cols: calls.append(len(readers)) or real(readers, idx, cols)))
+    got = ds.take(picks, columns=columns)
+    if ds.data_storage_version != "2.0":
+        assert calls and max(calls) > 1  # the picked rows of many 2.1+ files in one decode
+    else:
+        assert not calls  # 2.0 files: fragment by fragment
+    assert got.equals(lance.dataset(small_v22).take(picks, columns=columns))
+    monkeypatch.setattr(scan, "_BATCH_TASKS", 1)  # every fragment alone: the same rows
+    assert lance_ops.dataset(small_v22).take(picks, columns=columns).equals(got)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from lance_ops._proto import table_pb2
 from lance_ops.io import ObjectStore
 from lance_ops.table import deletion
-from lance_ops.table.manifest.facts import fragment_facts
+from lance_ops.table.manifest.facts import fragment_facts, manifest_facts
 
 
 def fill_fragment_stats(store: ObjectStore, base: str, manifest: table_pb2.Manifest, settled: int = 0) -> None:
@@ -25,7 +25,9 @@ def fill_fragment_stats(store: ObjectStore, base: str, manifest: table_pb2.Manif
     only the others are looked at to decide whether anything needs filling.
     """
     frags = manifest.fragments
-    if not fragment_facts(frags[settled:] if settled else frags).needs_stats:
+    # the whole list: read from the serialised manifest (ADR 0053); the new fragments of an Append: one by one
+    facts = fragment_facts(frags[settled:]) if settled else manifest_facts(manifest)
+    if not facts.needs_stats:
         return
     kept = []
     for frag in manifest.fragments:

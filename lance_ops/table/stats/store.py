@@ -161,9 +161,17 @@ def _scalars_to_array(values: list, t: pa.DataType) -> pa.Array:
 
 def write_stats_file(table: pa.Table, store: ObjectStore, path: str,
                      storage_options: Mapping[str, Any] | None = None) -> None:
-    """Write ``table`` (from :func:`stats_table`) as the Lance file ``path`` of ``store``."""
-    from lance_ops.format.registry import LanceFileWriter
+    """Write ``table`` (from :func:`stats_table`) as the Lance (2.0) file ``path`` of ``store``.
 
+    A statistics table is a few rows of flat columns: its bytes are made in memory and stored with
+    one put (the same bytes the file writer makes, ADR 0053); other tables go through the writer."""
+    from lance_ops.format.registry import LanceFileWriter
+    from lance_ops.format.writer import small_file_bytes
+
+    data = small_file_bytes(table)
+    if data is not None:
+        store.put(path, data)
+        return
     with LanceFileWriter(store.uri(path), table.schema, storage_options=storage_options) as w:
         if table.num_rows:
             w.write_batch(table)
