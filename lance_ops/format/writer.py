@@ -54,6 +54,7 @@ from lance_ops.format.v2_1.encode import FieldEncoderV21
 from lance_ops.format.v2_1 import fields as fields21
 from lance_ops.format.v2_1.blob import OutOfLineBuffers
 from lance_ops.format.v2_1.blob_v2 import BlobV2FieldEncoder, SideFiles
+from lance_ops.format.v2_1.page_line import PageLine
 from lance_ops.format.version import V2_WRITABLE, FileVersion
 from lance_ops.io.base import ObjectStore, ObjectWriter
 from lance_ops.schema import conform_batch, to_lance_fields
@@ -182,6 +183,7 @@ class V2FileWriter:
         self._inner_path = ""
         self._store: ObjectStore | None = None
         self._sink: ObjectWriter | None = None
+        self._line: PageLine | None = None  # 2.1+ pages encoded in the background (ADR 0055)
         self._closed = False
         if schema is not None:
             self._initialize(schema)
@@ -314,8 +316,18 @@ class V2FileWriter:
         return self._rows
 
     def tell(self) -> int:
-        """Bytes written to the output so far."""
+        """Bytes written to the output so far (pages being encoded are written first)."""
+        if self._line is not None:
+            self._line.drain()
         return self._sink.tell() if self._sink is not None else 0
+
+    def reached(self, size: int) -> bool:
+        """``tell() >= size``, without waiting for the pages being encoded when they cannot bring
+        the file to ``size`` bytes (a file size limit far away costs no wait)."""
+        if self._line is not None and len(self._line):
+            if (self._sink.tell() if self._sink is not None else 0) + self._line.bound() < size:
+                return False
+        return self.tell() >= size
 
     def write_batch(self, batch: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None, *,
                     data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch] | None = None) -> None:
@@ -363,7 +375,12 @@ class V2FileWriter:
                 "the schema is unknown and the file cannot be created (pass schema= or write a batch); "
                 "nothing was written")
         try:
-            self._encode_in_order([encoder.flush for encoder in self._encoders], self._input_bytes)
+            if self._line is not None:
+                for encoder in self._encoders:
+                    self._line.submit(self._field_encoder(encoder).page_jobs(None)[0])
+                self._line.drain()
+            else:
+                self._encode_in_order([encoder.flush for encoder in self._encoders], self._input_bytes)
             for encoder in self._encoders:
                 self._write_pages(encoder.finish())
             self._write_tail()
@@ -379,6 +396,8 @@ class V2FileWriter:
     def abort(self) -> None:
         """Discard everything written; nothing appears at ``path``."""
         self._closed = True
+        if self._line is not None:
+            self._line.cancel()  # (returns once no job of this file still runs)
         if self._blob_side_files is not None:
             self._blob_side_files.abort()
         if self._sink is not None:
@@ -421,6 +440,16 @@ class V2FileWriter:
             raise ValueError("cannot write Lance files with more than 2^32 rows in one batch")
         if not self._has_blobs:
             self._input_bytes += batch.nbytes
+        line = self._page_line()
+        if line is not None:
+            may_cut = False
+            for encoder, array in zip(self._encoders, batch.columns):
+                jobs, cut = self._field_encoder(encoder).page_jobs(array)
+                line.submit(jobs)
+                may_cut = may_cut or cut
+            if may_cut:  # a page cut inside a batch is written before the next batch (statistics read it)
+                line.drain()
+        elif not self._has_blobs:
             self._encode_in_order([functools.partial(encoder.maybe_encode, array)
                                    for encoder, array in zip(self._encoders, batch.columns)], self._input_bytes)
         else:
@@ -435,6 +464,22 @@ class V2FileWriter:
                 sink.write(chunk)  # type: ignore[arg-type]  # any buffer is fine; numpy's stubs give ndarray none before 3.12
             self._write_pages(pages)
         self._rows += n
+
+    def _page_line(self) -> PageLine | None:
+        """The background page encoding of a 2.1+ file without blob columns, once the file has been
+        given :data:`PARALLEL_MIN_BYTES` of input (None: every batch waits for its pages: 2.0,
+        blobs, no encode threads, or a small file so far, see :meth:`_encode_in_order`)."""
+        if self._line is None and self.version is not FileVersion.V2_0 and not self._has_blobs \
+                and not self._blob_v2_names and self._input_bytes >= PARALLEL_MIN_BYTES:
+            pool = _encode_pool()
+            if pool is not None:
+                self._line = PageLine(pool, self._write_pages, 2 * ENCODE_THREADS + 2)
+        return self._line
+
+    @staticmethod
+    def _field_encoder(encoder: _Encoder) -> FieldEncoderV21:
+        assert isinstance(encoder, FieldEncoderV21)  # (the page line serves 2.1+ fields without blobs)
+        return encoder
 
     def _encode_in_order(self, jobs: Sequence[Callable[[], Sequence[EncodedPage]]], size: int) -> None:
         """Run each field's encode job and write its pages, in field order (the bytes do not depend

@@ -197,6 +197,19 @@ class ObjectStore(abc.ABC):
         are durable when they return (S3) ignore it."""
         return contextlib.nullcontext()
 
+    def put_new_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Write each ``(path, data)`` as a new object at a fresh name that no reader looks at
+        before a later commit names it (deletion files). The default is ``put`` of each; a store
+        may create the objects in place, refusing names already taken (AlreadyExistsError)."""
+        for path, data in items:
+            self.put(path, data)
+
+    def read_many_plain(self, paths: Sequence[str]) -> list[bytes | None]:
+        """The bytes of each object of ``paths`` that is a plain one, None for the others (a
+        local symlink, directory or missing file: the caller then reads it with :meth:`read`, whose
+        checks and errors apply). The default reads nothing this way (all None)."""
+        return [None] * len(paths)
+
     @abc.abstractmethod
     def put_if_absent(self, path: str, data: bytes) -> None:
         """Write the object only if nothing is there; AlreadyExistsError otherwise."""

@@ -210,20 +210,19 @@ def plan_delete(dataset: DeleteTarget,
     def write(found: Sequence[Found]) -> list[table_pb2.DataFragment]:
         """The fragments' records with new deletion files holding their merged offsets (written one
         after the other; durable by the commit's barrier, ADR 0036)."""
+        items = [(f.fragment_id, merged, f.proto.deletion_file if f.proto.HasField("deletion_file") else None)
+                 for f, _, merged in found]  # (merged holds the new offsets: never empty)
+        with dataset.store.deferred_sync():  # (a job that fails leaves none of its files behind)
+            protos = deletion.write_deletion_files(dataset.store, directory, dataset.version, items)
         out: list[table_pb2.DataFragment] = []
         try:
-            with dataset.store.deferred_sync():
-                for frag, _, merged in found:
-                    old_file = frag.proto.deletion_file if frag.proto.HasField("deletion_file") else None
-                    proto = deletion.write_deletion_file(dataset.store, dataset.base, frag.fragment_id,
-                                                         dataset.version, merged, old_file, directory=directory)
-                    assert proto is not None  # (merged holds the new offsets: never empty)
-                    updated = table_pb2.DataFragment()
-                    updated.CopyFrom(frag.proto)
-                    updated.deletion_file.CopyFrom(proto)
-                    out.append(updated)
+            for (frag, _, _), proto in zip(found, protos):
+                updated = table_pb2.DataFragment()
+                updated.CopyFrom(frag.proto)
+                updated.deletion_file.CopyFrom(proto)
+                out.append(updated)
         except BaseException:
-            _discard(dataset, out)  # (what this job wrote; the other jobs' files: plan_delete)
+            _discard(dataset, [(f.fragment_id, p) for (f, _, _), p in zip(found, protos)])
             raise
         return out
 
@@ -256,21 +255,22 @@ def plan_delete(dataset: DeleteTarget,
     return txn, ctx, count
 
 
-def _discard(dataset: DatasetSnapshot, written: Sequence[Future[list[table_pb2.DataFragment]]] | Sequence[table_pb2.DataFragment]) -> None:
+def _discard(dataset: DatasetSnapshot,
+             written: Sequence[Future[list[table_pb2.DataFragment]]] | Sequence[tuple[int, table_pb2.DeletionFile]]) -> None:
     """Remove the deletion files a failed delete wrote (best effort: no manifest names them):
-    those of the fragment records given, or of the records the jobs given returned."""
-    frags: list[table_pb2.DataFragment] = []
+    those given as (fragment id, deletion file), or those of the records the jobs given returned."""
+    files: list[tuple[int, table_pb2.DeletionFile]] = []
     for item in written:
-        if isinstance(item, table_pb2.DataFragment):
-            frags.append(item)
+        if isinstance(item, tuple):
+            files.append(item)
             continue
         try:
-            frags.extend(item.result())
+            files.extend((int(f.id), f.deletion_file) for f in item.result())
         except Exception:  # noqa: BLE001 - the original error is the one to report (a failed job cleaned up)
             continue
-    for frag in frags:
+    for fragment_id, deletion_file in files:
         try:
-            dataset.store.delete(deletion.deletion_file_path(dataset.store, dataset.base, int(frag.id),
-                                                             frag.deletion_file))
+            dataset.store.delete(deletion.deletion_file_path(dataset.store, dataset.base, fragment_id,
+                                                             deletion_file))
         except Exception:  # noqa: BLE001 - the original error is the one to report
             continue

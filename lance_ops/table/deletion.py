@@ -393,6 +393,30 @@ def write_deletion_file(
     return proto
 
 
+def write_deletion_files(store: ObjectStore, directory: str, read_version: int,
+                         items: Sequence[tuple[int, np.ndarray, table_pb2.DeletionFile | None]]
+                         ) -> list[table_pb2.DeletionFile]:
+    """:func:`write_deletion_file` of many fragments at once, into ``directory``
+    (:func:`deletion_directory`, checked by the caller): ``items`` are (fragment id, its complete
+    sorted unique ``uint32`` offsets, never empty; its current deletion file or None). The
+    files are created in place at new random names (``store.put_new_many``: a taken name is
+    refused, never overwritten; ADR 0054), all their ids drawn at once. Returns the protos, in
+    order. On failure no file of the call is left behind."""
+    if not items:
+        return []
+    ids = np.frombuffer(os.urandom(8 * len(items)), dtype=np.uint64).tolist()
+    protos: list[table_pb2.DeletionFile] = []
+    puts: list[tuple[str, bytes]] = []
+    for (fragment_id, values, previous), file_id in zip(items, ids):
+        kind = choose_kind(int(values.size), _previous_kind(previous))
+        protos.append(table_pb2.DeletionFile(file_type=kind, read_version=int(read_version), id=file_id,
+                                             num_deleted_rows=int(values.size)))
+        data = encode_bitmap_deletions(values) if kind == BITMAP else encode_arrow_deletions(values)
+        puts.append((store.join(directory, naming.deletion_file_name(fragment_id, read_version, file_id, kind)), data))
+    store.put_new_many(puts)
+    return protos
+
+
 # --- many files at once ------------------------------------------------------------------------
 #: deletion files of one scan batch read from a remote store side by side (requests overlap)
 REMOTE_READ_WORKERS = 8
@@ -416,18 +440,18 @@ def read_deletion_vectors(store: ObjectStore, base: str, fragments: Sequence[tab
     datas: list[bytes] = []
     directory = _plain_local_directory(store, base) if fragments else None
     if directory is not None:
-        total = 0
+        wanted: list[int] = []
+        paths: list[str] = []
         for i, frag in enumerate(fragments):
             df = frag.deletion_file if frag.HasField("deletion_file") else None
             if df is None or df.file_type != ARROW_ARRAY:
                 continue
-            data = _read_nofollow(f"{directory}{os.sep}{frag.id}-{df.read_version}-{df.id}.arrow")
+            wanted.append(i)
+            paths.append(f"{directory}{os.sep}{frag.id}-{df.read_version}-{df.id}.arrow")
+        for i, data in zip(wanted, store.read_many_plain(paths)):  # (a symlink or anything unusual: None)
             if data is not None:
                 fast.append(i)
                 datas.append(data)
-                total += len(data)
-        if fast:
-            store.metrics.add(get_requests=len(fast), bytes_read=total)
         _decode_checked(store, directory, fragments, fast, datas, out, manifest_path)
     rest = [i for i, got in enumerate(out) if got is None]
 
@@ -458,34 +482,6 @@ def _plain_local_directory(store: ObjectStore, base: str) -> str | None:
     except (OSError, UnsafePathError):  # (the one-file path reports it, naming the file)
         return None
     return directory if stat.S_ISDIR(st.st_mode) else None
-
-
-_NOFOLLOW_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-
-
-def _read_nofollow(path: str) -> bytes | None:
-    """The bytes of the regular file at ``path`` if it is one and no symlink, else None."""
-    if not getattr(os, "O_NOFOLLOW", 0):
-        return None
-    try:
-        fd = os.open(path, _NOFOLLOW_FLAGS)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        chunks = []
-        while True:
-            chunk = os.read(fd, max(st.st_size, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _decode_checked(store: ObjectStore, directory: str, fragments: Sequence[table_pb2.DataFragment],

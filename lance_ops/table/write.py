@@ -384,7 +384,10 @@ class FragmentWriter:
             writer.write_batch(piece)
             start += piece.num_rows
             self.rows_written += piece.num_rows
-            if writer.rows_written >= self._max_rows or writer.tell() >= self._max_bytes:
+            # (2.1+ writers answer ``reached`` without waiting for pages still being encoded)
+            reached = getattr(writer, "reached", None)
+            full = reached(self._max_bytes) if reached is not None else writer.tell() >= self._max_bytes
+            if writer.rows_written >= self._max_rows or full:
                 self._close()
 
     def finish(self) -> list[table_pb2.DataFragment]:

@@ -22,7 +22,7 @@ from lance_ops.table.manifest.codec import read_manifest, write_manifest
 from lance_ops.table.paths import resolve_inside, unsafe_reason
 
 _TOUCHING = ("size", "exists", "read", "read_range", "read_tail", "_read_spans", "put", "put_if_absent",
-             "open_output", "copy", "delete", "delete_many")
+             "open_output", "copy", "delete", "delete_many", "read_many_plain", "put_new_many")
 
 
 def rows(lo: int, hi: int, tag: str) -> pa.Table:
@@ -41,8 +41,9 @@ def touched(monkeypatch):
                 for a in args:
                     if isinstance(a, str):
                         seen.append(a)
-                    elif isinstance(a, (list, tuple)):
+                    elif isinstance(a, (list, tuple)):  # (put_new_many: (path, data) pairs)
                         seen.extend(x for x in a if isinstance(x, str))
+                        seen.extend(y for x in a if isinstance(x, tuple) for y in x if isinstance(y, str))
                 return __original(self, *args, **kwargs)
 
             monkeypatch.setattr(cls, name, spy)

@@ -337,14 +337,15 @@ def test_delete_over_pruned_page_ranges_as_pylance(tmp_path, monkeypatch):
 
 def test_a_failed_delete_leaves_no_deletion_files(tmp_path, monkeypatch):
     """A deletion file that cannot be written fails the delete before its commit: no new version,
-    and the files the other jobs wrote are removed."""
-    from lance_ops.table import deletion
+    and the files the other jobs wrote are removed (the failing job's too: the file it created
+    in place and could not write, and those before it)."""
+    from lance_ops.io import local
 
     uri = str(tmp_path / "ds")
     create(lance_ops, uri, numbers(2000), max_rows_per_file=20)  # 100 fragments
     lance_ops.dataset(uri).delete("a % 10 = 0")
     before = sorted(os.listdir(os.path.join(uri, "_deletions")))
-    real, calls = deletion.write_deletion_file, []
+    real, calls = local._write_all, []
 
     def failing(*args, **kwargs):
         calls.append(1)
@@ -352,7 +353,7 @@ def test_a_failed_delete_leaves_no_deletion_files(tmp_path, monkeypatch):
             raise OSError("disk full")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(deletion, "write_deletion_file", failing)
+    monkeypatch.setattr(local, "_write_all", failing)
     with pytest.raises(OSError, match="disk full"):
         lance_ops.dataset(uri).delete("a % 10 = 1")
     assert len(calls) >= 70

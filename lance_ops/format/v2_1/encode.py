@@ -27,9 +27,10 @@ byte is written.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +61,15 @@ DICT_TOO_SMALL = 100
 FSST_LEAST_INPUT_SIZE = 32 * 1024
 FSST_LEAST_INPUT_MAX_LENGTH = 5
 WRITABLE_VERSIONS = (FileVersion.V2_1, FileVersion.V2_2)
+
+
+@dataclass(frozen=True)
+class PageJob:
+    """The encoding of one queued page (or the pages one oversized queue is cut into): ``run()``
+    returns them; ``nbytes`` is the Arrow size of its input (what it holds in memory)."""
+
+    run: Callable[[], list["EncodedPageV21"]]
+    nbytes: int
 
 
 @dataclass
@@ -662,21 +672,51 @@ class FieldEncoderV21:
         """Nothing left at the end of the file (``flush`` wrote every page)."""
         return []
 
+    def page_jobs(self, array: Optional[pa.Array]) -> tuple[list[PageJob], bool]:
+        """Queue ``array`` (None: the end of the file, everything queued is due) of a field without
+        blob leaves; the encode jobs of the pages that completes, in order, and whether one of them
+        may cut a page inside an input array (a page over ``max_page_bytes``).
+
+        A job depends only on its arrays and first row, so jobs (of one field too) may run in any
+        thread and order; writing their pages in the order given gives the bytes of
+        :meth:`maybe_encode` / :meth:`flush` (the writer's background encoding, ADR 0055)."""
+        if array is None:
+            ready = self.queue.take()
+        else:
+            size = array.nbytes
+            ready = self.queue.insert(array, size)
+            if not ready:
+                self.queue.arrays[-1] = compact(array, size)
+        if not ready:
+            return [], False
+        first_row, rows = self.rows, sum(len(a) for a in ready)
+        self.rows += rows
+        nbytes = sum(a.nbytes for a in ready)
+        # concatenating can add a validity bitmap and offsets: the test errs towards "may cut"
+        may_cut = nbytes + rows // 8 + (1 << 20) > self.max_page_bytes
+        return [PageJob(functools.partial(self._encode_at, ready, first_row), nbytes)], may_cut
+
     def _encode(self, arrays: list[pa.Array]) -> list[EncodedPageV21]:
+        first_row = self.rows
+        self.rows += sum(len(a) for a in arrays)
+        return self._encode_at(arrays, first_row)
+
+    def _encode_at(self, arrays: list[pa.Array], first_row: int) -> list[EncodedPageV21]:
+        """The pages of ``arrays`` (one or more when over ``max_page_bytes``), the first at row
+        ``first_row``; reads no state that queueing changes."""
         array = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
         pages: list[EncodedPageV21] = []
         parts = min(max(1, math.ceil(array.nbytes / self.max_page_bytes)), max(1, len(array)))
         rows_per = math.ceil(len(array) / parts) if len(array) else 0
         for start in range(0, len(array), max(rows_per, 1)):
             piece = array.slice(start, rows_per) if parts > 1 else array
-            pages.extend(self._page(piece))
+            pages.extend(self._page(piece, first_row + start))
             if parts == 1:
                 break
         return pages
 
-    def _page(self, array: pa.Array) -> list[EncodedPageV21]:
+    def _page(self, array: pa.Array, first_row: int) -> list[EncodedPageV21]:
         out = []
-        first_row = self.rows
         for i, ((path, _leaf), params) in enumerate(zip(self.leaves, self.params)):
             if i in self.blob_leaves:
                 assert self.blob_layers is not None  # maybe_encode sets them before any page
@@ -689,7 +729,6 @@ class FieldEncoderV21:
             page = encode_leaf(sd, params, self.version)
             out.append(EncodedPageV21(self.first_column + i, page.num_rows, page.buffers, page.layout,
                                       priority=first_row))
-        self.rows += len(array)
         return out
 
 

@@ -75,9 +75,10 @@ MIX = np.uint64(0x9E3779B97F4A7C15)
 
 def distinct_lower_bound(offs: np.ndarray, data: np.ndarray) -> int:
     """A lower bound of the distinct count of the values ``data[offs[i]:offs[i+1]]``: the distinct
-    count of a 64-bit digest of each value (its first 8 bytes mixed with its length). Equal
-    values have equal digests, so the bound never exceeds the true count; hashing u64 digests is
-    several times cheaper than hashing the strings themselves."""
+    count of a 32-bit digest of each value (its first 8 bytes mixed with its length, the high half
+    of that times an odd constant).
+    Equal values have equal digests, so the bound never exceeds the true count; sorting u32
+    digests is several times cheaper than hashing the strings themselves."""
     n = len(offs) - 1
     if n <= 0:
         return 0
@@ -93,7 +94,10 @@ def distinct_lower_bound(offs: np.ndarray, data: np.ndarray) -> int:
         mask = (np.uint64(1) << (np.minimum(lens, 7) * np.uint64(8))) - np.uint64(1)
         head = np.where(short, head & mask, head)
     digest = head ^ (lens * MIX)
-    return len(pc.unique(pa.array(digest, pa.uint64())))
+    # folded to 32 bits (still a lower bound: equal values fold equally) and counted by a sort,
+    # about twice as fast as hashing the 64-bit digests
+    folded = np.sort(((digest * MIX) >> np.uint64(32)).astype(np.uint32))
+    return 1 + int(np.count_nonzero(folded[1:] != folded[:-1]))
 
 
 def constant_value(values: pa.Array, valid: Optional[np.ndarray]) -> Optional[tuple[Optional[bytes], Optional[bytes]]]:
