@@ -90,6 +90,9 @@ _UNSYNCED_LOCK = threading.Lock()
 _FAILED_BARRIER: PerProcess[list[str]] = PerProcess(list)
 #: the shared fsync pool (kept: a barrier would otherwise start its threads each time)
 _SYNC_POOL = kept_pool(_SYNC_WORKERS, "lance-ops-fsync")
+#: lanes of one ``delete_many`` call, and the pool they run on
+_DELETE_LANES = 16
+_DELETE_POOL = kept_pool(_DELETE_LANES, "lance-ops-delete")
 
 
 @contextlib.contextmanager
@@ -627,9 +630,32 @@ class LocalStore(ObjectStore):
         self.metrics.add(delete_requests=1)
 
     def delete_many(self, paths: Iterable[str]) -> None:
-        """Remove each path in turn (the local file system has no batch delete)."""
+        """Remove every path (a missing file is not an error) in up to ``_DELETE_LANES`` lanes at
+        once: the local file system has no batch delete, an unlink releases the GIL and waits on
+        the file system, and a cleanup removes thousands of files. A failed path does not stop
+        the others; the first error is raised once every lane has finished (callers retry a
+        failed batch path by path)."""
+        todo = list(paths)
+        if len(todo) < 4 * _DELETE_LANES:
+            for path in todo:
+                self.delete(path)
+            return
+        pool = _DELETE_POOL.get()
+        futures = [pool.submit(self._delete_lane, todo[i::_DELETE_LANES]) for i in range(_DELETE_LANES)]
+        errors = [f.result() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+
+    def _delete_lane(self, paths: Sequence[str]) -> Exception | None:
+        """Delete each path; a failure does not stop the lane: the first one is returned."""
+        first: Exception | None = None
         for path in paths:
-            self.delete(path)
+            try:
+                self.delete(path)
+            except Exception as exc:  # noqa: BLE001 - handed to delete_many, which raises it
+                first = first or exc
+        return first
 
 
 #: a streaming writer asks the kernel to start writing back every this many bytes written

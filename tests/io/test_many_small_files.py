@@ -71,3 +71,21 @@ def test_read_many_plain_reads_regular_files_only(tmp_path):
     got = store.read_many_plain([str(d / n) for n in names])
     assert got == [b"A" * 70000, b"", None, None, None, None]
     assert store.metrics.get_requests == 2 and store.metrics.bytes_read == 70000
+
+
+def test_delete_many_removes_every_file_in_lanes_and_raises_after_the_rest(tmp_path):
+    store, root = open_store(str(tmp_path / "ds"))
+    names = [store.join(root, d, f"f{i}") for d in ("data", "_versions") for i in range(300)]
+    for name in names:
+        store.put(name, b"x")
+    store.delete_many(names + [store.join(root, "data", "never-there")])  # missing: not an error
+    assert os.listdir(os.path.join(root, "data")) == [] and os.listdir(os.path.join(root, "_versions")) == []
+    assert store.metrics.delete_requests == len(names) + 1
+    for name in names:
+        store.put(name, b"x")
+    blocker = store.join(root, "data", "a-directory")
+    os.makedirs(os.path.join(blocker, "inside"))  # unlink of a directory fails
+    with pytest.raises(StorageError, match="a-directory"):
+        store.delete_many(names[:100] + [blocker] + names[100:])
+    assert sorted(os.listdir(os.path.join(root, "data"))) == ["a-directory"]  # every other file went
+    assert os.listdir(os.path.join(root, "_versions")) == []
