@@ -375,22 +375,24 @@ def write_deletion_file(
     values = to_offsets(offsets)
     if values.size == 0:
         return None
-    kind = choose_kind(int(values.size), _previous_kind(previous))
-    if file_id is None:
-        file_id = secrets.randbits(64)
-    proto = table_pb2.DeletionFile(
-        file_type=kind,
-        read_version=int(read_version),
-        id=int(file_id),
-        num_deleted_rows=int(values.size),
-    )
-    data = encode_bitmap_deletions(values) if kind == BITMAP else encode_arrow_deletions(values)
+    proto, data = _encoded(values, read_version, secrets.randbits(64) if file_id is None else file_id, previous)
     if directory is None:
         path = deletion_file_path(store, base, fragment_id, proto)
     else:
-        path = store.join(directory, naming.deletion_file_name(fragment_id, proto.read_version, proto.id, kind))
+        path = store.join(directory, naming.deletion_file_name(fragment_id, proto.read_version, proto.id,
+                                                               proto.file_type))
     store.put(path, data)
     return proto
+
+
+def _encoded(values: np.ndarray, read_version: int, file_id: int,
+             previous: table_pb2.DeletionFile | int | None) -> tuple[table_pb2.DeletionFile, bytes]:
+    """The record and bytes of a deletion file holding the non-empty ``values`` (arrow or bitmap,
+    :func:`choose_kind`)."""
+    kind = choose_kind(int(values.size), _previous_kind(previous))
+    proto = table_pb2.DeletionFile(file_type=kind, read_version=int(read_version), id=int(file_id),
+                                   num_deleted_rows=int(values.size))
+    return proto, encode_bitmap_deletions(values) if kind == BITMAP else encode_arrow_deletions(values)
 
 
 def write_deletion_files(store: ObjectStore, directory: str, read_version: int,
@@ -408,11 +410,10 @@ def write_deletion_files(store: ObjectStore, directory: str, read_version: int,
     protos: list[table_pb2.DeletionFile] = []
     puts: list[tuple[str, bytes]] = []
     for (fragment_id, values, previous), file_id in zip(items, ids):
-        kind = choose_kind(int(values.size), _previous_kind(previous))
-        protos.append(table_pb2.DeletionFile(file_type=kind, read_version=int(read_version), id=file_id,
-                                             num_deleted_rows=int(values.size)))
-        data = encode_bitmap_deletions(values) if kind == BITMAP else encode_arrow_deletions(values)
-        puts.append((store.join(directory, naming.deletion_file_name(fragment_id, read_version, file_id, kind)), data))
+        proto, data = _encoded(values, read_version, file_id, previous)
+        protos.append(proto)
+        puts.append((store.join(directory, naming.deletion_file_name(fragment_id, read_version, file_id,
+                                                                     proto.file_type)), data))
     store.put_new_many(puts)
     return protos
 
