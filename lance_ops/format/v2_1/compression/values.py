@@ -32,7 +32,6 @@ MAX_MINIBLOCK_BYTES = 8 * 1024 - 6
 MAX_MINIBLOCK_VALUES = 4096
 AIM_MINICHUNK_SIZE = 4 * 1024
 VAR_PAD_BYTE = 72
-_VAR_PADS = [bytes([VAR_PAD_BYTE]) * k for k in range(8)]
 MIN_BUFFER_SIZE_FOR_COMPRESSION = 4 * 1024
 
 
@@ -158,7 +157,77 @@ class MiniBlocks:
 
     def size(self) -> int:
         """Total bytes of the chunks' value buffers (to compare candidate encodings)."""
-        return sum(sum(len(b) for b in bb) for bb in self.bufs)
+        return sum(int(c.sizes().sum()) for c in buffer_columns(self.bufs, self.num_buffers))
+
+
+@dataclass
+class ChunkColumn:
+    """One buffer (value or level) of every mini-block chunk of a page, held columnar: chunk ``i``
+    is the concatenation over ``parts`` of ``data[offs[i]:offs[i + 1]]`` (``data`` uint8, ``offs``
+    int64 with one entry more than chunks). The page assembly joins the columns of all chunks
+    with one Arrow kernel instead of a loop over chunks (ADR 0059)."""
+
+    parts: list[tuple[np.ndarray, np.ndarray]]
+
+    def sizes(self) -> np.ndarray:
+        """Bytes of this buffer in every chunk (int64)."""
+        out = np.diff(self.parts[0][1])
+        for _, o in self.parts[1:]:
+            out = out + np.diff(o)
+        return out
+
+    def chunk(self, i: int) -> bytes:
+        """The bytes of chunk ``i`` (for per-chunk consumers: general compression, tests)."""
+        return b"".join(d[int(o[i]):int(o[i + 1])].tobytes() for d, o in self.parts)
+
+    @staticmethod
+    def of_list(chunks: Sequence) -> "ChunkColumn":
+        """The column of per-chunk byte strings ``chunks`` (one join)."""
+        lens = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+        offs = np.zeros(len(chunks) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offs[1:])
+        data = np.frombuffer(b"".join(map(bytes, chunks)), dtype=np.uint8)
+        return ChunkColumn([(data, offs)])
+
+
+class ColumnChunks(Sequence[list]):
+    """``MiniBlocks.bufs`` held as one :class:`ChunkColumn` per value buffer; reads like the
+    per-chunk lists (chunk ``i`` is a list of the bytes of each of its buffers)."""
+
+    def __init__(self, columns: list[ChunkColumn], nchunks: int) -> None:
+        self.columns = columns
+        self.nchunks = nchunks
+
+    def __len__(self) -> int:
+        return self.nchunks
+
+    @overload
+    def __getitem__(self, i: int) -> list: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[list]: ...
+
+    def __getitem__(self, i: int | slice) -> list | list[list]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.nchunks))]
+        if i < 0:
+            i += self.nchunks
+        if not 0 <= i < self.nchunks:
+            raise IndexError(i)
+        return [c.chunk(i) for c in self.columns]
+
+    def __iter__(self) -> Iterator[list]:
+        for i in range(self.nchunks):
+            yield [c.chunk(i) for c in self.columns]
+
+
+def buffer_columns(bufs: Sequence[list], num_buffers: int) -> list[ChunkColumn]:
+    """The value buffers of mini-block chunks ``bufs`` as one :class:`ChunkColumn` each."""
+    if isinstance(bufs, ColumnChunks):
+        return bufs.columns
+    if isinstance(bufs, UniformChunks):
+        return [bufs.column()]
+    return [ChunkColumn.of_list([bb[j] for bb in bufs]) for j in range(num_buffers)]
 
 
 class UniformChunks(Sequence[list]):
@@ -204,6 +273,13 @@ class UniformChunks(Sequence[list]):
         if self.nchunks:
             out[-1] = len(self.data) - (self.nchunks - 1) * self.step
         return out
+
+    def column(self) -> ChunkColumn:
+        """The chunks as a :class:`ChunkColumn` (no copy)."""
+        offs = np.arange(self.nchunks + 1, dtype=np.int64) * self.step
+        if self.nchunks:
+            offs[-1] = len(self.data)
+        return ChunkColumn([(np.asarray(self.data, dtype=np.uint8).reshape(-1), offs)])
 
 
 def _vals_per_chunk(bytes_per_word: int, values_per_word: int) -> int:
@@ -281,7 +357,7 @@ def bitpack_estimate(values: np.ndarray, t_bits: int) -> Optional[int]:
     if t_bits not in (8, 16, 32, 64) or len(values) == 0:
         return None
     widths = bp.block_widths(values)
-    est = int(sum(1 + 1024 * int(w) // t_bits for w in widths)) * (t_bits // 8)
+    est = bp.inline_pack_sizes(widths, t_bits)
     if est >= len(values) * t_bits // 8:
         return None
     return est
@@ -292,12 +368,9 @@ def bitpack_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
     data, sizes = bp.inline_pack(values, t_bits)
     n = len(values)
     counts = _even_counts(n, 1024)
-    bufs = []
-    pos = 0
-    for s in sizes:
-        bufs.append([data[pos:pos + s].tobytes()])
-        pos += s
-    return MiniBlocks(enc_inline_bitpacking(t_bits), counts, bufs)
+    offs = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(sizes, dtype=np.int64), out=offs[1:])
+    return MiniBlocks(enc_inline_bitpacking(t_bits), counts, ColumnChunks([ChunkColumn([(data, offs)])], len(counts)))
 
 
 # --- RLE -------------------------------------------------------------------------------------
@@ -458,22 +531,25 @@ def variable_miniblock(offsets: np.ndarray, data: np.ndarray, offset_bits: int,
     o0, o1 = offsets[first], offsets[first + cnt]
     head = nent * width
     idx = np.arange(int(nent.sum()), dtype=np.int64) - np.repeat(ent0 - first, nent)
-    rel = (offsets[idx] - np.repeat(o0 - head, nent)).astype(odt).tobytes()
+    rel = (offsets[idx] - np.repeat(o0 - head, nent)).astype(odt).view(np.uint8)
     base = int(offsets[0])
-    body = data[base:int(offsets[-1])].tobytes()
-    pads = ((-(head + o1 - o0)) % width).tolist()
-    r0 = (ent0 * width).tolist()
-    b0 = (o0 - base).tolist()
-    b1 = (o1 - base).tolist()
-    bufs = [[rel[a:a + h] + body[x:y] + _VAR_PADS[q]]
-            for a, h, x, y, q in zip(r0, head.tolist(), b0, b1, pads)]
-    return MiniBlocks(enc_variable(offset_bits), counts, bufs)
+    body = data[base:int(offsets[-1])]
+    pads = (-(head + o1 - o0)) % width
+    nch = len(cnt)
+    rel_offs = np.zeros(nch + 1, dtype=np.int64)
+    rel_offs[1:] = (ent0 + nent) * width
+    body_offs = np.append(o0, o1[-1]) - base  # chunks take consecutive values
+    pad_offs = np.zeros(nch + 1, dtype=np.int64)
+    np.cumsum(pads, out=pad_offs[1:])
+    pad = np.full(int(pad_offs[-1]), VAR_PAD_BYTE, dtype=np.uint8)
+    col = ChunkColumn([(rel, rel_offs), (body, body_offs), (pad, pad_offs)])
+    return MiniBlocks(enc_variable(offset_bits), counts, ColumnChunks([col], nch))
 
 
 def general_wrap(mb: MiniBlocks, scheme: str, level: Optional[int]) -> MiniBlocks:
     """Compress the first buffer of every chunk (when that pays off)."""
-    total = sum(len(b[0]) for b in mb.bufs)
-    if not mb.bufs or total < MIN_BUFFER_SIZE_FOR_COMPRESSION:
+    total = int(buffer_columns(mb.bufs, mb.num_buffers)[0].sizes().sum()) if len(mb.bufs) else 0
+    if not len(mb.bufs) or total < MIN_BUFFER_SIZE_FOR_COMPRESSION:
         return mb
     new = []
     csize = 0
