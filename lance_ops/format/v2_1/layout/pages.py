@@ -257,12 +257,13 @@ def _ool_column(cat: np.ndarray, bounds: np.ndarray, width: int) -> ev.ChunkColu
             allv[:len(cat)] = cat
         else:
             src = cat if raw_mask is None else cat[~raw_mask]
-            # each chunk's packed levels are consecutive from its first block's start
-            dst = np.arange(len(src), dtype=np.int64)
-            src_first = np.zeros(nch, dtype=np.int64)
-            np.cumsum(packed_n[:-1], out=src_first[1:])
-            dst += np.repeat(blk0 * 1024 - src_first, packed_n)
-            allv[dst] = src
+            # each chunk's packed levels fill its blocks from the start, zeros after: a boolean
+            # mask of the filled slots (cheaper than an index array per level)
+            fill = np.full(total_blk, 1024, dtype=np.int64)
+            has = nblk > 0
+            fill[(blk0 + nblk - 1)[has]] = (packed_n - (nblk - 1) * 1024)[has]
+            slots = np.arange(1024, dtype=np.int64)[None, :] < fill[:, None]
+            allv.reshape(total_blk, 1024)[slots] = src
         packed = bp.pack_blocks(allv, 16, width).view(np.uint8)
     else:
         packed = np.zeros(0, dtype=np.uint8)
