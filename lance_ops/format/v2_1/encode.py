@@ -263,17 +263,12 @@ def _dict_var(offs: np.ndarray, data: np.ndarray, obits: int, params: Params) ->
     need = max(0, int((params.dict_size_ratio * data_size - n * (obits // 8)) / per) + 2) if per else n
     need += need // 64 + 16  # room for a few repeats in the prefix (a lower bound either way)
     if need < n:
-        # the smallest distinct count refused: the bounds only need to answer "at least that?"
-        limit = max(0, need - need // 64 - 20)
-        while not too_many(limit) and limit <= n:
-            limit += 1
-        at_least = limit if limit <= n else None
-        head = _distinct_lower_bound(offs[:need + 1], data, at_least)
+        head = _distinct_lower_bound(offs[:need + 1], data)
         if too_many(head):
             return None
         # a prefix near the budget hints at a refusal: the digest bound of all values (a few
         # times cheaper than the dictionary) settles it first (ADR 0046; the decision is the same)
-        if head * 2 > need and too_many(_distinct_lower_bound(offs, data, at_least)):
+        if head * 2 > need and too_many(_distinct_lower_bound(offs, data)):
             return None
     # the dictionary's length is the distinct count: one hash pass decides and encodes
     enc = pc.dictionary_encode(_var_array(offs, data))  # dictionary in first-seen order, as upstream

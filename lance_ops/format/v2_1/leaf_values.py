@@ -112,34 +112,38 @@ def _digests(offs: np.ndarray, data: np.ndarray) -> np.ndarray:
     return digest
 
 
-#: pages below this many values count their digests exactly (the bitmap would not pay)
-BITMAP_MIN_VALUES = 4096
+#: below this many values the digests are counted by a sort (the bucket table would not pay)
+TABLE_MIN_VALUES = 4096
+#: the bucket table of the digest count holds at most 2**22 int32 (16 MiB)
+TABLE_MAX_BITS = 22
 
 
-def distinct_lower_bound(offs: np.ndarray, data: np.ndarray, at_least: Optional[int] = None) -> int:
-    """A lower bound of the distinct count of the values ``data[offs[i]:offs[i+1]]``.
+def distinct_lower_bound(offs: np.ndarray, data: np.ndarray) -> int:
+    """A lower bound of the distinct count of the values ``data[offs[i]:offs[i+1]]``: the exact
+    distinct count of a 64-bit digest of each value (equal values have equal digests, so it never
+    exceeds the true count).
 
-    Exact over digests (equal values have equal digests, so it never exceeds the true count):
-    the distinct count of the high 32 bits of each value's digest, counted by a sort.
-    With ``at_least`` (the caller only asks whether the count reaches it) the digests are first
-    marked in a bitmap of ``>= 8n`` bits: the occupied bits are a lower bound too (a few times
-    cheaper than the sort, ADR 0059), returned when they reach ``at_least`` or stay below it by
-    more than twice the collisions the bitmap can cause; otherwise the sort decides as before."""
+    Counted without sorting all digests (ADR 0059): every value writes its index into a table
+    slot chosen by the top bits of its digest (4-8 slots per value); each written slot holds one
+    *owner*, and every digest that differs from its slot owner's digest is one of the few
+    colliding ones, which a sort of only those counts. Distinct digests = owners + distinct
+    non-owner digests."""
     n = len(offs) - 1
     if n <= 0:
         return 0
     digest = _digests(offs, data)
-    if at_least is not None and n >= BITMAP_MIN_VALUES:
-        bits = min(max(16, (8 * n - 1).bit_length()), 24)
-        seen = np.zeros(1 << bits, dtype=bool)
-        seen[(digest >> np.uint64(64 - bits)).view(np.int64)] = True
-        occupied = int(np.count_nonzero(seen))
-        collisions = n * n / float(1 << bits)  # twice the expected collisions of n distinct values
-        if occupied >= at_least or occupied + collisions < at_least:
-            return occupied
-    # folded to 32 bits (still a lower bound: equal values fold equally) and counted by a sort
-    folded = np.sort((digest >> np.uint64(32)).astype(np.uint32))
-    return 1 + int(np.count_nonzero(folded[1:] != folded[:-1]))
+    if n < TABLE_MIN_VALUES:
+        srt = np.sort(digest)
+        return 1 + int(np.count_nonzero(srt[1:] != srt[:-1]))
+    bits = min((n - 1).bit_length() + 2, TABLE_MAX_BITS)
+    slot = (digest >> np.uint64(64 - bits)).view(np.int64)
+    owner = np.empty(1 << bits, dtype=np.int32)  # only written slots are read
+    ids = np.arange(n, dtype=np.int32)
+    owner[slot] = ids  # one of the writers of each slot stays: its owner
+    mine = owner[slot]
+    owners = int(np.count_nonzero(mine == ids))
+    other = np.sort(digest[digest[mine] != digest])
+    return owners + (1 + int(np.count_nonzero(other[1:] != other[:-1])) if len(other) else 0)
 
 
 def constant_value(values: pa.Array, valid: Optional[np.ndarray]) -> Optional[tuple[Optional[bytes], Optional[bytes]]]:
