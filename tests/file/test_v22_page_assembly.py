@@ -241,3 +241,21 @@ def test_digest_count_is_the_exact_count_of_distinct_digests(n: int, card: int) 
     offs, data, _ = lv.var_parts(values)
     want = len(np.unique(lv._digests(offs, data)))
     assert lv.distinct_lower_bound(offs, data) == want == len(set(values.to_pylist()))
+
+
+@pytest.mark.parametrize("dims,item_bits", [([3], 32), ([2, 4], 16), ([128], 32), ([5], 8), ([1, 7], 64)])
+@pytest.mark.parametrize("n", [1, 9, 1000, 4097])
+def test_fsl_chunks_with_validity_equal_chunk_by_chunk_packing(dims: list[int], item_bits: int, n: int) -> None:
+    rng = np.random.default_rng(n + len(dims))
+    cums = list(np.cumprod(dims))
+    validities = [rng.random(n * int(cm)) < 0.7 if j % 2 == 0 or len(dims) == 1 else None for j, cm in enumerate(cums)]
+    data = rng.integers(0, 256, n * int(cums[-1]) * item_bits // 8, dtype=np.uint8)
+    mb = ev.fsl_miniblock(data, n, item_bits, dims, validities)
+    row = 0
+    for i, c in enumerate(mb.counts):
+        want = [np.packbits(v[row * int(cm):(row + c) * int(cm)], bitorder="little").tobytes()
+                for cm, v in zip(cums, validities) if v is not None]
+        want.append(data[row * int(cums[-1]) * item_bits // 8:((row + c) * int(cums[-1]) * item_bits + 7) // 8].tobytes())
+        assert [bytes(b) for b in mb.bufs[i]] == want
+        row += c
+    assert row == n

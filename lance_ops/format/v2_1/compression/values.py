@@ -334,6 +334,20 @@ def fsl_miniblock(data: np.ndarray, n: int, item_bits: int, dims: list[int],
         return MiniBlocks(enc_fsl(dims, [False] * len(dims), enc_flat(item_bits)), counts,
                           UniformChunks(data[:nbytes], per * cum * item_bits // 8, len(counts)), 1,
                           last_full=n > 0 and n % per == 0)
+    nb = 1 + sum(1 for v in validities if v is not None)
+    enc = enc_fsl(dims, [v is not None for v in validities], enc_flat(item_bits))
+    last_full = n > 0 and n % per == 0
+    if all(v is None or (per * cm) % 8 == 0 for cm, v in zip(cums, validities)) and (per * cum * item_bits) % 8 == 0:
+        # every chunk but the last starts on a byte of each buffer: pack each buffer once and cut
+        first = np.arange(len(counts), dtype=np.int64) * per
+        cols = []
+        for cm, v in zip(cums, validities):
+            if v is not None:
+                packed = np.packbits(np.asarray(v[:n * cm], dtype=bool), bitorder="little")
+                cols.append(ChunkColumn([(packed, np.append(first * cm // 8, (n * cm + 7) // 8))]))
+        ends = np.append(first * cum * item_bits // 8, (n * cum * item_bits + 7) // 8)
+        cols.append(ChunkColumn([(data, ends)]))
+        return MiniBlocks(enc, counts, ColumnChunks(cols, len(counts)), nb, last_full=last_full)
     bufs: list[list] = []
     row = 0
     for c in counts:
@@ -347,9 +361,7 @@ def fsl_miniblock(data: np.ndarray, n: int, item_bits: int, dims: list[int],
         chunk.append(data[a:b].tobytes())
         bufs.append(chunk)
         row += c
-    nb = 1 + sum(1 for v in validities if v is not None)
-    return MiniBlocks(enc_fsl(dims, [v is not None for v in validities], enc_flat(item_bits)), counts, bufs, nb,
-                      last_full=n > 0 and n % per == 0)
+    return MiniBlocks(enc, counts, bufs, nb, last_full=last_full)
 
 
 def bitpack_estimate(values: np.ndarray, t_bits: int) -> Optional[int]:
