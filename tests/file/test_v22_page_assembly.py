@@ -259,3 +259,52 @@ def test_fsl_chunks_with_validity_equal_chunk_by_chunk_packing(dims: list[int], 
         assert [bytes(b) for b in mb.bufs[i]] == want
         row += c
     assert row == n
+
+
+def _rle_reference(values: np.ndarray, t_bits: int) -> tuple[list[int], list[list[bytes]]]:
+    """RLE chunks one at a time: the rest when it fits, else the largest fitting power of two."""
+    n, w = len(values), t_bits // 8
+
+    def encode(a: int, b: int) -> tuple[bytes, bytes]:
+        vals, lens = [], []
+        for v in values[a:b].tolist():
+            if vals and vals[-1] == v and lens[-1] < 255:
+                lens[-1] += 1
+            else:
+                vals.append(v)
+                lens.append(1)
+        return np.array(vals, values.dtype).tobytes(), bytes(lens)
+
+    counts, bufs, pos = [], [], 0
+    while pos < n:
+        rem = n - pos
+        if rem <= ev.MAX_MINIBLOCK_VALUES:
+            v, r = encode(pos, n)
+            if len(r) * (w + 1) <= ev.MAX_MINIBLOCK_BYTES:
+                counts.append(rem)
+                bufs.append([v, r])
+                break
+        k = min(12, rem.bit_length() - 1)
+        while True:
+            v, r = encode(pos, pos + (1 << k))
+            if len(r) * (w + 1) <= ev.MAX_MINIBLOCK_BYTES or k == 0:
+                break
+            k -= 1
+        counts.append(1 << k)
+        bufs.append([v, r])
+        pos += 1 << k
+    return counts, bufs
+
+
+@pytest.mark.parametrize("t_bits", [8, 16, 32, 64])
+@pytest.mark.parametrize("seed", range(5))
+def test_rle_chunks_equal_one_chunk_at_a_time(t_bits: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30000))
+    run = int(rng.choice([1, 2, 7, 300, 5000]))
+    values = np.repeat(rng.integers(0, 5, n // run + 1), rng.integers(1, 2 * run + 1, n // run + 1))[:n]
+    values = values.astype(bp.UINT_TYPES[t_bits])
+    mb = ev.rle_miniblock(values, t_bits)
+    counts, bufs = _rle_reference(values, t_bits)
+    assert mb.counts == counts
+    assert [[bytes(b) for b in mb.bufs[i]] for i in range(len(counts))] == bufs

@@ -19,6 +19,7 @@ Block compressors (levels of all-null pages, dictionaries) produce one opaque bu
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence, overload
 
@@ -396,15 +397,6 @@ def run_starts(values: np.ndarray) -> np.ndarray:
     return np.flatnonzero(change)
 
 
-def _window_runs(starts: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-    """Run starts and lengths of values[a:b] (runs cut at the window edges)."""
-    i0 = np.searchsorted(starts, a, side="right")
-    i1 = np.searchsorted(starts, b, side="left")
-    s = np.concatenate([[a], starts[i0:i1]]).astype(np.int64)
-    lens = np.diff(np.append(s, b))
-    return s, lens
-
-
 def rle_estimate(values: np.ndarray, t_bits: int) -> int:
     """Bytes of RLE with u8 run lengths over 4096-value segments."""
     n = len(values)
@@ -427,44 +419,71 @@ def run_count(values: np.ndarray) -> int:
     return 1 + int(np.count_nonzero(values[1:] != values[:-1]))
 
 
+def rle_chunk_runs(values: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """RLE of ``values`` cut into chunks at ``bounds`` (int64, one more than chunks), all chunks at
+    once: runs are cut at every chunk start and split at 255. Returns the run values, the u8 run
+    lengths and, per chunk, the bounds of its runs in those two arrays."""
+    n = len(values)
+    is_start = np.empty(n, dtype=bool)
+    if n:
+        is_start[0] = True
+        np.not_equal(values[1:], values[:-1], out=is_start[1:])
+        cut = bounds[:-1]
+        is_start[cut[cut < n]] = True
+    starts = np.flatnonzero(is_start)
+    lens = np.diff(np.append(starts, n))
+    pieces = (lens + 254) // 255
+    pcum = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(pieces, out=pcum[1:])
+    vals = np.repeat(values[starts], pieces)
+    rl = np.repeat(lens, pieces)
+    k = np.arange(len(rl), dtype=np.int64) - np.repeat(pcum[:-1], pieces)
+    rl = np.minimum(rl - 255 * k, 255).astype(np.uint8)
+    return vals, rl, pcum[np.searchsorted(starts, bounds)]
+
+
 def rle_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
-    """RLE chunks of ``t_bits``-bit ``values``: run values and u8 run lengths per chunk."""
+    """RLE chunks of ``t_bits``-bit ``values``: run values and u8 run lengths per chunk.
+
+    A chunk is the rest of the page when it fits, else the largest power of two (<= 4096) values
+    whose runs fit: sizes are tried from prefix sums of the page's runs (a few scalar steps per
+    chunk), and the runs of all chunks are then cut in one pass."""
     n = len(values)
     w = t_bits // 8
     starts = run_starts(values)
-    counts, bufs = [], []
+    lens = np.diff(np.append(starts, n))
+    pcum = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum((lens + 254) // 255, out=pcum[1:])
+    starts_l, pcum_l = starts.tolist(), pcum.tolist()
+    room = MAX_MINIBLOCK_BYTES // (w + 1)  # most runs a chunk holds
+
+    def pieces(a: int, b: int) -> int:
+        """Runs of values[a:b] (cut at a and b, split at 255)."""
+        i0 = bisect.bisect_right(starts_l, a) - 1
+        i1 = bisect.bisect_right(starts_l, b - 1) - 1
+        if i0 == i1:
+            return (b - a + 254) // 255
+        return ((starts_l[i0 + 1] - a + 254) // 255 + pcum_l[i1] - pcum_l[i0 + 1]
+                + (b - starts_l[i1] + 254) // 255)
+
+    counts = []
     pos = 0
-
-    def encode(a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-        s, lens = _window_runs(starts, a, b)
-        pieces = (lens + 254) // 255
-        vals = np.repeat(values[s], pieces)
-        # split runs longer than 255
-        rl = np.repeat(lens, pieces)
-        first = np.concatenate([[0], np.cumsum(pieces)[:-1]]) if len(pieces) else np.zeros(0, np.int64)
-        k = np.arange(len(rl)) - np.repeat(first, pieces)
-        rl = np.minimum(rl - 255 * k, 255)
-        return vals, rl.astype(np.uint8)
-
     while pos < n:
         rem = n - pos
-        if rem <= MAX_MINIBLOCK_VALUES:
-            vals, rl = encode(pos, n)
-            if len(vals) * (w + 1) <= MAX_MINIBLOCK_BYTES:
-                counts.append(rem)
-                bufs.append([np.ascontiguousarray(vals).view(np.uint8).tobytes(), rl.tobytes()])
-                break
+        if rem <= MAX_MINIBLOCK_VALUES and pieces(pos, n) <= room:
+            counts.append(rem)
+            break
         k = min(12, (rem.bit_length() - 1))
-        while True:
-            c = 1 << k
-            vals, rl = encode(pos, pos + c)
-            if len(vals) * (w + 1) <= MAX_MINIBLOCK_BYTES or k == 0:
-                break
+        while k > 0 and pieces(pos, pos + (1 << k)) > room:
             k -= 1
-        counts.append(c)
-        bufs.append([np.ascontiguousarray(vals).view(np.uint8).tobytes(), rl.tobytes()])
-        pos += c
-    return MiniBlocks(enc_rle(t_bits), counts, bufs, 2)
+        counts.append(1 << k)
+        pos += 1 << k
+    bounds = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(counts, dtype=np.int64), out=bounds[1:])
+    vals, rl, pb = rle_chunk_runs(values, bounds)
+    vbytes = np.ascontiguousarray(vals).view(np.uint8).reshape(-1)
+    cols = [ChunkColumn([(vbytes, pb * w)]), ChunkColumn([(rl, pb)])]
+    return MiniBlocks(enc_rle(t_bits), counts, ColumnChunks(cols, len(counts)), 2)
 
 
 # --- variable width --------------------------------------------------------------------------

@@ -185,29 +185,13 @@ def level_column(codec: LevelCodec, levels: np.ndarray, bounds: np.ndarray) -> e
 
 
 def _rle_column(levels: np.ndarray, bounds: np.ndarray) -> ev.ChunkColumn:
-    """``rle_block`` of every chunk: runs cut at the chunk starts and split at 255; per chunk a u64
-    header (bytes of its run values), its run values and its run lengths."""
-    n = len(levels)
-    nch = len(bounds) - 1
-    is_start = np.empty(n, dtype=bool)
-    if n:
-        is_start[0] = True
-        np.not_equal(levels[1:], levels[:-1], out=is_start[1:])
-        cut = bounds[:-1]
-        is_start[cut[cut < n]] = True
-    starts = np.flatnonzero(is_start)
-    lens = np.diff(np.append(starts, n))
-    pieces = (lens + 254) // 255
-    pcum = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(pieces, out=pcum[1:])
-    vals = np.repeat(levels[starts], pieces).astype("<u2", copy=False)
-    rl = np.repeat(lens, pieces)
-    k = np.arange(len(rl), dtype=np.int64) - np.repeat(pcum[:-1], pieces)
-    rl = np.minimum(rl - 255 * k, 255).astype(np.uint8)
-    pbounds = pcum[np.searchsorted(starts, bounds)]
+    """``rle_block`` of every chunk: per chunk a u64 header (bytes of its run values), its run
+    values and its run lengths (runs cut at the chunk starts and split at 255)."""
+    vals, rl, pbounds = ev.rle_chunk_runs(levels, bounds)
     head = (np.diff(pbounds) * 2).astype("<u8").view(np.uint8)
-    return ev.ChunkColumn([(head, np.arange(nch + 1, dtype=np.int64) * 8), (vals.view(np.uint8), pbounds * 2),
-                           (rl, pbounds)])
+    nch = len(bounds) - 1
+    return ev.ChunkColumn([(head, np.arange(nch + 1, dtype=np.int64) * 8),
+                           (vals.astype("<u2", copy=False).view(np.uint8), pbounds * 2), (rl, pbounds)])
 
 
 def _inline_column(levels: np.ndarray, bounds: np.ndarray) -> ev.ChunkColumn:
