@@ -124,7 +124,7 @@ def distinct_lower_bound(offs: np.ndarray, data: np.ndarray) -> int:
     exceeds the true count).
 
     Counted without sorting all digests (ADR 0059): every value writes its index into a table
-    slot chosen by the top bits of its digest (4-8 slots per value); each written slot holds one
+    slot chosen by the top bits of its digest (8-16 slots per value); each written slot holds one
     *owner*, and every digest that differs from its slot owner's digest is one of the few
     colliding ones, which a sort of only those counts. Distinct digests = owners + distinct
     non-owner digests."""
@@ -135,7 +135,7 @@ def distinct_lower_bound(offs: np.ndarray, data: np.ndarray) -> int:
     if n < TABLE_MIN_VALUES:
         srt = np.sort(digest)
         return 1 + int(np.count_nonzero(srt[1:] != srt[:-1]))
-    bits = min((n - 1).bit_length() + 2, TABLE_MAX_BITS)
+    bits = min((n - 1).bit_length() + 3, TABLE_MAX_BITS)
     slot = (digest >> np.uint64(64 - bits)).view(np.int64)
     owner = np.empty(1 << bits, dtype=np.int32)  # only written slots are read
     ids = np.arange(n, dtype=np.int32)
