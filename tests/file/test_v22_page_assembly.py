@@ -308,3 +308,10 @@ def test_rle_chunks_equal_one_chunk_at_a_time(t_bits: int, seed: int) -> None:
     counts, bufs = _rle_reference(values, t_bits)
     assert mb.counts == counts
     assert [[bytes(b) for b in mb.bufs[i]] for i in range(len(counts))] == bufs
+
+
+def test_digest_count_over_the_table_limit_is_a_lower_bound() -> None:
+    n = (1 << 20) + 5
+    values = pa.array(np.arange(n) % 70000).cast(pa.string())
+    offs, data, _ = lv.var_parts(values)
+    assert lv.distinct_lower_bound(offs, data) == 70000

@@ -119,15 +119,15 @@ TABLE_MAX_BITS = 22
 
 
 def distinct_lower_bound(offs: np.ndarray, data: np.ndarray) -> int:
-    """A lower bound of the distinct count of the values ``data[offs[i]:offs[i+1]]``: the exact
-    distinct count of a 64-bit digest of each value (equal values have equal digests, so it never
-    exceeds the true count).
+    """A lower bound of the distinct count of the values ``data[offs[i]:offs[i+1]]``: the distinct
+    count of a 64-bit digest of each value (equal values have equal digests, so it never exceeds
+    the true count); over 2**20 values, of the digests' top 32 bits (sorted, as before).
 
-    Counted without sorting all digests (ADR 0059): every value writes its index into a table
-    slot chosen by the top bits of its digest (8-16 slots per value); each written slot holds one
-    *owner*, and every digest that differs from its slot owner's digest is one of the few
-    colliding ones, which a sort of only those counts. Distinct digests = owners + distinct
-    non-owner digests."""
+    Up to 2**20 values the digests are counted without sorting them all (ADR 0059): every value
+    writes its index into a table slot chosen by the top bits of its digest (8-16 slots per
+    value); each written slot keeps one *owner*, and every digest that differs from its slot
+    owner's digest is one of the few colliding ones, which a sort of only those counts.
+    Distinct digests = owners + distinct non-owner digests."""
     n = len(offs) - 1
     if n <= 0:
         return 0
@@ -135,6 +135,11 @@ def distinct_lower_bound(offs: np.ndarray, data: np.ndarray) -> int:
     if n < TABLE_MIN_VALUES:
         srt = np.sort(digest)
         return 1 + int(np.count_nonzero(srt[1:] != srt[:-1]))
+    if (n - 1).bit_length() + 2 > TABLE_MAX_BITS:
+        # over 2**20 values the table would be crowded: their top 32 bits counted by a sort (a
+        # lower bound too; less memory than the table)
+        folded = np.sort((digest >> np.uint64(32)).astype(np.uint32))
+        return 1 + int(np.count_nonzero(folded[1:] != folded[:-1]))
     bits = min((n - 1).bit_length() + 3, TABLE_MAX_BITS)
     slot = (digest >> np.uint64(64 - bits)).view(np.int64)
     owner = np.empty(1 << bits, dtype=np.int32)  # only written slots are read
