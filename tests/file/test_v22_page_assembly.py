@@ -77,7 +77,7 @@ def _array(kind: str, n: int, rng: np.random.Generator, null_p: float) -> pa.Arr
         return pa.array(np.repeat(rng.integers(0, 4, n // 50 + 1), 50)[:n].astype(np.int64), mask=mask)
     if kind == "strings":  # variable / FSST
         lens = rng.integers(0, 30, n)
-        return pa.array(["abcdefgh" * (int(k) // 8) + str(k) for k in lens.tolist()], mask=mask)
+        return pa.array(["abcdefgh" * (int(k) // 8) + str(k) for k in lens.tolist()], pa.string(), mask=mask)
     flat = pa.array(rng.random(2 * n).astype(np.float32))
     return pa.FixedSizeListArray.from_arrays(flat, 2, mask=pa.array(mask) if mask is not None else None)
 
@@ -315,3 +315,16 @@ def test_digest_count_over_the_table_limit_is_a_lower_bound() -> None:
     values = pa.array(np.arange(n) % 70000).cast(pa.string())
     offs, data, _ = lv.var_parts(values)
     assert lv.distinct_lower_bound(offs, data) == 70000
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_digests_equal_the_per_value_definition(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lo = 8 if seed % 2 else 0  # every value has 8 bytes (Arrow cut) or not (in-place windows)
+    vals = [bytes(rng.integers(0, 4, int(k), dtype=np.uint8)) for k in rng.integers(lo, 20, 3000)]
+    arr = pa.array(vals, pa.binary()).slice(seed, 3000 - 2 * seed)
+    offs, data, _ = lv.var_parts(arr)
+    mix, mask = int(lv.MIX), (1 << 64) - 1
+    want = [((int.from_bytes(v[:8].ljust(8, b"\0"), "little") ^ (len(v) * mix & mask)) * mix) & mask
+            for v in arr.to_pylist()]
+    assert lv._digests(offs, data).tolist() == want

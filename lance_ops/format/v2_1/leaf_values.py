@@ -80,22 +80,14 @@ def _digests(offs: np.ndarray, data: np.ndarray) -> np.ndarray:
     data = np.ascontiguousarray(data, dtype=np.uint8)
     start = offs[:-1]
     lens_i = np.diff(offs)
-    if n and int(lens_i.min()) >= 8:
-        # every value has 8 bytes: Arrow cuts them out (cheaper than a gather of 8-byte windows)
-        whole = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), n, [None, pa.py_buffer(np.ascontiguousarray(offs, dtype=np.int64)), pa.py_buffer(data)])
-        cut = pc.binary_slice(whole, 0, 8)
-        cb = cut.buffers()
-        co = np.frombuffer(cb[1], dtype=np.int64, count=n + 1, offset=cut.offset * 8)
-        head = np.frombuffer(cb[2], dtype="<u8", count=n, offset=int(co[0]))
-        return (head ^ (lens_i.astype(np.uint64) * MIX)) * MIX
     # 8-byte windows read in place; only values starting in the last 8 bytes of ``data`` read a
     # zero-padded copy of that tail (no copy of the whole buffer)
     inside = int(np.searchsorted(start, len(data) - 8, side="right")) if len(data) >= 8 else 0
     head = np.empty(n, dtype="<u8")
     if inside:
-        win = np.lib.stride_tricks.as_strided(data, shape=(len(data) - 7, 8), strides=(1, 1))
-        head[:inside] = np.ascontiguousarray(win[start[:inside]]).view("<u8").reshape(-1)
+        # an unaligned u64 view at every byte: one 8-byte item per value taken (not 8 bytes)
+        win = np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+        head[:inside] = win[start[:inside]]
     if inside < n:
         t0 = max(0, len(data) - 8)
         tail = np.zeros(len(data) - t0 + 8, dtype=np.uint8)
@@ -104,9 +96,8 @@ def _digests(offs: np.ndarray, data: np.ndarray) -> np.ndarray:
         head[inside:] = np.ascontiguousarray(twin[np.minimum(start[inside:] - t0, len(tail) - 8)]).view("<u8").reshape(-1)
     lens = lens_i.astype(np.uint64)
     if n and int(lens_i.min()) < 8:  # bytes past a short value belong to the next one: mask them
-        short = lens_i < 8
-        mask = (np.uint64(1) << (np.minimum(lens, 7) * np.uint64(8))) - np.uint64(1)
-        head = np.where(short, head & mask, head)
+        short = np.flatnonzero(lens_i < 8)
+        head[short] &= (np.uint64(1) << (lens[short] * np.uint64(8))) - np.uint64(1)
     digest = head ^ (lens * MIX)
     digest *= MIX
     return digest
