@@ -158,7 +158,9 @@ class MiniBlocks:
 
     def size(self) -> int:
         """Total bytes of the chunks' value buffers (to compare candidate encodings)."""
-        return sum(int(c.sizes().sum()) for c in buffer_columns(self.bufs, self.num_buffers))
+        if isinstance(self.bufs, (ColumnChunks, UniformChunks)):
+            return sum(int(c.sizes().sum()) for c in buffer_columns(self.bufs, self.num_buffers))
+        return sum(sum(len(b) for b in bb) for bb in self.bufs)
 
 
 @dataclass
