@@ -100,7 +100,7 @@ def _nest(rng: np.random.Generator, items: pa.Array, max_len: int, null_p: float
 
 PAGE = dict(
     kind=st.sampled_from(["ints", "random", "runs", "strings", "fsl"]),
-    n=st.integers(1, 9000),
+    n=st.one_of(st.integers(1, 300), st.integers(1000, 9000)),
     seed=st.integers(0, 2**32 - 1),
     shape=st.sampled_from(["flat", "list", "list_list", "struct_list", "list_struct"]),
     null_p=st.sampled_from([0.0, 0.01, 0.3]),
@@ -133,11 +133,21 @@ def _column(kind, n, seed, shape, null_p, empty_p, max_len, garbage, offset) -> 
     return arr.slice(min(offset, max(len(arr) - 1, 0)))
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**PAGE)
 def test_miniblock_page_bytes_equal_the_per_chunk_assembly(kind, n, seed, shape, null_p, empty_p, max_len, garbage,
                                                            offset, large, compression) -> None:
-    arr = _column(kind, n, seed, shape, null_p, empty_p, max_len, garbage, offset)
+    _check_page(_column(kind, n, seed, shape, null_p, empty_p, max_len, garbage, offset), large, compression)
+
+
+@pytest.mark.parametrize("kind", ["strings", "ints", "runs", "random", "fsl"])
+@pytest.mark.parametrize("shape", ["flat", "list", "list_struct"])
+@pytest.mark.parametrize("large", [False, True])
+def test_many_chunk_pages_equal_the_per_chunk_assembly(kind: str, shape: str, large: bool) -> None:
+    _check_page(_column(kind, 30000, 7, shape, 0.1, 0.1, 9, True, 1), large, None)
+
+
+def _check_page(arr: pa.Array, large: bool, compression: Optional[str]) -> None:
     field = pa.field("c", arr.type)
     (path, _), = sh.leaf_fields(field)
     sd = sh.shred_leaf(arr, path)
