@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from lance_ops.format.v2_1.compression.fsst_match import ESCAPE, expand, match, segments, walk
+from lance_ops.format.v2_1.compression.fsst_match import ESCAPE, Table, expand, match, segments, tokens
 from lance_ops.format.v2_1.compression.fsst_train import build_table
 
 MAGIC = 0x46535354 << 32
 TABLE_SIZE = 8 + 256 * 8 + 256
 LEAST_INPUT_SIZE = 32 * 1024
 SAMPLE_TARGET = 1 << 14
-_EMIT_CHUNK = 1 << 20
+_CHUNK = 1 << 17  # positions of the expanded buffer per step of the encoder
 
 
 def export_table(vals: "list[int] | np.ndarray", lens: "list[int] | np.ndarray", enabled: bool) -> bytes:
@@ -76,43 +76,51 @@ def compress(offs: np.ndarray, data: np.ndarray) -> tuple[bytes, np.ndarray, np.
         return _raw(rel, raw)
     seg_s, seg_e, owner = segments(rel)
     buf, st, en = expand(raw, seg_s, seg_e, table.term)
-    cl = match(buf, table)
-    pair = cl.view(np.uint8).reshape(-1, 2)  # little-endian: [code, length]
-    is_tok = walk(pair[:, 1], st, en)
-    n = len(is_tok)
+    n = len(buf) - 8
     # where every string starts in the expanded buffer (its first segment's start), then the end
-    ends = np.append(st, n)
+    starts = np.append(st, n)
     if owner is not None:
-        ends = ends[np.searchsorted(owner, np.arange(len(rel) - 1))]
-        ends = np.append(ends, n)
-    out, new_offs = _emit(pair[:, 0], is_tok, buf, ends)
+        starts = starts[np.searchsorted(owner, np.arange(len(rel) - 1))]
+        starts = np.append(starts, n)
+    out, new_offs = _encode(buf, table, en, starts)
     if len(out) >= len(raw):
         return _raw(rel, raw)
     return export_table(table.vals, table.lens, True), new_offs, out
 
 
-def _emit(code: np.ndarray, is_tok: np.ndarray, buf: np.ndarray,
-          starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The compressed bytes -- every token's code, and after an escape (255) its literal byte --
-    and the output offset of every position in ``starts`` (ascending). A chunk of positions at a
-    time, so no array the size of all tokens is allocated (fresh memory costs page faults)."""
-    n = len(is_tok)
+def _encode(buf: np.ndarray, table: Table, en: np.ndarray,
+            starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The compressed bytes of an expanded buffer (terminators at ``en``) -- every greedy token's
+    code, and after an escape (255) its literal byte -- and the output offset of every position
+    in ``starts`` (ascending). Match, parse and output run on a cache-sized chunk of whole
+    segments at a time (segment starts are sync points: a chunk parses on its own), so no array
+    the size of the buffer is made but the output (fresh memory costs page faults)."""
+    n = len(buf) - 8
+    max_len = int(table.lens.max())
     offs = np.empty(len(starts), dtype=np.int64)
+    # chunk ends: one past the first terminator at or after every multiple of the chunk size
+    cut = en[np.searchsorted(en, np.arange(_CHUNK - 1, n - 1, _CHUNK))] + 1
+    cut = np.unique(np.concatenate([[0], cut, [n]]))
+    e_cut = np.searchsorted(en, cut)
+    s_cut = np.searchsorted(starts, cut)
     pieces = []
     base = 0
-    for a in range(0, n, _EMIT_CHUNK):
-        b = min(n, a + _EMIT_CHUNK)
-        t = np.flatnonzero(is_tok[a:b])
-        c = np.take(code[a:b], t)
+    for i in range(len(cut) - 1):
+        a, b = int(cut[i]), int(cut[i + 1])
+        code, lens = match(buf[a:b + 8], table)
+        m = tokens(lens, en[e_cut[i]:e_cut[i + 1]] - a, max_len)
+        t = np.flatnonzero(m)
+        c = np.take(code, t)
         e = np.flatnonzero(c == ESCAPE)
-        lo, hi = np.searchsorted(starts, [a, b])
+        lo, hi = s_cut[i], s_cut[i + 1]
         if hi > lo:
-            before = np.searchsorted(t, starts[lo:hi] - a)  # tokens before, plus their literals
-            offs[lo:hi] = base + before + np.searchsorted(e, before)
+            at = starts[lo:hi] - a
+            before = np.cumsum(m, dtype=np.int32)[at] - m[at]  # tokens before, then their literals
+            offs[lo:hi] = base + before + (np.searchsorted(e, before) if len(e) else 0)
         if len(e):
             c = np.insert(c, e + 1, np.take(buf[a:b], np.take(t, e)))
         pieces.append(c)
         base += len(c)
-    offs[np.searchsorted(starts, n):] = base
+    offs[s_cut[-1]:] = base
     out = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
     return out, offs

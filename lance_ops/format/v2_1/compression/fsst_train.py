@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from lance_ops.format.v2_1.compression.fsst_match import (
-    ESCAPE, MASKS, MAX_SYMBOLS, Table, expand, match, segments, walk,
+    ESCAPE, MASKS, MAX_SYMBOLS, Table, expand, match, segments, tokens,
 )
 
 _ROUNDS = (8, 38, 68, 98, 108, 128)
@@ -59,11 +59,10 @@ def build_table(sample: np.ndarray, s_offs: np.ndarray) -> Table:
     best_gain = -1
     for frac in _ROUNDS:
         if len(table.vals):
-            cl = match(buf, table)
-            pair = cl.view(np.uint8).reshape(-1, 2)
-            tok = np.flatnonzero(walk(pair[:, 1], st, en))
-            code = pair[:, 0][tok]
-            tlen = pair[:, 1][tok].astype(np.int64)
+            codes, lens = match(buf, table)
+            tok = np.flatnonzero(tokens(lens, en, int(table.lens.max())))
+            code = codes[tok]
+            tlen = lens[tok].astype(np.int64)
         else:  # the empty table escapes every byte: no walk (one step per byte on long strings)
             tok = np.flatnonzero(not_term)
             code = np.full(len(tok), ESCAPE, dtype=np.uint8)
