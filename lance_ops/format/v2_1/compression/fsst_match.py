@@ -158,9 +158,9 @@ def match(buf: np.ndarray, table: Table) -> tuple[np.ndarray, np.ndarray]:
             cand = np.flatnonzero(np.take(hp3, h) == w3)
             if len(cand):
                 _probe(cl, cand, np.take(h, cand), w8[cand + a], lk)
-        pair = cl.view(np.uint8).reshape(-1, 2)  # little-endian: [code, length]
-        code[a:b] = pair[:, 0]
-        lens[a:b] = pair[:, 1]
+        code[a:b] = cl  # the low byte (contiguous casts: cheaper than strided byte views)
+        cl >>= 8
+        lens[a:b] = cl
     return code, lens
 
 
@@ -186,26 +186,34 @@ def _probe(cl: np.ndarray, cand: np.ndarray, s: np.ndarray, w: np.ndarray, lk: t
         bits[done] = 0  # found: no shorter length is looked up
 
 
+def single(win: np.ndarray, pos: np.ndarray, table: Table) -> tuple[np.ndarray, np.ndarray]:
+    """(code, length) of the one-byte symbol (or escape) of the bytes ``win[pos]``: the match of a
+    segment's last byte, which must not run past it. It is the 2-byte window table's entry for
+    (byte, terminator), as no multi-byte symbol holds the terminator."""
+    two, _ = table.lookups()
+    cl = np.take(two, np.take(win, pos).astype(np.intp) | (table.term << 8))
+    return (cl & 0xFF).astype(np.uint8), (cl >> 8).astype(np.uint8)
+
+
 def sync_points(lens: np.ndarray, max_len: int) -> np.ndarray:
-    """Positions no match before them runs past (bool per position; ``lens`` the match length at
-    every position, ``max_len`` the longest symbol). Every greedy token that covers the byte
-    before such a position ends exactly there, so the greedy parse of a segment passes through
-    all of its sync points: they are tokens whatever came before (segment starts are sync points,
-    since no match runs past a terminator).
+    """Positions no match before them runs past, for every position and the one after the last
+    (bool, ``len(lens) + 1``; ``lens`` the match length at every position, ``max_len`` the
+    longest symbol). Every greedy token that covers the byte before such a position ends exactly
+    there, so the greedy parse of a segment passes through all of its sync points: they are
+    tokens whatever came before. Segment starts are sync points when no match runs past a
+    segment's end (terminators, or :func:`single` matches at the ends).
 
     ``q`` is a sync point when ``lens[q - k] <= k`` for k = 1 .. max_len - 1: the reach past ``q``
     of the matches before it, computed by doubling windows over int8 excesses."""
     n = len(lens)
-    sync = np.empty(n, dtype=bool)
-    if not n:
-        return sync
+    sync = np.empty(n + 1, dtype=bool)
     sync[0] = True
     if max_len <= 2:
-        np.less_equal(lens[:-1], 1, out=sync[1:])
+        np.less_equal(lens, 1, out=sync[1:])
         return sync
-    over = np.empty(n, dtype=np.int8)  # how far past q the matches at q-1, q-2, ... reach
+    over = np.empty(n + 1, dtype=np.int8)  # how far past q the matches at q-1, q-2, ... reach
     over[0] = 0
-    np.subtract(lens[:-1].view(np.int8), np.int8(1), out=over[1:])
+    np.subtract(lens.view(np.int8), np.int8(1), out=over[1:])
     w = 1
     while w < max_len - 1:
         np.maximum(over[w:], over[:-w] - np.int8(w), out=over[w:])
@@ -214,24 +222,26 @@ def sync_points(lens: np.ndarray, max_len: int) -> np.ndarray:
     return sync
 
 
-def tokens(lens: np.ndarray, en: np.ndarray, max_len: int) -> np.ndarray:
-    """Where the greedy tokens of an expanded buffer start (bool per position, terminators
-    unmarked). ``lens`` is the match length at every position (a terminator's is 1).
+def tokens(lens: np.ndarray, max_len: int, en: Optional[np.ndarray] = None) -> np.ndarray:
+    """Where the greedy tokens start (bool per position) of segments laid end to end, no match
+    running past a segment's end (``lens``: the match length at every position); terminators
+    ``en``, when given, are unmarked.
 
     The sync points (:func:`sync_points`) are tokens; the others are found by following the
-    chains of matches from every sync point that a non-sync position follows, until they land
-    on the next sync point -- one numpy step per token, but only for the few tokens between two
-    sync points (most tokens of text are sync points)."""
+    chains of matches from every sync point that two non-sync positions follow (after one, the
+    match ends on the next sync point), until they land on the next sync point -- one numpy step
+    per token, but only for the few tokens between two sync points (most tokens of text are
+    sync points)."""
     sync = sync_points(lens, max_len)
-    is_tok = sync.copy()
-    if max_len > 1 and len(lens) > 2:
-        # a sync point before two non-sync positions (after one, its match ends on the next sync)
+    is_tok = sync[:-1].copy()
+    if max_len > 1 and len(lens) > 1:
         p = np.flatnonzero(sync[:-2] > (sync[1:-1] | sync[2:]))
         while len(p):
             p += np.take(lens, p)
             p = p[~np.take(sync, p)]
             is_tok[p] = True
-    is_tok[en] = False
+    if en is not None:
+        is_tok[en] = False
     return is_tok
 
 

@@ -60,7 +60,7 @@ def build_table(sample: np.ndarray, s_offs: np.ndarray) -> Table:
     for frac in _ROUNDS:
         if len(table.vals):
             codes, lens = match(buf, table)
-            tok = np.flatnonzero(tokens(lens, en, int(table.lens.max())))
+            tok = np.flatnonzero(tokens(lens, int(table.lens.max()), en))
             code = codes[tok]
             tlen = lens[tok].astype(np.int64)
         else:  # the empty table escapes every byte: no walk (one step per byte on long strings)
