@@ -25,7 +25,7 @@ MAGIC = 0x46535354 << 32
 TABLE_SIZE = 8 + 256 * 8 + 256
 LEAST_INPUT_SIZE = 32 * 1024
 SAMPLE_TARGET = 1 << 14
-_CHUNK = 1 << 17  # positions of the expanded buffer per step of the encoder
+_CHUNK = 1 << 19  # positions (bytes, or of the expanded buffer) per step of the encoder
 
 
 def export_table(vals: "list[int] | np.ndarray", lens: "list[int] | np.ndarray", enabled: bool) -> bytes:
