@@ -25,6 +25,7 @@ MAGIC = 0x46535354 << 32
 TABLE_SIZE = 8 + 256 * 8 + 256
 LEAST_INPUT_SIZE = 32 * 1024
 SAMPLE_TARGET = 1 << 14
+_NONE = np.zeros(0, dtype=np.intp)
 _CHUNK = 1 << 19  # positions (bytes, or of the expanded buffer) per step of the encoder
 
 
@@ -142,12 +143,13 @@ def _encode(buf: np.ndarray, n: int, table: Table, bounds: np.ndarray, starts: n
         if last is not None:
             at = at[np.take(lens, at) > 1]
             if len(at):
-                code[at], lens[at] = single(win, at, table)
+                code[at] = single(win, at, table)
+                lens[at] = 1
             m = tokens(lens, max_len)
         else:
             m = tokens(lens, max_len, at)
         c = np.compress(m, code)
-        e = np.flatnonzero(c == ESCAPE)
+        e = np.flatnonzero(c == ESCAPE) if len(c) and c.max() == ESCAPE else _NONE
         lo, hi = s_cut[i], s_cut[i + 1]
         if hi > lo:
             before = _count_before(m, starts[lo:hi] - a)  # tokens before, then their literals

@@ -186,13 +186,12 @@ def _probe(cl: np.ndarray, cand: np.ndarray, s: np.ndarray, w: np.ndarray, lk: t
         bits[done] = 0  # found: no shorter length is looked up
 
 
-def single(win: np.ndarray, pos: np.ndarray, table: Table) -> tuple[np.ndarray, np.ndarray]:
-    """(code, length) of the one-byte symbol (or escape) of the bytes ``win[pos]``: the match of a
+def single(win: np.ndarray, pos: np.ndarray, table: Table) -> np.ndarray:
+    """The code (u8) of the one-byte symbol (or escape) of the bytes ``win[pos]``: the match of a
     segment's last byte, which must not run past it. It is the 2-byte window table's entry for
     (byte, terminator), as no multi-byte symbol holds the terminator."""
     two, _ = table.lookups()
-    cl = np.take(two, np.take(win, pos).astype(np.intp) | (table.term << 8))
-    return (cl & 0xFF).astype(np.uint8), (cl >> 8).astype(np.uint8)
+    return np.take(two, np.take(win, pos).astype(np.intp) | (table.term << 8)).astype(np.uint8)
 
 
 def sync_points(lens: np.ndarray, max_len: int) -> np.ndarray:

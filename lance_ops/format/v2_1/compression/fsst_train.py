@@ -20,6 +20,7 @@ from lance_ops.format.v2_1.compression.fsst_match import (
 
 _ROUNDS = (8, 38, 68, 98, 108, 128)
 _NCODES = 512
+_BINCOUNT_MAX = 1 << 18  # keys counted by bincount (else by sorting): the pair keys of 512 x 512 codes
 
 
 def _group(v: np.ndarray, ln: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -37,7 +38,7 @@ def _group(v: np.ndarray, ln: np.ndarray, weight: np.ndarray) -> tuple[np.ndarra
 def _nonzero_counts(keys: np.ndarray, size: int, threshold: int) -> tuple[np.ndarray, np.ndarray]:
     """(key, count) of the keys (< ``size``) counted at least ``max(threshold, 1)`` times,
     ascending: a ``bincount`` over few keys, a sort of the keys over many."""
-    if size <= 4096:
+    if size <= _BINCOUNT_MAX:
         c = np.bincount(keys, minlength=size)
         k = np.flatnonzero(c >= max(threshold, 1))
         return k, c[k]
