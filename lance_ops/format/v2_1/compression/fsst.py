@@ -10,7 +10,9 @@ switch is off and the strings are stored as they are (upstream does the same).
 The symbol table is built in upstream's spirit (six rounds over a ~16 KiB sample: compress, count
 symbols and pairs of adjacent symbols, keep the 255 with the highest ``count * length``), with a
 deterministic sample, its statistics counted per code (``fsst_train``). Compression is greedy
-longest-match for all strings at once within 511-byte segments (``fsst_match``, ADR 0046).
+longest-match for all strings at once within 511-byte segments (``fsst_match``, ADR 0046), a
+cache-sized chunk of whole segments at a time: match, greedy parse from sync points, output
+(ADR 0057).
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""FSST longest-match machinery of the writer (``v2_1.compression.fsst``, ADR 0046).
+"""FSST longest-match machinery of the writer (``v2_1.compression.fsst``, ADRs 0046, 0057).
 
 The strings, cut into 511-byte segments like upstream, are laid end to end with a *terminator*
 byte after each (``expand``; the sample's least frequent byte, which no multi-byte symbol
-contains, as upstream), so no match can run past its segment. ``match`` gives the longest symbol
+contains, as upstream), so no match can run past its segment; a table without 3+ byte symbols
+needs no terminators (only a segment's last byte is re-matched, ``single``). ``match`` gives the longest symbol
 at every position from one 2-byte table lookup plus hashed probes, longest length first, of the
 symbols of 3+ bytes that share the position's first three bytes; ``tokens`` finds the greedy
 parse: the *sync points* (no match before them runs past them: tokens of every parse) plus the
