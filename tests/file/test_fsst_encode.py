@@ -138,11 +138,7 @@ def test_random_letters_round_trip(alphabet: int, high: int, seed: int) -> None:
     _check(strings)
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(1, 8), min_size=1, max_size=300), st.integers(1, 8))
-def test_tokens_is_the_greedy_walk(raw: list[int], max_len: int) -> None:
-    # tokens() from sync points equals the walk from the segment's start, for any match lengths
-    # (at most max_len, none running past the end)
+def _tokens_like_the_walk(raw: list[int], max_len: int) -> None:
     n = len(raw)
     lens = np.array([min(v, max_len, n - i) for i, v in enumerate(raw)], dtype=np.uint8)
     want = np.zeros(n, dtype=bool)
@@ -151,6 +147,21 @@ def test_tokens_is_the_greedy_walk(raw: list[int], max_len: int) -> None:
         want[p] = True
         p += int(lens[p])
     assert fsst_match.tokens(lens, max_len).tolist() == want.tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 8), min_size=1, max_size=300), st.integers(1, 8))
+def test_tokens_is_the_greedy_walk(raw: list[int], max_len: int) -> None:
+    # tokens() from sync points equals the walk from the segment's start, for any match lengths
+    # (at most max_len, none running past the end)
+    _tokens_like_the_walk(raw, max_len)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 2), min_size=1, max_size=2000))
+def test_short_tokens_from_bits_is_the_greedy_walk(raw: list[int]) -> None:
+    # matches of 1-2 bytes: the tokens come from carries over the positions' bits
+    _tokens_like_the_walk(raw, 2)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -232,9 +232,14 @@ def tokens(lens: np.ndarray, max_len: int, en: Optional[np.ndarray] = None) -> n
     match ends on the next sync point), until they land on the next sync point -- one numpy step
     per token, but only for the few tokens between two sync points (most tokens of text are
     sync points)."""
+    if max_len <= 2:
+        is_tok = _short_tokens(lens)
+        if en is not None:
+            is_tok[en] = False
+        return is_tok
     sync = sync_points(lens, max_len)
     is_tok = sync[:-1].copy()
-    if max_len > 1 and len(lens) > 1:
+    if len(lens) > 1:
         p = np.flatnonzero(sync[:-2] > (sync[1:-1] | sync[2:]))
         while len(p):
             p += np.take(lens, p)
@@ -243,6 +248,26 @@ def tokens(lens: np.ndarray, max_len: int, en: Optional[np.ndarray] = None) -> n
     if en is not None:
         is_tok[en] = False
     return is_tok
+
+
+def _short_tokens(lens: np.ndarray) -> np.ndarray:
+    """:func:`tokens` for matches of 1 or 2 bytes, on the positions' bits as one Python integer.
+
+    With ``M`` the 2-byte matches, ``q`` is a sync point unless ``q - 1`` is in ``M``; inside a
+    run of ``M`` starting at ``r`` the tokens are ``r, r + 2, ...``, so the non-sync position
+    ``q`` is a token when ``q - 1 - r`` is odd. The runs starting at even positions are those a
+    carry clears when their start bit is added (``M + starts``: the carry runs through the run
+    and stops on the zero after it); their bits at even positions, and the other runs' bits at
+    odd positions, are the even offsets."""
+    n = len(lens)
+    full = (1 << n) - 1
+    two = int.from_bytes(np.packbits(lens > 1, bitorder="little").tobytes(), "little")
+    even = int.from_bytes(b"\x55" * ((n + 7) // 8), "little") & full
+    from_even = two & ~(two + (two & ~(two << 1) & even))  # runs that start at even positions
+    even_offset = (from_even & even) | ((two ^ from_even) & ~even)
+    toks = (~(two << 1) | ((two ^ even_offset) << 1)) & full
+    packed = np.frombuffer(toks.to_bytes((n + 7) // 8, "little"), dtype=np.uint8)
+    return np.unpackbits(packed, count=n, bitorder="little").view(bool)
 
 
 def segments(offs: np.ndarray) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
