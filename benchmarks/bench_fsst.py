@@ -1,12 +1,13 @@
 """Our FSST encoder and decoder on the bench table's string columns (no pylance side: it has no FSST API).
 
-    .venv/bin/python benchmarks/bench_fsst.py [--rows 400000] [--rounds 7]
+    .venv/bin/python benchmarks/bench_fsst.py [--rows 400000] [--rounds 7] [--root CHECKOUT]
 
 Columns of ``bench_file.make_table``: ``name`` (random a-z, 15-25 bytes) and ``info.c`` (random a-z,
 5-15 bytes), each compressed as one page (``fsst.compress``) and decoded back (``FsstTable.decode``,
 checked equal). Prints, per column, the minimum over ``rounds`` of wall and CPU time (user+sys of the
 process) of each side, input MB/s on CPU time, and the output size (symbol table + codes) against
-the input. Timings are printed, never asserted.
+the input. Timings are printed, never asserted. ``--root`` imports ``lance_ops`` from another
+checkout (e.g. ``--root /work/main`` before a change), to compare encoders run by run.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if "--root" in sys.argv:
+    sys.path.insert(0, os.path.abspath(sys.argv[sys.argv.index("--root") + 1]))
 
 from benchmarks.bench_file import make_table  # noqa: E402
 from lance_ops.format.v2_1.compression import fsst  # noqa: E402
@@ -55,8 +58,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=400_000)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--root", help="a checkout whose lance_ops is measured (default: this one)")
     args = ap.parse_args()
-    print(f"load average {os.getloadavg()[0]:.2f}")
+    import lance_ops
+    print(f"lance_ops from {os.path.dirname(os.path.dirname(lance_ops.__file__))}, "
+          f"load average {os.getloadavg()[0]:.2f}")
     print(f"{'column':8} {'in MB':>7} {'out MB':>7} {'ratio':>6} {'enc wall ms':>11} {'enc cpu ms':>10} "
           f"{'enc MB/s':>8} {'dec wall ms':>11} {'dec cpu ms':>10} {'dec MB/s':>8}")
     for name, (offs, data) in _columns(args.rows).items():

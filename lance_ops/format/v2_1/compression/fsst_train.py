@@ -76,7 +76,7 @@ def build_table(sample: np.ndarray, s_offs: np.ndarray) -> Table:
         gain = int((c1[256:256 + len(table.vals)] * (table.lens - 1)).sum())
         if gain >= best_gain:
             best, best_gain = table, gain
-        if frac == _ROUNDS[-1] and len(best.vals):
+        if frac == _ROUNDS[-1] and best is not None and len(best.vals):
             break  # the last round's table would only be returned in place of an empty best
         threshold = (5 * frac) // 128
         cands: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (value, length, score)
