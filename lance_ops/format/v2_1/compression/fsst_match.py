@@ -241,9 +241,10 @@ def tokens(lens: np.ndarray, max_len: int, en: Optional[np.ndarray] = None) -> n
     is_tok = sync[:-1].copy()
     if len(lens) > 1:
         p = np.flatnonzero(sync[:-2] > (sync[1:-1] | sync[2:]))
+        open_ = ~sync
         while len(p):
             p += np.take(lens, p)
-            p = p[~np.take(sync, p)]
+            p = np.compress(np.take(open_, p), p)
             is_tok[p] = True
     if en is not None:
         is_tok[en] = False
