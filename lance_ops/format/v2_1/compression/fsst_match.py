@@ -3,11 +3,12 @@
 The strings, cut into 511-byte segments like upstream, are laid end to end with a *terminator*
 byte after each (``expand``; the sample's least frequent byte, which no multi-byte symbol
 contains, as upstream), so no match can run past its segment; a table without 3+ byte symbols
-needs no terminators (only a segment's last byte is re-matched, ``single``). ``match`` gives the longest symbol
-at every position from one 2-byte table lookup plus hashed probes, longest length first, of the
-symbols of 3+ bytes that share the position's first three bytes; ``tokens`` finds the greedy
-parse: the *sync points* (no match before them runs past them: tokens of every parse) plus the
-chains of matches between them (ADR 0057).
+needs no terminators (only a segment's last byte is re-matched, ``single``). ``match`` gives the
+longest symbol at every position from one 2-byte table lookup plus hashed probes, longest length
+first, of the symbols of 3+ bytes that share the position's first three bytes; ``tokens`` finds
+the greedy parse: the *sync points* (no match before them runs past them: tokens of every parse)
+plus the chains of matches between them, or for 1-2 byte matches carries over the positions'
+bits (ADR 0057).
 """
 from __future__ import annotations
 
@@ -138,8 +139,9 @@ def expand(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray,
 
 
 def match(buf: np.ndarray, table: Table) -> tuple[np.ndarray, np.ndarray]:
-    """(code, length), both u8, of the longest symbol starting at every position of an expanded
-    buffer (:func:`expand`; its last 8 bytes are padding), code 255 = escape (length 1)."""
+    """(code, length), both u8, of the longest symbol starting at every position of ``buf`` but
+    its last 8 bytes, which are only read (the padding of :func:`expand`'s buffer, or the 8 bytes
+    after a window of the input); code 255 = escape (length 1)."""
     n = len(buf) - 8
     code = np.empty(n, dtype=np.uint8)
     lens = np.empty(n, dtype=np.uint8)
@@ -231,7 +233,7 @@ def tokens(lens: np.ndarray, max_len: int, en: Optional[np.ndarray] = None) -> n
     chains of matches from every sync point that two non-sync positions follow (after one, the
     match ends on the next sync point), until they land on the next sync point -- one numpy step
     per token, but only for the few tokens between two sync points (most tokens of text are
-    sync points)."""
+    sync points). Matches of at most 2 bytes take :func:`_short_tokens` instead."""
     if max_len <= 2:
         is_tok = _short_tokens(lens)
         if en is not None:
