@@ -177,17 +177,16 @@ def _probe(cl: np.ndarray, cand: np.ndarray, s: np.ndarray, w: np.ndarray, lk: t
         sub = np.flatnonzero(bits & np.uint16(1 << L))
         if not len(sub):
             continue
-        key = np.take(w, sub)
-        key &= mask
+        key = w[sub] & mask
         hh = key * mult
         hh >>= shift
         hi = hh.view(np.int64)  # < the table size
         hit = np.take(hk, hi) == key
         if not hit.any():
             continue
-        done = np.compress(hit, sub)  # (take/compress/put: cheaper than fancy indexing)
-        np.put(cl, np.take(cand, done), np.take(hcl, np.compress(hit, hi)))
-        np.put(bits, done, 0)  # found: no shorter length is looked up
+        done = sub[hit]
+        cl[cand[done]] = hcl[hi[hit]]
+        bits[done] = 0  # found: no shorter length is looked up
 
 
 def single(win: np.ndarray, pos: np.ndarray, table: Table) -> np.ndarray:
