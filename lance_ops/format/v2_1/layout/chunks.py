@@ -120,6 +120,19 @@ def spans_index(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.repeat(a - offs, lens) + np.arange(total, dtype=np.int64)
 
 
+def take_spans(arr: np.ndarray, first: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``arr[first[i]:first[i] + counts[i]]`` of all i, back to back. Spans that follow each other
+    merge into one slice, so a batch of pages with one short chunk each (its last) costs a few
+    slices instead of an index of every value."""
+    brk = np.flatnonzero(first[1:] != first[:-1] + counts[:-1]) + 1
+    if len(brk) > 64:
+        return arr[spans_index(first, first + counts)]
+    ends = first + counts
+    a = [int(first[0])] + first[brk].tolist()
+    b = ends[brk - 1].tolist() + [int(ends[-1])]
+    return np.concatenate([arr[x:y] for x, y in zip(a, b)]) if len(a) > 1 else arr[a[0]:b[0]]
+
+
 def gather(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, spare: int = 0) -> np.ndarray:
     """The bytes ``buf[starts[i]:starts[i] + lens[i]]`` of all i, back to back (a view if possible).
 
@@ -337,7 +350,7 @@ def _bits(buf: np.ndarray, s: np.ndarray, z: np.ndarray, counts: np.ndarray) -> 
     if len(counts) <= 1 or not bool((counts[:-1] & 7).any()):
         return bits[:total]
     first = excl_cumsum(nbytes) * 8
-    return bits[spans_index(first, first + counts)]
+    return take_spans(bits, first, counts)
 
 
 def _variable(buf: np.ndarray, spans: Spans, counts: np.ndarray, ow: int, spare: int = 0) -> Vals:
@@ -429,7 +442,7 @@ def _inline(buf: np.ndarray, spans: Spans, counts: np.ndarray, t_bits: int) -> n
     if len(counts) == 1 or not bool((counts[:-1] % bp.BLOCK).any()):
         return flat[:total]
     first = blk_base * bp.BLOCK
-    return flat[spans_index(first, first + counts)]
+    return take_spans(flat, first, counts)
 
 
 def _out_of_line(buf: np.ndarray, spans: Spans, counts: np.ndarray, t_bits: int, width: int) -> np.ndarray:
