@@ -474,6 +474,13 @@ def _out_of_line(buf: np.ndarray, spans: Spans, counts: np.ndarray, t_bits: int,
     rpos = (s + whole * wpb * tb).tolist()
     rlen = np.where(raw_tail, tail * tb, 0).tolist()
     parts = []
+    if tb > 1 and buf.dtype == np.uint8 and buf.flags.c_contiguous and all(r % tb == 0 for r in rpos):
+        # the raw tails lie on word boundaries: slices of one word view of the buffer
+        words = buf[:len(buf) - len(buf) % tb].view(dt)
+        for b0, k, r0, rn in zip(bstart, npacked, rpos, rlen):
+            parts.append(flat[b0:b0 + k])
+            parts.append(words[r0 // tb:(r0 + rn) // tb])
+        return np.concatenate(parts).astype(dtype, copy=False)
     for b0, k, r0, rn in zip(bstart, npacked, rpos, rlen):
         parts.append(flat[b0:b0 + k])
         if rn:
