@@ -1,7 +1,8 @@
-"""The vectorised FSST encoder (ADR 0046): greedy longest match within 511-byte segments (checked
-against a one-position-at-a-time reference), decodable by our reader, and written files read by
-pylance 14.0.2 exactly (empty strings, nulls, non-ASCII, long strings, large_string, binary, all
-256 byte values, many 8-byte symbols)."""
+"""The vectorised FSST encoder (ADRs 0046, 0057): greedy longest match within 511-byte segments
+(checked against a one-position-at-a-time reference), decodable by our reader, and written files
+read by pylance 14.0.2 exactly (empty strings, nulls, non-ASCII, long strings, large_string,
+binary, all 256 byte values, many 8-byte symbols, random letters: tables of 1- and 2-byte
+symbols, encoded without terminators); the sync-point parse equals the greedy walk."""
 from __future__ import annotations
 
 import numpy as np
@@ -96,10 +97,71 @@ def test_255_symbols_of_one_length_are_all_found() -> None:
     pick = rng.integers(0, len(vals), 500)
     data = vals[pick].view(np.uint8).copy()
     buf, st, en = fsst_match.expand(data, np.array([0]), np.array([len(data)]), 0)
-    cl = fsst_match.match(buf, table)
+    code, lens = fsst_match.match(buf, table)
     at = np.arange(0, len(data), 8)
-    assert (cl[at] >> 8).tolist() == [8] * len(at)
-    assert (cl[at] & 0xFF).tolist() == pick.tolist()
+    assert lens[at].tolist() == [8] * len(at)
+    assert code[at].tolist() == pick.tolist()
+
+
+def _letters(rng: np.random.Generator, n: int, low: int, high: int, alphabet: int = 26) -> list[bytes]:
+    lens = rng.integers(low, high + 1, n)
+    data = rng.integers(97, 97 + alphabet, int(lens.sum()), dtype=np.uint8).tobytes()
+    ends = np.cumsum(lens).tolist()
+    return [data[a:b] for a, b in zip([0] + ends[:-1], ends)]
+
+
+def _max_symbol(table: bytes) -> int:
+    return max(len(s) for s in _symbols(table))
+
+
+def test_short_symbols_without_terminators_like_the_reference() -> None:
+    # random letters (the bench's "name" and "info.c"): 1- and 2-byte symbols only, so the
+    # encoder works on the input bytes and re-matches each segment's last byte to one byte;
+    # with empty strings, multi-segment strings (> 511 bytes) and escaped bytes
+    rng = np.random.default_rng(7)
+    strings = _letters(rng, 4000, 0, 30) + _letters(rng, 6, 600, 1600) + [b""] * 20
+    strings += [s + bytes([200 + i % 50]) + s for i, s in enumerate(_letters(rng, 300, 1, 10))]
+    order = rng.permutation(len(strings))
+    strings = [strings[i] for i in order.tolist()]
+    table = _check(strings)
+    assert _max_symbol(table) == 2
+    table = _check(_letters(rng, 6000, 5, 15))
+    assert _max_symbol(table) == 2
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(2, 26), st.integers(0, 40), st.integers(0, 2**32 - 1))
+def test_random_letters_round_trip(alphabet: int, high: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = max(1, 40_000 // max(1, high // 2 + 1))
+    strings = _letters(rng, n, 0, high, alphabet) + _letters(rng, 2, 0, 1200, alphabet)
+    _check(strings)
+
+
+def _tokens_like_the_walk(raw: list[int], max_len: int) -> None:
+    n = len(raw)
+    lens = np.array([min(v, max_len, n - i) for i, v in enumerate(raw)], dtype=np.uint8)
+    want = np.zeros(n, dtype=bool)
+    p = 0
+    while p < n:
+        want[p] = True
+        p += int(lens[p])
+    assert fsst_match.tokens(lens, max_len).tolist() == want.tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 8), min_size=1, max_size=300), st.integers(1, 8))
+def test_tokens_is_the_greedy_walk(raw: list[int], max_len: int) -> None:
+    # tokens() from sync points equals the walk from the segment's start, for any match lengths
+    # (at most max_len, none running past the end)
+    _tokens_like_the_walk(raw, max_len)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 2), min_size=1, max_size=2000))
+def test_short_tokens_from_bits_is_the_greedy_walk(raw: list[int]) -> None:
+    # matches of 1-2 bytes: the tokens come from carries over the positions' bits
+    _tokens_like_the_walk(raw, 2)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -122,6 +184,8 @@ def _table(rng: np.random.Generator) -> pa.Table:
     uni = ["日本語テキスト" + w + "ß" * (i % 5) for i, w in enumerate(words)]
     long_ = [(w * 40)[: 200 + (i % 900)] for i, w in enumerate(words)]
     raw = [bytes(rng.integers(0, 256, 16, dtype=np.uint8)) + b"constant-tail" for _ in range(n)]
+    letters = [None if i % 13 == 0 else s.decode() for i, s in enumerate(_letters(rng, n, 0, 25))]
+    letters[5] = "q" * 1500  # a multi-segment string
     fsst_md = {b"lance-encoding:compression": b"fsst"}
     return pa.table({
         "nulls": pa.array(nulls, pa.string()),
@@ -129,9 +193,11 @@ def _table(rng: np.random.Generator) -> pa.Table:
         "long": pa.array(long_, pa.string()),
         "large": pa.array(nulls, pa.large_string()),
         "binary": pa.array(raw, pa.binary()),
+        "letters": pa.array(letters, pa.string()),
     }, schema=pa.schema([
         pa.field("nulls", pa.string()), pa.field("unicode", pa.string()), pa.field("long", pa.string()),
         pa.field("large", pa.large_string()), pa.field("binary", pa.binary(), metadata=fsst_md),
+        pa.field("letters", pa.string()),
     ]))
 
 

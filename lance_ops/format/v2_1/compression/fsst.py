@@ -10,20 +10,25 @@ switch is off and the strings are stored as they are (upstream does the same).
 The symbol table is built in upstream's spirit (six rounds over a ~16 KiB sample: compress, count
 symbols and pairs of adjacent symbols, keep the 255 with the highest ``count * length``), with a
 deterministic sample, its statistics counted per code (``fsst_train``). Compression is greedy
-longest-match for all strings at once within 511-byte segments (``fsst_match``, ADR 0046).
+longest-match for all strings at once within 511-byte segments (``fsst_match``, ADR 0046), a
+cache-sized chunk of whole segments at a time: match, greedy parse from sync points, output
+(ADR 0057).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
-from lance_ops.format.v2_1.compression.fsst_match import ESCAPE, expand, match, segments, walk
+from lance_ops.format.v2_1.compression.fsst_match import ESCAPE, Table, expand, match, segments, single, tokens
 from lance_ops.format.v2_1.compression.fsst_train import build_table
 
 MAGIC = 0x46535354 << 32
 TABLE_SIZE = 8 + 256 * 8 + 256
 LEAST_INPUT_SIZE = 32 * 1024
 SAMPLE_TARGET = 1 << 14
-_EMIT_CHUNK = 1 << 20
+_NONE = np.zeros(0, dtype=np.intp)
+_CHUNK = 1 << 19  # positions (bytes, or of the expanded buffer) per step of the encoder
 
 
 def export_table(vals: "list[int] | np.ndarray", lens: "list[int] | np.ndarray", enabled: bool) -> bytes:
@@ -75,44 +80,86 @@ def compress(offs: np.ndarray, data: np.ndarray) -> tuple[bytes, np.ndarray, np.
     if not len(table.vals):
         return _raw(rel, raw)
     seg_s, seg_e, owner = segments(rel)
-    buf, st, en = expand(raw, seg_s, seg_e, table.term)
-    cl = match(buf, table)
-    pair = cl.view(np.uint8).reshape(-1, 2)  # little-endian: [code, length]
-    is_tok = walk(pair[:, 1], st, en)
-    n = len(is_tok)
-    # where every string starts in the expanded buffer (its first segment's start), then the end
-    ends = np.append(st, n)
-    if owner is not None:
-        ends = ends[np.searchsorted(owner, np.arange(len(rel) - 1))]
-        ends = np.append(ends, n)
-    out, new_offs = _emit(pair[:, 0], is_tok, buf, ends)
+    if int(table.lens.max()) <= 2:
+        # no symbol of 3+ bytes: only a segment's last byte can match past its end; no terminators
+        last = seg_e[seg_e > seg_s] - 1
+        out, new_offs = _encode(raw, len(raw), table, seg_e, rel, last=last)
+    else:
+        buf, st, en = expand(raw, seg_s, seg_e, table.term)
+        n = len(buf) - 8
+        # where every string starts in the expanded buffer (its first segment's start), then the end
+        starts = np.append(st, n)
+        if owner is not None:
+            starts = starts[np.searchsorted(owner, np.arange(len(rel) - 1))]
+            starts = np.append(starts, n)
+        out, new_offs = _encode(buf, n, table, en + 1, starts, en=en)
     if len(out) >= len(raw):
         return _raw(rel, raw)
     return export_table(table.vals, table.lens, True), new_offs, out
 
 
-def _emit(code: np.ndarray, is_tok: np.ndarray, buf: np.ndarray,
-          starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The compressed bytes -- every token's code, and after an escape (255) its literal byte --
-    and the output offset of every position in ``starts`` (ascending). A chunk of positions at a
-    time, so no array the size of all tokens is allocated (fresh memory costs page faults)."""
-    n = len(is_tok)
+def _count_before(mask: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """How many of ``mask`` are set before every position ``at`` (each < ``len(mask)``): a running
+    sum of the bit counts of the packed mask (one number per 8 positions), plus the bits of the
+    last partial byte."""
+    packed = np.packbits(mask, bitorder="little")
+    run = np.zeros(len(packed) + 1, dtype=np.int32)
+    np.cumsum(np.bitwise_count(packed), out=run[1:])
+    q = at >> 3
+    low = np.left_shift(np.uint8(1), (at & 7).astype(np.uint8)) - np.uint8(1)
+    return run[q] + np.bitwise_count(np.take(packed, q) & low)
+
+
+def _encode(buf: np.ndarray, n: int, table: Table, bounds: np.ndarray, starts: np.ndarray,
+            last: Optional[np.ndarray] = None,
+            en: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+    """The compressed bytes of segments laid end to end in ``buf[:n]`` (``bounds``: where
+    segments end, ascending) -- every greedy token's code, and after an escape (255) its literal
+    byte -- and the output offset of every position in ``starts`` (ascending).
+
+    Either the segments are separated by terminators ``en`` (no match runs past one) or, for a
+    table without symbols of 3+ bytes, ``last`` lists every segment's last byte, whose match is
+    cut to one byte when it runs on. Segment starts are then sync points (:func:`tokens`), so a
+    cache-sized chunk of whole segments is matched, parsed and output on its own (no array the
+    size of the input is made but the output: fresh memory costs page faults)."""
+    max_len = int(table.lens.max())
     offs = np.empty(len(starts), dtype=np.int64)
+    # chunk ends: the first segment end at or after every multiple of the chunk size
+    cut = bounds[np.searchsorted(bounds, np.arange(_CHUNK, n, _CHUNK))]
+    cut = np.unique(np.concatenate([[0], cut, [n]]))
+    fix = last if last is not None else en
+    assert fix is not None
+    f_cut = np.searchsorted(fix, cut)
+    s_cut = np.searchsorted(starts, cut)
     pieces = []
     base = 0
-    for a in range(0, n, _EMIT_CHUNK):
-        b = min(n, a + _EMIT_CHUNK)
-        t = np.flatnonzero(is_tok[a:b])
-        c = np.take(code[a:b], t)
-        e = np.flatnonzero(c == ESCAPE)
-        lo, hi = np.searchsorted(starts, [a, b])
+    for i in range(len(cut) - 1):
+        a, b = int(cut[i]), int(cut[i + 1])
+        if b + 8 <= len(buf):
+            win = buf[a:b + 8]
+        else:  # the input's last bytes: 8 readable bytes after every position
+            win = np.full(b - a + 8, table.term, dtype=np.uint8)
+            win[:b - a] = buf[a:b]
+        code, lens = match(win, table)
+        at = fix[f_cut[i]:f_cut[i + 1]] - a
+        if last is not None:
+            at = at[np.take(lens, at) > 1]
+            if len(at):
+                code[at] = single(win, at, table)
+                lens[at] = 1
+            m = tokens(lens, max_len)
+        else:
+            m = tokens(lens, max_len, at)
+        c = np.compress(m, code)
+        e = np.flatnonzero(c == ESCAPE) if len(c) and c.max() == ESCAPE else _NONE
+        lo, hi = s_cut[i], s_cut[i + 1]
         if hi > lo:
-            before = np.searchsorted(t, starts[lo:hi] - a)  # tokens before, plus their literals
-            offs[lo:hi] = base + before + np.searchsorted(e, before)
+            before = _count_before(m, starts[lo:hi] - a)  # tokens before, then their literals
+            offs[lo:hi] = base + before + (np.searchsorted(e, before) if len(e) else 0)
         if len(e):
-            c = np.insert(c, e + 1, np.take(buf[a:b], np.take(t, e)))
+            c = np.insert(c, e + 1, np.take(win, np.take(np.flatnonzero(m), e)))
         pieces.append(c)
         base += len(c)
-    offs[np.searchsorted(starts, n):] = base
+    offs[s_cut[-1]:] = base
     out = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
     return out, offs

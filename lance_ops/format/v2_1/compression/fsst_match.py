@@ -1,25 +1,27 @@
-"""FSST longest-match machinery of the writer (``v2_1.compression.fsst``, ADR 0046).
+"""FSST longest-match machinery of the writer (``v2_1.compression.fsst``, ADRs 0046, 0057).
 
 The strings, cut into 511-byte segments like upstream, are laid end to end with a *terminator*
 byte after each (``expand``; the sample's least frequent byte, which no multi-byte symbol
-contains, as upstream), so no match can run past its segment. ``match`` gives the longest symbol
-at every position from one 2-byte table lookup plus hashed probes, longest length first, of the
-symbols of 3+ bytes that share the position's first three bytes; ``walk`` follows the chains of
-matches from every segment's start, one numpy step per token for all segments at once.
+contains, as upstream), so no match can run past its segment; a table without 3+ byte symbols
+needs no terminators (only a segment's last byte is re-matched, ``single``). ``match`` gives the
+longest symbol at every position from one 2-byte table lookup plus hashed probes, longest length
+first, of the symbols of 3+ bytes that share the position's first three bytes; ``tokens`` finds
+the greedy parse: the *sync points* (no match before them runs past them: tokens of every parse)
+plus the chains of matches between them, or for 1-2 byte matches carries over the positions'
+bits (ADR 0057).
 """
 from __future__ import annotations
 
 from typing import Optional
 
 import numpy as np
+import pyarrow as pa
 
 SEGMENT = 511
 ESCAPE = 255
 MAX_SYMBOLS = 255
 MASKS = np.array([0] + [(1 << (8 * k)) - 1 for k in range(1, 8)] + [0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
 _CHUNK = 1 << 17
-_WALK_CHUNK = 1 << 18
-_COMPACT_EVERY = 4  # chain steps between drops of the chains that reached their segment's end
 
 
 class Table:
@@ -107,25 +109,42 @@ def _view(buf: np.ndarray, dtype: str, width: int) -> np.ndarray:
 def expand(data: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray,
            term: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The segments (which tile ``data`` in order) laid end to end with ``term`` after each, plus
-    8 bytes of ``term`` padding: (buffer, segment starts, segment ends = terminator positions)."""
+    8 bytes of ``term`` padding: (buffer, segment starts, segment ends = terminator positions).
+
+    One Arrow ``take`` of the segments interleaved with a one-byte terminator (a copy per
+    segment) instead of a boolean scatter over every byte."""
     k = len(seg_start)
     n = len(data)
     shift = np.arange(k, dtype=np.int64)
     st = seg_start + shift
     en = seg_end + shift
-    buf = np.full(n + k + 8, term, dtype=np.uint8)
-    if k and n:
-        keep = np.ones(n + k, dtype=bool)
-        keep[en] = False
-        buf[:n + k][keep] = data
+    if not k or not n:
+        return np.full(n + k + 8, term, dtype=np.uint8), st, en
+    src = np.empty(n + 9, dtype=np.uint8)
+    src[:n] = data
+    src[n:] = term
+    offs = np.empty(k + 3, dtype=np.int64)
+    offs[:k] = seg_start
+    offs[k:] = (n, n + 1, n + 9)  # then the terminator, then the padding
+    idx = np.empty(2 * k + 1, dtype=np.int64)
+    idx[0:2 * k:2] = shift
+    idx[1:2 * k:2] = k
+    idx[2 * k] = k + 1
+    arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), k + 2, [None, pa.py_buffer(offs), pa.py_buffer(src)])
+    got = arr.take(pa.array(idx))
+    buf = np.frombuffer(got.buffers()[2], dtype=np.uint8, count=n + k + 8)
+    if not buf.flags.writeable:  # pragma: no cover - Arrow's take result is freshly allocated
+        buf = buf.copy()
     return buf, st, en
 
 
-def match(buf: np.ndarray, table: Table) -> np.ndarray:
-    """``code | length << 8`` (u16) of the longest symbol starting at every position of an
-    expanded buffer (:func:`expand`; its last 8 bytes are padding), code 255 = escape."""
+def match(buf: np.ndarray, table: Table) -> tuple[np.ndarray, np.ndarray]:
+    """(code, length), both u8, of the longest symbol starting at every position of ``buf`` but
+    its last 8 bytes, which are only read (the padding of :func:`expand`'s buffer, or the 8 bytes
+    after a window of the input); code 255 = escape (length 1)."""
     n = len(buf) - 8
-    out = np.empty(n, dtype=np.uint16)
+    code = np.empty(n, dtype=np.uint8)
+    lens = np.empty(n, dtype=np.uint8)
     w2 = _view(buf, "<u2", 2)
     two, lk = table.lookups()
     if lk is not None:
@@ -142,8 +161,10 @@ def match(buf: np.ndarray, table: Table) -> np.ndarray:
             cand = np.flatnonzero(np.take(hp3, h) == w3)
             if len(cand):
                 _probe(cl, cand, np.take(h, cand), w8[cand + a], lk)
-        out[a:b] = cl
-    return out
+        code[a:b] = cl  # the low byte (contiguous casts: cheaper than strided byte views)
+        cl >>= 8
+        lens[a:b] = cl
+    return code, lens
 
 
 def _probe(cl: np.ndarray, cand: np.ndarray, s: np.ndarray, w: np.ndarray, lk: tuple) -> None:
@@ -168,39 +189,88 @@ def _probe(cl: np.ndarray, cand: np.ndarray, s: np.ndarray, w: np.ndarray, lk: t
         bits[done] = 0  # found: no shorter length is looked up
 
 
-def walk(lens: np.ndarray, st: np.ndarray, en: np.ndarray) -> np.ndarray:
-    """Where the greedy tokens of an expanded buffer start (bool per position): the chains of
-    matches followed from all segment starts at once, one step per token. ``lens`` is the match
-    length at every position (a terminator's is 1).
+def single(win: np.ndarray, pos: np.ndarray, table: Table) -> np.ndarray:
+    """The code (u8) of the one-byte symbol (or escape) of the bytes ``win[pos]``: the match of a
+    segment's last byte, which must not run past it. It is the 2-byte window table's entry for
+    (byte, terminator), as no multi-byte symbol holds the terminator."""
+    two, _ = table.lookups()
+    return np.take(two, np.take(win, pos).astype(np.intp) | (table.term << 8)).astype(np.uint8)
 
-    A chain that reaches its segment's terminator steps onto the next segment's start and, until
-    it is dropped (every few steps), walks that segment's own tokens again -- the same positions;
-    terminators are unmarked at the end."""
+
+def sync_points(lens: np.ndarray, max_len: int) -> np.ndarray:
+    """Positions no match before them runs past, for every position and the one after the last
+    (bool, ``len(lens) + 1``; ``lens`` the match length at every position, ``max_len`` the
+    longest symbol). Every greedy token that covers the byte before such a position ends exactly
+    there, so the greedy parse of a segment passes through all of its sync points: they are
+    tokens whatever came before. Segment starts are sync points when no match runs past a
+    segment's end (terminators, or :func:`single` matches at the ends).
+
+    ``q`` is a sync point when ``lens[q - k] <= k`` for k = 1 .. max_len - 1: the reach past ``q``
+    of the matches before it, computed by doubling windows over int8 excesses."""
     n = len(lens)
-    tl = np.zeros(n + 1, dtype=np.uint8)
-    tl[:n] = lens
-    is_tok = np.zeros(n + 1, dtype=bool)
-    live = st < en
-    st_l = st[live].astype(np.intp)
-    en_l = en[live].astype(np.intp)
-    # a few hundred KiB of the buffer at a time, so the chains' lookups stay in the cache
-    cuts = np.searchsorted(st_l, np.arange(0, n + _WALK_CHUNK, _WALK_CHUNK))
-    for i in range(len(cuts) - 1):
-        p = st_l[cuts[i]:cuts[i + 1]]
-        if not len(p):
-            continue
-        p = p.copy()
-        e = en_l[cuts[i]:cuts[i + 1]]
-        step = 0
+    sync = np.empty(n + 1, dtype=bool)
+    sync[0] = True
+    if max_len <= 2:
+        np.less_equal(lens, 1, out=sync[1:])
+        return sync
+    over = np.empty(n + 1, dtype=np.int8)  # how far past q the matches at q-1, q-2, ... reach
+    over[0] = 0
+    np.subtract(lens.view(np.int8), np.int8(1), out=over[1:])
+    w = 1
+    while w < max_len - 1:
+        np.maximum(over[w:], over[:-w] - np.int8(w), out=over[w:])
+        w *= 2
+    np.less_equal(over, 0, out=sync)
+    return sync
+
+
+def tokens(lens: np.ndarray, max_len: int, en: Optional[np.ndarray] = None) -> np.ndarray:
+    """Where the greedy tokens start (bool per position) of segments laid end to end, no match
+    running past a segment's end (``lens``: the match length at every position); terminators
+    ``en``, when given, are unmarked.
+
+    The sync points (:func:`sync_points`) are tokens; the others are found by following the
+    chains of matches from every sync point that two non-sync positions follow (after one, the
+    match ends on the next sync point), until they land on the next sync point -- one numpy step
+    per token, but only for the few tokens between two sync points (most tokens of text are
+    sync points). Matches of at most 2 bytes take :func:`_short_tokens` instead."""
+    if max_len <= 2:
+        is_tok = _short_tokens(lens)
+        if en is not None:
+            is_tok[en] = False
+        return is_tok
+    sync = sync_points(lens, max_len)
+    is_tok = sync[:-1].copy()
+    if len(lens) > 1:
+        p = np.flatnonzero(sync[:-2] > (sync[1:-1] | sync[2:]))
+        open_ = ~sync
         while len(p):
+            p += np.take(lens, p)
+            p = np.compress(np.take(open_, p), p)
             is_tok[p] = True
-            p += np.take(tl, p)
-            step += 1
-            if step % _COMPACT_EVERY == 0:
-                keep = p < e
-                p, e = p[keep], e[keep]
-    is_tok[en] = False
-    return is_tok[:n]
+    if en is not None:
+        is_tok[en] = False
+    return is_tok
+
+
+def _short_tokens(lens: np.ndarray) -> np.ndarray:
+    """:func:`tokens` for matches of 1 or 2 bytes, on the positions' bits as one Python integer.
+
+    With ``M`` the 2-byte matches, ``q`` is a sync point unless ``q - 1`` is in ``M``; inside a
+    run of ``M`` starting at ``r`` the tokens are ``r, r + 2, ...``, so the non-sync position
+    ``q`` is a token when ``q - 1 - r`` is odd. The runs starting at even positions are those a
+    carry clears when their start bit is added (``M + starts``: the carry runs through the run
+    and stops on the zero after it); their bits at even positions, and the other runs' bits at
+    odd positions, are the even offsets."""
+    n = len(lens)
+    full = (1 << n) - 1
+    two = int.from_bytes(np.packbits(lens > 1, bitorder="little").tobytes(), "little")
+    even = int.from_bytes(b"\x55" * ((n + 7) // 8), "little") & full
+    from_even = two & ~(two + (two & ~(two << 1) & even))  # runs that start at even positions
+    even_offset = (from_even & even) | ((two ^ from_even) & ~even)
+    toks = (~(two << 1) | ((two ^ even_offset) << 1)) & full
+    packed = np.frombuffer(toks.to_bytes((n + 7) // 8, "little"), dtype=np.uint8)
+    return np.unpackbits(packed, count=n, bitorder="little").view(bool)
 
 
 def segments(offs: np.ndarray) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:

@@ -15,11 +15,12 @@ from typing import Optional
 import numpy as np
 
 from lance_ops.format.v2_1.compression.fsst_match import (
-    ESCAPE, MASKS, MAX_SYMBOLS, Table, expand, match, segments, walk,
+    ESCAPE, MASKS, MAX_SYMBOLS, Table, expand, match, segments, tokens,
 )
 
 _ROUNDS = (8, 38, 68, 98, 108, 128)
 _NCODES = 512
+_BINCOUNT_MAX = 1 << 18  # keys counted by bincount (else by sorting): the pair keys of 512 x 512 codes
 
 
 def _group(v: np.ndarray, ln: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -37,7 +38,7 @@ def _group(v: np.ndarray, ln: np.ndarray, weight: np.ndarray) -> tuple[np.ndarra
 def _nonzero_counts(keys: np.ndarray, size: int, threshold: int) -> tuple[np.ndarray, np.ndarray]:
     """(key, count) of the keys (< ``size``) counted at least ``max(threshold, 1)`` times,
     ascending: a ``bincount`` over few keys, a sort of the keys over many."""
-    if size <= 4096:
+    if size <= _BINCOUNT_MAX:
         c = np.bincount(keys, minlength=size)
         k = np.flatnonzero(c >= max(threshold, 1))
         return k, c[k]
@@ -59,11 +60,10 @@ def build_table(sample: np.ndarray, s_offs: np.ndarray) -> Table:
     best_gain = -1
     for frac in _ROUNDS:
         if len(table.vals):
-            cl = match(buf, table)
-            pair = cl.view(np.uint8).reshape(-1, 2)
-            tok = np.flatnonzero(walk(pair[:, 1], st, en))
-            code = pair[:, 0][tok]
-            tlen = pair[:, 1][tok].astype(np.int64)
+            codes, lens = match(buf, table)
+            tok = np.flatnonzero(tokens(lens, int(table.lens.max()), en))
+            code = codes[tok]
+            tlen = lens[tok].astype(np.int64)
         else:  # the empty table escapes every byte: no walk (one step per byte on long strings)
             tok = np.flatnonzero(not_term)
             code = np.full(len(tok), ESCAPE, dtype=np.uint8)
@@ -76,6 +76,8 @@ def build_table(sample: np.ndarray, s_offs: np.ndarray) -> Table:
         gain = int((c1[256:256 + len(table.vals)] * (table.lens - 1)).sum())
         if gain >= best_gain:
             best, best_gain = table, gain
+        if frac == _ROUNDS[-1] and best is not None and len(best.vals):
+            break  # the last round's table would only be returned in place of an empty best
         threshold = (5 * frac) // 128
         cands: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (value, length, score)
         # the symbols and escaped bytes themselves: single bytes are promoted (x8), as upstream
