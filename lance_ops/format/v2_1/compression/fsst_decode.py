@@ -9,10 +9,16 @@ Compressed strings: each byte is a code; code ``c < 255`` expands to symbol ``c`
 (escape) means "the next byte is a literal". Strings are compressed independently, so the
 decoder works on the concatenated bytes and maps the offsets afterwards.
 
-Decoding is one Arrow ``take`` of the codes from a binary "dictionary" of the symbols: the result's
-data buffer is the decompressed text and its offsets give every code's output position. Large
-inputs without escapes take code *pairs* (u16) from a 65,536-entry dictionary of symbol pairs,
-halving the per-element work.
+Short symbols (the longest one *used* at most ``LANE_MAX`` bytes, as in tables trained on names,
+identifiers or random text) decode by *byte lanes* (ADR 0058): every code's output position is the
+running sum of its symbol's length, and lane ``j`` writes byte ``j`` of every code's symbol at
+``position + j`` -- one numpy gather and one scatter per lane, highest lane first. A byte a code
+writes past its own symbol lands on a later code's position at a lower lane, which is written
+afterwards, so every output byte ends as the right one whatever order numpy applies one lane's
+writes in (positions within a lane are distinct). Longer symbols decode by one Arrow ``take`` of
+the codes from a binary "dictionary" of the symbols: the result's data buffer is the decompressed
+text and its offsets give every code's output position. Large inputs without escapes take code
+*pairs* (u16) from a 65,536-entry dictionary of symbol pairs, halving the per-element work.
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ _PAIR_MIN_CODES = 1 << 18  # below this, building the pair dictionary costs more
 _INT32_LIMIT = (1 << 31) - 1
 _SHARED: dict[bytes, dict] = {}
 _SHARED_MAX = 32  # distinct symbol tables whose dictionaries are kept
+_BLOCK = 1 << 15  # codes per block of the lane decode (index temporaries of 256 KiB)
+LANE_MAX = 4  # byte lanes up to this symbol length (measured: each lane costs ~1/4 of an Arrow take)
 
 
 class FsstTable:
@@ -50,6 +58,12 @@ class FsstTable:
         self.sym_lens[:n] = lens
         self.max_len = int(lens.max()) if n else 1
         self.n = n
+        # byte lanes: entry ``c`` of lane ``j`` is byte ``j`` of symbol ``c``; entries 256..511 are
+        # the escaped literal bytes (lane 0) and the escape code 255 has length 0
+        self.lane_lens = np.concatenate([self.sym_lens, np.ones(256, np.int64)]).astype(np.uint8)
+        self.lanes = np.zeros((8, 512), dtype=np.uint8)
+        self.lanes[:, :256] = self.sym_bytes.T
+        self.lanes[0, 256:] = np.arange(256, dtype=np.uint8)
         # the symbol (pair) dictionaries depend only on the symbols: shared by equal tables (a
         # file's pages and batches usually repeat one table, and every read parses it afresh)
         key = bytes(table[:8 + 9 * n])
@@ -105,6 +119,9 @@ class FsstTable:
             return self._decode_escaped(codes, base, large)
         if top >= self.n:
             raise ValueError("FSST code refers to a symbol that is not in the table")
+        got = self._lanes(codes, base, None)
+        if got is not None:
+            return got
         if n < _PAIR_MIN_CODES:
             res = self._single(large).take(pa.array(codes))
             out = _out_offsets(res, n + 1, large, base)
@@ -147,9 +164,54 @@ class FsstTable:
             raise ValueError("FSST code refers to a symbol that is not in the table")
         ids = codes.astype(np.uint16)
         ids += literal.view(np.uint8).astype(np.uint16) << 8
+        got = self._lanes(ids, base, ~escape)
+        if got is not None:
+            return got
         res = self._single(large).take(pa.array(ids))
         out = _out_offsets(res, n + 1, large, base)
         return out, _out_data(res, out)
+
+    def _lanes(self, ids: np.ndarray, base: np.ndarray,
+               keep: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """Byte-lane decode of ``ids`` (u8 codes, or u16 0..511: symbols, then literal bytes), or
+        None when a used symbol is longer than ``LANE_MAX`` (a table often holds long symbols
+        its data never uses, so the lengths of the used ones decide). ``keep`` drops the escape
+        codes (length 0) from the writes, which would otherwise share their literal's position.
+
+        Two passes over blocks of ``_BLOCK`` codes (output positions, then bytes) keep the index
+        temporaries small; the arrays that scale with the page come from Arrow's memory pool,
+        whose freed memory is reused (a fresh numpy array of that size is mapped afresh and
+        faults on each 4 KiB page, which costs as much as the decoding)."""
+        n = len(ids)
+        pos = _pool_array(n + 1, np.int64)
+        pos[0] = 0
+        width = 0
+        for s in range(0, n, _BLOCK):
+            e = min(s + _BLOCK, n)
+            lens = self.lane_lens.take(ids[s:e].astype(np.intp))
+            width = max(width, int(lens.max()))
+            if width > LANE_MAX:
+                return None
+            run = pos[s + 1:e + 1]
+            np.cumsum(lens, out=run)
+            run += pos[s]
+        total = int(pos[n])
+        out = _pool_array(total + width, np.uint8)
+        for s in range(0, n, _BLOCK):
+            e = min(s + _BLOCK, n)
+            blk, at = ids[s:e].astype(np.intp), pos[s:e]
+            if keep is not None:
+                k = keep[s:e]
+                blk, at = blk[k], at[k]
+            for j in range(width - 1, -1, -1):  # highest lane first: lower lanes overwrite spill-over
+                out[j:][at] = self.lanes[j].take(blk)
+        return pos[base], out[:total]
+
+
+def _pool_array(count: int, dtype: type) -> np.ndarray:
+    """An uninitialised writable array whose memory comes from Arrow's default pool."""
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(pa.allocate_buffer(count * size), dtype=dtype)
 
 
 def _out_offsets(res: pa.Array, count: int, large: bool, at: np.ndarray) -> np.ndarray:

@@ -96,7 +96,10 @@ def window(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
         raise EncodingCorrupt("mini-block chunk field runs past the data")
     if width == 0 or len(buf) < width:
         return np.zeros((len(pos), width), np.uint8)
-    win = np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - width + 1, width), strides=(buf.strides[0], 1))
+    if buf.dtype == np.uint8 and buf.flags.c_contiguous:  # (the ndarray constructor is far cheaper than as_strided)
+        win = np.ndarray((len(buf) - width + 1, width), np.uint8, buffer=buf, strides=(1, 1))
+    else:
+        win = np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - width + 1, width), strides=(buf.strides[0], 1))
     return win[pos]
 
 
@@ -117,6 +120,19 @@ def spans_index(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.repeat(a - offs, lens) + np.arange(total, dtype=np.int64)
 
 
+def take_spans(arr: np.ndarray, first: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``arr[first[i]:first[i] + counts[i]]`` of all i, back to back. Spans that follow each other
+    merge into one slice, so a batch of pages with one short chunk each (its last) costs a few
+    slices instead of an index of every value."""
+    brk = np.flatnonzero(first[1:] != first[:-1] + counts[:-1]) + 1
+    if len(brk) > 64:
+        return arr[spans_index(first, first + counts)]
+    ends = first + counts
+    a = [int(first[0])] + first[brk].tolist()
+    b = ends[brk - 1].tolist() + [int(ends[-1])]
+    return np.concatenate([arr[x:y] for x, y in zip(a, b)]) if len(a) > 1 else arr[a[0]:b[0]]
+
+
 def gather(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, spare: int = 0) -> np.ndarray:
     """The bytes ``buf[starts[i]:starts[i] + lens[i]]`` of all i, back to back (a view if possible).
 
@@ -127,7 +143,7 @@ def gather(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, spare: int = 0
     if int(starts.min()) < 0 or int((starts + lens).max()) > len(buf) or (k and int(lens.min()) < 0):
         raise EncodingCorrupt("mini-block buffer runs past its chunk")
     total = int(lens.sum())
-    if k == 1 or bool(np.all(starts[1:] == starts[:-1] + lens[:-1])):
+    if k == 1 or bool((starts[1:] == starts[:-1] + lens[:-1]).all()):
         s = int(starts[0])
         return buf[s:s + total + spare]
     if k > 2 and total >= 32 * k:
@@ -159,7 +175,7 @@ def _uniform_body(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> Opti
     head, step = lens[:-1], np.diff(starts[:-1])
     length = int(head[0])
     stride = int(starts[1] - starts[0])
-    if stride < length or length == 0 or bool(np.any(head != length)) or bool(np.any(step != stride)):
+    if stride < length or length == 0 or bool((head != length).any()) or bool((step != stride).any()):
         return None
     first = buf[int(starts[0]):]
     return np.lib.stride_tricks.as_strided(first, shape=(len(head), length), strides=(stride * buf.strides[0], buf.strides[0]),
@@ -229,7 +245,7 @@ def parse_headers(buf: np.ndarray, pos: np.ndarray, size: np.ndarray, counts: np
         if len(short) and int(short.max()) > 0:  # a u16 count that wrapped around in a large chunk
             num_levels = num_levels + np.where(short > 0, (short + 0xFFFF) >> 16 << 16, 0)
     ends = [s + z for s, z in ([rep] if rep else []) + ([defs] if defs else []) + bufs]
-    if ends and len(pos) and bool(np.any(np.maximum.reduce(ends) > end)):
+    if ends and len(pos) and bool((np.maximum.reduce(ends) > end).any()):
         raise EncodingCorrupt("mini-block chunk buffer runs past the chunk")
     return Parsed(num_levels, rep, defs, bufs)
 
@@ -254,7 +270,7 @@ def batch_values(enc: pb.CompressiveEncoding, buf: np.ndarray, bufs: Sequence[Sp
         if bits and bits % 8 == 0:
             w = bits // 8
             need = counts * w
-            if bool(np.any(z < need)):
+            if bool((z < need).any()):
                 raise EncodingCorrupt(f"flat chunk cannot hold its values of {w} bytes")
             return Vals.fixed(gather(buf, s, need), w, total), None
         if bits == 1:
@@ -326,25 +342,25 @@ def _plain_variable(v: pb.Variable) -> bool:
 
 def _bits(buf: np.ndarray, s: np.ndarray, z: np.ndarray, counts: np.ndarray) -> np.ndarray:
     nbytes = (counts + 7) >> 3
-    if bool(np.any(z < nbytes)):
+    if bool((z < nbytes).any()):
         raise EncodingCorrupt("bit-packed chunk cannot hold its values")
     raw = gather(buf, s, nbytes)
     bits = np.unpackbits(raw, bitorder="little").astype(bool)
     total = int(counts.sum())
-    if len(counts) <= 1 or not bool(np.any(counts[:-1] & 7)):
+    if len(counts) <= 1 or not bool((counts[:-1] & 7).any()):
         return bits[:total]
     first = excl_cumsum(nbytes) * 8
-    return bits[spans_index(first, first + counts)]
+    return take_spans(bits, first, counts)
 
 
 def _variable(buf: np.ndarray, spans: Spans, counts: np.ndarray, ow: int, spare: int = 0) -> Vals:
     """Mini-block Variable chunks: ``n + 1`` offsets (relative to the buffer) then the bytes."""
     s, z = spans
-    if bool(np.any(z < (counts + 1) * ow)):
+    if bool((z < (counts + 1) * ow).any()):
         raise EncodingCorrupt("variable chunk cannot hold its offsets")
     first = read_uint(buf, s, ow)
     last = read_uint(buf, s + counts * ow, ow)
-    if bool(np.any(last > z)) or bool(np.any(last < first)):
+    if bool((last > z).any()) or bool((last < first).any()):
         raise EncodingCorrupt("variable offsets are out of order or past the chunk")
     total = int(counts.sum())
     offs = np.empty(total + 1, np.int64)
@@ -353,7 +369,7 @@ def _variable(buf: np.ndarray, spans: Spans, counts: np.ndarray, ow: int, spare:
         shift = excl_cumsum(last - first) - first
         k = len(counts)
         c = int(counts[0])
-        if k > 2 and c and bool(np.all(counts[:-1] == c)):
+        if k > 2 and c and bool((counts[:-1] == c).all()):
             # equal chunks (all but the last): one 2-d gather and a broadcast add
             body = offs[1:1 + (k - 1) * c].reshape(k - 1, c)
             body[...] = np.ascontiguousarray(window(buf, s[:-1] + ow, c * ow)).view(f"<u{ow}")
@@ -366,7 +382,7 @@ def _variable(buf: np.ndarray, spans: Spans, counts: np.ndarray, ow: int, spare:
         else:
             offs[1:] = np.ascontiguousarray(gather(buf, s + ow, counts * ow)).view(f"<u{ow}")
             offs[1:] += int(shift[0]) if k == 1 else np.repeat(shift, counts)
-        if bool(np.any(offs[1:] < offs[:-1])):
+        if bool((offs[1:] < offs[:-1]).any()):
             raise EncodingCorrupt("variable offsets are out of order or past the chunk")
     data = gather(buf, s + first, last - first, spare)
     return Vals("var", total, data, offs)
@@ -389,13 +405,13 @@ def _inline(buf: np.ndarray, spans: Spans, counts: np.ndarray, t_bits: int) -> n
     for b in range(int(nblk.max())):
         act = np.flatnonzero(nblk > b) if b else np.flatnonzero(nblk > 0)
         p = cur[act]
-        if bool(np.any(p + tb > end[act])):
+        if bool((p + tb > end[act]).any()):
             raise EncodingCorrupt("inline bitpacking block header runs past the buffer")
         width = read_uint(buf, p, tb)
-        if bool(np.any(width > t_bits)):
+        if bool((width > t_bits).any()):
             raise EncodingCorrupt(f"inline bitpacking width exceeds {t_bits} bits")
         nxt = p + tb + width * (bp.BLOCK // 8)
-        if bool(np.any(nxt > end[act])):
+        if bool((nxt > end[act]).any()):
             raise EncodingCorrupt("inline bitpacking block runs past the buffer")
         rec_out.append(blk_base[act] + b)
         rec_pos.append(p + tb)
@@ -417,16 +433,16 @@ def _inline(buf: np.ndarray, spans: Spans, counts: np.ndarray, t_bits: int) -> n
         nbytes = w * (bp.BLOCK // 8)
         words = np.ascontiguousarray(window(buf, p, nbytes)).reshape(-1).view(dt)
         d0 = int(dst[0])
-        if int(dst[-1]) - d0 + 1 == len(dst) and bool(np.all(np.diff(dst) == 1)):
+        if int(dst[-1]) - d0 + 1 == len(dst) and bool((np.diff(dst) == 1).all()):
             # blocks of one width usually follow each other: unpack straight into the result
             bp.unpack_blocks(words, t_bits, w, len(p), out=out[d0:d0 + len(dst)])
         else:
             out[dst] = bp.unpack_blocks(words, t_bits, w, len(p)).reshape(len(p), bp.BLOCK)
     flat = out.reshape(-1)
-    if len(counts) == 1 or not bool(np.any(counts[:-1] % bp.BLOCK)):
+    if len(counts) == 1 or not bool((counts[:-1] % bp.BLOCK).any()):
         return flat[:total]
     first = blk_base * bp.BLOCK
-    return flat[spans_index(first, first + counts)]
+    return take_spans(flat, first, counts)
 
 
 def _out_of_line(buf: np.ndarray, spans: Spans, counts: np.ndarray, t_bits: int, width: int) -> np.ndarray:
@@ -440,7 +456,7 @@ def _out_of_line(buf: np.ndarray, spans: Spans, counts: np.ndarray, t_bits: int,
     whole, tail = counts // bp.BLOCK, counts % bp.BLOCK
     raw_tail = (tail > 0) & (nwords == whole * wpb + tail)
     nblk = whole + ((tail > 0) & ~raw_tail)
-    if bool(np.any(nwords < nblk * wpb)):
+    if bool((nwords < nblk * wpb).any()):
         raise EncodingCorrupt("out-of-line bitpacked buffer is too short")
     total = int(counts.sum())
     total_blk = int(nblk.sum())
@@ -450,7 +466,7 @@ def _out_of_line(buf: np.ndarray, spans: Spans, counts: np.ndarray, t_bits: int,
         flat = bp.unpack_blocks(words, t_bits, width, total_blk)
     else:
         flat = np.zeros(0, dtype)
-    if not bool(raw_tail.any()) and (len(counts) == 1 or not bool(np.any(counts[:-1] % bp.BLOCK))):
+    if not bool(raw_tail.any()) and (len(counts) == 1 or not bool((counts[:-1] % bp.BLOCK).any())):
         return flat[:total]
     # chunk by chunk: its unpacked values, then its raw tail (slices only)
     npacked = np.where(raw_tail, whole * bp.BLOCK, counts).tolist()
@@ -458,6 +474,13 @@ def _out_of_line(buf: np.ndarray, spans: Spans, counts: np.ndarray, t_bits: int,
     rpos = (s + whole * wpb * tb).tolist()
     rlen = np.where(raw_tail, tail * tb, 0).tolist()
     parts = []
+    if tb > 1 and buf.dtype == np.uint8 and buf.flags.c_contiguous and all(r % tb == 0 for r in rpos):
+        # the raw tails lie on word boundaries: slices of one word view of the buffer
+        words = buf[:len(buf) - len(buf) % tb].view(dt)
+        for b0, k, r0, rn in zip(bstart, npacked, rpos, rlen):
+            parts.append(flat[b0:b0 + k])
+            parts.append(words[r0 // tb:(r0 + rn) // tb])
+        return np.concatenate(parts).astype(dtype, copy=False)
     for b0, k, r0, rn in zip(bstart, npacked, rpos, rlen):
         parts.append(flat[b0:b0 + k])
         if rn:
