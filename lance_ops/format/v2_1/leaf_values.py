@@ -73,31 +73,73 @@ def is_var(t: pa.DataType) -> bool:
 MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
+def _digests(offs: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """A 64-bit digest of each value ``data[offs[i]:offs[i+1]]`` (its first 8 bytes mixed with its
+    length, then times an odd constant): equal values have equal digests."""
+    n = len(offs) - 1
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    start = offs[:-1]
+    lens_i = np.diff(offs)
+    # 8-byte windows read in place; only values starting in the last 8 bytes of ``data`` read a
+    # zero-padded copy of that tail (no copy of the whole buffer)
+    inside = int(np.searchsorted(start, len(data) - 8, side="right")) if len(data) >= 8 else 0
+    head = np.empty(n, dtype="<u8")
+    if inside:
+        # an unaligned u64 view at every byte: one 8-byte item per value taken (not 8 bytes)
+        win = np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+        head[:inside] = win[start[:inside]]
+    if inside < n:
+        t0 = max(0, len(data) - 8)
+        tail = np.zeros(len(data) - t0 + 8, dtype=np.uint8)
+        tail[:len(data) - t0] = data[t0:]
+        twin = np.lib.stride_tricks.as_strided(tail, shape=(len(tail) - 7, 8), strides=(1, 1))
+        head[inside:] = np.ascontiguousarray(twin[np.minimum(start[inside:] - t0, len(tail) - 8)]).view("<u8").reshape(-1)
+    lens = lens_i.astype(np.uint64)
+    if n and int(lens_i.min()) < 8:  # bytes past a short value belong to the next one: mask them
+        short = np.flatnonzero(lens_i < 8)
+        head[short] &= (np.uint64(1) << (lens[short] * np.uint64(8))) - np.uint64(1)
+    digest = head ^ (lens * MIX)
+    digest *= MIX
+    return digest
+
+
+#: below this many values the digests are counted by a sort (the bucket table would not pay)
+TABLE_MIN_VALUES = 4096
+#: the bucket table of the digest count holds at most 2**22 int32 (16 MiB)
+TABLE_MAX_BITS = 22
+
+
 def distinct_lower_bound(offs: np.ndarray, data: np.ndarray) -> int:
     """A lower bound of the distinct count of the values ``data[offs[i]:offs[i+1]]``: the distinct
-    count of a 32-bit digest of each value (its first 8 bytes mixed with its length, the high half
-    of that times an odd constant).
-    Equal values have equal digests, so the bound never exceeds the true count; sorting u32
-    digests is several times cheaper than hashing the strings themselves."""
+    count of a 64-bit digest of each value (equal values have equal digests, so it never exceeds
+    the true count); over 2**20 values, of the digests' top 32 bits (sorted, as before).
+
+    Up to 2**20 values the digests are counted without sorting them all (ADR 0059): every value
+    writes its index into a table slot chosen by the top bits of its digest (8-16 slots per
+    value); each written slot keeps one *owner*, and every digest that differs from its slot
+    owner's digest is one of the few colliding ones, which a sort of only those counts.
+    Distinct digests = owners + distinct non-owner digests."""
     n = len(offs) - 1
     if n <= 0:
         return 0
-    start = offs[:-1] - int(offs[0])
-    body = data[int(offs[0]):int(offs[-1])]
-    padded = np.zeros(len(body) + 8, dtype=np.uint8)
-    padded[:len(body)] = body
-    win = np.lib.stride_tricks.as_strided(padded, shape=(len(body) + 1, 8), strides=(1, 1))
-    head = np.ascontiguousarray(win[start]).view("<u8").reshape(-1)
-    lens = np.diff(offs).astype(np.uint64)
-    short = lens < 8
-    if bool(short.any()):  # bytes past a short value belong to the next one: mask them
-        mask = (np.uint64(1) << (np.minimum(lens, 7) * np.uint64(8))) - np.uint64(1)
-        head = np.where(short, head & mask, head)
-    digest = head ^ (lens * MIX)
-    # folded to 32 bits (still a lower bound: equal values fold equally) and counted by a sort,
-    # about twice as fast as hashing the 64-bit digests
-    folded = np.sort(((digest * MIX) >> np.uint64(32)).astype(np.uint32))
-    return 1 + int(np.count_nonzero(folded[1:] != folded[:-1]))
+    digest = _digests(offs, data)
+    if n < TABLE_MIN_VALUES:
+        srt = np.sort(digest)
+        return 1 + int(np.count_nonzero(srt[1:] != srt[:-1]))
+    if (n - 1).bit_length() + 2 > TABLE_MAX_BITS:
+        # over 2**20 values the table would be crowded: their top 32 bits counted by a sort (a
+        # lower bound too; less memory than the table)
+        folded = np.sort((digest >> np.uint64(32)).astype(np.uint32))
+        return 1 + int(np.count_nonzero(folded[1:] != folded[:-1]))
+    bits = min((n - 1).bit_length() + 3, TABLE_MAX_BITS)
+    slot = (digest >> np.uint64(64 - bits)).view(np.int64)
+    owner = np.empty(1 << bits, dtype=np.int32)  # only written slots are read
+    ids = np.arange(n, dtype=np.int32)
+    owner[slot] = ids  # one of the writers of each slot stays: its owner
+    mine = owner[slot]
+    owners = int(np.count_nonzero(mine == ids))
+    other = np.sort(digest[digest[mine] != digest])
+    return owners + (1 + int(np.count_nonzero(other[1:] != other[:-1])) if len(other) else 0)
 
 
 def constant_value(values: pa.Array, valid: Optional[np.ndarray]) -> Optional[tuple[Optional[bytes], Optional[bytes]]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lance_ops.format.v2_1.compression.bitpack_decode import BLOCK, lane_positions
+from lance_ops.format.v2_1.compression.bitpack_decode import BLOCK, FL_ORDER
 
 UINT_TYPES = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
@@ -67,23 +67,33 @@ def _bit_lengths(x: np.ndarray, t_bits: int) -> np.ndarray:
     return out
 
 
+def _row_groups(t_bits: int) -> list[int]:
+    """For each group ``o`` of 8 rows, which ``lanes``-wide slice of a 128-value line its lanes read:
+    row ``r = 8 * o + s`` of a block is ``block[s * 128 + g[o] * lanes : ... + lanes]``, since
+    ``FL_ORDER[o] * 16`` is a multiple of the lane count for every row group of ``T``."""
+    lanes = BLOCK // t_bits
+    return [FL_ORDER[o] * 16 // lanes for o in range(t_bits // 8)]
+
+
 def pack_blocks(values: np.ndarray, t_bits: int, width: int) -> np.ndarray:
     """Pack ``values`` (a whole number of 1024-value blocks of uint<T>) to ``width`` bits each.
 
-    Returns the packed words (uint<T>, ``nblocks * 1024 * width / T`` of them)."""
+    Returns the packed words (uint<T>, ``nblocks * 1024 * width / T`` of them). Every row of every
+    block is read as a strided view (no gather of the values into lane order)."""
     dtype = UINT_TYPES[t_bits]
     values = np.asarray(values, dtype=dtype)
     nblocks = len(values) // BLOCK
     lanes = BLOCK // t_bits
     if width == 0 or nblocks == 0:
         return np.zeros(0, dtype=dtype)
-    rows = values.reshape(nblocks, BLOCK)[:, lane_positions(t_bits)].reshape(nblocks, t_bits, lanes)
+    groups = _row_groups(t_bits)
+    lines = values[:nblocks * BLOCK].reshape(nblocks, 8, 128 // lanes, lanes)  # [block, s, slice, lane]
     if width == t_bits:
-        return np.ascontiguousarray(rows).reshape(-1)
+        return np.ascontiguousarray(lines[:, :, groups, :].transpose(0, 2, 1, 3)).reshape(-1)
     words = np.zeros((nblocks, width, lanes), dtype=dtype)
     for r in range(t_bits):
         k, s = divmod(r * width, t_bits)
-        v = rows[:, r, :]
+        v = lines[:, r % 8, groups[r // 8], :]
         words[:, k, :] |= (v << dtype(s)) if s else v
         if s + width > t_bits:
             words[:, k + 1, :] |= v >> dtype(t_bits - s)
@@ -107,28 +117,34 @@ def inline_pack(values: np.ndarray, t_bits: int) -> tuple[np.ndarray, list[int]]
     widths = block_widths(values)
     padded = _padded(values)
     nblocks = len(padded) // BLOCK
-    out_parts: list[np.ndarray] = [None] * nblocks  # type: ignore[list-item]
-    # pack all blocks of one width together (one numpy pass per distinct width)
-    blocks = padded.reshape(nblocks, BLOCK) if nblocks else padded.reshape(0, BLOCK)
-    for w in np.unique(widths):
-        idx = np.flatnonzero(widths == w)
-        packed = pack_blocks(blocks[idx].reshape(-1), t_bits, int(w)).reshape(len(idx), -1)
-        header = np.full((len(idx), 1), int(w), dtype=dtype)
-        both = np.concatenate([header, packed], axis=1)
-        for j, b in enumerate(idx):
-            out_parts[b] = both[j]
     if nblocks == 0:
         return np.zeros(0, np.uint8), []
-    sizes = [(1 + BLOCK * int(w) // t_bits) * (t_bits // 8) for w in widths]
-    data = np.concatenate(out_parts).astype(dtype, copy=False)
-    return data.view(np.uint8), sizes
+    blocks = padded.reshape(nblocks, BLOCK)
+    nwords = 1 + BLOCK * widths // t_bits
+    start = np.zeros(nblocks, dtype=np.int64)
+    np.cumsum(nwords[:-1], out=start[1:])
+    data = np.empty(int(nwords.sum()), dtype=dtype)
+    data[start] = widths.astype(dtype)
+    # pack all blocks of one width together (one numpy pass per distinct width), placed by index
+    for w in np.unique(widths).tolist():
+        wpb = BLOCK * w // t_bits
+        if wpb == 0:
+            continue
+        idx = np.flatnonzero(widths == w)
+        packed = pack_blocks(blocks[idx].reshape(-1), t_bits, w).reshape(len(idx), wpb)
+        if len(idx) == nblocks:
+            data.reshape(nblocks, 1 + wpb)[:, 1:] = packed
+        else:
+            data[(start[idx] + 1)[:, None] + np.arange(wpb, dtype=np.int64)[None, :]] = packed
+    return data.view(np.uint8), (nwords * (t_bits // 8)).tolist()
 
 
 def inline_pack_sizes(widths: np.ndarray, t_bits: int) -> int:
     """Bytes of the inline-bitpacked blocks with bit ``widths`` (one width word plus the packed words each), to compare
     encodings without packing.
     """
-    return int(sum((1 + BLOCK * int(w) // t_bits) * (t_bits // 8) for w in widths))
+    w = np.asarray(widths, dtype=np.int64)
+    return int((1 + BLOCK * w // t_bits).sum()) * (t_bits // 8)
 
 
 def out_of_line_pack(values: np.ndarray, t_bits: int, width: int) -> np.ndarray:

@@ -19,6 +19,7 @@ Block compressors (levels of all-null pages, dictionaries) produce one opaque bu
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence, overload
 
@@ -32,7 +33,6 @@ MAX_MINIBLOCK_BYTES = 8 * 1024 - 6
 MAX_MINIBLOCK_VALUES = 4096
 AIM_MINICHUNK_SIZE = 4 * 1024
 VAR_PAD_BYTE = 72
-_VAR_PADS = [bytes([VAR_PAD_BYTE]) * k for k in range(8)]
 MIN_BUFFER_SIZE_FOR_COMPRESSION = 4 * 1024
 
 
@@ -158,7 +158,79 @@ class MiniBlocks:
 
     def size(self) -> int:
         """Total bytes of the chunks' value buffers (to compare candidate encodings)."""
+        if isinstance(self.bufs, (ColumnChunks, UniformChunks)):
+            return sum(int(c.sizes().sum()) for c in buffer_columns(self.bufs, self.num_buffers))
         return sum(sum(len(b) for b in bb) for bb in self.bufs)
+
+
+@dataclass
+class ChunkColumn:
+    """One buffer (value or level) of every mini-block chunk of a page, held columnar: chunk ``i``
+    is the concatenation over ``parts`` of ``data[offs[i]:offs[i + 1]]`` (``data`` uint8, ``offs``
+    int64 with one entry more than chunks). The page assembly joins the columns of all chunks
+    with one Arrow kernel instead of a loop over chunks (ADR 0059)."""
+
+    parts: list[tuple[np.ndarray, np.ndarray]]
+
+    def sizes(self) -> np.ndarray:
+        """Bytes of this buffer in every chunk (int64)."""
+        out = np.diff(self.parts[0][1])
+        for _, o in self.parts[1:]:
+            out = out + np.diff(o)
+        return out
+
+    def chunk(self, i: int) -> bytes:
+        """The bytes of chunk ``i`` (for per-chunk consumers: general compression, tests)."""
+        return b"".join(d[int(o[i]):int(o[i + 1])].tobytes() for d, o in self.parts)
+
+    @staticmethod
+    def of_list(chunks: Sequence) -> "ChunkColumn":
+        """The column of per-chunk byte strings ``chunks`` (one join)."""
+        lens = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+        offs = np.zeros(len(chunks) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offs[1:])
+        data = np.frombuffer(b"".join(map(bytes, chunks)), dtype=np.uint8)
+        return ChunkColumn([(data, offs)])
+
+
+class ColumnChunks(Sequence[list]):
+    """``MiniBlocks.bufs`` held as one :class:`ChunkColumn` per value buffer; reads like the
+    per-chunk lists (chunk ``i`` is a list of the bytes of each of its buffers)."""
+
+    def __init__(self, columns: list[ChunkColumn], nchunks: int) -> None:
+        self.columns = columns
+        self.nchunks = nchunks
+
+    def __len__(self) -> int:
+        return self.nchunks
+
+    @overload
+    def __getitem__(self, i: int) -> list: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[list]: ...
+
+    def __getitem__(self, i: int | slice) -> list | list[list]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.nchunks))]
+        if i < 0:
+            i += self.nchunks
+        if not 0 <= i < self.nchunks:
+            raise IndexError(i)
+        return [c.chunk(i) for c in self.columns]
+
+    def __iter__(self) -> Iterator[list]:
+        for i in range(self.nchunks):
+            yield [c.chunk(i) for c in self.columns]
+
+
+def buffer_columns(bufs: Sequence[list], num_buffers: int) -> list[ChunkColumn]:
+    """The value buffers of mini-block chunks ``bufs`` as one :class:`ChunkColumn` each."""
+    if isinstance(bufs, ColumnChunks):
+        return bufs.columns
+    if isinstance(bufs, UniformChunks):
+        return [bufs.column()]
+    return [ChunkColumn.of_list([bb[j] for bb in bufs]) for j in range(num_buffers)]
 
 
 class UniformChunks(Sequence[list]):
@@ -204,6 +276,13 @@ class UniformChunks(Sequence[list]):
         if self.nchunks:
             out[-1] = len(self.data) - (self.nchunks - 1) * self.step
         return out
+
+    def column(self) -> ChunkColumn:
+        """The chunks as a :class:`ChunkColumn` (no copy)."""
+        offs = np.arange(self.nchunks + 1, dtype=np.int64) * self.step
+        if self.nchunks:
+            offs[-1] = len(self.data)
+        return ChunkColumn([(np.asarray(self.data, dtype=np.uint8).reshape(-1), offs)])
 
 
 def _vals_per_chunk(bytes_per_word: int, values_per_word: int) -> int:
@@ -258,6 +337,20 @@ def fsl_miniblock(data: np.ndarray, n: int, item_bits: int, dims: list[int],
         return MiniBlocks(enc_fsl(dims, [False] * len(dims), enc_flat(item_bits)), counts,
                           UniformChunks(data[:nbytes], per * cum * item_bits // 8, len(counts)), 1,
                           last_full=n > 0 and n % per == 0)
+    nb = 1 + sum(1 for v in validities if v is not None)
+    enc = enc_fsl(dims, [v is not None for v in validities], enc_flat(item_bits))
+    last_full = n > 0 and n % per == 0
+    if all(v is None or (per * cm) % 8 == 0 for cm, v in zip(cums, validities)) and (per * cum * item_bits) % 8 == 0:
+        # every chunk but the last starts on a byte of each buffer: pack each buffer once and cut
+        first = np.arange(len(counts), dtype=np.int64) * per
+        cols = []
+        for cm, v in zip(cums, validities):
+            if v is not None:
+                packed = np.packbits(np.asarray(v[:n * cm], dtype=bool), bitorder="little")
+                cols.append(ChunkColumn([(packed, np.append(first * cm // 8, (n * cm + 7) // 8))]))
+        ends = np.append(first * cum * item_bits // 8, (n * cum * item_bits + 7) // 8)
+        cols.append(ChunkColumn([(data, ends)]))
+        return MiniBlocks(enc, counts, ColumnChunks(cols, len(counts)), nb, last_full=last_full)
     bufs: list[list] = []
     row = 0
     for c in counts:
@@ -271,9 +364,7 @@ def fsl_miniblock(data: np.ndarray, n: int, item_bits: int, dims: list[int],
         chunk.append(data[a:b].tobytes())
         bufs.append(chunk)
         row += c
-    nb = 1 + sum(1 for v in validities if v is not None)
-    return MiniBlocks(enc_fsl(dims, [v is not None for v in validities], enc_flat(item_bits)), counts, bufs, nb,
-                      last_full=n > 0 and n % per == 0)
+    return MiniBlocks(enc, counts, bufs, nb, last_full=last_full)
 
 
 def bitpack_estimate(values: np.ndarray, t_bits: int) -> Optional[int]:
@@ -281,7 +372,7 @@ def bitpack_estimate(values: np.ndarray, t_bits: int) -> Optional[int]:
     if t_bits not in (8, 16, 32, 64) or len(values) == 0:
         return None
     widths = bp.block_widths(values)
-    est = int(sum(1 + 1024 * int(w) // t_bits for w in widths)) * (t_bits // 8)
+    est = bp.inline_pack_sizes(widths, t_bits)
     if est >= len(values) * t_bits // 8:
         return None
     return est
@@ -292,12 +383,9 @@ def bitpack_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
     data, sizes = bp.inline_pack(values, t_bits)
     n = len(values)
     counts = _even_counts(n, 1024)
-    bufs = []
-    pos = 0
-    for s in sizes:
-        bufs.append([data[pos:pos + s].tobytes()])
-        pos += s
-    return MiniBlocks(enc_inline_bitpacking(t_bits), counts, bufs)
+    offs = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(sizes, dtype=np.int64), out=offs[1:])
+    return MiniBlocks(enc_inline_bitpacking(t_bits), counts, ColumnChunks([ChunkColumn([(data, offs)])], len(counts)))
 
 
 # --- RLE -------------------------------------------------------------------------------------
@@ -309,15 +397,6 @@ def run_starts(values: np.ndarray) -> np.ndarray:
     change[0] = True
     change[1:] = values[1:] != values[:-1]
     return np.flatnonzero(change)
-
-
-def _window_runs(starts: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-    """Run starts and lengths of values[a:b] (runs cut at the window edges)."""
-    i0 = np.searchsorted(starts, a, side="right")
-    i1 = np.searchsorted(starts, b, side="left")
-    s = np.concatenate([[a], starts[i0:i1]]).astype(np.int64)
-    lens = np.diff(np.append(s, b))
-    return s, lens
 
 
 def rle_estimate(values: np.ndarray, t_bits: int) -> int:
@@ -342,44 +421,71 @@ def run_count(values: np.ndarray) -> int:
     return 1 + int(np.count_nonzero(values[1:] != values[:-1]))
 
 
+def rle_chunk_runs(values: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """RLE of ``values`` cut into chunks at ``bounds`` (int64, one more than chunks), all chunks at
+    once: runs are cut at every chunk start and split at 255. Returns the run values, the u8 run
+    lengths and, per chunk, the bounds of its runs in those two arrays."""
+    n = len(values)
+    is_start = np.empty(n, dtype=bool)
+    if n:
+        is_start[0] = True
+        np.not_equal(values[1:], values[:-1], out=is_start[1:])
+        cut = bounds[:-1]
+        is_start[cut[cut < n]] = True
+    starts = np.flatnonzero(is_start)
+    lens = np.diff(np.append(starts, n))
+    pieces = (lens + 254) // 255
+    pcum = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(pieces, out=pcum[1:])
+    vals = np.repeat(values[starts], pieces)
+    rl = np.repeat(lens, pieces)
+    k = np.arange(len(rl), dtype=np.int64) - np.repeat(pcum[:-1], pieces)
+    rl = np.minimum(rl - 255 * k, 255).astype(np.uint8)
+    return vals, rl, pcum[np.searchsorted(starts, bounds)]
+
+
 def rle_miniblock(values: np.ndarray, t_bits: int) -> MiniBlocks:
-    """RLE chunks of ``t_bits``-bit ``values``: run values and u8 run lengths per chunk."""
+    """RLE chunks of ``t_bits``-bit ``values``: run values and u8 run lengths per chunk.
+
+    A chunk is the rest of the page when it fits, else the largest power of two (<= 4096) values
+    whose runs fit: sizes are tried from prefix sums of the page's runs (a few scalar steps per
+    chunk), and the runs of all chunks are then cut in one pass."""
     n = len(values)
     w = t_bits // 8
     starts = run_starts(values)
-    counts, bufs = [], []
+    lens = np.diff(np.append(starts, n))
+    pcum = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum((lens + 254) // 255, out=pcum[1:])
+    starts_l, pcum_l = starts.tolist(), pcum.tolist()
+    room = MAX_MINIBLOCK_BYTES // (w + 1)  # most runs a chunk holds
+
+    def pieces(a: int, b: int) -> int:
+        """Runs of values[a:b] (cut at a and b, split at 255)."""
+        i0 = bisect.bisect_right(starts_l, a) - 1
+        i1 = bisect.bisect_right(starts_l, b - 1) - 1
+        if i0 == i1:
+            return (b - a + 254) // 255
+        return ((starts_l[i0 + 1] - a + 254) // 255 + pcum_l[i1] - pcum_l[i0 + 1]
+                + (b - starts_l[i1] + 254) // 255)
+
+    counts = []
     pos = 0
-
-    def encode(a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-        s, lens = _window_runs(starts, a, b)
-        pieces = (lens + 254) // 255
-        vals = np.repeat(values[s], pieces)
-        # split runs longer than 255
-        rl = np.repeat(lens, pieces)
-        first = np.concatenate([[0], np.cumsum(pieces)[:-1]]) if len(pieces) else np.zeros(0, np.int64)
-        k = np.arange(len(rl)) - np.repeat(first, pieces)
-        rl = np.minimum(rl - 255 * k, 255)
-        return vals, rl.astype(np.uint8)
-
     while pos < n:
         rem = n - pos
-        if rem <= MAX_MINIBLOCK_VALUES:
-            vals, rl = encode(pos, n)
-            if len(vals) * (w + 1) <= MAX_MINIBLOCK_BYTES:
-                counts.append(rem)
-                bufs.append([np.ascontiguousarray(vals).view(np.uint8).tobytes(), rl.tobytes()])
-                break
+        if rem <= MAX_MINIBLOCK_VALUES and pieces(pos, n) <= room:
+            counts.append(rem)
+            break
         k = min(12, (rem.bit_length() - 1))
-        while True:
-            c = 1 << k
-            vals, rl = encode(pos, pos + c)
-            if len(vals) * (w + 1) <= MAX_MINIBLOCK_BYTES or k == 0:
-                break
+        while k > 0 and pieces(pos, pos + (1 << k)) > room:
             k -= 1
-        counts.append(c)
-        bufs.append([np.ascontiguousarray(vals).view(np.uint8).tobytes(), rl.tobytes()])
-        pos += c
-    return MiniBlocks(enc_rle(t_bits), counts, bufs, 2)
+        counts.append(1 << k)
+        pos += 1 << k
+    bounds = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(counts, dtype=np.int64), out=bounds[1:])
+    vals, rl, pb = rle_chunk_runs(values, bounds)
+    vbytes = np.ascontiguousarray(vals).view(np.uint8).reshape(-1)
+    cols = [ChunkColumn([(vbytes, pb * w)]), ChunkColumn([(rl, pb)])]
+    return MiniBlocks(enc_rle(t_bits), counts, ColumnChunks(cols, len(counts)), 2)
 
 
 # --- variable width --------------------------------------------------------------------------
@@ -458,22 +564,25 @@ def variable_miniblock(offsets: np.ndarray, data: np.ndarray, offset_bits: int,
     o0, o1 = offsets[first], offsets[first + cnt]
     head = nent * width
     idx = np.arange(int(nent.sum()), dtype=np.int64) - np.repeat(ent0 - first, nent)
-    rel = (offsets[idx] - np.repeat(o0 - head, nent)).astype(odt).tobytes()
+    rel = (offsets[idx] - np.repeat(o0 - head, nent)).astype(odt).view(np.uint8)
     base = int(offsets[0])
-    body = data[base:int(offsets[-1])].tobytes()
-    pads = ((-(head + o1 - o0)) % width).tolist()
-    r0 = (ent0 * width).tolist()
-    b0 = (o0 - base).tolist()
-    b1 = (o1 - base).tolist()
-    bufs = [[rel[a:a + h] + body[x:y] + _VAR_PADS[q]]
-            for a, h, x, y, q in zip(r0, head.tolist(), b0, b1, pads)]
-    return MiniBlocks(enc_variable(offset_bits), counts, bufs)
+    body = data[base:int(offsets[-1])]
+    pads = (-(head + o1 - o0)) % width
+    nch = len(cnt)
+    rel_offs = np.zeros(nch + 1, dtype=np.int64)
+    rel_offs[1:] = (ent0 + nent) * width
+    body_offs = np.append(o0, o1[-1]) - base  # chunks take consecutive values
+    pad_offs = np.zeros(nch + 1, dtype=np.int64)
+    np.cumsum(pads, out=pad_offs[1:])
+    pad = np.full(int(pad_offs[-1]), VAR_PAD_BYTE, dtype=np.uint8)
+    col = ChunkColumn([(rel, rel_offs), (body, body_offs), (pad, pad_offs)])
+    return MiniBlocks(enc_variable(offset_bits), counts, ColumnChunks([col], nch))
 
 
 def general_wrap(mb: MiniBlocks, scheme: str, level: Optional[int]) -> MiniBlocks:
     """Compress the first buffer of every chunk (when that pays off)."""
-    total = sum(len(b[0]) for b in mb.bufs)
-    if not mb.bufs or total < MIN_BUFFER_SIZE_FOR_COMPRESSION:
+    total = int(buffer_columns(mb.bufs, mb.num_buffers)[0].sizes().sum()) if len(mb.bufs) else 0
+    if not len(mb.bufs) or total < MIN_BUFFER_SIZE_FOR_COMPRESSION:
         return mb
     new = []
     csize = 0

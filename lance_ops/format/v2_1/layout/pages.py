@@ -161,72 +161,127 @@ def compress_level_block(codec: LevelCodec, levels: np.ndarray) -> bytes:
 
 def compress_level_chunks(codec: LevelCodec, chunks: Sequence[np.ndarray]) -> list[bytes]:
     """``chunks`` of levels compressed with ``codec``, one block per mini-block chunk."""
-    if codec.kind == "ool" and len(chunks) > 1:
-        return _ool_chunks(chunks, codec.width)
-    return [compress_level_block(codec, c) for c in chunks]
+    if not len(chunks):
+        return []
+    lens = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+    bounds = np.zeros(len(chunks) + 1, dtype=np.int64)
+    np.cumsum(lens, out=bounds[1:])
+    col = level_column(codec, np.concatenate(chunks), bounds)
+    return [col.chunk(i) for i in range(len(chunks))]
 
 
-def _ool_chunks(chunks: Sequence[np.ndarray], width: int) -> list[bytes]:
-    """Out-of-line bitpacking of many chunks with one numpy pass over all their blocks.
+def level_column(codec: LevelCodec, levels: np.ndarray, bounds: np.ndarray) -> ev.ChunkColumn:
+    """A page's ``levels`` cut at ``bounds`` (int64, one more than chunks) and compressed with
+    ``codec`` one block per mini-block chunk, as a column (no per-chunk loop; ADR 0059)."""
+    levels = np.ascontiguousarray(levels, dtype="<u2")
+    bounds = np.asarray(bounds, dtype=np.int64)
+    if codec.kind == "flat":
+        return ev.ChunkColumn([(levels.view(np.uint8), bounds * 2)])
+    if codec.kind == "rle":
+        return _rle_column(levels, bounds)
+    if codec.kind == "inline":
+        return _inline_column(levels, bounds)
+    return _ool_column(levels, bounds, codec.width)
+
+
+def _rle_column(levels: np.ndarray, bounds: np.ndarray) -> ev.ChunkColumn:
+    """``rle_block`` of every chunk: per chunk a u64 header (bytes of its run values), its run
+    values and its run lengths (runs cut at the chunk starts and split at 255)."""
+    vals, rl, pbounds = ev.rle_chunk_runs(levels, bounds)
+    head = (np.diff(pbounds) * 2).astype("<u8").view(np.uint8)
+    nch = len(bounds) - 1
+    return ev.ChunkColumn([(head, np.arange(nch + 1, dtype=np.int64) * 8),
+                           (vals.astype("<u2", copy=False).view(np.uint8), pbounds * 2), (rl, pbounds)])
+
+
+def _inline_column(levels: np.ndarray, bounds: np.ndarray) -> ev.ChunkColumn:
+    """Inline bitpacking of every chunk (a page of at most 1024 levels): each non-empty chunk is one
+    zero-padded block with its own width word, so all chunks pack as one run of blocks."""
+    lens = np.diff(bounds)
+    nch = len(lens)
+    if nch == 0 or int(lens.min()) == 0 or int(lens.max()) > bp.BLOCK:
+        return ev.ChunkColumn.of_list([compress_level_block(LevelCodec("inline"), levels[x:y])
+                                       for x, y in zip(bounds[:-1].tolist(), bounds[1:].tolist())])
+    mat = np.zeros(nch * bp.BLOCK, dtype=np.uint16)
+    mat[np.arange(len(levels), dtype=np.int64) + np.repeat(np.arange(nch) * bp.BLOCK - bounds[:-1], lens)] = levels
+    data, sizes = bp.inline_pack(mat, 16)
+    offs = np.zeros(nch + 1, dtype=np.int64)
+    np.cumsum(np.asarray(sizes, dtype=np.int64), out=offs[1:])
+    return ev.ChunkColumn([(data, offs)])
+
+
+def _ool_column(cat: np.ndarray, bounds: np.ndarray, width: int) -> ev.ChunkColumn:
+    """Out-of-line bitpacking of every chunk with one numpy pass over all their blocks.
 
     Per chunk: its whole 1024-level blocks packed, then its tail either packed as one more block
-    (zero padded) or raw u16, whichever is smaller."""
-    nch = len(chunks)
-    lens = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=nch)
-    cat = np.concatenate(chunks).astype(np.uint16, copy=False) if nch else np.zeros(0, np.uint16)
-    first = np.zeros(nch, dtype=np.int64)
-    np.cumsum(lens[:-1], out=first[1:])
+    (zero padded) or raw u16, whichever is smaller: a column of two parts, the packed blocks and
+    the raw tails."""
+    lens = np.diff(bounds)
+    nch = len(lens)
+    first = bounds[:-1]
     whole, tail = lens // 1024, lens % 1024
     pack_tail = (tail > 0) & (width * (1024 - tail) < (16 - width) * tail)
     nblk = whole + pack_tail
     packed_n = np.where(pack_tail, lens, whole * 1024)  # levels of each chunk that go into blocks
-    blk0 = np.zeros(nch, dtype=np.int64)
-    np.cumsum(nblk[:-1], out=blk0[1:])
-    total_blk = int(nblk.sum())
+    blk_offs = np.zeros(nch + 1, dtype=np.int64)
+    np.cumsum(nblk, out=blk_offs[1:])
+    blk0 = blk_offs[:-1]
+    total_blk = int(blk_offs[-1])
     per_block = 1024 * width // 8
+    all_packed = bool(np.all(packed_n == lens))
+    raw_mask: Optional[np.ndarray] = None
+    if not all_packed:
+        # the raw tails (True) after each chunk's packed levels (False)
+        runs = np.empty(2 * nch, dtype=np.int64)
+        runs[0::2], runs[1::2] = packed_n, lens - packed_n
+        raw_mask = np.repeat(np.tile(np.array([False, True]), nch), runs)
     if total_blk:
         allv = np.zeros(total_blk * 1024, dtype=np.uint16)
-        if bool(np.all(packed_n == lens)) and bool(np.all(blk0 * 1024 == first)):
+        if all_packed and bool(np.all(blk0 * 1024 == first)):
             allv[:len(cat)] = cat
         else:
-            # boolean masks instead of index arrays: the levels that go into blocks (all but the
-            # raw tails), and the slots they fill (each block from its start, zeros after)
-            if bool(np.all(packed_n == lens)):
-                src = cat
-            else:
-                runs = np.empty(2 * nch, dtype=np.int64)
-                runs[0::2], runs[1::2] = packed_n, lens - packed_n
-                src = cat[np.repeat(np.tile(np.array([True, False]), nch), runs)]
+            src = cat if raw_mask is None else cat[~raw_mask]
+            # each chunk's packed levels fill its blocks from the start, zeros after: a boolean
+            # mask of the filled slots (cheaper than an index array per level)
             fill = np.full(total_blk, 1024, dtype=np.int64)
-            last_blk = blk0 + nblk - 1
             has = nblk > 0
-            fill[last_blk[has]] = (packed_n - (nblk - 1) * 1024)[has]
+            fill[(blk0 + nblk - 1)[has]] = (packed_n - (nblk - 1) * 1024)[has]
             slots = np.arange(1024, dtype=np.int64)[None, :] < fill[:, None]
             allv.reshape(total_blk, 1024)[slots] = src
-        packed = bp.pack_blocks(allv, 16, width).view(np.uint8).tobytes()
+        packed = bp.pack_blocks(allv, 16, width).view(np.uint8)
     else:
-        packed = b""
-    raw = cat.astype("<u2", copy=False).tobytes()
-    pb0 = (blk0 * per_block).tolist()
-    pb1 = ((blk0 + nblk) * per_block).tolist()
-    r0 = ((first + whole * 1024) * 2).tolist()
-    r1 = np.where(pack_tail, r0, (first + lens) * 2).tolist()
-    return [packed[x:y] + raw[u:v] for x, y, u, v in zip(pb0, pb1, r0, r1)]
+        packed = np.zeros(0, dtype=np.uint8)
+    parts = [(packed, blk_offs * per_block)]
+    if raw_mask is not None:
+        raw_offs = np.zeros(nch + 1, dtype=np.int64)
+        np.cumsum((lens - packed_n) * 2, out=raw_offs[1:])
+        parts.append((np.ascontiguousarray(cat[raw_mask]).view(np.uint8), raw_offs))
+    return ev.ChunkColumn(parts)
 
 
 def rep_index(rep_chunks: Sequence[np.ndarray], max_rep: int) -> np.ndarray:
-    """Two u64 per chunk: rows finishing in the chunk, trailing levels of an unfinished row.
+    """Two u64 per chunk: rows finishing in the chunk, trailing levels of an unfinished row."""
+    nch = len(rep_chunks)
+    if nch == 0:
+        return np.zeros((0, 2), dtype=np.uint64)
+    lens = np.fromiter(map(len, rep_chunks), dtype=np.int64, count=nch)
+    bounds = np.zeros(nch + 1, dtype=np.int64)
+    np.cumsum(lens, out=bounds[1:])
+    return rep_index_at(np.concatenate(rep_chunks), bounds, max_rep)
+
+
+def rep_index_at(rep: np.ndarray, bounds: np.ndarray, max_rep: int) -> np.ndarray:
+    """Two u64 per chunk of ``rep`` cut at ``bounds``: rows finishing in the chunk, trailing levels
+    of an unfinished row.
 
     Computed for all chunks at once from the positions of the row starts (``rep == max_rep``)."""
-    nch = len(rep_chunks)
+    nch = len(bounds) - 1
     out = np.zeros((nch, 2), dtype=np.uint64)
-    if nch == 0:
+    if nch <= 0:
         return out
-    lens = np.fromiter((len(r) for r in rep_chunks), dtype=np.int64, count=nch)
-    cat = np.concatenate(rep_chunks) if nch > 1 else np.asarray(rep_chunks[0])
-    first = np.zeros(nch, dtype=np.int64)
-    np.cumsum(lens[:-1], out=first[1:])
-    is_start = cat == max_rep
+    lens = np.diff(bounds)
+    first = bounds[:-1]
+    is_start = rep == max_rep
     starts = np.flatnonzero(is_start)
     # row starts per chunk (all of them) and whether the chunk's first level starts a row
     lo = np.searchsorted(starts, first)
@@ -270,9 +325,8 @@ def miniblock_page(values: ev.MiniBlocks, rep: Optional[np.ndarray], defs: Optio
     counts = values.counts
     nch = len(counts)
     has_levels = rep is not None or defs is not None
-    # level slices per chunk
-    level_chunks_rep: list[np.ndarray] = []
-    level_chunks_def: list[np.ndarray] = []
+    # every chunk's levels are one slice of the page's levels: cut once at ``bounds``
+    bounds = np.zeros(nch + 1, dtype=np.int64)
     nlev = np.zeros(nch, dtype=np.int64)
     if has_levels:
         some_levels = rep if rep is not None else defs
@@ -282,20 +336,16 @@ def miniblock_page(values: ev.MiniBlocks, rep: Optional[np.ndarray], defs: Optio
             cut = np.flatnonzero(defs <= max_visible)[cum[:-1] - 1] + 1
         else:
             cut = cum[:-1]
-        bounds = np.concatenate([[0], cut, [len(some_levels)]]).astype(np.int64)
+        bounds[1:-1] = cut
+        bounds[-1] = len(some_levels)
         nlev = np.diff(bounds)
-        pairs = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
-        if rep is not None:
-            level_chunks_rep = [rep[x:y] for x, y in pairs]
-        if defs is not None:
-            level_chunks_def = [defs[x:y] for x, y in pairs]
         if nch and int(nlev.max()) > 0xFFFF:
             return None
     version = FileVersion.V2_2 if large else FileVersion.V2_1
     rep_codec = choose_level_codec(rep, version) if rep is not None else None
     def_codec = choose_level_codec(defs, version) if defs is not None else None
-    rep_bytes = compress_level_chunks(rep_codec, level_chunks_rep) if rep_codec else None
-    def_bytes = compress_level_chunks(def_codec, level_chunks_def) if def_codec else None
+    rep_bytes = level_column(rep_codec, rep, bounds) if rep_codec is not None and rep is not None else None
+    def_bytes = level_column(def_codec, defs, bounds) if def_codec is not None and defs is not None else None
     got = _chunk_bytes(values, nlev, rep_bytes, def_bytes, large, limit_21)
     if got is None:
         return None
@@ -324,39 +374,35 @@ def miniblock_page(values: ev.MiniBlocks, rep: Optional[np.ndarray], defs: Optio
     if dictionary is not None:
         buffers.append([dictionary[1]])
     if rep is not None:
-        buffers.append([rep_index(level_chunks_rep, max_rep).astype("<u8").tobytes()])
+        buffers.append([rep_index_at(rep, bounds, max_rep).astype("<u8").tobytes()])
     return PageOut(layout, buffers)
 
 
-_PADS = [bytes([FILL]) * k for k in range(8)]
-
-
-def _chunk_bytes(values: ev.MiniBlocks, nlev: np.ndarray, rep_bytes: Optional[list[bytes]],
-                 def_bytes: Optional[list[bytes]], large: bool,
+def _chunk_bytes(values: ev.MiniBlocks, nlev: np.ndarray, rep_bytes: Optional[ev.ChunkColumn],
+                 def_bytes: Optional[ev.ChunkColumn], large: bool,
                  limit_21: bool) -> Optional[tuple[np.ndarray, bytes | np.ndarray]]:
     """The chunk metadata words and the chunk bytes of a mini-block page (None past a limit).
 
     Every chunk is ``u16 levels, [u16 rep bytes], [u16 def bytes], value buffer sizes`` padded to
     8, then its rep, def and value buffers each padded to 8 (0xFE): headers are built for all
-    chunks as one byte matrix and the whole body is one join."""
+    chunks as one byte matrix and the body is one element-wise join of the columns (header, each
+    buffer, its padding) over all chunks."""
     nch = len(values.counts)
-    cols: list[Sequence[bytes]] = []
-    if rep_bytes is not None:
-        cols.append(rep_bytes)
-    if def_bytes is not None:
-        cols.append(def_bytes)
+    cols: list[ev.ChunkColumn] = [c for c in (rep_bytes, def_bytes) if c is not None]
     nlevel_cols = len(cols)
     nb = values.num_buffers
-    if any(len(bb) != nb for bb in values.bufs):
+    bufs = values.bufs
+    if isinstance(bufs, ev.ColumnChunks):
+        if len(bufs.columns) != nb:
+            raise ValueError("mini-block chunks disagree on their number of value buffers")
+    elif not isinstance(bufs, ev.UniformChunks) and any(len(bb) != nb for bb in bufs):
         raise ValueError("mini-block chunks disagree on their number of value buffers")
-    uniform = values.bufs if isinstance(values.bufs, ev.UniformChunks) and not nlevel_cols else None
+    uniform = bufs if isinstance(bufs, ev.UniformChunks) and not nlevel_cols else None
     if uniform is not None:
         plen = uniform.sizes().reshape(nch, 1)
-        npc = 1
     else:
-        cols.extend([bb[j] for bb in values.bufs] for j in range(nb))
-        npc = len(cols)
-        plen = np.array([[len(x) for x in col] for col in cols], dtype=np.int64).reshape(npc, nch).T
+        cols.extend(ev.buffer_columns(bufs, nb))
+        plen = np.stack([c.sizes() for c in cols], axis=1) if cols else np.zeros((nch, 0), np.int64)
     if nlevel_cols and nch and int(plen[:, :nlevel_cols].max()) > 0xFFFF:
         return None
     if not large and nb and nch and int(plen[:, nlevel_cols:].max()) > 0xFFFF:
@@ -387,15 +433,36 @@ def _chunk_bytes(values: ev.MiniBlocks, nlev: np.ndarray, rep_bytes: Optional[li
     meta_words = words.astype(np.uint32 if large else np.uint16)
     if uniform is not None:
         return meta_words, _uniform_body(uniform, hdr, hlen, size)
-    rows = hdr.tobytes()
-    stride = 1 + 2 * npc
-    flat: list[bytes] = [b""] * (nch * stride)
-    flat[0::stride] = [rows[i:i + hlen] for i in range(0, nch * hlen, hlen)]
-    pad_list = pads.T.tolist()
-    for j in range(npc):
-        flat[1 + 2 * j::stride] = cols[j]
-        flat[2 + 2 * j::stride] = [_PADS[k] for k in pad_list[j]]
-    return meta_words, b"".join(flat)
+    return meta_words, _joined_body(hdr, cols, pads, int(size.sum()))
+
+
+def _binary(data: np.ndarray, offs: np.ndarray) -> pa.Array:
+    """A large_binary array (no copy) whose value ``i`` is ``data[offs[i]:offs[i + 1]]``."""
+    return pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(offs) - 1,
+        [None, pa.py_buffer(np.ascontiguousarray(offs, dtype=np.int64)),
+         pa.py_buffer(np.ascontiguousarray(data, dtype=np.uint8))])
+
+
+def _joined_body(hdr: np.ndarray, cols: Sequence[ev.ChunkColumn], pads: np.ndarray, total: int) -> np.ndarray:
+    """Chunk ``i`` is its header row, then per column its bytes and its 0xFE padding: every chunk
+    is joined by one Arrow kernel over the columns (each part of a column one binary array)."""
+    nch, hlen = hdr.shape
+    if nch == 0:
+        return np.zeros(0, dtype=np.uint8)
+    fill = np.full(7 * nch, FILL, dtype=np.uint8)
+    arrays = [_binary(hdr.reshape(-1), np.arange(nch + 1, dtype=np.int64) * hlen)]
+    pad_offs = np.zeros(nch + 1, dtype=np.int64)
+    for j, col in enumerate(cols):
+        arrays.extend(_binary(d, o) for d, o in col.parts)
+        np.cumsum(pads[:, j], out=pad_offs[1:])
+        arrays.append(_binary(fill, pad_offs.copy()))
+    joined = pc.binary_join_element_wise(*arrays, pa.scalar(b"", pa.large_binary()))
+    jb = joined.buffers()
+    jo = np.frombuffer(jb[1], dtype=np.int64, count=nch + 1, offset=joined.offset * 8)
+    body = np.frombuffer(jb[2], dtype=np.uint8)[int(jo[0]):int(jo[-1])]
+    assert len(body) == total, "mini-block chunk bytes disagree with their sizes"
+    return body
 
 
 def _uniform_body(chunks: ev.UniformChunks, hdr: np.ndarray, hlen: int, size: np.ndarray) -> np.ndarray:

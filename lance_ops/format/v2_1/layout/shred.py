@@ -125,18 +125,47 @@ def validity_of(arr: pa.Array) -> Optional[np.ndarray]:
 
 
 class _State:
-    """Entries of the walk so far (one per future level entry)."""
+    """Entries of the walk so far (one per future level entry).
 
-    __slots__ = ("pos", "code", "rep", "n", "pushed")
+    ``pos`` may be held implicitly as a ``run``: the live entries read consecutive slots from
+    ``start`` and ``dead`` lists the dead entries (a top-level array and the items of a list
+    directly below it); ``special``, when known, lists every entry whose code may be non-zero.
+    Both let a list layer and the leaf skip passes over all entries (ADR 0059)."""
 
-    def __init__(self, pos: np.ndarray, code: np.ndarray, rep: Optional[np.ndarray],
-                 pushed: Optional[np.ndarray] = None):
-        self.pos = pos  # int64 index into the current node's array, -1 for dead (special) entries
+    __slots__ = ("_pos", "code", "rep", "n", "pushed", "run", "special")
+
+    def __init__(self, pos: Optional[np.ndarray], code: np.ndarray, rep: Optional[np.ndarray],
+                 pushed: Optional[np.ndarray] = None, run: Optional[tuple[int, np.ndarray]] = None,
+                 special: Optional[np.ndarray] = None):
+        self._pos = pos  # int64 index into the current node's array, -1 for dead (special) entries
         self.code = code  # int32: 0 valid, else 1 + 2*layer + (1 if empty list)
-        self.rep = rep  # int32 or None
-        self.n = len(pos)
+        self.rep = rep  # int32 / uint16 or None
+        self.n = len(code)
         # entries below a null struct: upstream pushes struct nulls down into the children
         self.pushed = pushed
+        self.run = run
+        self.special = special
+
+    @property
+    def pos(self) -> np.ndarray:
+        """Slot of every entry in the current node's array (-1 for dead entries)."""
+        if self._pos is None:
+            assert self.run is not None  # pos is implicit only as a run
+            start, dead = self.run
+            out = np.empty(self.n, dtype=np.int64)
+            alive = self.alive()
+            out[alive] = np.arange(start, start + self.n - len(dead), dtype=np.int64)
+            out[dead] = -1
+            self._pos = out
+        return self._pos
+
+    def alive(self) -> np.ndarray:
+        """Whether each entry is live (has a slot)."""
+        if self._pos is None and self.run is not None:
+            out = np.ones(self.n, dtype=bool)
+            out[self.run[1]] = False
+            return out
+        return self.pos >= 0
 
 
 @dataclass
@@ -153,6 +182,9 @@ def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Laye
     t = field.type
     layer_idx = len(layers)
     if is_list(t) and not (depth == len(path) - 1):
+        fast = _fresh_list(arr, st, layers, list_levels[layer_idx])
+        if fast is not None:
+            return _walk(arr.values, path, depth + 1, fast, layers, list_levels)
         alive = st.pos >= 0
         slots = st.pos[alive]
         lay = _Layer(True)
@@ -206,11 +238,15 @@ def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Laye
         if depth == len(path) - 1:
             return arr, st
         return _walk(_child_on_path(arr, path[depth + 1]), path, depth + 1, st, layers, list_levels)
-    alive = st.pos >= 0
-    slots = st.pos[alive]
+    alive = st.alive()
     eff = np.ones(st.n, dtype=bool)  # effective validity per entry (dead entries: True)
-    if valid is not None and len(slots):
-        eff[alive] = valid[slots]
+    if valid is not None and st.run is not None and st._pos is None:
+        nlive = st.n - len(st.run[1])
+        eff[alive] = valid[st.run[0]:st.run[0] + nlive]
+    elif valid is not None:
+        slots = st.pos[alive]
+        if len(slots):
+            eff[alive] = valid[slots]
     if st.pushed is not None:
         eff &= ~(st.pushed & alive)
     invalid_entries = alive & ~eff
@@ -220,11 +256,43 @@ def _walk(arr: pa.Array, path: tuple, depth: int, st: _State, layers: list[_Laye
         idx = np.flatnonzero(invalid_entries & (code == 0))
         code[idx] = 1 + 2 * layer_idx
         st.code = code
+        st.special = None
     if depth == len(path) - 1:
         st.pushed = invalid_entries  # the leaf's effective nulls
         return arr, st
     st.pushed = invalid_entries if invalid_entries.any() else None
     return _walk(_child_on_path(arr, path[depth + 1]), path, depth + 1, st, layers, list_levels)
+
+
+def _fresh_list(arr: pa.Array, st: _State, layers: list[_Layer], rep_level: int) -> Optional[_State]:
+    """The list layer over entries that are consecutive slots, all live, valid and without
+    repetition (a top-level list): the items' state built from the list offsets alone, without
+    passes over all items. None when that does not apply (then the general layer runs)."""
+    if st.run is None or len(st.run[1]) or st.rep is not None or st.pushed is not None \
+            or st.special is None or len(st.special):
+        return None
+    start, n = st.run[0], st.n
+    offs = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)[start:start + n + 1]
+    lens = np.diff(offs)
+    valid = validity_of(arr)
+    null_idx = np.flatnonzero(~valid[start:start + n]) if valid is not None else np.zeros(0, np.int64)
+    if len(null_idx) and bool(lens[null_idx].any()):
+        return None  # null lists that own items: their items are skipped (general layer)
+    dead_idx = np.flatnonzero(lens == 0)
+    layer_idx = len(layers)
+    lay = _Layer(True, nullable=bool(len(null_idx)), emptyable=len(dead_idx) > len(null_idx))
+    layers.append(lay)
+    counts = np.maximum(lens, 1)
+    first = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=first[1:])
+    total = int(first[-1])
+    dead = first[dead_idx]
+    code = np.zeros(total, dtype=np.int32)
+    code[dead] = 2 + 2 * layer_idx
+    code[first[null_idx]] = 1 + 2 * layer_idx
+    rep = np.zeros(total, dtype=np.uint16)
+    rep[first[:-1]] = rep_level
+    return _State(None, code, rep, None, run=(int(offs[0]) if n else 0, dead), special=dead)
 
 
 def _child_on_path(arr: pa.Array, child_field: pa.Field) -> pa.Array:
@@ -264,7 +332,8 @@ def shred_leaf(arr: pa.Array, path: tuple) -> Shredded:
             lvl -= 1
         else:
             list_levels.append(0)
-    st = _State(np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int32), None)
+    st = _State(None, np.zeros(n, dtype=np.int32), None, run=(0, np.zeros(0, np.int64)),
+                special=np.zeros(0, np.int64))
     layers: list[_Layer] = []
     leaf_arr, st = _walk(arr, path, 0, st, layers, list_levels)
     # page-level def numbering, innermost layer first
@@ -284,14 +353,23 @@ def shred_leaf(arr: pa.Array, path: tuple) -> Shredded:
         lut = np.zeros(2 * len(layers) + 2, dtype=np.uint16)
         for code, lv in table.items():
             lut[code] = lv
-        defs = lut[st.code]
-    rep = st.rep.astype(np.uint16) if st.rep is not None else None
+        if st.special is not None:  # only these entries may have a non-zero code
+            defs = np.zeros(st.n, dtype=np.uint16)
+            defs[st.special] = lut[st.code[st.special]]
+        else:
+            defs = lut[st.code]
+    rep = st.rep.astype(np.uint16, copy=False) if st.rep is not None else None
     # max visible def level: def levels of the layers inside the innermost list
     max_visible = None
     if n_lists:
         inner_list = max(i for i, lay in enumerate(layers) if lay.is_list)
         max_visible = sum(1 for lay in layers[inner_list + 1:] if lay.nullable)
     # visible values
+    if st.run is not None and st._pos is None:
+        vstart, nvis = st.run[0], st.n - len(st.run[1])
+        values = leaf_arr if vstart == 0 and nvis == len(leaf_arr) else leaf_arr.slice(vstart, nvis)
+        alive: Optional[np.ndarray] = None
+        return _shredded(path, values, rep, defs, layers, n, max_visible, st, alive)
     vis = st.pos[st.pos >= 0]
     if len(vis) == len(leaf_arr) and (len(vis) == 0 or (vis[0] == 0 and vis[-1] == len(vis) - 1)):
         values = leaf_arr
@@ -299,8 +377,16 @@ def shred_leaf(arr: pa.Array, path: tuple) -> Shredded:
         values = leaf_arr.slice(int(vis[0]), len(vis))
     else:
         values = _raw_take(leaf_arr, vis)
+    return _shredded(path, values, rep, defs, layers, n, max_visible, st, st.pos >= 0)
+
+
+def _shredded(path: tuple, values: pa.Array, rep: Optional[np.ndarray], defs: Optional[np.ndarray],
+              layers: list[_Layer], n: int, max_visible: Optional[int], st: _State,
+              alive: Optional[np.ndarray]) -> Shredded:
     enum_layers = [_layer_enum(lay) for lay in reversed(layers)]
-    leaf_invalid = st.pushed[st.pos >= 0] if st.pushed is not None else None
+    if st.pushed is not None and alive is None:
+        alive = st.alive()
+    leaf_invalid = st.pushed[alive] if st.pushed is not None else None
     valid = None if leaf_invalid is None or not leaf_invalid.any() else ~leaf_invalid
     return Shredded(path[-1], values, rep, defs, enum_layers, n, max_visible, valid)
 
