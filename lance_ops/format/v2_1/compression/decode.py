@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from lance_ops._proto import encodings_v2_1_pb2 as pb
 from lance_ops.format.v2_1.compression import bitpack_decode as bp
-from lance_ops.format.v2_1.compression.fsst_decode import FsstTable
+from lance_ops.format.v2_1.compression.fsst_decode import FsstTable, pool_array
 
 _UINT: dict[int, type[np.unsignedinteger[Any]]] = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
@@ -166,7 +166,7 @@ class Vals:
                 datas.append(p.data[p_off[0]:p_off[-1]])
                 offs.append(p_off[1:] - p_off[0] + base)
                 base += int(p_off[-1] - p_off[0])
-            return Vals("var", n, np.concatenate(datas) if datas else np.zeros(0, np.uint8), np.concatenate(offs),
+            return Vals("var", n, _joined(datas) if datas else np.zeros(0, np.uint8), np.concatenate(offs),
                         packed=parts[0].packed)
         ipvs = {p.items_per_value for p in parts}
         ipv = max(ipvs)
@@ -184,10 +184,26 @@ class Vals:
             if not n:
                 return Vals("fixed", n, np.zeros((0, w), np.uint8), None, iv, ipv)
             joined = adjacent_view([p.data for p in parts])
-            data = joined.reshape(n, w) if joined is not None else np.concatenate([p.data.reshape(p.n, w) for p in parts])
+            data = (joined if joined is not None else _joined([p.data.reshape(-1) for p in parts])).reshape(n, w)
             return Vals("fixed", n, data, None, iv, ipv)
         joined = adjacent_view([p.data for p in parts])
-        return Vals(kind, n, joined if joined is not None else np.concatenate([p.data for p in parts]), None, iv, ipv)
+        return Vals(kind, n, joined if joined is not None else _joined([p.data for p in parts]), None, iv, ipv)
+
+
+#: joins of at least this many bytes take their memory from Arrow's pool (see :func:`_joined`)
+_POOL_JOIN_BYTES = 1 << 20
+
+
+def _joined(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(arrays)``; a big result is written into memory from Arrow's pool, which
+    keeps freed pages mapped: fresh numpy memory of that size is mapped anew on each join, and its
+    page faults cost as much as the copy (the values of many files read together)."""
+    total = sum(a.nbytes for a in arrays)
+    dtypes = {a.dtype for a in arrays}
+    if total < _POOL_JOIN_BYTES or len(dtypes) != 1 or any(a.ndim != 1 for a in arrays):
+        return np.concatenate(arrays)
+    out = pool_array(sum(len(a) for a in arrays), dtypes.pop().type)
+    return np.concatenate(arrays, out=out)
 
 
 def adjacent_view(arrays: Sequence[np.ndarray]) -> Optional[np.ndarray]:

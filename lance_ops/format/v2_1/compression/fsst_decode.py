@@ -183,7 +183,7 @@ class FsstTable:
         whose freed memory is reused (a fresh numpy array of that size is mapped afresh and
         faults on each 4 KiB page, which costs as much as the decoding)."""
         n = len(ids)
-        pos = _pool_array(n + 1, np.int64)
+        pos = pool_array(n + 1, np.int64)
         pos[0] = 0
         width = 0
         for s in range(0, n, _BLOCK):
@@ -196,7 +196,7 @@ class FsstTable:
             np.cumsum(lens, out=run)
             run += pos[s]
         total = int(pos[n])
-        out = _pool_array(total + width, np.uint8)
+        out = pool_array(total + width, np.uint8)
         for s in range(0, n, _BLOCK):
             e = min(s + _BLOCK, n)
             blk, at = ids[s:e].astype(np.intp), pos[s:e]
@@ -208,7 +208,7 @@ class FsstTable:
         return pos[base], out[:total]
 
 
-def _pool_array(count: int, dtype: type) -> np.ndarray:
+def pool_array(count: int, dtype: type) -> np.ndarray:
     """An uninitialised writable array whose memory comes from Arrow's default pool."""
     size = np.dtype(dtype).itemsize
     return np.frombuffer(pa.allocate_buffer(count * size), dtype=dtype)
