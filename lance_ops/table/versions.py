@@ -4,6 +4,7 @@ The names pylance accepts are parsed by :meth:`lance_ops.format.version.FileVers
 """
 from __future__ import annotations
 
+from operator import attrgetter, itemgetter
 from typing import Iterable, Sequence
 
 from lance_ops._proto import table_pb2
@@ -63,12 +64,17 @@ def file_version(data_file: table_pb2.DataFile) -> FileVersion:
     return found
 
 
+_FILES = attrgetter("files")
+_FIRST = itemgetter(0)
+_NUMBERS = attrgetter("file_major_version", "file_minor_version")
+
+
 def data_files(fragments: Iterable[table_pb2.DataFragment]) -> list[table_pb2.DataFile]:
     """Every data file of ``fragments``, in fragment order (one file per fragment, the usual case,
     is taken without iterating each fragment's list: thousands of fragments are common)."""
-    lists = [frag.files for frag in fragments]
-    if all(len(files) == 1 for files in lists):
-        return [files[0] for files in lists]
+    lists = list(map(_FILES, fragments))  # (map with attrgetter: thousands of fragments, no Python frame each)
+    if set(map(len, lists)) == {1}:
+        return list(map(_FIRST, lists))
     return [df for files in lists for df in files]
 
 
@@ -79,7 +85,7 @@ def _versions_of(fragments: Iterable[table_pb2.DataFragment], files: Sequence[ta
     files, when the caller has them already)."""
     if files is None:
         files = data_files(fragments)
-    numbers = {(df.file_major_version, df.file_minor_version) for df in files}
+    numbers = set(map(_NUMBERS, files))
     if len(numbers) == 1:  # one pair of numbers (the usual case): one lookup instead of one per file
         major, minor = numbers.pop()
         found = FileVersion.from_manifest(int(major), int(minor))

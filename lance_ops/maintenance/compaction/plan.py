@@ -46,6 +46,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import asdict, dataclass, field, fields as dc_fields
+from operator import attrgetter, methodcaller
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -428,6 +429,11 @@ def _candidate_runs(frags: Sequence[table_pb2.DataFragment], candidates: np.ndar
     return runs
 
 
+_PHYSICAL = attrgetter("physical_rows")
+_DELETED = attrgetter("deletion_file.num_deleted_rows")  # 0 without a deletion file
+_HAS_BASE = methodcaller("HasField", "base_id")
+
+
 def _fragment_copies(ds: Any) -> list[table_pb2.DataFragment]:
     """Independent copies of the fragments of ``ds`` (tasks outlive changes to ``ds``), in manifest
     order; made in one bulk copy of the manifest, which stays alive with them."""
@@ -472,8 +478,8 @@ def _fragment_arrays(ds: Any, frags: list[table_pb2.DataFragment] | None = None,
     writers) is read."""
     if frags is None:
         frags = _fragment_copies(ds)
-    physical = np.fromiter((f.physical_rows for f in frags), dtype=np.int64, count=len(frags))
-    deleted = np.fromiter((f.deletion_file.num_deleted_rows for f in frags), dtype=np.int64, count=len(frags))
+    physical = np.fromiter(map(_PHYSICAL, frags), dtype=np.int64, count=len(frags))
+    deleted = np.fromiter(map(_DELETED, frags), dtype=np.int64, count=len(frags))
     for i in np.flatnonzero(deleted == 0).tolist():  # (an absent deletion file reads as a count of 0)
         deleted[i] = num_deleted(ds.store, ds.base, frags[i])
     return frags, physical, deleted
@@ -524,7 +530,7 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explai
     frags = _fragment_copies(ds)
     files = versions.data_files(frags)
     versions.refuse_mixed(ds.manifest, files)
-    other_bases = any(df.HasField("base_id") for df in files)  # else no chunk needs the check below
+    other_bases = any(map(_HAS_BASE, files))  # else no chunk needs the check below
     target = options.target_rows_per_fragment
     frags, physical_rows, deleted_rows = _fragment_arrays(ds, frags)
     selves = (_exceeding(deleted_rows, physical_rows, options.materialize_deletions_threshold)
