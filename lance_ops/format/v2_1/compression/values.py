@@ -193,13 +193,14 @@ class ChunkColumn:
         return ChunkColumn([(data, offs)])
 
 
-class ColumnChunks(Sequence[list]):
-    """``MiniBlocks.bufs`` held as one :class:`ChunkColumn` per value buffer; reads like the
-    per-chunk lists (chunk ``i`` is a list of the bytes of each of its buffers)."""
+class _ChunkSequence(Sequence[list]):
+    """Chunks held other than as per-chunk lists that read like ``MiniBlocks.bufs`` (chunk ``i``
+    is a list of the bytes of each of its buffers); subclasses say what chunk ``i`` is."""
 
-    def __init__(self, columns: list[ChunkColumn], nchunks: int) -> None:
-        self.columns = columns
-        self.nchunks = nchunks
+    nchunks: int
+
+    def _chunk(self, i: int) -> list:
+        raise NotImplementedError
 
     def __len__(self) -> int:
         return self.nchunks
@@ -212,16 +213,27 @@ class ColumnChunks(Sequence[list]):
 
     def __getitem__(self, i: int | slice) -> list | list[list]:
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self.nchunks))]
+            return [self._chunk(j) for j in range(*i.indices(self.nchunks))]
         if i < 0:
             i += self.nchunks
         if not 0 <= i < self.nchunks:
             raise IndexError(i)
-        return [c.chunk(i) for c in self.columns]
+        return self._chunk(i)
 
     def __iter__(self) -> Iterator[list]:
         for i in range(self.nchunks):
-            yield [c.chunk(i) for c in self.columns]
+            yield self._chunk(i)
+
+
+class ColumnChunks(_ChunkSequence):
+    """``MiniBlocks.bufs`` held as one :class:`ChunkColumn` per value buffer."""
+
+    def __init__(self, columns: list[ChunkColumn], nchunks: int) -> None:
+        self.columns = columns
+        self.nchunks = nchunks
+
+    def _chunk(self, i: int) -> list:
+        return [c.chunk(i) for c in self.columns]
 
 
 def buffer_columns(bufs: Sequence[list], num_buffers: int) -> list[ChunkColumn]:
@@ -233,7 +245,7 @@ def buffer_columns(bufs: Sequence[list], num_buffers: int) -> list[ChunkColumn]:
     return [ChunkColumn.of_list([bb[j] for bb in bufs]) for j in range(num_buffers)]
 
 
-class UniformChunks(Sequence[list]):
+class UniformChunks(_ChunkSequence):
     """The chunks of one value buffer held back to back in ``data``: every chunk but the last is
     ``step`` bytes. Reads like ``MiniBlocks.bufs`` (per chunk, a one-element list of bytes, here
     numpy views) and lets the page assembly copy every chunk with one strided numpy copy instead
@@ -244,22 +256,7 @@ class UniformChunks(Sequence[list]):
         self.step = step
         self.nchunks = nchunks
 
-    def __len__(self) -> int:
-        return self.nchunks
-
-    @overload
-    def __getitem__(self, i: int) -> list: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[list]: ...
-
-    def __getitem__(self, i: int | slice) -> list | list[list]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self.nchunks))]
-        if i < 0:
-            i += self.nchunks
-        if not 0 <= i < self.nchunks:
-            raise IndexError(i)
+    def _chunk(self, i: int) -> list:
         end = (i + 1) * self.step if i < self.nchunks - 1 else len(self.data)
         return [self.data[i * self.step:end]]
 
