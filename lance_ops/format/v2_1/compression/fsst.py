@@ -16,7 +16,7 @@ cache-sized chunk of whole segments at a time: match, greedy parse from sync poi
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -29,6 +29,17 @@ LEAST_INPUT_SIZE = 32 * 1024
 SAMPLE_TARGET = 1 << 14
 _NONE = np.zeros(0, dtype=np.intp)
 _CHUNK = 1 << 19  # positions (bytes, or of the expanded buffer) per step of the encoder
+_BITS_PER_BYTE = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+
+
+def table_bits_set(a: np.ndarray) -> np.ndarray:
+    """Bits set in every byte of ``a`` (uint8) by a table lookup: for numpy 1.26, which the project
+    supports and which has no ``np.bitwise_count``."""
+    return np.take(_BITS_PER_BYTE, a)
+
+
+#: bits set per byte: numpy 2's one kernel where it exists
+_bits_set: Callable[[np.ndarray], np.ndarray] = getattr(np, "bitwise_count", table_bits_set)
 
 
 def export_table(vals: "list[int] | np.ndarray", lens: "list[int] | np.ndarray", enabled: bool) -> bytes:
@@ -104,10 +115,10 @@ def _count_before(mask: np.ndarray, at: np.ndarray) -> np.ndarray:
     last partial byte."""
     packed = np.packbits(mask, bitorder="little")
     run = np.zeros(len(packed) + 1, dtype=np.int32)
-    np.cumsum(np.bitwise_count(packed), out=run[1:])
+    np.cumsum(_bits_set(packed), out=run[1:])
     q = at >> 3
     low = np.left_shift(np.uint8(1), (at & 7).astype(np.uint8)) - np.uint8(1)
-    return run[q] + np.bitwise_count(np.take(packed, q) & low)
+    return run[q] + _bits_set(np.take(packed, q) & low)
 
 
 def _encode(buf: np.ndarray, n: int, table: Table, bounds: np.ndarray, starts: np.ndarray,
