@@ -8,6 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from lance_ops.table.fragment import LanceFragment
+from lance_ops.table.manifest.facts import FragmentFacts
 from lance_ops.table.snapshot import DatasetSnapshot
 
 __all__ = ["DELETED_ROWS_RECORDED", "PHYSICAL_ROWS", "LazyFragments", "live_counts"]
@@ -27,6 +28,10 @@ class LazyFragments(Sequence[LanceFragment]):
         self.records = ds.manifest.fragments
         self._made: dict[int, LanceFragment] = {}
 
+    def facts(self) -> FragmentFacts:
+        """The version's fragment facts (row counts, deletions) from its manifest file."""
+        return self.dataset.manifest_file.fragment_facts()
+
     def __len__(self) -> int:
         return len(self.records)
 
@@ -43,7 +48,13 @@ class LazyFragments(Sequence[LanceFragment]):
 def live_counts(frags: Sequence[LanceFragment]) -> np.ndarray:
     """Live rows of each fragment (``count_rows()``), from the manifest's records in one pass; only
     a deletion file whose count was not recorded (very old writers) is read."""
-    records = frags.records if isinstance(frags, LazyFragments) else [f.proto for f in frags]
+    if isinstance(frags, LazyFragments):  # the whole version: its manifest's facts
+        facts = frags.facts()
+        live = facts.physical_rows - facts.deleted_rows
+        for i in facts.uncounted().tolist():
+            live[i] = frags[i].count_rows()
+        return live
+    records = [f.proto for f in frags]
     deleted = np.fromiter(map(DELETED_ROWS_RECORDED, records), np.int64, len(records))
     live = np.fromiter(map(PHYSICAL_ROWS, records), np.int64, len(records)) - deleted
     for i in np.flatnonzero(deleted == 0).tolist():  # 0 beside a deletion file: not recorded

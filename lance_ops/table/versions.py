@@ -145,6 +145,16 @@ def repair_legacy_version(manifest: table_pb2.Manifest) -> None:
         manifest.data_format.version = actual.value
 
 
+def one_known_version(pairs: set[tuple[int, int]] | None) -> bool:
+    """Whether ``pairs`` (the distinct (major, minor) numbers of a fragment list's data files, as
+    :class:`~lance_ops.table.manifest.facts.FragmentFacts` holds them) is one storage version
+    pylance knows: such a list mixes nothing, and no file needs a look of its own."""
+    if pairs is None or len(pairs) != 1:
+        return False
+    (major, minor), = pairs
+    return FileVersion.from_manifest(int(major), int(minor)) is not None
+
+
 def refuse_mixed(manifest: table_pb2.Manifest, files: Sequence[table_pb2.DataFile] | None = None) -> None:
     """MixedFileVersionsError if the dataset's data files mix storage versions (possible in
     datasets from Lance 0.16): pylance commits nothing to such a dataset but an overwrite, and a

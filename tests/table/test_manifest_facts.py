@@ -54,6 +54,14 @@ def _check(m: table_pb2.Manifest) -> None:
     assert fast.ids.dtype == np.uint64
     assert fast.ids.tolist() == slow.ids.tolist()
     assert fast.needs_stats == slow.needs_stats
+    for facts in (slow, fast):
+        assert facts.physical_rows.dtype == np.int64 and facts.deleted_rows.dtype == np.int64
+        assert facts.physical_rows.tolist() == [f.physical_rows for f in m.fragments]
+        assert facts.deleted_rows.tolist() == [f.deletion_file.num_deleted_rows for f in m.fragments]
+        assert facts.has_deletion.tolist() == [f.HasField("deletion_file") for f in m.fragments]
+        assert facts.uncounted().tolist() == [i for i, f in enumerate(m.fragments)
+                                              if f.HasField("deletion_file") and not f.deletion_file.num_deleted_rows]
+        assert facts.other_bases == any(df.HasField("base_id") for f in m.fragments for df in f.files)
     truth = {(df.file_major_version, df.file_minor_version) for f in m.fragments for df in f.files}
     # one pair only when every data file has it (then the mixed-version check may be skipped)
     if fast.version_pairs is not None and len(fast.version_pairs) == 1:
@@ -97,3 +105,20 @@ def test_needs_stats_cases() -> None:
         m = _manifest([base, base, bad, base], ordered_ids=True)
         assert manifest_facts(m).needs_stats
         _check(m)
+
+
+def test_a_decoded_manifest_file_reads_its_facts_from_the_decoders_serialisation() -> None:
+    """The decoder's wire-type check serialises the manifest; its facts come from those bytes once
+    (no second serialisation), equal the fragment walk's, and are the same object afterwards."""
+    from lance_ops.table.manifest.codec import decode_manifest, encode_manifest
+
+    frags = [{"id": i, "physical": 200, "files": [{"major": 2, "minor": 2, "size": 4096, "base_id": None}],
+              "deletion": {"num": 3, "base_id": None} if i % 2 else None, "row_ids": False} for i in range(30)]
+    m = _manifest(frags, ordered_ids=True)
+    m.max_fragment_id = 29
+    mf = decode_manifest(encode_manifest(m), "mem.manifest")
+    facts = mf.fragment_facts()
+    assert facts is mf.fragment_facts()
+    assert facts.ids.tolist() == list(range(30))
+    assert (facts.physical_rows - facts.deleted_rows).tolist() == [200 - 3 * (i % 2) for i in range(30)]
+    assert not facts.needs_stats and facts.version_pairs == {(2, 2)} and not facts.other_bases

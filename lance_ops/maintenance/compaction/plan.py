@@ -46,7 +46,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import asdict, dataclass, field, fields as dc_fields
-from operator import attrgetter, methodcaller
+from operator import attrgetter
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -431,7 +431,6 @@ def _candidate_runs(frags: Sequence[table_pb2.DataFragment], candidates: np.ndar
 
 _PHYSICAL = attrgetter("physical_rows")
 _DELETED = attrgetter("deletion_file.num_deleted_rows")  # 0 without a deletion file
-_HAS_BASE = methodcaller("HasField", "base_id")
 
 
 def _fragment_copies(ds: Any) -> list[table_pb2.DataFragment]:
@@ -528,11 +527,15 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explai
         raise TypeError("pass either options or keyword arguments, not both")
     coverage = IndexCoverage.of(ds)
     frags = _fragment_copies(ds)
-    files = versions.data_files(frags)
-    versions.refuse_mixed(ds.manifest, files)
-    other_bases = any(map(_HAS_BASE, files))  # else no chunk needs the check below
+    facts = ds.manifest_file.fragment_facts()  # (read once per version: open checked the ids with them)
+    if not versions.one_known_version(facts.version_pairs):
+        versions.refuse_mixed(ds.manifest, versions.data_files(frags))
+    other_bases = facts.other_bases  # else no chunk needs the check below
     target = options.target_rows_per_fragment
-    frags, physical_rows, deleted_rows = _fragment_arrays(ds, frags)
+    physical_rows = facts.physical_rows
+    deleted_rows = facts.deleted_rows.copy()
+    for i in facts.uncounted().tolist():  # (very old writers: the count is in the file only)
+        deleted_rows[i] = num_deleted(ds.store, ds.base, frags[i])
     selves = (_exceeding(deleted_rows, physical_rows, options.materialize_deletions_threshold)
               if options.materialize_deletions else np.zeros(len(frags), dtype=bool))
     candidates = selves | (physical_rows < target)

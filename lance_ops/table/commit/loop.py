@@ -67,7 +67,6 @@ from lance_ops.table.manifest.codec import (
     read_manifest,
     write_manifest,
 )
-from lance_ops.table.manifest.facts import manifest_facts
 from lance_ops.table.stats.fragments import fill_fragment_stats
 from lance_ops.table.commit.idempotency import IDEMPOTENCY_KEY, find_in_versions, kind_of
 from lance_ops.table.commit.properties import DEFAULT_MAX_RETRIES, CommitProperties
@@ -475,7 +474,7 @@ def _attempt(store: ObjectStore, base: str, txn: transaction_pb2.Transaction, ct
     version = current.version + 1 if current else 1
     # an Append keeps the previous fragments as they are: one pass over them answers the builder's
     # and the statistics check's questions, which then look only at the new fragments (ADR 0052)
-    facts = manifest_facts(current.manifest) \
+    facts = current.fragment_facts() \
         if current is not None and txn.WhichOneof("operation") == "append" else None
     manifest = build_manifest(
         current.manifest if current else None, txn, version=version, transaction_file="",

@@ -16,7 +16,6 @@ from google.protobuf import unknown_fields
 from lance_ops._version import __version__
 from lance_ops._proto import table_pb2, transaction_pb2
 from lance_ops.errors import RetryableCommitConflictError, UnsupportedError
-from lance_ops.format.version import FileVersion
 from lance_ops.table import rowids, versions
 from lance_ops.table.manifest import feature_flags
 from lance_ops.table.manifest.facts import FragmentFacts
@@ -31,14 +30,6 @@ def _next_fragment_id(manifest: table_pb2.Manifest | None, ids: np.ndarray | Non
     if ids is None:
         ids = _fragment_ids(manifest)
     return max(high, int(ids.max())) + 1 if ids.size else (high + 1 if high >= 0 else 0)
-
-
-def _one_known_version(facts: FragmentFacts | None) -> bool:
-    """The facts show one data file per fragment, all of one storage version pylance knows."""
-    if facts is None or facts.version_pairs is None or len(facts.version_pairs) != 1:
-        return False
-    (major, minor), = facts.version_pairs
-    return FileVersion.from_manifest(int(major), int(minor)) is not None
 
 
 def _fragment_ids(manifest: table_pb2.Manifest) -> np.ndarray:
@@ -215,7 +206,7 @@ def build_manifest(
     """
     op = transaction.WhichOneof("operation")
     facts = previous_facts if previous is not None and op == "append" else None
-    if previous is not None and op not in ("overwrite", "restore") and not _one_known_version(facts):
+    if previous is not None and op not in ("overwrite", "restore") and not (facts is not None and versions.one_known_version(facts.version_pairs)):
         versions.refuse_mixed(previous)
     out = table_pb2.Manifest()
     if op == "restore":

@@ -46,6 +46,7 @@ from lance_ops._proto import file_pb2, table_pb2, transaction_pb2
 from lance_ops.errors import CorruptFileError, LanceOpsError, UnsupportedError
 from lance_ops.format.proto_wire import has_map, serialize_like_upstream, wire_records
 from lance_ops.table import versions
+from lance_ops.table.manifest.facts import FragmentFacts, manifest_facts
 
 if TYPE_CHECKING:
     from lance_ops.io import ObjectStore
@@ -73,7 +74,8 @@ class ManifestFile:
 
     def __init__(self, manifest: table_pb2.Manifest, transaction: transaction_pb2.Transaction | None = None,
                  index_section: table_pb2.IndexSection | None = None, path: str = "", size: int = 0,
-                 dictionaries: dict[int, pa.Array] | None = None, *, transaction_blob: bytes | None = None) -> None:
+                 dictionaries: dict[int, pa.Array] | None = None, *, transaction_blob: bytes | None = None,
+                 serialised: bytes | None = None) -> None:
         self.manifest = manifest
         self.index_section = index_section
         #: where it was read from ("" when decoded from memory)
@@ -85,6 +87,23 @@ class ManifestFile:
         self._transaction = transaction
         self._transaction_blob = transaction_blob if transaction is None else None
         self._lock = threading.Lock()
+        #: ``manifest.SerializeToString()`` as the decoder made it, until the facts are read from it
+        self._serialised = serialised
+        self._facts: FragmentFacts | None = None
+
+    def fragment_facts(self) -> FragmentFacts:
+        """The facts of this version's fragment list (ids, row counts, deletions, storage versions;
+        :mod:`lance_ops.table.manifest.facts`), gathered once: opening checks the ids, counting
+        rows, planning a compaction and an Append's commit read them again. A read version's
+        manifest is not changed afterwards (commits build new ones)."""
+        facts = self._facts
+        if facts is None:
+            with self._lock:
+                facts = self._facts
+                if facts is None:
+                    facts = self._facts = manifest_facts(self.manifest, self._serialised)
+                    self._serialised = None
+        return facts
 
     @property
     def transaction(self) -> transaction_pb2.Transaction | None:
@@ -368,15 +387,20 @@ _M = TypeVar("_M", bound=Message)
 
 
 def _parse(message: _M, blob: bytes, path: str, what: str, keep_unknown: bool = False) -> _M:
+    return _parse_serialised(message, blob, path, what, keep_unknown)[0]
+
+
+def _parse_serialised(message: _M, blob: bytes, path: str, what: str,
+                      keep_unknown: bool = False) -> tuple[_M, bytes | None]:
+    """:func:`_parse`, with the message's own serialisation when the wire-type check made it."""
     try:
         message.ParseFromString(blob)
     except (DecodeError, RuntimeError, ValueError) as e:
         raise CorruptFileError(path, f"{what} protobuf does not decode: {e}") from e
-    check_wire_types(message, blob, path, what, keep_unknown)
-    return message
+    return message, check_wire_types(message, blob, path, what, keep_unknown)
 
 
-def check_wire_types(message: Message, blob: bytes, path: str, what: str, keep_unknown: bool = False) -> None:
+def check_wire_types(message: Message, blob: bytes, path: str, what: str, keep_unknown: bool = False) -> bytes | None:
     """CorruptFileError if a known field of ``message`` (parsed from ``blob``) came with the wrong
     wire type.
 
@@ -389,20 +413,26 @@ def check_wire_types(message: Message, blob: bytes, path: str, what: str, keep_u
     Unknown fields are dropped from ``message``, as upstream's decoder drops them (the cheap
     path: about one parse's time), unless ``keep_unknown`` (then a copy is checked: the index
     section of pylance 14 holds fields these protos do not know, and re-encoding reproduces them).
+
+    Returns ``message``'s serialisation when it was made for the check (the cheap path without
+    ``keep_unknown``; upb's ByteSize serialises anyway): callers reading the fragment list from it
+    need not serialise again. None otherwise.
     """
     probe = message
     if keep_unknown:
         probe = type(message)()
         probe.CopyFrom(message)
     probe.DiscardUnknownFields()
-    if probe.ByteSize() == len(blob):
-        return
+    serialised = probe.SerializeToString()
+    if len(serialised) == len(blob):
+        return None if keep_unknown else serialised
     if not keep_unknown:  # the rare path: parse again to see what was dropped
         message = type(message)()
         message.ParseFromString(blob)
     bad = _misplaced_field(message)
     if bad is not None:
         raise CorruptFileError(path, f"{what} protobuf does not decode: {bad}")
+    return None
 
 
 def _misplaced_field(message: Message, where: str = "") -> str | None:
@@ -460,7 +490,7 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
     size = len(data)
     start, body_end = manifest_span(data, path)
     manifest_pos = start - 4
-    manifest = _parse(
+    manifest, serialised = _parse_serialised(
         table_pb2.Manifest(), data[manifest_pos + 4 : body_end], path, "Manifest"
     )
     versions.fill_missing_data_format(manifest, path)  # Lance <= 0.15 recorded no storage version
@@ -481,7 +511,8 @@ def decode_manifest(data: bytes, path: str = "<manifest>") -> ManifestFile:
         transaction_blob = _read_section(data, txn_pos, manifest_pos, path, "inline transaction")
 
     dictionaries = decode_dictionaries(manifest, data, manifest_pos, path) if dictionary_fields(manifest) else {}
-    return ManifestFile(manifest, None, index_section, path, size, dictionaries, transaction_blob=transaction_blob)
+    return ManifestFile(manifest, None, index_section, path, size, dictionaries, transaction_blob=transaction_blob,
+                        serialised=serialised)
 
 
 def check_fragments(mf: ManifestFile, where: str, stable_row_ids: bool) -> None:
@@ -496,9 +527,10 @@ def check_fragments(mf: ManifestFile, where: str, stable_row_ids: bool) -> None:
         return
     # (repeated fragment ids are not refused: datasets written by Lance 0.16 have them, and
     # pylance opens them)
-    ids = [f.id for f in frags]
-    if m.HasField("max_fragment_id") and max(ids) > m.max_fragment_id:
-        raise CorruptFileError(where, f"fragment id {max(ids)} is above max_fragment_id {m.max_fragment_id}")
+    if m.HasField("max_fragment_id"):
+        highest = int(mf.fragment_facts().ids.max())
+        if highest > m.max_fragment_id:
+            raise CorruptFileError(where, f"fragment id {highest} is above max_fragment_id {m.max_fragment_id}")
     if stable_row_ids:
         which = "row_id_sequence"
         missing = [f.id for f in frags if f.WhichOneof(which) is None]

@@ -31,6 +31,19 @@ class FragmentFacts:
     #: some fragment lacks a data-file size or deleted-row count, or has no live rows (the test
     #: of :func:`lance_ops.table.stats.fragments.fill_fragment_stats`)
     needs_stats: bool
+    #: physical rows of each fragment (int64)
+    physical_rows: np.ndarray
+    #: deleted rows each fragment's record states (int64): 0 without a deletion file, and 0 beside
+    #: one whose count very old writers did not record (``has_deletion`` tells them apart)
+    deleted_rows: np.ndarray
+    #: whether each fragment has a deletion file (bool)
+    has_deletion: np.ndarray
+    #: some data file names a base path (``base_id``): it may live outside the dataset's root
+    other_bases: bool
+
+    def uncounted(self) -> np.ndarray:
+        """Positions of fragments with a deletion file whose count is not recorded (only the file tells)."""
+        return np.flatnonzero(self.has_deletion & (self.deleted_rows == 0))
 
 
 def _needs_stats(frag: table_pb2.DataFragment) -> bool:
@@ -59,15 +72,16 @@ def fragment_facts(fragments: Sequence[table_pb2.DataFragment]) -> FragmentFacts
         sizes_missing = 0 in [df.file_size_bytes for df in files]
     else:
         sizes_missing = 0 in [df.file_size_bytes for r in rows for df in r[3]]
-    if sizes_missing:  # a data file of unknown size (rare: old writers), fragment by fragment
-        return FragmentFacts(ids, pairs, any(_needs_stats(f) for f in fragments))
     physical = np.fromiter((r[1] for r in rows), dtype=np.int64, count=n)
     deleted = np.fromiter((r[2] for r in rows), dtype=np.int64, count=n)
-    uncounted = deleted == 0  # no deletion file, or (very old writers) one without its count
-    if uncounted.any():
-        uncounted &= np.fromiter((r[4] for r in rows), dtype=bool, count=n)
-    needs = bool(((physical != 0) & (uncounted | (physical - deleted <= 0))).any())
-    return FragmentFacts(ids, pairs, needs)
+    has_deletion = np.fromiter((r[4] for r in rows), dtype=bool, count=n)
+    other_bases = any(df.HasField("base_id") for r in rows for df in r[3])
+    if sizes_missing:  # a data file of unknown size (rare: old writers), fragment by fragment
+        needs = any(_needs_stats(f) for f in fragments)
+    else:
+        uncounted = (deleted == 0) & has_deletion  # (very old writers) a deletion file without its count
+        needs = bool(((physical != 0) & (uncounted | (physical - deleted <= 0))).any())
+    return FragmentFacts(ids, pairs, needs, physical, deleted, has_deletion, other_bases)
 
 
 # =================================================================================================
@@ -121,17 +135,23 @@ def _u64(values: Any) -> np.ndarray:
     return np.fromiter(values, dtype=np.uint64, count=len(values))
 
 
-def manifest_facts(manifest: table_pb2.Manifest) -> FragmentFacts:
-    """:func:`fragment_facts` of ``manifest``'s fragments, read from its serialisation (see above)."""
-    fast = _facts_from_bytes(manifest)
+def manifest_facts(manifest: table_pb2.Manifest, serialised: bytes | None = None) -> FragmentFacts:
+    """:func:`fragment_facts` of ``manifest``'s fragments, read from its serialisation (see above).
+
+    ``serialised``: ``manifest.SerializeToString()`` when the caller has it (the manifest decoder
+    makes it for its wire-type check); never bytes read from a file, which need not be canonical.
+    """
+    fast = _facts_from_bytes(manifest, serialised)
     return fast if fast is not None else fragment_facts(manifest.fragments)
 
 
-def _facts_from_bytes(manifest: table_pb2.Manifest) -> FragmentFacts | None:
+def _facts_from_bytes(manifest: table_pb2.Manifest, serialised: bytes | None = None) -> FragmentFacts | None:
     """The facts of ``manifest``'s fragments, or None where the counts do not settle them."""
     frags = manifest.fragments
     n = len(frags)
-    bodies = _VIEW["Fragments"].FromString(manifest.SerializeToString()).fragments
+    if serialised is None:
+        serialised = manifest.SerializeToString()
+    bodies = _VIEW["Fragments"].FromString(serialised).fragments
     if n == 0 or len(bodies) != n:
         return None
     acc = _VIEW["Fragment"].FromString(_DELETION_MARK.join(bodies) + _DELETION_MARK)
@@ -163,9 +183,10 @@ def _facts_from_bytes(manifest: table_pb2.Manifest) -> FragmentFacts | None:
         has_deletion = present == 1
         deletion_bodies = list(compress(marks, (~is_mark).tolist()))
     counted = _VIEW["DeletionFile"].FromString(b"".join(deletion_bodies)).num_deleted_rows
-    deleted = np.zeros(n, dtype=np.uint64)
-    uncounted = len(counted) != len(deletion_bodies)  # a deletion file without its count (all rows > 0 here)
-    if not uncounted and deletion_bodies:
+    if len(counted) != len(deletion_bodies):  # a deletion file without its count (very old writers)
+        return None  # which one: ask the records
+    deleted = np.zeros(n, dtype=np.int64)
+    if deletion_bodies:
         deleted[has_deletion] = _u64(counted)
     files = acc.files
     nf = len(files)
@@ -179,5 +200,6 @@ def _facts_from_bytes(manifest: table_pb2.Manifest) -> FragmentFacts | None:
     unsized = len(view.size) != nf  # a data file of size 0
     if unsized and len(view.base_id):
         return None  # it may live in another base path (its size is not filled in): ask the files
-    needs = unsized or uncounted or bool((deleted >= physical).any())
-    return FragmentFacts(ids, pairs, needs)
+    physical = physical.astype(np.int64)
+    needs = unsized or bool((deleted >= physical).any())
+    return FragmentFacts(ids, pairs, needs, physical, deleted, has_deletion, bool(len(view.base_id)))
