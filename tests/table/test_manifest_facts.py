@@ -17,6 +17,7 @@ _file = st.fixed_dictionaries({
 _deletion = st.none() | st.fixed_dictionaries({
     "num": st.sampled_from([0, 1, 5, 200, 201]),
     "base_id": st.sampled_from([None, None, 2]),
+    "read_version": st.sampled_from([0, 3, 3, 3]),
 })
 _fragment = st.fixed_dictionaries({
     "id": st.sampled_from([0, 1, 2, 7, 7, 2**40]) | st.integers(0, 2**64 - 1),
@@ -41,6 +42,7 @@ def _manifest(frags: list[dict], ordered_ids: bool) -> table_pb2.Manifest:
         if spec["deletion"] is not None:
             f.deletion_file.SetInParent()
             f.deletion_file.num_deleted_rows = spec["deletion"]["num"]
+            f.deletion_file.read_version = spec["deletion"].get("read_version", 3)
             if spec["deletion"]["base_id"] is not None:
                 f.deletion_file.base_id = spec["deletion"]["base_id"]
         if spec["row_ids"]:
@@ -122,3 +124,18 @@ def test_a_decoded_manifest_file_reads_its_facts_from_the_decoders_serialisation
     assert facts.ids.tolist() == list(range(30))
     assert (facts.physical_rows - facts.deleted_rows).tolist() == [200 - 3 * (i % 2) for i in range(30)]
     assert not facts.needs_stats and facts.version_pairs == {(2, 2)} and not facts.other_bases
+
+
+def test_empty_deletion_files_are_seen() -> None:
+    """Deletion files with every field at its default (no version, no count) serialise as empty
+    records: they are still deletion files, whose counts only the files can tell."""
+    for every in (True, False):
+        frags = [{"id": i, "physical": 200, "files": [{"major": 2, "minor": 2, "size": 4096, "base_id": None}],
+                  "deletion": {"num": 0, "base_id": None, "read_version": 0} if every or i == 3 else None,
+                  "row_ids": False} for i in range(6)]
+        m = _manifest(frags, ordered_ids=True)
+        facts = manifest_facts(m)
+        assert facts.has_deletion.tolist() == [every or i == 3 for i in range(6)]
+        assert facts.uncounted().tolist() == ([0, 1, 2, 3, 4, 5] if every else [3])
+        assert facts.needs_stats
+        _check(m)
