@@ -64,8 +64,28 @@ def _mask(table: pa.Table, filt: Filter) -> np.ndarray:
         acero.Declaration("table_source", acero.TableSourceNodeOptions(table)),
         acero.Declaration("project", acero.ProjectNodeOptions([filt.expression], ["m"])),
     ])
-    mask = pc.fill_null(plan.to_table(use_threads=False).column(0), False)  # in row order
-    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+    return _true_rows(plan.to_table(use_threads=False).column(0))  # in row order
+
+
+def _true_rows(mask: pa.ChunkedArray) -> np.ndarray:
+    """A boolean column as a numpy bool array, null as False: from its bitmaps (values AND
+    validity), unpacked in one numpy pass per chunk (Arrow's own conversion goes value by value)."""
+    if not pa.types.is_boolean(mask.type):
+        return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)
+    parts = []
+    for chunk in mask.chunks:
+        n, off = len(chunk), chunk.offset
+        if n == 0:
+            continue
+        validity, values = chunk.buffers()[:2]
+        nbytes = (off + n + 7) // 8
+        bits = np.frombuffer(values, dtype=np.uint8, count=nbytes)
+        if chunk.null_count:
+            bits = bits & np.frombuffer(validity, dtype=np.uint8, count=nbytes)
+        parts.append(np.unpackbits(bits, bitorder="little")[off:off + n].view(bool))
+    if not parts:
+        return np.zeros(0, dtype=bool)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 class Found(NamedTuple):
@@ -93,13 +113,16 @@ def _group_found(dataset: DatasetSnapshot, tasks: Sequence[scan.FragmentScanTask
         hit = np.concatenate([_mask(t, filt) for t in tables]) if tables else np.zeros(0, bool)
     base = np.zeros(len(frags) + 1, dtype=np.int64)
     np.cumsum([f.physical_rows for f in frags], out=base[1:])
+    whole = all(t.ranges is None for t in tasks)
+    if whole and not any(f.proto.HasField("deletion_file") for f in frags):
+        return _whole_found(dataset, frags, tables, hit, base)
     # the group's physical rows, numbered from 0: which are live, and which the scan returned
     live = np.ones(int(base[-1]), dtype=bool)
     old = [f.deleted_offsets.astype(np.int64) + b for f, b in zip(frags, base[:-1].tolist())
            if f.proto.HasField("deletion_file")]  # (a count of 0 is "unknown": the file is read)
     if old:
         live[np.concatenate(old)] = False
-    if all(t.ranges is None for t in tasks):  # every live row
+    if whole:  # every live row
         returned = np.flatnonzero(live)
     else:  # the live rows of the ranges statistics left, where there are ranges
         returned = np.concatenate([
@@ -118,12 +141,33 @@ def _group_found(dataset: DatasetSnapshot, tasks: Sequence[scan.FragmentScanTask
     deleted = ~live
     deleted[matched] = True  # (matches are live rows: the old and the new offsets are disjoint)
     gone = np.flatnonzero(deleted)
+    return _per_fragment(frags, base, matched, gone)
+
+
+def _whole_found(dataset: DatasetSnapshot, frags: Sequence[LanceFragment], tables: Sequence[pa.Table],
+                 hit: np.ndarray, base: np.ndarray) -> list[Found]:
+    """:func:`_group_found` of fragments without deletion files, read whole: the scan returned
+    every physical row, so the matches are the predicate's own positions (no live-row arrays)."""
+    got = np.array([t.num_rows for t in tables], dtype=np.int64)
+    per_task = np.diff(base)
+    if not np.array_equal(per_task, got) or hit.size != int(base[-1]):
+        bad = [frags[i].fragment_id for i in np.flatnonzero(per_task != got)[:5].tolist()]
+        raise LanceOpsError(f"{dataset.uri}: the delete's scan returned other rows than the live rows planned "
+                            f"(fragments {bad}; {hit.size} predicate values for {int(base[-1])} rows)")
+    matched = np.flatnonzero(hit)
+    return _per_fragment(frags, base, matched, matched) if matched.size else []
+
+
+def _per_fragment(frags: Sequence[LanceFragment], base: np.ndarray, matched: np.ndarray,
+                  gone: np.ndarray) -> list[Found]:
+    """The group's new (``matched``) and all (``gone``) deleted rows, numbered across the group
+    from 0, cut at the fragments' bounds ``base``: one Found per fragment with matches."""
     hits_at = np.searchsorted(matched, base)
     gone_at = np.searchsorted(gone, base)
     out = []
     for i in np.flatnonzero(hits_at[1:] > hits_at[:-1]).tolist():
         new = (matched[hits_at[i]:hits_at[i + 1]] - base[i]).astype(np.uint32)
-        merged = (gone[gone_at[i]:gone_at[i + 1]] - base[i]).astype(np.uint32)
+        merged = new if gone is matched else (gone[gone_at[i]:gone_at[i + 1]] - base[i]).astype(np.uint32)
         out.append(Found(frags[i], new, merged))
     return out
 
