@@ -6,9 +6,10 @@
 Each implementation writes its own dataset (the table of ``benchmarks/bench_file.py``, pylance's
 default file size, so one fragment) and every step runs on its own dataset. Every timed call opens
 the dataset afresh (``lance.dataset(uri)`` / ``lance_ops.dataset(uri)``), as an Airflow or Spark
-task does; rounds alternate A/B and the minimum of each side is kept; results are consumed page by
-page on both sides (``bench_file_v22.consume``). Delete runs on a fresh copy of the dataset every
-round (the copy is not timed). Compaction: ``--compact-fragments`` appends of equal size, then
+task does; rounds alternate A/B and the minimum of each side is kept (a millisecond-scale step
+makes several calls per side in each round after the first, ``bench_file_v22.calls_per_round``);
+results are consumed page by page on both sides (``bench_file_v22.consume``). Delete runs on a
+fresh copy of the dataset every call (the copy is not timed). Compaction: ``--compact-fragments`` appends of equal size, then
 ``optimize.compact_files()`` on a fresh copy every round. Results are checked equal across the two
 libraries. Prints the ratio table (ours/pylance, lower is better) and the CPU seconds (all threads)
 of each side; exits 1 when a wall ratio is above ``--max-ratio``.

@@ -17,6 +17,7 @@ shared by ``bench_dataset_v22.py`` and ``bench_memory.py``.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import sys
@@ -52,28 +53,49 @@ def consume(result: Any) -> int:
     return sum(consume(part) for part in result)  # an iterator of batches
 
 
+#: a round of a millisecond-scale operation calls each side this long (at least): one call of a few
+#: milliseconds is at the mercy of a timer tick or a page fault, on either side
+ROUND_SECONDS = 0.2
+#: calls per side and round at most (with a fresh copy before each call: at most ``COPIED_CALLS``)
+MAX_CALLS, COPIED_CALLS = 25, 3
+
+
+def calls_per_round(first: float, copied: bool) -> int:
+    """Calls per side in each round after the first, for an operation whose slower side took
+    ``first`` seconds in round one (both sides make the same number of calls)."""
+    if first <= 0:
+        return MAX_CALLS
+    return max(1, min(COPIED_CALLS if copied else MAX_CALLS, math.ceil(ROUND_SECONDS / first)))
+
+
 def ab_rounds(rounds: int, ours: Callable[[], Any], theirs: Callable[[], Any],
               setup: Callable[[int], None] | None = None) -> tuple[float, float, Any, Any]:
     """Minimum wall times of ``ours`` and ``theirs`` over ``rounds`` alternating rounds (A, B, A, B...).
 
     ``setup(side)`` (untimed; side 0 is ours, 1 pylance's) runs before every call (a fresh copy of
-    that side's dataset for a delete, a sync after a write).
+    that side's dataset for a delete, a sync after a write). Rounds after the first make
+    :func:`calls_per_round` calls per side (the same on both sides), so a millisecond-scale
+    operation's minimum is taken over enough calls.
     Each result is consumed page by page inside the timed region; the last results are returned.
     """
     best = [float("inf"), float("inf")]
     last: list[Any] = [None, None]
+    calls = 1
     for r in range(rounds):
         order = (0, 1) if r % 2 == 0 else (1, 0)
         for side in order:
-            if setup is not None:
-                setup(side)
-            fn = ours if side == 0 else theirs
-            start = time.perf_counter()
-            res = fn()
-            if isinstance(res, (pa.Table, pa.RecordBatch)) or hasattr(res, "__next__"):
-                res = consume(res) if hasattr(res, "__next__") else (consume(res), res)[1]
-            best[side] = min(best[side], time.perf_counter() - start)
-            last[side] = res
+            for _ in range(calls):
+                if setup is not None:
+                    setup(side)
+                fn = ours if side == 0 else theirs
+                start = time.perf_counter()
+                res = fn()
+                if isinstance(res, (pa.Table, pa.RecordBatch)) or hasattr(res, "__next__"):
+                    res = consume(res) if hasattr(res, "__next__") else (consume(res), res)[1]
+                best[side] = min(best[side], time.perf_counter() - start)
+                last[side] = res
+        if r == 0:
+            calls = calls_per_round(max(best), setup is not None)
     return best[0], best[1], last[0], last[1]
 
 

@@ -288,9 +288,12 @@ def plan_delete(dataset: DeleteTarget,
                     if len(pending) >= _WRITE_JOB:
                         written.append(pool.submit(write, pending))
                         pending = []
-            if pending:
+            tail: list[table_pb2.DataFragment] = []
+            if pending and written:
                 written.append(pool.submit(write, pending))
-            updated = [proto for f in written for proto in f.result()]
+            elif pending:  # the only job: written here (a pool thread would only add its start)
+                tail = write(pending)
+            updated = [proto for f in written for proto in f.result()] + tail
         except BaseException:
             _discard(dataset, written)
             raise

@@ -45,6 +45,9 @@ from lance_ops.table.filters.values import (
 
 __all__ = ["Filter", "SqlCompiler", "compile_filter", "SPECIAL_COLUMNS", "with_specials"]
 
+#: Arrow's truncated remainder kernel (newer pyarrow); older ones compute ``a - trunc(a / b) * b``
+_HAS_REMAINDER = "remainder" in pc.list_functions()
+
 #: Columns a filter may reference although they are not in the dataset schema.
 SPECIAL_COLUMNS: dict[str, pa.DataType] = {"_rowid": pa.uint64(), "_rowaddr": pa.uint64()}
 
@@ -415,6 +418,10 @@ class SqlCompiler(SqlFunctions):
 
     def _v_Mod(self, node: exp.Mod) -> Value:
         a, b = self.visit(node.this), self.visit(node.expression)
+        if _HAS_REMAINDER and all(pa.types.is_integer(v.type) or pa.types.is_floating(v.type) for v in (a, b)):
+            # one kernel, truncated as SQL's % (the sign of the dividend), exact for floats (decimals:
+            # Arrow's remainder refuses many precisions, so they keep the expansion below)
+            return self._call(node, "remainder", [a, b])
         q = self._call(node, "divide", [a, b])
         if not pa.types.is_integer(q.type):
             q = self._call(node, "trunc", [q])
