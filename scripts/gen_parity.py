@@ -108,8 +108,8 @@ NOTES = {
     "lance_ops.write_dataset": ("`schema=` also casts tables and readers (pylance ignores it for them); "
                                 "an iterable of batches needs no schema; arrow.json values must be standard "
                                 "JSON (pylance's parser also takes `[1,]`, `'a'`, `01`, `+1`, `.5`); without "
-                                "`data_storage_version` a new dataset gets `lance_ops.table.versions.DEFAULT` "
-                                "(pylance: 2.2; ADR 0039)"),
+                                "`data_storage_version` a new dataset gets `lance_ops.table.versions.DEFAULT`, "
+                                "2.2 as pylance's (ADR 0056)"),
     "lance_ops.maintenance.compaction.DatasetOptimizer.compact_files": (
         "through `ds.optimize` it takes pylance's options and returns `CompactionMetrics`; "
         "`max_bytes_per_file` cuts a task's output by its estimated bytes so each file stays under it "

@@ -16,11 +16,11 @@ from lance_ops.format.version import FileVersion
 WRITABLE = (FileVersion.V2_0, FileVersion.V2_1, FileVersion.V2_2, FileVersion.LEGACY)
 #: THE storage version of new datasets (ADR 0039), and the one place that chooses it: write_dataset,
 #: write_fragments, CommitOptions, the Spark writers, ``lance-ops append --create`` and the Airflow
-#: operators all follow it when no ``data_storage_version`` is given. Existing datasets keep the
-#: version their manifest records (appends, deletes, compaction, index upkeep). pylance 14 and
-#: LanceDB default to 2.2; the switch to 2.2 (issue 20 item 4) waits for 2.2's performance items
-#: (ADR 0039 lists the suites that ran green with it). data_storage_version="stable" asks for 2.2 today.
-DEFAULT = FileVersion.V2_0
+#: operators all follow it when no ``data_storage_version`` is given. 2.2, as pylance 14's and
+#: LanceDB's (ADR 0056); 2.0, 2.1 and legacy are written on request. Existing datasets keep the
+#: version their manifest records (appends, deletes, compaction, index upkeep, overwrites that
+#: name no version).
+DEFAULT = FileVersion.V2_2
 #: what a missing version means where lance-ops itself once left it out: compaction task and staged
 #: commit JSON written before they carried ``data_storage_version`` (lance-ops wrote only 2.0 then),
 #: and the manifest fallbacks behind :func:`fill_missing_data_format`. Fixed, whatever ``DEFAULT``

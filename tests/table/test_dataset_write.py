@@ -406,6 +406,25 @@ def test_appends_keep_the_datasets_own_storage_version(tmp_path, version):
     assert lance_ops.dataset(uri).to_table().equals(lance.dataset(uri).to_table())
 
 
+def test_new_datasets_default_to_pylances_storage_version(tmp_path):
+    """Without ``data_storage_version`` a new dataset is written as pylance 14 (and LanceDB) write
+    one: storage version 2.2, data files with 2.2's footer numbers (ADR 0056)."""
+    from lance_ops.table.versions import DEFAULT
+
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    lance_ops.write_dataset(rows(3), ours)
+    lance.write_dataset(rows(3), theirs)
+    assert DEFAULT == lance.dataset(theirs).data_storage_version == "2.2"
+    assert lance.dataset(ours).data_storage_version == lance_ops.dataset(ours).data_storage_version == "2.2"
+
+    def footers(uri: str) -> set[tuple[int, int]]:
+        return {(df.file_major_version, df.file_minor_version)
+                for f in lance_ops.dataset(uri).manifest.fragments for df in f.files}
+
+    assert footers(ours) == footers(theirs) == {FileVersion.V2_2.footer}
+    assert lance.dataset(ours).to_table().equals(rows(3))
+
+
 @pytest.mark.parametrize("version", ["2.0", "2.1", "2.2", "legacy"])
 def test_existing_datasets_keep_their_storage_version_whatever_the_default(tmp_path, version):
     """A dataset created at ``version`` on request keeps it through appends, deletes, compaction
