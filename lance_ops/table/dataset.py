@@ -395,9 +395,9 @@ class LanceDataset:
         # (no filter: no schema needed, so none is built)
         filt = None if filter is None else compile_filter(filter, self.storage_schema)
         wanted = None if fragment_ids is None else set(fragment_ids)
-        protos = self.manifest.fragments if wanted is None else [f for f in self.manifest.fragments if f.id in wanted]
         if (filt is None or filt.constant is True) and wanted is None:
             return int(live_counts(LazyFragments(self)).sum())  # from the version's fragment facts
+        protos = self.manifest.fragments if wanted is None else [f for f in self.manifest.fragments if f.id in wanted]
         if filt is None or filt.constant is True:
             # the manifest's counts (no fragment objects: thousands of fragments are common); a
             # deletion file without a recorded count (very old writers) is read and counted

@@ -129,12 +129,7 @@ def _group_found(dataset: DatasetSnapshot, tasks: Sequence[scan.FragmentScanTask
             np.flatnonzero(live[base[i]:base[i + 1]]) + base[i] if t.ranges is None
             else frags[i].live_offsets_in(t.ranges).astype(np.int64) + base[i] for i, t in enumerate(tasks)])
     # the scan returns exactly these rows, fragment by fragment: never trust less
-    per_task = np.diff(np.searchsorted(returned, base))
-    got = np.array([t.num_rows for t in tables], dtype=np.int64)
-    if not np.array_equal(per_task, got) or hit.size != returned.size:
-        bad = [frags[i].fragment_id for i in np.flatnonzero(per_task != got)[:5].tolist()]
-        raise LanceOpsError(f"{dataset.uri}: the delete's scan returned other rows than the live rows planned "
-                            f"(fragments {bad}; {hit.size} predicate values for {returned.size} rows)")
+    _check_returned(dataset, frags, tables, np.diff(np.searchsorted(returned, base)), hit.size, returned.size)
     matched = returned[hit]  # ascending
     if matched.size == 0:
         return []
@@ -148,14 +143,20 @@ def _whole_found(dataset: DatasetSnapshot, frags: Sequence[LanceFragment], table
                  hit: np.ndarray, base: np.ndarray) -> list[Found]:
     """:func:`_group_found` of fragments without deletion files, read whole: the scan returned
     every physical row, so the matches are the predicate's own positions (no live-row arrays)."""
-    got = np.array([t.num_rows for t in tables], dtype=np.int64)
-    per_task = np.diff(base)
-    if not np.array_equal(per_task, got) or hit.size != int(base[-1]):
-        bad = [frags[i].fragment_id for i in np.flatnonzero(per_task != got)[:5].tolist()]
-        raise LanceOpsError(f"{dataset.uri}: the delete's scan returned other rows than the live rows planned "
-                            f"(fragments {bad}; {hit.size} predicate values for {int(base[-1])} rows)")
+    _check_returned(dataset, frags, tables, np.diff(base), hit.size, int(base[-1]))
     matched = np.flatnonzero(hit)
     return _per_fragment(frags, base, matched, matched) if matched.size else []
+
+
+def _check_returned(dataset: DatasetSnapshot, frags: Sequence[LanceFragment], tables: Sequence[pa.Table],
+                    per_task: np.ndarray, values: int, rows: int) -> None:
+    """The scan returns exactly the rows planned, fragment by fragment (``per_task``), and the
+    predicate gave one value per row: never trust less (LanceOpsError naming the fragments)."""
+    got = np.array([t.num_rows for t in tables], dtype=np.int64)
+    if not np.array_equal(per_task, got) or values != rows:
+        bad = [frags[i].fragment_id for i in np.flatnonzero(per_task != got)[:5].tolist()]
+        raise LanceOpsError(f"{dataset.uri}: the delete's scan returned other rows than the live rows planned "
+                            f"(fragments {bad}; {values} predicate values for {rows} rows)")
 
 
 def _per_fragment(frags: Sequence[LanceFragment], base: np.ndarray, matched: np.ndarray,

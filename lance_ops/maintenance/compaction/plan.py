@@ -46,7 +46,6 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import asdict, dataclass, field, fields as dc_fields
-from operator import attrgetter
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -429,10 +428,6 @@ def _candidate_runs(frags: Sequence[table_pb2.DataFragment], candidates: np.ndar
     return runs
 
 
-_PHYSICAL = attrgetter("physical_rows")
-_DELETED = attrgetter("deletion_file.num_deleted_rows")  # 0 without a deletion file
-
-
 def _fragment_copies(ds: Any) -> list[table_pb2.DataFragment]:
     """Independent copies of the fragments of ``ds`` (tasks outlive changes to ``ds``), in manifest
     order; made in one bulk copy of the manifest, which stays alive with them."""
@@ -473,15 +468,15 @@ def _fragment_stats(ds: Any) -> Iterable[tuple[table_pb2.DataFragment, int, int]
 def _fragment_arrays(ds: Any, frags: list[table_pb2.DataFragment] | None = None,
                      ) -> tuple[list[table_pb2.DataFragment], np.ndarray, np.ndarray]:
     """The fragments of ``ds`` (copies, or ``frags`` if given) with their physical and deleted rows
-    (int64 arrays), from the manifest alone: only a deletion file that records no count (very old
-    writers) is read."""
+    (int64 arrays), from the version's fragment facts: only a deletion file that records no count
+    (very old writers) is read."""
     if frags is None:
         frags = _fragment_copies(ds)
-    physical = np.fromiter(map(_PHYSICAL, frags), dtype=np.int64, count=len(frags))
-    deleted = np.fromiter(map(_DELETED, frags), dtype=np.int64, count=len(frags))
-    for i in np.flatnonzero(deleted == 0).tolist():  # (an absent deletion file reads as a count of 0)
+    facts = ds.manifest_file.fragment_facts()  # (read once per version: open checked the ids with them)
+    deleted = facts.deleted_rows.copy()
+    for i in facts.uncounted().tolist():
         deleted[i] = num_deleted(ds.store, ds.base, frags[i])
-    return frags, physical, deleted
+    return frags, facts.physical_rows, deleted
 
 
 def _exceeding(deleted: np.ndarray, physical: np.ndarray, threshold: float) -> np.ndarray:
@@ -527,15 +522,12 @@ def plan_compaction(ds: Any, options: CompactionOptions | None = None, *, explai
         raise TypeError("pass either options or keyword arguments, not both")
     coverage = IndexCoverage.of(ds)
     frags = _fragment_copies(ds)
-    facts = ds.manifest_file.fragment_facts()  # (read once per version: open checked the ids with them)
+    facts = ds.manifest_file.fragment_facts()
     if not versions.one_known_version(facts.version_pairs):
         versions.refuse_mixed(ds.manifest, versions.data_files(frags))
     other_bases = facts.other_bases  # else no chunk needs the check below
     target = options.target_rows_per_fragment
-    physical_rows = facts.physical_rows
-    deleted_rows = facts.deleted_rows.copy()
-    for i in facts.uncounted().tolist():  # (very old writers: the count is in the file only)
-        deleted_rows[i] = num_deleted(ds.store, ds.base, frags[i])
+    frags, physical_rows, deleted_rows = _fragment_arrays(ds, frags)
     selves = (_exceeding(deleted_rows, physical_rows, options.materialize_deletions_threshold)
               if options.materialize_deletions else np.zeros(len(frags), dtype=bool))
     candidates = selves | (physical_rows < target)
